@@ -1,0 +1,117 @@
+"""The op list of one decode step: Values, Ops and a Program, plus verify().
+
+Every activation is a flat 1-D vector; ops that see heads take `n_heads` / `head_dim` attrs, so
+there is no reshape op. Anything that changes per token (token id, position, kv length, RNG state)
+lives in the single `step` value (u32 words, layout below), never in attrs.
+
+Op semantics (the reference executor and every kernel implement exactly these):
+  embed      (table[vocab, dim] weight, step)          -> x[dim]      x = table[step.token]
+  rms_norm   (x[n], w[d])                               -> y[n]        attrs eps; d == n normalises
+             the whole vector, d < n normalises each of the n // d heads with the same w
+  matmul     (w[out, in] weight, x[in])                 -> y[out]      y = w @ x (w's dtype: f32,
+             f16, q8_0, q4_0, q4_1, q5_0; math in f32)
+  add        (a[n], b[n])                               -> c[n]        residual and bias adds
+  rope       (x[h*d], step)                             -> y[h*d]      attrs n_heads, head_dim,
+             theta, layout "neox" (rotate halves i, i+d/2) or "pairs" (rotate 2i, 2i+1); angle of
+             pair i at position p is p * theta ** (-2i/d)
+  kv_write   (k[kvh*d], v[kvh*d], step)                 -> k_cache, v_cache  (state values of
+             shape [ctx, kvh*d], f32): row step.pos := k / v; rows < pos are kept from earlier steps
+  attention  (q[h*d], k_cache, v_cache, step)           -> o[h*d]      attrs n_heads, n_kv_heads,
+             head_dim, scale; causal over rows 0 .. step.pos (inclusive); head i reads kv head
+             i // (n_heads // n_kv_heads)
+  silu_mul   (g[n], u[n])                               -> y[n]        y = g * sigmoid(g) * u
+  argmax     (logits[n])                                -> token[1] u32 (first index of the max)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Words of the step buffer. The host writes TOKEN and POS before a step; nothing else in the
+# recorded step changes between tokens.
+STEP_TOKEN = 0
+STEP_POS = 1
+STEP_SEED = 2      # sampling RNG seed (u32)
+STEP_WORDS = 8
+
+VALUE_KINDS = ("weight", "activation", "state", "step", "output")
+WEIGHT_DTYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0")
+QUANT_BLOCK = 32   # elements per block for every q* dtype
+
+
+class IRError(ValueError):
+    """A malformed Program; the message names the op (`op #12 rms_norm: ...`) or the value."""
+
+
+@dataclass(frozen=True)
+class Value:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str          # f32 | u32 for activations; a WEIGHT_DTYPES entry for weights
+    kind: str           # one of VALUE_KINDS
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+
+@dataclass
+class Op:
+    kind: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: dict = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        attrs = " ".join(f"{k}={v}" for k, v in self.attrs.items())
+        return f"{', '.join(self.outputs)} = {self.kind}({', '.join(self.inputs)}){' ' + attrs if attrs else ''}"
+
+
+class Program:
+    """The ordered ops of one decode step and the values they read and write."""
+
+    def __init__(self, name: str = "decode"):
+        self.name = name
+        self.values: dict[str, Value] = {}
+        self.ops: list[Op] = []
+        self.meta: dict = {}     # free-form facts for users of the program (arch, ctx, ...)
+
+    def value(self, name: str, shape, dtype: str = "f32", kind: str = "activation") -> str:
+        if kind not in VALUE_KINDS:
+            raise IRError(f"value {name}: unknown kind {kind!r}")
+        if name in self.values:
+            raise IRError(f"value {name}: defined twice")
+        self.values[name] = Value(name, tuple(int(s) for s in shape), dtype, kind)
+        return name
+
+    def op(self, kind: str, inputs, outputs, **attrs) -> Op:
+        op = Op(kind, tuple(inputs), tuple(outputs), dict(attrs))
+        self.ops.append(op)
+        return op
+
+    # -- data flow queries (used by the matcher and the executors) --
+    def producers(self) -> dict[str, int]:
+        return {out: i for i, op in enumerate(self.ops) for out in op.outputs}
+
+    def consumers(self) -> dict[str, list[int]]:
+        users: dict[str, list[int]] = {name: [] for name in self.values}
+        for i, op in enumerate(self.ops):
+            for name in op.inputs:
+                users.setdefault(name, []).append(i)
+        return users
+
+    def outputs(self) -> list[str]:
+        return [v.name for v in self.values.values() if v.kind == "output"]
+
+    def verify(self) -> "Program":
+        from fusion.verify import verify_program
+        verify_program(self)
+        return self
+
+    def __str__(self) -> str:
+        lines = [f"program {self.name}: {len(self.ops)} ops, {len(self.values)} values"]
+        for i, op in enumerate(self.ops):
+            lines.append(f"  #{i:<4d} {op}")
+        return "\n".join(lines)

@@ -1,0 +1,95 @@
+"""Program.verify(): shapes and dtypes per op kind, SSA form, step values read only."""
+from __future__ import annotations
+
+from fusion.ir import QUANT_BLOCK, STEP_WORDS, WEIGHT_DTYPES, IRError, Program
+
+ARITY = {  # kind -> (number of inputs, number of outputs)
+    "embed": (2, 1), "rms_norm": (2, 1), "matmul": (2, 1), "add": (2, 1), "rope": (2, 1),
+    "kv_write": (3, 2), "attention": (4, 1), "silu_mul": (2, 1), "argmax": (1, 1),
+}
+
+
+def verify_program(p: Program) -> None:
+    produced: set[str] = set()
+    for i, op in enumerate(p.ops):
+        def fail(msg: str) -> None:
+            raise IRError(f"op #{i} {op.kind}: {msg}")
+
+        if op.kind not in ARITY:
+            fail(f"unknown op kind (known: {', '.join(ARITY)})")
+        n_in, n_out = ARITY[op.kind]
+        if len(op.inputs) != n_in or len(op.outputs) != n_out:
+            fail(f"takes {n_in} inputs and {n_out} outputs, got {len(op.inputs)} and {len(op.outputs)}")
+        for name in op.inputs + op.outputs:
+            if name not in p.values:
+                fail(f"value {name!r} is not defined")
+        for name in op.inputs:
+            v = p.values[name]
+            if v.kind in ("activation", "output") and name not in produced:
+                fail(f"reads {name!r} before any op writes it")
+        for name in op.outputs:
+            v = p.values[name]
+            if name in produced:
+                fail(f"writes {name!r}, which an earlier op already wrote")
+            if v.kind in ("weight", "step"):
+                fail(f"writes {name!r}, a {v.kind} value")
+            produced.add(name)
+        _check_shapes(p, op, fail)
+
+
+def _check_shapes(p: Program, op, fail) -> None:
+    ins = [p.values[n] for n in op.inputs]
+    outs = [p.values[n] for n in op.outputs]
+    a = op.attrs
+
+    def need(cond: bool, msg: str) -> None:
+        if not cond:
+            fail(msg)
+
+    for v in ins:
+        if v.kind == "step":
+            need(v.shape == (STEP_WORDS,) and v.dtype == "u32", f"step value {v.name} must be u32[{STEP_WORDS}]")
+    k = op.kind
+    if k == "embed":
+        t, _ = ins
+        need(t.kind == "weight" and len(t.shape) == 2, f"table {t.name} must be a 2-D weight")
+        need(outs[0].shape == (t.shape[1],), f"output {outs[0].name} {outs[0].shape} != ({t.shape[1]},)")
+    elif k == "rms_norm":
+        x, w = ins
+        need(len(w.shape) == 1 and w.shape[0] > 0 and x.shape[0] % w.shape[0] == 0,
+             f"weight {w.name} {w.shape} does not divide input {x.name} {x.shape}")
+        need(outs[0].shape == x.shape, f"output {outs[0].name} {outs[0].shape} != input {x.shape}")
+        need("eps" in a, "missing attr eps")
+    elif k == "matmul":
+        w, x = ins
+        need(w.kind == "weight" and len(w.shape) == 2, f"{w.name} must be a 2-D weight")
+        need(w.dtype in WEIGHT_DTYPES, f"{w.name}: unsupported weight dtype {w.dtype}")
+        need(x.shape == (w.shape[1],), f"input {x.name} {x.shape} does not match weight {w.name} {w.shape}")
+        need(outs[0].shape == (w.shape[0],), f"output {outs[0].name} {outs[0].shape} != ({w.shape[0]},)")
+        if w.dtype.startswith("q"):
+            need(w.shape[1] % QUANT_BLOCK == 0, f"{w.name}: in-dim {w.shape[1]} not a multiple of {QUANT_BLOCK}")
+    elif k in ("add", "silu_mul"):
+        need(ins[0].shape == ins[1].shape == outs[0].shape,
+             f"shapes differ: {[v.shape for v in ins + outs]}")
+    elif k == "rope":
+        x = ins[0]
+        need(a.get("layout") in ("neox", "pairs"), f"layout must be neox or pairs, got {a.get('layout')!r}")
+        need(x.shape == (a["n_heads"] * a["head_dim"],) and outs[0].shape == x.shape,
+             f"{x.name} {x.shape} != n_heads*head_dim {a['n_heads']}*{a['head_dim']}")
+        need(a["head_dim"] % 2 == 0, "head_dim must be even")
+    elif k == "kv_write":
+        kk, vv, _ = ins
+        kc, vc = outs
+        need(kc.kind == "state" and vc.kind == "state", "caches must be state values")
+        need(len(kc.shape) == 2 and kc.shape == vc.shape, f"cache shapes {kc.shape} {vc.shape}")
+        need(kk.shape == vv.shape == (kc.shape[1],), f"k/v {kk.shape} do not match cache rows {kc.shape}")
+    elif k == "attention":
+        q, kc, vc, _ = ins
+        h, kvh, d = a["n_heads"], a["n_kv_heads"], a["head_dim"]
+        need(h % kvh == 0, f"n_heads {h} not a multiple of n_kv_heads {kvh}")
+        need(q.shape == (h * d,), f"q {q.shape} != ({h * d},)")
+        need(kc.shape[1] == kvh * d and vc.shape == kc.shape, f"cache {kc.shape} != (ctx, {kvh * d})")
+        need(outs[0].shape == (h * d,), f"output {outs[0].shape} != ({h * d},)")
+        need("scale" in a, "missing attr scale")
+    elif k == "argmax":
+        need(outs[0].shape == (1,) and outs[0].dtype == "u32", "output must be u32[1]")

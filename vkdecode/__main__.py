@@ -1,0 +1,5 @@
+import sys
+
+from vkdecode.cli import main
+
+sys.exit(main())
