@@ -1,0 +1,11 @@
+"""Model families (one file each), weights, tokenizer and the loader."""
+from __future__ import annotations
+
+from vkdecode.models import llama, qwen2, qwen3
+
+FAMILIES = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3}
+
+
+def build_program(args, ctx: int, weight_dtypes: dict[str, str] | None = None):
+    """Dispatch to the family module of args.arch."""
+    return FAMILIES[args.arch].build_program(args, ctx, weight_dtypes)

@@ -1,0 +1,162 @@
+"""Tiny random models for tests: HF directories (transformers save_pretrained, CPU) and GGUF files
+written the way llama.cpp's converter writes them. Every builder caches its result by arguments
+under the directory it is given, so a session-scoped tmp dir makes repeated use free.
+
+    d = tiny_hf_model("qwen2", tmpdir)                 # HF dir: config, safetensors, tokenizer
+    g = write_gguf(d, tmpdir / "m.q8_0.gguf", "q8_0")  # same weights as GGUF
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content']"
+          " + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}"
+          "{{ '<|im_start|>assistant\n' }}{% endif %}")
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+TEXT = ["The capital of France is Paris.", "What is the capital of France?", "Hello, world! 12345",
+        "the quick brown fox jumps over the lazy dog", "naïve café – ünïcödé 東京 🙂", "def f(x):\n    return x"]
+VOCAB = 300
+SMALL = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+             rms_norm_eps=1e-5, rope_theta=10000.0, bos_token_id=None, eos_token_id=2)
+HF_CLASSES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+              "qwen3": ("Qwen3Config", "Qwen3ForCausalLM")}
+
+
+def write_tiny_tokenizer(path) -> None:
+    """A byte-level BPE (256 bytes + ChatML specials + a few merges) trained on TEXT."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=SPECIALS, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(TEXT * 4, trainer)
+    tok.save(os.path.join(path, "tokenizer.json"))
+    with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+        json.dump({"chat_template": CHATML, "eos_token": "<|im_end|>", "bos_token": None}, f)
+
+
+def tiny_hf_model(arch: str, tmpdir, tied: bool = False, dtype: str = "f32", seed: int = 0,
+                  **overrides) -> Path:
+    """Random HF model dir. Weights get std 0.3 (not the 0.02 default) so logits are not flat;
+    norms are 1 + noise and biases nonzero, so every weight matters."""
+    extra = "-".join(f"{k}={v}" for k, v in sorted(overrides.items()))
+    path = Path(tmpdir) / f"hf-{arch}-{'tied' if tied else 'untied'}-{dtype}-{seed}{'-' + extra if extra else ''}"
+    if (path / "config.json").exists():
+        return path
+    import torch
+    import transformers
+    cfg_cls, model_cls = (getattr(transformers, n) for n in HF_CLASSES[arch])
+    cfg = cfg_cls(**{**SMALL, "tie_word_embeddings": tied, **overrides})
+    torch.manual_seed(seed)
+    model = model_cls(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            elif "embed" in name:
+                p.normal_(0.0, 0.5)
+            else:
+                p.normal_(0.0, 0.3)
+    model.config.architectures = [model_cls.__name__]
+    tmp = path.with_name(path.name + ".tmp")
+    model.to({"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype])
+    model.save_pretrained(tmp, safe_serialization=True)
+    write_tiny_tokenizer(tmp)
+    os.replace(tmp, path)     # atomic: a half-written dir is never mistaken for a cached one
+    return path
+
+
+def hf_logits(model_dir, tokens: list[int]) -> np.ndarray:
+    """Logits [len(tokens), vocab] of the HF model (f32, eager attention) over the whole sequence."""
+    import torch
+    import transformers
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=torch.float32, attn_implementation="eager").eval()
+    with torch.no_grad():
+        out = model(torch.tensor([tokens]), use_cache=False)
+    return out.logits[0].float().numpy()
+
+
+def hf_state(model_dir) -> dict[str, np.ndarray]:
+    """The model's tensors as f32 numpy arrays, by HF name."""
+    from safetensors.numpy import load_file
+    out = {}
+    for f in sorted(Path(model_dir).glob("*.safetensors")):
+        out.update({k: v.astype(np.float32) for k, v in load_file(f).items()})
+    return out
+
+
+def gguf_source(model_dir, name: str, args) -> np.ndarray:
+    """The f32 tensor that write_gguf stores for program weight `name` (llama q/k permuted)."""
+    from vkdecode.models.gguf_names import permute_rows, source_name
+    a = hf_state(model_dir)[source_name(name, "hf")]
+    if args.arch == "llama" and name.rsplit(".", 1)[-1] in ("wq", "bq"):
+        a = permute_rows(a, args.n_heads)
+    elif args.arch == "llama" and name.rsplit(".", 1)[-1] in ("wk", "bk"):
+        a = permute_rows(a, args.n_kv_heads)
+    return a
+
+
+def write_gguf(model_dir, path, dtype: str = "f16", pre: str = "smollm") -> Path:
+    """GGUF of an HF dir from tiny_hf_model, as llama.cpp's converter writes it: matrices in
+    `dtype` (f32/f16/q8_0/q4_0/q4_1/q5_0), norms and biases f32, llama q/k rows permuted."""
+    import gguf
+    from vkdecode.models.config import ModelArgs
+    from vkdecode.models.gguf_names import expected_shapes, source_name
+    path = Path(path)
+    if path.exists():
+        return path
+    args = ModelArgs.from_hf_config(model_dir)
+    w = gguf.GGUFWriter(str(path) + ".tmp", args.arch)
+    w.add_block_count(args.n_layers)
+    w.add_context_length(args.max_position)
+    w.add_embedding_length(args.hidden_size)
+    w.add_feed_forward_length(args.intermediate_size)
+    w.add_head_count(args.n_heads)
+    w.add_head_count_kv(args.n_kv_heads)
+    w.add_key_length(args.head_dim)
+    w.add_value_length(args.head_dim)
+    w.add_rope_freq_base(args.rope_theta)
+    w.add_layer_norm_rms_eps(args.rms_eps)
+    w.add_vocab_size(args.vocab_size)
+    _add_tokenizer(w, model_dir, pre)
+    for name in expected_shapes(args):
+        a = gguf_source(model_dir, name, args)
+        if a.ndim == 1 or dtype == "f32":
+            w.add_tensor(source_name(name, "gguf"), np.ascontiguousarray(a, np.float32))
+        elif dtype == "f16":
+            w.add_tensor(source_name(name, "gguf"), a.astype(np.float16))
+        else:
+            qt = gguf.GGMLQuantizationType[dtype.upper()]
+            w.add_tensor(source_name(name, "gguf"), gguf.quants.quantize(a, qt), raw_dtype=qt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(str(path) + ".tmp", path)
+    return path
+
+
+def _add_tokenizer(w, model_dir, pre: str) -> None:
+    tj = json.loads((Path(model_dir) / "tokenizer.json").read_text())
+    vocab = dict(tj["model"]["vocab"])
+    for t in tj["added_tokens"]:
+        vocab[t["content"]] = t["id"]
+    tokens = [None] * (max(vocab.values()) + 1)
+    for t, i in vocab.items():
+        tokens[i] = t
+    special = {t["content"] for t in tj["added_tokens"]}
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types([3 if t in special else 1 for t in tokens])   # 3 = CONTROL
+    w.add_token_merges(merges)
+    w.add_eos_token_id(vocab["<|im_end|>"])
+    w.add_chat_template(CHATML)

@@ -1,0 +1,191 @@
+"""ModelArgs: the few numbers a decode Program needs, read from an HF config.json or GGUF metadata.
+
+Anything we cannot run exactly (rope scaling, sliding windows, MLP biases) is refused with a
+ModelError instead of being ignored, because ignoring it gives plausible but wrong tokens.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from vkdecode.errors import ModelError
+
+ARCHS = ("llama", "qwen2", "qwen3")
+# HF `architectures` entries -> our family name.
+HF_ARCHS = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
+
+
+@dataclass
+class ModelArgs:
+    arch: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    rms_eps: float
+    rope_theta: float
+    max_position: int
+    tie_embeddings: bool
+    attention_bias: bool = False
+    qk_norm: bool = False
+    rope_layout: str = "neox"          # "pairs" for GGUF llama (converter permuted q/k rows)
+    bos_id: int | None = None
+    eos_ids: list[int] = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.arch not in ARCHS:
+            raise ModelError(f"unknown architecture {self.arch!r} (supported: {', '.join(ARCHS)})")
+
+    @property
+    def q_dim(self) -> int:
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+    @classmethod
+    def from_hf_config(cls, path_or_dict) -> "ModelArgs":
+        where = "config.json"
+        if isinstance(path_or_dict, dict):
+            cfg = path_or_dict
+        else:
+            where = str(path_or_dict)
+            if os.path.isdir(where):
+                where = os.path.join(where, "config.json")
+            try:
+                with open(where, encoding="utf-8") as f:
+                    cfg = json.load(f)
+            except FileNotFoundError:
+                raise ModelError(f"{where}: no such file (an HF model directory needs config.json)") from None
+            except (OSError, json.JSONDecodeError) as e:
+                raise ModelError(f"{where}: cannot read config: {e}") from None
+        return _from_hf(cfg, where)
+
+    @classmethod
+    def from_gguf(cls, reader, path) -> "ModelArgs":
+        return _from_gguf(reader, str(path))
+
+
+def _hf_arch(cfg: dict, where: str) -> str:
+    archs = cfg.get("architectures") or []
+    for a in archs:
+        if a in HF_ARCHS:
+            return HF_ARCHS[a]
+    if not archs and cfg.get("model_type") in ARCHS:
+        return cfg["model_type"]
+    name = archs[0] if archs else cfg.get("model_type")
+    raise ModelError(f"{where}: unknown architecture {name!r} in key 'architectures' "
+                     f"(supported: {', '.join(HF_ARCHS)})")
+
+
+def _hf_rope(cfg: dict, where: str) -> float:
+    # transformers < 5 writes rope_theta + rope_scaling; >= 5 writes rope_parameters.
+    params = cfg.get("rope_parameters") or {}
+    scaling = cfg.get("rope_scaling") or {}
+    kind = scaling.get("rope_type") or scaling.get("type") or params.get("rope_type") or "default"
+    if kind != "default":
+        raise ModelError(f"{where}: rope scaling {kind!r} (key 'rope_scaling') is not supported yet")
+    theta = cfg.get("rope_theta", params.get("rope_theta", 10000.0))
+    return float(theta)
+
+
+def _from_hf(cfg: dict, where: str) -> ModelArgs:
+    arch = _hf_arch(cfg, where)
+
+    def key(name, default=None):
+        if name in cfg and cfg[name] is not None:
+            return cfg[name]
+        if default is None:
+            raise ModelError(f"{where}: missing key {name!r}")
+        return default
+
+    if cfg.get("hidden_act", "silu") != "silu":
+        raise ModelError(f"{where}: hidden_act {cfg['hidden_act']!r} is not supported (only silu)")
+    if cfg.get("mlp_bias"):
+        raise ModelError(f"{where}: key 'mlp_bias' = true is not supported")
+    if cfg.get("use_sliding_window"):
+        raise ModelError(f"{where}: key 'use_sliding_window' = true is not supported")
+    hidden, heads = int(key("hidden_size")), int(key("num_attention_heads"))
+    eos = cfg.get("eos_token_id")
+    eos_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+    return ModelArgs(
+        arch=arch,
+        vocab_size=int(key("vocab_size")),
+        hidden_size=hidden,
+        intermediate_size=int(key("intermediate_size")),
+        n_layers=int(key("num_hidden_layers")),
+        n_heads=heads,
+        n_kv_heads=int(key("num_key_value_heads", heads)),
+        head_dim=int(key("head_dim", hidden // heads)),
+        rms_eps=float(key("rms_norm_eps", 1e-6)),
+        rope_theta=_hf_rope(cfg, where),
+        max_position=int(key("max_position_embeddings", 4096)),
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", arch != "llama")),
+        # Qwen2 always has q/k/v biases; Llama and Qwen3 only when the config says so.
+        attention_bias=True if arch == "qwen2" else bool(cfg.get("attention_bias", False)),
+        qk_norm=arch == "qwen3",
+        rope_layout="neox",
+        bos_id=cfg.get("bos_token_id"),
+        eos_ids=eos_ids,
+    )
+
+
+def _gguf_field(reader, name):
+    f = reader.fields.get(name)
+    return None if f is None else f.contents()
+
+
+def _from_gguf(reader, path: str) -> ModelArgs:
+    arch = _gguf_field(reader, "general.architecture")
+    if arch is None:
+        raise ModelError(f"{path}: missing key 'general.architecture'")
+    if arch not in ARCHS:
+        raise ModelError(f"{path}: unknown architecture {arch!r} in key 'general.architecture' "
+                         f"(supported: {', '.join(ARCHS)})")
+
+    def key(name, default=None):
+        v = _gguf_field(reader, f"{arch}.{name}")
+        if v is None:
+            if default is None:
+                raise ModelError(f"{path}: missing key '{arch}.{name}'")
+            return default
+        return v
+
+    scaling = _gguf_field(reader, f"{arch}.rope.scaling.type")
+    if scaling not in (None, "none"):
+        raise ModelError(f"{path}: rope scaling {scaling!r} (key '{arch}.rope.scaling.type') is not supported yet")
+    names = {t.name for t in reader.tensors}
+    hidden, heads = int(key("embedding_length")), int(key("attention.head_count"))
+    vocab = _gguf_field(reader, f"{arch}.vocab_size")
+    if vocab is None:
+        tokens = reader.fields.get("tokenizer.ggml.tokens")
+        vocab = len(tokens.data) if tokens is not None else None
+    if vocab is None:
+        emb = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
+        vocab = int(emb.shape[1]) if emb is not None else 0
+    eos = _gguf_field(reader, "tokenizer.ggml.eos_token_id")
+    return ModelArgs(
+        arch=arch,
+        vocab_size=int(vocab),
+        hidden_size=hidden,
+        intermediate_size=int(key("feed_forward_length")),
+        n_layers=int(key("block_count")),
+        n_heads=heads,
+        n_kv_heads=int(key("attention.head_count_kv", heads)),
+        head_dim=int(key("attention.key_length", hidden // heads)),
+        rms_eps=float(key("attention.layer_norm_rms_epsilon", 1e-6)),
+        rope_theta=float(key("rope.freq_base", 10000.0)),
+        max_position=int(key("context_length", 4096)),
+        tie_embeddings="output.weight" not in names,
+        attention_bias=arch == "qwen2" or "blk.0.attn_q.bias" in names,
+        qk_norm=arch == "qwen3",
+        # llama.cpp's converter permutes llama q/k rows into adjacent pairs; qwen stays NEOX.
+        rope_layout="pairs" if arch == "llama" else "neox",
+        bos_id=_gguf_field(reader, "tokenizer.ggml.bos_token_id"),
+        eos_ids=[] if eos is None else [int(eos)],
+    )

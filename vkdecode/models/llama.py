@@ -1,0 +1,107 @@
+"""The Llama decode step as a Program; Qwen2 and Qwen3 reuse this builder with their hooks.
+
+Op order per layer is fixed (the fusion matcher relies on plain program order):
+  rms_norm -> wq [+bq] -> wk [+bk] -> wv [+bv] -> [q_norm, k_norm] -> rope q -> rope k ->
+  kv_write -> attention -> wo -> add -> rms_norm -> w_gate -> w_up -> silu_mul -> w_down -> add
+"""
+from __future__ import annotations
+
+import math
+
+from fusion.ir import STEP_WORDS, Program
+from vkdecode.models.config import ModelArgs
+from vkdecode.models.gguf_names import expected_shapes
+
+ARCH = "llama"
+
+
+class Builder:
+    """Emits the ops; families override the hooks below instead of copying the layer."""
+
+    def __init__(self, args: ModelArgs, ctx: int, weight_dtypes: dict[str, str] | None):
+        self.args, self.ctx = args, ctx
+        self.p = Program(f"{args.arch}_decode")
+        dtypes = weight_dtypes or {}
+        for name, shape in expected_shapes(args).items():
+            # vectors (norms, biases) are always f32; matrices take the dtype they were loaded in
+            self.p.value(name, shape, dtypes.get(name, "f32") if len(shape) == 2 else "f32", "weight")
+        self.p.value("step", (STEP_WORDS,), "u32", "step")
+
+    def act(self, name: str, n: int) -> str:
+        return self.p.value(name, (n,))
+
+    # -- hooks --
+    def qkv_bias(self, i: int, which: str, x: str, n: int) -> str:
+        """After each of the q/k/v projections (Qwen2 adds its bias here)."""
+        if not self.args.attention_bias:
+            return x
+        return self.add(f"layers.{i}.{which}_b", x, f"layers.{i}.b{which}", n)
+
+    def qk_norm(self, i: int, q: str, k: str) -> tuple[str, str]:
+        """Between the projections and rope (Qwen3 normalises each head of q and k here)."""
+        if not self.args.qk_norm:
+            return q, k
+        a = self.args
+        qn = self.act(f"layers.{i}.q_normed", a.q_dim)
+        self.p.op("rms_norm", [q, f"layers.{i}.q_norm"], [qn], eps=a.rms_eps)
+        kn = self.act(f"layers.{i}.k_normed", a.kv_dim)
+        self.p.op("rms_norm", [k, f"layers.{i}.k_norm"], [kn], eps=a.rms_eps)
+        return qn, kn
+
+    # -- building blocks --
+    def add(self, out: str, a: str, b: str, n: int) -> str:
+        self.p.op("add", [a, b], [self.act(out, n)])
+        return out
+
+    def matmul(self, out: str, w: str, x: str) -> str:
+        self.p.op("matmul", [w, x], [self.act(out, self.p.values[w].shape[0])])
+        return out
+
+    def layer(self, i: int, x: str) -> str:
+        a, L = self.args, f"layers.{i}."
+        h = self.act(L + "attn_in", a.hidden_size)
+        self.p.op("rms_norm", [x, L + "attn_norm"], [h], eps=a.rms_eps)
+        q = self.qkv_bias(i, "q", self.matmul(L + "q", L + "wq", h), a.q_dim)
+        k = self.qkv_bias(i, "k", self.matmul(L + "k", L + "wk", h), a.kv_dim)
+        v = self.qkv_bias(i, "v", self.matmul(L + "v", L + "wv", h), a.kv_dim)
+        q, k = self.qk_norm(i, q, k)
+        rope = dict(theta=a.rope_theta, layout=a.rope_layout, head_dim=a.head_dim)
+        qr = self.act(L + "q_rope", a.q_dim)
+        self.p.op("rope", [q, "step"], [qr], n_heads=a.n_heads, **rope)
+        kr = self.act(L + "k_rope", a.kv_dim)
+        self.p.op("rope", [k, "step"], [kr], n_heads=a.n_kv_heads, **rope)
+        kc = self.p.value(L + "k_cache", (self.ctx, a.kv_dim), "f32", "state")
+        vc = self.p.value(L + "v_cache", (self.ctx, a.kv_dim), "f32", "state")
+        self.p.op("kv_write", [kr, v, "step"], [kc, vc])
+        o = self.act(L + "attn_out", a.q_dim)
+        self.p.op("attention", [qr, kc, vc, "step"], [o], n_heads=a.n_heads, n_kv_heads=a.n_kv_heads,
+                  head_dim=a.head_dim, scale=1.0 / math.sqrt(a.head_dim))
+        x1 = self.add(L + "x_mid", x, self.matmul(L + "wo_out", L + "wo", o), a.hidden_size)
+        h2 = self.act(L + "ffn_in", a.hidden_size)
+        self.p.op("rms_norm", [x1, L + "ffn_norm"], [h2], eps=a.rms_eps)
+        g = self.matmul(L + "gate", L + "w_gate", h2)
+        u = self.matmul(L + "up", L + "w_up", h2)
+        act = self.act(L + "act", a.intermediate_size)
+        self.p.op("silu_mul", [g, u], [act])
+        return self.add(L + "x_out", x1, self.matmul(L + "ffn_out", L + "w_down", act), a.hidden_size)
+
+    def build(self) -> Program:
+        a = self.args
+        x = self.act("embd", a.hidden_size)
+        self.p.op("embed", ["tok_embd", "step"], [x])
+        for i in range(a.n_layers):
+            x = self.layer(i, x)
+        hf = self.act("out_normed", a.hidden_size)
+        self.p.op("rms_norm", [x, "out_norm"], [hf], eps=a.rms_eps)
+        head = "tok_embd" if a.tie_embeddings else "lm_head"   # tied: read the table, no copy
+        self.p.op("matmul", [head, hf], [self.p.value("logits", (a.vocab_size,), "f32", "output")])
+        self.p.op("argmax", ["logits"], [self.p.value("next_token", (1,), "u32", "output")])
+        self.p.meta.update(arch=a.arch, ctx=self.ctx, n_layers=a.n_layers, vocab_size=a.vocab_size,
+                           hidden_size=a.hidden_size, n_heads=a.n_heads, n_kv_heads=a.n_kv_heads,
+                           head_dim=a.head_dim, rope_layout=a.rope_layout,
+                           tie_embeddings=a.tie_embeddings)
+        return self.p.verify()
+
+
+def build_program(args: ModelArgs, ctx: int, weight_dtypes: dict[str, str] | None = None) -> Program:
+    return Builder(args, ctx, weight_dtypes).build()

@@ -1,0 +1,181 @@
+"""Load weights from an HF safetensors directory or a GGUF file into GPU-layout PackedWeights.
+
+Keys of the returned dict are the Program's weight value names (gguf_names.py). Matrices keep
+f32 / f16 / q8_0 / q4_0 / q4_1 / q5_0 as stored (repacked to 32-bit words); bf16 becomes f32;
+Q4_K / Q5_K / Q6_K are dequantized to f32 at load until native kernels exist. Norm weights and
+biases are always 1-D f32.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import numpy as np
+
+from vkdecode.errors import ModelError
+from vkdecode.models.config import ModelArgs
+from vkdecode.models.gguf_names import expected_shapes, source_name
+from vkdecode.quant import BLOCK, PackedWeight, pack_float, pack_gguf_blocks
+
+GGUF_KEPT = ("Q8_0", "Q4_0", "Q4_1", "Q5_0")        # repacked, matmul reads them quantized
+GGUF_DEQUANT = ("Q4_K", "Q5_K", "Q6_K", "BF16")     # no native kernel yet: f32 at load
+
+
+def load_weights(path) -> tuple[ModelArgs, dict[str, PackedWeight], dict]:
+    """-> (args, weights, meta). meta: format, path, notes (list[str]), source_types
+    (name -> dtype in the file) and, for GGUF, the open `reader` (the tokenizer reuses it)."""
+    path = str(path)
+    if os.path.isdir(path):
+        return _load_hf(path)
+    if not os.path.exists(path):
+        raise ModelError(f"{path}: no such file or directory")
+    return _load_gguf(path)
+
+
+def _check_shape(file: str, tensor: str, expected, actual) -> None:
+    if tuple(expected) != tuple(actual):
+        raise ModelError(f"{file}: tensor {tensor!r} has shape {tuple(actual)}, expected {tuple(expected)}")
+
+
+def _pack(a: np.ndarray, dtype: str) -> PackedWeight:
+    """f32/f16 ndarray -> PackedWeight; vectors and odd in-dims (no f16 word pairs) go to f32."""
+    if a.ndim == 1 or dtype != "f16" or a.shape[1] % 2:
+        return pack_float(np.ascontiguousarray(a, dtype=np.float32), "f32")
+    return pack_float(a, "f16")
+
+
+# ---------------------------------------------------------------- safetensors
+
+def _safetensors_index(path: str) -> dict[str, str]:
+    """tensor name -> shard file, from model.safetensors.index.json or the shards' headers."""
+    index = os.path.join(path, "model.safetensors.index.json")
+    if os.path.exists(index):
+        try:
+            with open(index, encoding="utf-8") as f:
+                weight_map = json.load(f)["weight_map"]
+        except (OSError, KeyError, json.JSONDecodeError) as e:
+            raise ModelError(f"{index}: cannot read the shard index: {e}") from None
+        return {k: os.path.join(path, v) for k, v in weight_map.items()}
+    files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    if not files:
+        raise ModelError(f"{path}: no *.safetensors files in the model directory")
+    out = {}
+    for file in files:
+        for name in _header(file):
+            out[name] = file
+    return out
+
+
+def _header(file: str) -> dict:
+    """The safetensors JSON header (name -> dtype, shape, data_offsets)."""
+    try:
+        with open(file, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            size = os.fstat(f.fileno()).st_size
+            if n <= 0 or 8 + n > size:
+                raise ValueError(f"header length {n} does not fit a {size}-byte file")
+            header = json.loads(f.read(n))
+    except (OSError, ValueError) as e:
+        raise ModelError(f"{file}: not a safetensors file ({e})") from None
+    header.pop("__metadata__", None)
+    for name, h in header.items():
+        end = 8 + n + h["data_offsets"][1]
+        if end > size:
+            raise ModelError(f"{file}: tensor {name!r} ends at byte {end}, past the end of the file "
+                             f"({size} bytes; truncated?)")
+    return {k: dict(v, _base=8 + n) for k, v in header.items()}
+
+
+def _read_tensor(file: str, name: str, header: dict) -> tuple[np.ndarray, str]:
+    """-> (array as f32 or f16, source dtype). bf16 is read raw because numpy has no bfloat16."""
+    h = header[name]
+    dt = h["dtype"]
+    start, end = h["data_offsets"]
+    np_dt = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}.get(dt)
+    if np_dt is None:
+        raise ModelError(f"{file}: tensor {name!r} has unsupported dtype {dt}")
+    raw = np.memmap(file, dtype=np.uint8, mode="r", offset=h["_base"] + start, shape=(end - start,))
+    a = raw.view(np_dt).reshape(h["shape"])
+    if dt == "BF16":
+        a = (a.astype(np.uint32) << 16).view(np.float32)
+    elif dt == "F64":
+        a = a.astype(np.float32)
+    return np.asarray(a), dt
+
+
+def _load_hf(path: str):
+    args = ModelArgs.from_hf_config(path)
+    where = _safetensors_index(path)
+    headers: dict[str, dict] = {}
+    weights, types = {}, {}
+    for name, shape in expected_shapes(args).items():
+        src = source_name(name, "hf")
+        file = where.get(src)
+        if file is None:
+            raise ModelError(f"{path}: missing tensor {src!r} (expected shape {shape})")
+        if file not in headers:
+            headers[file] = _header(file)
+        if src not in headers[file]:
+            raise ModelError(f"{file}: missing tensor {src!r} (expected shape {shape})")
+        a, dt = _read_tensor(file, src, headers[file])
+        _check_shape(file, src, shape, a.shape)
+        weights[name] = _pack(a, "f16" if dt == "F16" else "f32")
+        types[name] = dt
+    meta = {"format": "safetensors", "path": path, "notes": [], "source_types": types}
+    return args, weights, meta
+
+
+# ---------------------------------------------------------------- GGUF
+
+def open_gguf(path: str):
+    """GGUFReader, with its exceptions (bad magic, truncation, ...) turned into ModelError."""
+    import gguf
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise ModelError(f"{path}: cannot open: {e}") from None
+    if magic != b"GGUF":
+        raise ModelError(f"{path}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
+    try:
+        return gguf.GGUFReader(path)
+    except Exception as e:   # the reader raises ValueError/IndexError/... on truncated files
+        raise ModelError(f"{path}: cannot read GGUF ({type(e).__name__}: {e}; truncated?)") from None
+
+
+def _gguf_tensor(path: str, t, shape, notes: list[str]) -> PackedWeight:
+    from gguf import quants
+    kind = t.tensor_type.name
+    # The reader reports ne order (innermost first); the logical shape is the reverse.
+    actual = tuple(int(d) for d in reversed(t.shape.tolist()))
+    _check_shape(path, t.name, shape, actual)
+    if kind == "F32":
+        return _pack(np.asarray(t.data, dtype=np.float32).reshape(shape), "f32")
+    if kind == "F16":
+        return _pack(np.asarray(t.data).reshape(shape), "f16")
+    if kind in GGUF_KEPT and len(shape) == 2 and shape[1] % BLOCK == 0:
+        return pack_gguf_blocks(np.asarray(t.data), kind.lower(), shape)
+    if kind in GGUF_KEPT or kind in GGUF_DEQUANT:
+        if kind != "BF16":
+            notes.append(f"{t.name}: {kind} dequantized to f32 at load (no native kernel yet)")
+        a = quants.dequantize(np.asarray(t.data), t.tensor_type)
+        return _pack(np.asarray(a, dtype=np.float32).reshape(shape), "f32")
+    raise ModelError(f"{path}: tensor {t.name!r} has type {kind}, which is not supported "
+                     f"(supported: F32, F16, BF16, {', '.join(GGUF_KEPT + GGUF_DEQUANT[:3])})")
+
+
+def _load_gguf(path: str):
+    reader = open_gguf(path)
+    args = ModelArgs.from_gguf(reader, path)
+    tensors = {t.name: t for t in reader.tensors}
+    weights, types, notes = {}, {}, []
+    for name, shape in expected_shapes(args).items():
+        src = source_name(name, "gguf")
+        t = tensors.get(src)
+        if t is None:
+            raise ModelError(f"{path}: missing tensor {src!r} (expected shape {shape})")
+        weights[name] = _gguf_tensor(path, t, shape, notes)
+        types[name] = t.tensor_type.name
+    meta = {"format": "gguf", "path": path, "notes": notes, "source_types": types, "reader": reader}
+    return args, weights, meta

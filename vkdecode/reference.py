@@ -1,0 +1,132 @@
+"""The numpy oracle: executes a Program op by op, exactly per the semantics in fusion/ir.py.
+
+Every Vulkan path is checked against this. Weights are used as `dequantize(packed)` of the same
+PackedWeight the GPU reads, so both see identical weight values; math is f32 (or f64).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from fusion.ir import STEP_POS, STEP_TOKEN, STEP_WORDS, Op, Program
+from vkdecode.quant import PackedWeight, dequantize
+
+
+def _weight(w, dtype) -> np.ndarray:
+    a = dequantize(w) if isinstance(w, PackedWeight) else np.asarray(w)
+    return a.astype(dtype, copy=False)
+
+
+def make_step(token: int, pos: int) -> np.ndarray:
+    s = np.zeros(STEP_WORDS, np.uint32)
+    s[STEP_TOKEN], s[STEP_POS] = token, pos
+    return s
+
+
+def _rope(x: np.ndarray, pos: int, a: dict, dtype) -> np.ndarray:
+    h, d = a["n_heads"], a["head_dim"]
+    # angles in f64 then rounded once, so f32 and f64 runs differ only by the math after
+    ang = pos * float(a["theta"]) ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    cos, sin = np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
+    x = x.reshape(h, d)
+    if a["layout"] == "neox":
+        x1, x2 = x[:, : d // 2], x[:, d // 2:]
+        y = np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=1)
+    else:
+        x1, x2 = x[:, 0::2], x[:, 1::2]
+        y = np.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=2)
+    return y.reshape(-1)
+
+
+def _attention(q, kc, vc, pos: int, a: dict, dtype) -> np.ndarray:
+    h, kvh, d = a["n_heads"], a["n_kv_heads"], a["head_dim"]
+    n = pos + 1
+    k = kc[:n].reshape(n, kvh, d).astype(dtype, copy=False)
+    v = vc[:n].reshape(n, kvh, d).astype(dtype, copy=False)
+    qg = q.reshape(kvh, h // kvh, d)                      # head i reads kv head i // group
+    s = np.einsum("kgd,nkd->kgn", qg, k) * dtype(a["scale"])
+    s = np.exp(s - s.max(axis=-1, keepdims=True))
+    p = s / s.sum(axis=-1, keepdims=True)
+    return np.einsum("kgn,nkd->kgd", p, v).reshape(-1)
+
+
+def run_op(op: Op, program: Program, env: dict, dtype=np.float32) -> dict[str, np.ndarray]:
+    """One op. env maps input names to arrays (weights may be PackedWeight or dequantized arrays;
+    the step value is u32[8]). For kv_write, env's existing caches (by output name) are updated in
+    place, or fresh zero caches are made. Returns {output name: array}."""
+    a, k = op.attrs, op.kind
+    dt = np.dtype(dtype).type
+
+    def get(name):
+        v = env[name]
+        if program.values[name].kind == "weight":
+            return _weight(v, dt)
+        return np.asarray(v) if program.values[name].dtype == "u32" else np.asarray(v, dtype=dt)
+
+    ins = [get(n) for n in op.inputs]
+    if k == "embed":
+        out = [ins[0][int(ins[1][STEP_TOKEN])].copy()]
+    elif k == "rms_norm":
+        x, w = ins
+        xs = x.reshape(-1, w.shape[0])
+        ms = np.mean(xs * xs, axis=1, keepdims=True)
+        out = [(xs / np.sqrt(ms + dt(a["eps"])) * w).reshape(-1)]
+    elif k == "matmul":
+        out = [ins[0] @ ins[1]]
+    elif k == "add":
+        out = [ins[0] + ins[1]]
+    elif k == "rope":
+        out = [_rope(ins[0], int(ins[1][STEP_POS]), a, dt)]
+    elif k == "kv_write":
+        kk, vv, step = ins
+        caches = []
+        for name, row in zip(op.outputs, (kk, vv)):
+            c = env.get(name)
+            if c is None:
+                c = np.zeros(program.values[name].shape, dtype=dt)
+            c[int(step[STEP_POS])] = row
+            caches.append(c)
+        out = caches
+    elif k == "attention":
+        q, kc, vc, step = ins
+        out = [_attention(q, kc, vc, int(step[STEP_POS]), a, dt)]
+    elif k == "silu_mul":
+        g, u = ins
+        out = [g / (dt(1) + np.exp(-g)) * u]
+    elif k == "argmax":
+        out = [np.array([np.argmax(ins[0])], dtype=np.uint32)]
+    else:
+        raise ValueError(f"reference: unknown op kind {k!r}")
+    return {name: np.asarray(v, dtype=np.uint32 if program.values[name].dtype == "u32" else dt)
+            for name, v in zip(op.outputs, out)}
+
+
+class Reference:
+    """Runs every op of `program` in order for one token; keeps the KV caches across steps."""
+
+    def __init__(self, program: Program, weights: dict[str, PackedWeight], dtype=np.float32):
+        self.program, self.dtype = program, np.dtype(dtype).type
+        missing = [v.name for v in program.values.values() if v.kind == "weight" and v.name not in weights]
+        if missing:
+            raise KeyError(f"reference: weights missing for {missing[:5]}")
+        # dequantize once: the per-token loop then runs plain numpy matvecs
+        self.weights = {n: _weight(weights[n], self.dtype) for n, v in program.values.items()
+                        if v.kind == "weight"}
+        self.values: dict[str, np.ndarray] = {}
+        self.reset()
+
+    def reset(self) -> None:
+        self.state = {v.name: np.zeros(v.shape, dtype=self.dtype)
+                      for v in self.program.values.values() if v.kind == "state"}
+        self.values = {}
+
+    def step(self, token: int, pos: int) -> dict[str, np.ndarray]:
+        ctx = next(iter(self.state.values())).shape[0] if self.state else None
+        if ctx is not None and not 0 <= pos < ctx:
+            from vkdecode.errors import ContextError
+            raise ContextError(f"position {pos} is outside the context of {ctx} tokens")
+        env: dict = {**self.weights, **self.state, "step": make_step(token, pos)}
+        for op in self.program.ops:
+            env.update(run_op(op, self.program, env, self.dtype))
+        self.values = {n: env[n] for n in self.program.values
+                       if self.program.values[n].kind in ("activation", "output")}
+        return {n: env[n] for n in self.program.outputs()}
