@@ -1,0 +1,247 @@
+"""The decode fusion rules, as data: Rule(name, pattern, lower, check), in priority order.
+
+`lower(match, program) -> Region | None` names the roles the kernel lowering reads; `check` may
+refuse a match (through pattern.why_illegal, the one legality predicate). Adding a rule is one
+entry in DEFAULT_RULES (plus its shader and its test).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from fusion.ir import Program
+from fusion.pattern import Match, Pattern, op, optional, pattern, repeat
+
+
+@dataclass
+class Region:
+    name: str
+    rule: str | None                 # None: a single unmatched op
+    ops: list[int]                   # indices into program.ops, program order
+    inputs: list[str]                # values read and not produced inside (weights and step included)
+    outputs: list[str]               # values produced inside and visible outside (+ written state)
+    roles: dict = field(default_factory=dict)
+    attrs: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    pattern: Pattern
+    lower: Callable[[Match, Program], Region | None]
+    check: Callable[[Match, Program], bool] | None = None
+
+
+def single_op_region(program: Program, i: int) -> Region:
+    o = program.ops[i]
+    return Region(o.kind.upper(), None, [i], list(dict.fromkeys(o.inputs)), list(o.outputs),
+                  {"inputs": list(o.inputs), "outputs": list(o.outputs)}, dict(o.attrs))
+
+
+def _region(m: Match, name: str, roles: dict, attrs: dict) -> Region:
+    return Region(name, name, list(m.ops), list(m.inputs), list(m.exports), roles, attrs)
+
+
+# -- predicates --
+
+def _shape(p: Program, name: str):
+    return p.values[name].shape
+
+
+def whole_norm(o, p: Program) -> bool:
+    """rms_norm over the whole vector (weight as long as x): the form a matvec can fold in."""
+    return _shape(p, o.inputs[1])[0] == _shape(p, o.inputs[0])[0]
+
+
+def per_head_norm(o, p: Program) -> bool:
+    return _shape(p, o.inputs[1])[0] < _shape(p, o.inputs[0])[0]
+
+
+def _same_weights(m: Match, p: Program, a: str, b: str) -> bool:
+    wa, wb = p.values[m.captures[a]], p.values[m.captures[b]]
+    return wa.dtype == wb.dtype and wa.shape == wb.shape
+
+
+def _eps(m: Match, p: Program, out: str) -> float:
+    return p.ops[p.producers()[m.captures[out]]].attrs["eps"]
+
+
+def _op_attrs(m: Match, p: Program, out: str) -> dict:
+    return dict(p.ops[p.producers()[m.captures[out]]].attrs)
+
+
+# -- 1. final norm, lm_head, argmax: the next token stays on the GPU --
+
+def _lower_norm_matmul_argmax(m: Match, p: Program) -> Region:
+    c = m.captures
+    return _region(m, "RMS_NORM_MATMUL_ARGMAX",
+                   {"x": c["x"], "norm_w": c["norm_w"], "weight": c["w"], "logits": c["logits"],
+                    "token": c["token"]},
+                   {"eps": _eps(m, p, "h"), "dtype": p.values[c["w"]].dtype})
+
+
+RMS_NORM_MATMUL_ARGMAX = Rule("RMS_NORM_MATMUL_ARGMAX", pattern(
+    "RMS_NORM_MATMUL_ARGMAX",
+    op("rms_norm", ("x", "norm_w"), ("h",), where=whole_norm),
+    op("matmul", ("w", "h"), ("logits",)),
+    op("argmax", ("logits",), ("token",)),
+    exports=("logits", "token")), _lower_norm_matmul_argmax)
+
+
+# -- 2. norm folded into the gate/up matvec, SwiGLU in the epilogue: one kernel --
+
+def _lower_norm_swiglu(m: Match, p: Program) -> Region:
+    c = m.captures
+    return _region(m, "RMS_NORM_MATMUL_SILU_MUL",
+                   {"x": c["x"], "norm_w": c["norm_w"], "w_gate": c["w_gate"], "w_up": c["w_up"],
+                    "out": c["a"]},
+                   {"eps": _eps(m, p, "h"), "dtype": p.values[c["w_gate"]].dtype})
+
+
+RMS_NORM_MATMUL_SILU_MUL = Rule("RMS_NORM_MATMUL_SILU_MUL", pattern(
+    "RMS_NORM_MATMUL_SILU_MUL",
+    op("rms_norm", ("x", "norm_w"), ("h",), where=whole_norm),
+    op("matmul", ("w_gate", "h"), ("g",)),
+    op("matmul", ("w_up", "h"), ("u",)),
+    op("silu_mul", ("g", "u"), ("a",)),
+    exports=("a",)), _lower_norm_swiglu, lambda m, p: _same_weights(m, p, "w_gate", "w_up"))
+
+
+# -- 3. norm feeding every projection that reads it (q/k/v), each with its optional bias --
+
+def _lower_norm_matmul(m: Match, p: Program) -> Region:
+    c = m.captures
+    outs = [b if b is not None else y for y, b in zip(c["y"], c.get("yb", [None] * len(c["y"])))]
+    dtypes = [p.values[w].dtype for w in c["w"]]
+    return _region(m, "RMS_NORM_MATMUL",
+                   {"x": c["x"], "norm_w": c["norm_w"], "weights": list(c["w"]),
+                    "biases": list(c.get("b", [None] * len(c["w"]))), "outs": outs},
+                   {"eps": _eps(m, p, "h"), "dtypes": dtypes,
+                    "rows": [_shape(p, w)[0] for w in c["w"]]})
+
+
+RMS_NORM_MATMUL = Rule("RMS_NORM_MATMUL", pattern(
+    "RMS_NORM_MATMUL",
+    op("rms_norm", ("x", "norm_w"), ("h",), where=whole_norm),
+    repeat(op("matmul", ("w", "h"), ("y",)),
+           optional(op("add", ("y", "b"), ("yb",), kinds={"b": "weight"}, commutative=True)),
+           exports=(("yb", "y"),))), _lower_norm_matmul)
+
+
+# -- 4. (per-head q/k norm,) RoPE, KV-cache write and the attention that reads it --
+
+def _lower_attention(m: Match, p: Program) -> Region:
+    c = m.captures
+    qk_norm = "q_norm_w" in c
+    roles = {"q": c["q"], "k": c["k"], "v": c["v"], "step": c["step"], "k_cache": c["k_cache"],
+             "v_cache": c["v_cache"], "out": c["o"]}
+    attrs = _op_attrs(m, p, "o")
+    rope = _op_attrs(m, p, "qr")
+    attrs.update(theta=rope["theta"], layout=rope["layout"])
+    if qk_norm:
+        roles.update(q_norm_w=c["q_norm_w"], k_norm_w=c["k_norm_w"])
+        attrs["eps"] = _eps(m, p, "qn")
+    name = "QK_NORM_ROPE_KV_WRITE_ATTENTION" if qk_norm else "ROPE_KV_WRITE_ATTENTION"
+    return _region(m, name, roles, attrs)
+
+
+def _attention_shapes(m: Match, p: Program) -> bool:
+    """RoPE of q and k must agree with the attention's heads, one fused kernel reads all three."""
+    a, rq, rk = (_op_attrs(m, p, n) for n in ("o", "qr", "kr"))
+    return (rq["n_heads"] == a["n_heads"] and rk["n_heads"] == a["n_kv_heads"]
+            and rq["head_dim"] == rk["head_dim"] == a["head_dim"]
+            and (rq["theta"], rq["layout"]) == (rk["theta"], rk["layout"]))
+
+
+# written state is exported: the caches live on across steps
+_ATTN_TAIL = (
+    op("attention", ("qr", "k_cache", "v_cache", "step"), ("o",)),
+    op("kv_write", ("kr", "v", "step"), ("k_cache", "v_cache")),
+)
+QK_NORM_ROPE_KV_WRITE_ATTENTION = Rule("QK_NORM_ROPE_KV_WRITE_ATTENTION", pattern(
+    "QK_NORM_ROPE_KV_WRITE_ATTENTION",
+    op("rms_norm", ("q", "q_norm_w"), ("qn",), where=per_head_norm),
+    op("rope", ("qn", "step"), ("qr",)),
+    *_ATTN_TAIL,
+    op("rope", ("kn", "step"), ("kr",)),
+    op("rms_norm", ("k", "k_norm_w"), ("kn",), where=per_head_norm),
+    exports=("o", "k_cache", "v_cache")), _lower_attention, _attention_shapes)
+
+ROPE_KV_WRITE_ATTENTION = Rule("ROPE_KV_WRITE_ATTENTION", pattern(
+    "ROPE_KV_WRITE_ATTENTION",
+    op("rope", ("q", "step"), ("qr",)),
+    *_ATTN_TAIL,
+    op("rope", ("k", "step"), ("kr",)),
+    exports=("o", "k_cache", "v_cache")), _lower_attention, _attention_shapes)
+
+
+# -- 5. output / down projection accumulating into the residual --
+
+def _lower_matmul_add(m: Match, p: Program) -> Region:
+    c = m.captures
+    return _region(m, "MATMUL_ADD",
+                   {"weight": c["w"], "x": c["x"], "residual": c["r"], "out": c["s"]},
+                   {"dtype": p.values[c["w"]].dtype})
+
+
+MATMUL_ADD = Rule("MATMUL_ADD", pattern(
+    "MATMUL_ADD",
+    op("matmul", ("w", "x"), ("y",)),
+    # an activation, not a bias weight: this is the residual stream
+    op("add", ("y", "r"), ("s",), kinds={"r": "activation"}, commutative=True),
+    exports=("s",)), _lower_matmul_add)
+
+
+# -- 6. gate and up projections + SwiGLU in one matvec, when the norm could not be folded in --
+
+def _lower_swiglu(m: Match, p: Program) -> Region:
+    c = m.captures
+    return _region(m, "MATMUL_SILU_MUL",
+                   {"x": c["x"], "w_gate": c["w_gate"], "w_up": c["w_up"], "out": c["a"]},
+                   {"dtype": p.values[c["w_gate"]].dtype})
+
+
+MATMUL_SILU_MUL = Rule("MATMUL_SILU_MUL", pattern(
+    "MATMUL_SILU_MUL",
+    op("matmul", ("w_gate", "x"), ("g",)),
+    op("matmul", ("w_up", "x"), ("u",)),
+    op("silu_mul", ("g", "u"), ("a",)),
+    exports=("a",)), _lower_swiglu, lambda m, p: _same_weights(m, p, "w_gate", "w_up"))
+
+
+# -- 7. residual add and the next norm in one pass (new residual and normed output) --
+
+def _lower_add_norm(m: Match, p: Program) -> Region:
+    c = m.captures
+    return _region(m, "ADD_RMS_NORM",
+                   {"a": c["a"], "b": c["b"], "norm_w": c["norm_w"], "sum": c["s"], "out": c["n"]},
+                   {"eps": _eps(m, p, "n")})
+
+
+ADD_RMS_NORM = Rule("ADD_RMS_NORM", pattern(
+    "ADD_RMS_NORM",
+    op("add", ("a", "b"), ("s",)),
+    op("rms_norm", ("s", "norm_w"), ("n",), where=whole_norm),
+    exports=("s", "n")), _lower_add_norm)
+
+
+DEFAULT_RULES: tuple[Rule, ...] = (
+    RMS_NORM_MATMUL_ARGMAX,
+    RMS_NORM_MATMUL_SILU_MUL,
+    RMS_NORM_MATMUL,
+    QK_NORM_ROPE_KV_WRITE_ATTENTION,
+    ROPE_KV_WRITE_ATTENTION,
+    MATMUL_ADD,
+    MATMUL_SILU_MUL,
+    ADD_RMS_NORM,
+)
+
+
+def rules_by_name(names, rules=DEFAULT_RULES) -> list[Rule]:
+    """The named subset of `rules`, keeping their priority order."""
+    names = list(names)
+    known = {r.name for r in rules}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise KeyError(f"unknown rule(s) {unknown}; known: {', '.join(r.name for r in rules)}")
+    return [r for r in rules if r.name in names]
