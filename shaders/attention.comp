@@ -1,0 +1,89 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// attention (decode, GQA): o_h = softmax(scale * q_h . K[0..pos]) V[0..pos] over kv head
+// h / (H / KVH), pos read from the step buffer. Split-K with a grid fixed at build time: workgroup
+// (s, h) takes rows [s*c, min(len, (s+1)*c)) with c = ceil(len / S), len = pos + 1, so the grid
+// never depends on the token. With SPLIT defined it writes (unnormalised o, max, sum) partials for
+// attention_combine; without it (S == 1) it writes o directly.
+// Bindings: 0 q, 1 k_cache, 2 v_cache, 3 step, 4 o (or partials [H][S][D + 2]).
+// Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK (= ceil(ctx / S)), 6 scale (float).
+#include "common.glsl"
+
+layout(constant_id = 1) const uint H = 1;
+layout(constant_id = 2) const uint KVH = 1;
+layout(constant_id = 3) const uint D = 1;
+layout(constant_id = 4) const uint S = 1;
+layout(constant_id = 5) const uint MAXCHUNK = 1;
+layout(constant_id = 6) const float SCALE = 1.0;
+// Row groups of the P.V phase: with more invocations than D, each row group sums a slice of rows.
+const uint RG = gl_WorkGroupSize.x >= D ? gl_WorkGroupSize.x / D : 1;
+
+layout(binding = 0) readonly buffer QB { float q[]; };
+layout(binding = 1) readonly buffer KCB { float kc[]; };
+layout(binding = 1) readonly buffer KC4 { vec4 kc4[]; };
+layout(binding = 2) readonly buffer VCB { float vc[]; };
+layout(binding = 3) readonly buffer StepB { uint step[]; };
+layout(binding = 4) writeonly buffer OB { float o[]; };
+
+shared float qs[D];
+shared float sc[MAXCHUNK];
+shared float part[RG * D];
+
+void main() {
+    const uint WG = gl_WorkGroupSize.x;
+    const uint t = gl_LocalInvocationID.x;
+    const uint s = gl_WorkGroupID.x, h = gl_WorkGroupID.y;
+    const uint ROW = KVH * D;
+    const uint kvoff = (h / (H / KVH)) * D;
+    uint len = step[STEP_POS] + 1;
+    uint chunk = (len + S - 1) / S;
+    uint r0 = min(s * chunk, len);
+    uint n = min(len - r0, chunk);
+
+    for (uint j = t; j < D; j += WG) qs[j] = q[h * D + j] * SCALE;
+    barrier();
+
+    float m = NEG_INF;
+    for (uint i = t; i < n; i += WG) {
+        uint base = (r0 + i) * ROW + kvoff;
+        float a = 0.0;
+#ifdef KVEC
+        for (uint j = 0; j < D; j += 4)
+            a += dot(vec4(qs[j], qs[j + 1], qs[j + 2], qs[j + 3]), kc4[(base + j) / 4]);
+#else
+        for (uint j = 0; j < D; j++) a += qs[j] * kc[base + j];
+#endif
+        sc[i] = a;
+        m = max(m, a);
+    }
+    m = wg_max(m);  // barrier inside: all scores are visible after it
+    float l = 0.0;
+    for (uint i = t; i < n; i += WG) {
+        float p = exp(sc[i] - m);
+        sc[i] = p;
+        l += p;
+    }
+    l = wg_sum(l);
+
+    for (uint idx = t; idx < RG * D; idx += WG) {
+        uint j = idx % D, g = idx / D;
+        float acc = 0.0;
+        for (uint i = g; i < n; i += RG) acc += sc[i] * vc[(r0 + i) * ROW + kvoff + j];
+        part[idx] = acc;
+    }
+    barrier();
+    for (uint j = t; j < D; j += WG) {
+        float acc = 0.0;
+        for (uint g = 0; g < RG; g++) acc += part[g * D + j];
+#ifdef SPLIT
+        uint pb = (h * S + s) * (D + 2);
+        o[pb + j] = acc;
+        if (j == 0) {
+            o[pb + D] = m;
+            o[pb + D + 1] = l;  // 0 for an empty chunk: the combine pass skips it
+        }
+#else
+        o[h * D + j] = acc / l;
+#endif
+    }
+}

@@ -1,0 +1,163 @@
+// Weight access for every weight dtype in vkdecode/quant.py's GPU word layout, shared by the
+// matvec, embed and (later) fused kernels so they all decode blocks the same way.
+//
+// The includer defines one of DT_F32 DT_F16 DT_Q8_0 DT_Q4_0 DT_Q4_1 DT_Q5_0, the binding numbers
+// B_W (data, or q words) and B_S (quant scales), and, for load_x, the activation fetches
+// X1(i) (float at element i) and X4(i) (vec4 at vec4 index i). WVEC selects 16-byte weight loads
+// for f32/f16 (kernels.py sets it when a row is a whole number of uvec4s; quant rows always are,
+// except q5_0 whose 5-word blocks are read as words).
+//
+// A "unit" is what one invocation reads per step: a uvec4 of f16 (8 values) or f32 (4), a single
+// word/float otherwise, and one 32-element block for the quant types.
+
+#if defined(DT_F32)
+layout(binding = B_W) readonly buffer WF { float w_f[]; };
+layout(binding = B_W) readonly buffer WF4 { vec4 w_f4[]; };
+#define ROW_WORDS(k) (k)
+#ifdef WVEC
+#define UNIT_ELEMS 4
+#else
+#define UNIT_ELEMS 1
+#endif
+#else
+layout(binding = B_W) readonly buffer WU { uint w_u[]; };
+layout(binding = B_W) readonly buffer WU4 { uvec4 w_u4[]; };
+#endif
+
+#if defined(DT_F16)
+#define ROW_WORDS(k) ((k) / 2)
+#ifdef WVEC
+#define UNIT_ELEMS 8
+#else
+#define UNIT_ELEMS 2
+#endif
+#endif
+
+#if defined(DT_Q8_0) || defined(DT_Q4_0) || defined(DT_Q4_1) || defined(DT_Q5_0)
+#define QUANT 1
+#define UNIT_ELEMS 32
+layout(binding = B_S) readonly buffer WS { uint w_s[]; };
+#if defined(DT_Q8_0)
+#define ROW_WORDS(k) ((k) / 4)
+#define BLOCK_WORDS 8
+#elif defined(DT_Q5_0)
+#define ROW_WORDS(k) ((k) / 32 * 5)
+#define BLOCK_WORDS 5
+#else
+#define ROW_WORDS(k) ((k) / 8)
+#define BLOCK_WORDS 4
+#endif
+#endif
+
+vec4 i8x4(uint w) {
+    int s = int(w);
+    return vec4(bitfieldExtract(s, 0, 8), bitfieldExtract(s, 8, 8), bitfieldExtract(s, 16, 8), bitfieldExtract(s, 24, 8));
+}
+vec4 lo4(uint w) { return vec4(uvec4(w, w >> 8, w >> 16, w >> 24) & 0xFu); }
+vec4 hi4(uint w) { return vec4(uvec4(w >> 4, w >> 12, w >> 20, w >> 28) & 0xFu); }
+// Fifth bits of elements b..b+3 of a q5_0 block, already scaled to 16.
+vec4 q5hi(uint qh, uint b) { return vec4(uvec4(qh >> b, qh >> (b + 1), qh >> (b + 2), qh >> (b + 3)) & 1u) * 16.0; }
+
+#ifdef QUANT
+#define XU_VEC4 8
+#elif defined(DT_F16) && defined(WVEC)
+#define XU_VEC4 2
+#else
+#define XU_VEC4 1
+#endif
+
+#ifdef X4
+// The activations unit u multiplies, loaded once and reused for every row a thread handles.
+// Scalar units fill only the leading components.
+void load_x(uint u, out vec4 xv[XU_VEC4]) {
+#if defined(QUANT) || defined(WVEC)
+    for (uint j = 0; j < XU_VEC4; j++) xv[j] = X4(XU_VEC4 * u + j);
+#elif defined(DT_F16)
+    xv[0] = vec4(X1(2 * u), X1(2 * u + 1), 0.0, 0.0);
+#else
+    xv[0] = vec4(X1(u), 0.0, 0.0, 0.0);
+#endif
+}
+#endif
+
+// Dot product of unit u of the row whose words start at rw (scales at rs) with its activations.
+float unit_dot(uint rw, uint rs, uint u, vec4 xv[XU_VEC4]) {
+#if defined(DT_F32)
+#ifdef WVEC
+    return dot(w_f4[rw / 4 + u], xv[0]);
+#else
+    return w_f[rw + u] * xv[0].x;
+#endif
+#elif defined(DT_F16)
+#ifdef WVEC
+    uvec4 w = w_u4[rw / 4 + u];
+    return dot(vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y)), xv[0])
+         + dot(vec4(unpackHalf2x16(w.z), unpackHalf2x16(w.w)), xv[1]);
+#else
+    return dot(unpackHalf2x16(w_u[rw + u]), xv[0].xy);
+#endif
+#else
+    vec2 dm = unpackHalf2x16(w_s[rs + u]);
+#if defined(DT_Q8_0)
+    uvec4 a = w_u4[rw / 4 + 2 * u];
+    uvec4 b = w_u4[rw / 4 + 2 * u + 1];
+    float s = ((dot(i8x4(a.x), xv[0]) + dot(i8x4(a.y), xv[1])) + (dot(i8x4(a.z), xv[2]) + dot(i8x4(a.w), xv[3])))
+            + ((dot(i8x4(b.x), xv[4]) + dot(i8x4(b.y), xv[5])) + (dot(i8x4(b.z), xv[6]) + dot(i8x4(b.w), xv[7])));
+    return dm.x * s;
+#else
+#if defined(DT_Q5_0)
+    uint base = rw + 5 * u;
+    uvec4 q = uvec4(w_u[base], w_u[base + 1], w_u[base + 2], w_u[base + 3]);
+    uint qh = w_u[base + 4];
+#else
+    uvec4 q = w_u4[rw / 4 + u];
+#endif
+    // Element 4k+c sits in the low nibble of byte c of word k, element 16+4k+c in its high nibble.
+    vec4 n0 = lo4(q.x), n1 = lo4(q.y), n2 = lo4(q.z), n3 = lo4(q.w);
+    vec4 n4 = hi4(q.x), n5 = hi4(q.y), n6 = hi4(q.z), n7 = hi4(q.w);
+#if defined(DT_Q5_0)
+    n0 += q5hi(qh, 0); n1 += q5hi(qh, 4); n2 += q5hi(qh, 8); n3 += q5hi(qh, 12);
+    n4 += q5hi(qh, 16); n5 += q5hi(qh, 20); n6 += q5hi(qh, 24); n7 += q5hi(qh, 28);
+#endif
+    float s = ((dot(n0, xv[0]) + dot(n1, xv[1])) + (dot(n2, xv[2]) + dot(n3, xv[3])))
+            + ((dot(n4, xv[4]) + dot(n5, xv[5])) + (dot(n6, xv[6]) + dot(n7, xv[7])));
+    // The block's x sum: the same for every row, so the compiler keeps one copy per unit.
+    vec4 xs4 = ((xv[0] + xv[1]) + (xv[2] + xv[3])) + ((xv[4] + xv[5]) + (xv[6] + xv[7]));
+    float xs = (xs4.x + xs4.y) + (xs4.z + xs4.w);
+#if defined(DT_Q4_0)
+    return dm.x * (s - 8.0 * xs);
+#elif defined(DT_Q4_1)
+    return dm.x * s + dm.y * xs;
+#else
+    return dm.x * (s - 16.0 * xs);
+#endif
+#endif
+#endif
+}
+
+// Element i of the row whose words start at rw (scales at rs); used where a row is read once.
+float dequant_elem(uint rw, uint rs, uint i) {
+#if defined(DT_F32)
+    return w_f[rw + i];
+#elif defined(DT_F16)
+    vec2 h = unpackHalf2x16(w_u[rw + i / 2]);
+    return (i & 1u) == 0u ? h.x : h.y;
+#else
+    uint b = i / 32, e = i % 32;
+    vec2 dm = unpackHalf2x16(w_s[rs + b]);
+#if defined(DT_Q8_0)
+    return dm.x * float(bitfieldExtract(int(w_u[rw + 8 * b + e / 4]), int(8 * (e % 4)), 8));
+#else
+    uint j = e % 16;
+    uint n = (w_u[rw + BLOCK_WORDS * b + j / 4] >> (8 * (j % 4) + 4 * (e / 16))) & 0xFu;
+#if defined(DT_Q4_0)
+    return dm.x * (float(n) - 8.0);
+#elif defined(DT_Q4_1)
+    return dm.x * float(n) + dm.y;
+#else
+    n |= ((w_u[rw + 5 * b + 4] >> e) & 1u) << 4;
+    return dm.x * (float(n) - 16.0);
+#endif
+#endif
+#endif
+}

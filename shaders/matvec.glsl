@@ -1,0 +1,70 @@
+// Matrix-vector core: y[row0 + r] = W[r, :] . x for the M rows bound to B_W/B_S, ROWS rows per
+// workgroup. Every invocation of the workgroup walks the row's units (uvec4 / block) with a
+// stride of the workgroup size and keeps one accumulator per row, so each activation unit is
+// loaded once for all ROWS rows; the ROWS partial sums are then reduced across the workgroup.
+// Fused kernels include this with their own X1/X4 (e.g. normalised x) and MV_STORE(row, value).
+//
+// Spec constants: 0 workgroup size (common.glsl), 1 K (in-dim), 2 M (rows bound), 3 ROWS.
+// Push constant: row0, the first output row (non-zero for the parts of a row-split weight).
+
+layout(constant_id = 1) const uint K = 32;
+layout(constant_id = 2) const uint M = 1;
+layout(constant_id = 3) const uint ROWS = 1;
+
+layout(push_constant) uniform MatvecPush { uint row0; } mv_pc;
+
+#ifdef USE_SUBGROUP
+shared float mv_red[ROWS * gl_WorkGroupSize.x];  // only gl_NumSubgroups entries per row used
+#else
+shared float mv_red[ROWS * gl_WorkGroupSize.x];
+#endif
+
+void matvec_main() {
+    const uint WG = gl_WorkGroupSize.x;
+    const uint t = gl_LocalInvocationID.x;
+    const uint first = flat_group_id() * ROWS;
+    if (first >= M) return;  // whole workgroup leaves together: no barrier is skipped
+    const uint units = K / UNIT_ELEMS;
+
+    float acc[ROWS];
+    for (uint i = 0; i < ROWS; i++) acc[i] = 0.0;
+    for (uint u = t; u < units; u += WG) {
+        vec4 xv[XU_VEC4];
+        load_x(u, xv);
+        for (uint i = 0; i < ROWS; i++) {
+            // Rows past M re-read the last row instead of branching; their sums are dropped.
+            uint r = min(first + i, M - 1);
+            acc[i] += unit_dot(r * ROW_WORDS(K), r * (K / 32), u, xv);
+        }
+    }
+
+#ifdef USE_SUBGROUP
+    for (uint i = 0; i < ROWS; i++) acc[i] = subgroupAdd(acc[i]);
+    if (gl_NumSubgroups == 1) {
+        if (t < ROWS && first + t < M) {
+            // acc is uniform now; pick row t without dynamic indexing of a private array.
+            float v = acc[0];
+            for (uint i = 1; i < ROWS; i++) if (i == t) v = acc[i];
+            MV_STORE(mv_pc.row0 + first + t, v);
+        }
+        return;
+    }
+    if (subgroupElect())
+        for (uint i = 0; i < ROWS; i++) mv_red[i * WG + gl_SubgroupID] = acc[i];
+    barrier();
+    if (t < ROWS && first + t < M) {
+        float v = 0.0;
+        for (uint s = 0; s < gl_NumSubgroups; s++) v += mv_red[t * WG + s];
+        MV_STORE(mv_pc.row0 + first + t, v);
+    }
+#else
+    for (uint i = 0; i < ROWS; i++) mv_red[i * WG + t] = acc[i];
+    barrier();
+    for (uint h = WG / 2; h > 0; h >>= 1) {
+        if (t < h)
+            for (uint i = 0; i < ROWS; i++) mv_red[i * WG + t] += mv_red[i * WG + t + h];
+        barrier();
+    }
+    if (t < ROWS && first + t < M) MV_STORE(mv_pc.row0 + first + t, mv_red[t * WG]);
+#endif
+}
