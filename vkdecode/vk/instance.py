@@ -1,0 +1,293 @@
+"""VkInstance with optional validation, physical-device probing, and logical-device creation.
+
+Split out of device.py to keep both files small; device.py holds the public API.
+"""
+from __future__ import annotations
+
+from vkdecode.errors import NoDeviceError, VulkanError
+from vkdecode.vk.ffi import NULL, check, cstr, cstr_array, ffi, lib, make_version, new, require_loader
+from vkdecode.vk.ffi import to_str, version_str, vk
+
+VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
+TYPES = {0: "other", 1: "integrated", 2: "discrete", 3: "virtual", 4: "cpu"}
+SUBGROUP_OPS = ["basic", "vote", "arithmetic", "ballot", "shuffle", "shuffle_relative", "clustered", "quad"]
+# (feature struct, core version, extension that provides it before then, {field: features key})
+FEATURE_STRUCTS = [
+    ("VkPhysicalDevice16BitStorageFeatures", (1, 1), "VK_KHR_16bit_storage",
+     {"storageBuffer16BitAccess": "storage_16bit"}),
+    ("VkPhysicalDevice8BitStorageFeatures", (1, 2), "VK_KHR_8bit_storage",
+     {"storageBuffer8BitAccess": "storage_8bit"}),
+    ("VkPhysicalDeviceShaderFloat16Int8Features", (1, 2), "VK_KHR_shader_float16_int8",
+     {"shaderFloat16": "float16", "shaderInt8": "int8"}),
+    ("VkPhysicalDeviceSubgroupSizeControlFeatures", (1, 3), "VK_EXT_subgroup_size_control",
+     {"subgroupSizeControl": "subgroup_size_control"}),
+]
+
+
+def _layers() -> set[str]:
+    n = ffi.new("uint32_t*")
+    check("vkEnumerateInstanceLayerProperties", lib.vkEnumerateInstanceLayerProperties(n, NULL))
+    props = ffi.new("VkLayerProperties[]", n[0])
+    check("vkEnumerateInstanceLayerProperties", lib.vkEnumerateInstanceLayerProperties(n, props))
+    return {to_str(p.layerName) for p in props[0:n[0]]}
+
+
+def _instance_exts(layer=None) -> set[str]:
+    name = cstr(layer) if layer else NULL
+    n = ffi.new("uint32_t*")
+    check("vkEnumerateInstanceExtensionProperties", lib.vkEnumerateInstanceExtensionProperties(name, n, NULL))
+    props = ffi.new("VkExtensionProperties[]", n[0])
+    check("vkEnumerateInstanceExtensionProperties", lib.vkEnumerateInstanceExtensionProperties(name, n, props))
+    return {to_str(p.extensionName) for p in props[0:n[0]]}
+
+
+class Probe:
+    """Everything learnt about one physical device; info is the public DeviceInfo."""
+
+    def __init__(self, index: int, physical, inst_api: int):
+        from vkdecode.vk.device import VENDORS, DeviceInfo
+        self.physical = physical
+        n = ffi.new("uint32_t*")
+        check("vkEnumerateDeviceExtensionProperties",
+              lib.vkEnumerateDeviceExtensionProperties(physical, NULL, n, NULL))
+        eprops = ffi.new("VkExtensionProperties[]", n[0])
+        check("vkEnumerateDeviceExtensionProperties",
+              lib.vkEnumerateDeviceExtensionProperties(physical, NULL, n, eprops))
+        self.extensions = {to_str(e.extensionName) for e in eprops[0:n[0]]}
+        base = ffi.new("VkPhysicalDeviceProperties*")
+        lib.vkGetPhysicalDeviceProperties(physical, base)
+        self.api = min(base.apiVersion, inst_api)
+        api = ((self.api >> 22) & 0x7F, (self.api >> 12) & 0x3FF)
+        has = lambda core, ext: api >= core or ext in self.extensions  # noqa: E731
+        # Property chain: driver + subgroup + maintenance3 (+ subgroup size control when present).
+        keep = []
+        props2 = new("VkPhysicalDeviceProperties2*")
+        drv = sub = m3 = ssc = None
+        chain = [("VkPhysicalDeviceSubgroupProperties", True), ("VkPhysicalDeviceMaintenance3Properties", True),
+                 ("VkPhysicalDeviceDriverProperties", has((1, 2), "VK_KHR_driver_properties")),
+                 ("VkPhysicalDeviceSubgroupSizeControlProperties", has((1, 3), "VK_EXT_subgroup_size_control"))]
+        for sname, ok in chain:
+            if ok:
+                s = new(sname + "*")
+                s.pNext = props2.pNext
+                props2.pNext = s
+                keep.append(s)
+                drv = s if sname.endswith("DriverProperties") else drv
+                sub = s if sname.endswith("SubgroupProperties") else sub
+                m3 = s if sname.endswith("Maintenance3Properties") else m3
+                ssc = s if sname.endswith("ControlProperties") else ssc
+        lib.vkGetPhysicalDeviceProperties2(physical, props2)
+        p, lim = props2.properties, props2.properties.limits
+        # Feature chain: kept on the probe; device creation passes the same structs to enable them.
+        self.features2 = new("VkPhysicalDeviceFeatures2*")
+        self.feature_structs = []
+        self.enable_exts = []
+        for sname, core, ext, _ in FEATURE_STRUCTS:
+            if has(core, ext):
+                s = new(sname + "*")
+                s.pNext = self.features2.pNext
+                self.features2.pNext = s
+                self.feature_structs.append((sname, s))
+                if api < core:
+                    self.enable_exts.append(ext)
+            else:
+                self.feature_structs.append((sname, None))
+        lib.vkGetPhysicalDeviceFeatures2(physical, self.features2)
+        feats: dict = {}
+        for (sname, s), (_, _, _, fields) in zip(self.feature_structs, FEATURE_STRUCTS):
+            for fname, key in fields.items():
+                feats[key] = bool(s is not None and getattr(s, fname))
+        qn = ffi.new("uint32_t*")
+        lib.vkGetPhysicalDeviceQueueFamilyProperties(physical, qn, NULL)
+        qfs = ffi.new("VkQueueFamilyProperties[]", qn[0])
+        lib.vkGetPhysicalDeviceQueueFamilyProperties(physical, qn, qfs)
+        compute = [i for i in range(qn[0]) if qfs[i].queueFlags & vk.VK_QUEUE_COMPUTE_BIT]
+        self.queue_family = compute[0] if compute else None
+        self.timestamp_bits = qfs[self.queue_family].timestampValidBits if compute else 0
+        ops = sub.supportedOperations
+        feats.update({
+            "int16": bool(self.features2.features.shaderInt16),
+            "int64": bool(self.features2.features.shaderInt64),
+            "subgroup_size": int(sub.subgroupSize),
+            "subgroup_ops": [n for i, n in enumerate(SUBGROUP_OPS) if ops & (1 << i)],
+            "subgroup_arithmetic": bool(ops & vk.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT
+                                        and sub.supportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT),
+            "min_subgroup_size": int(ssc.minSubgroupSize) if ssc is not None else int(sub.subgroupSize),
+            "max_subgroup_size": int(ssc.maxSubgroupSize) if ssc is not None else int(sub.subgroupSize),
+            "push_descriptors": "VK_KHR_push_descriptor" in self.extensions,
+            "timestamps": bool(self.timestamp_bits and lim.timestampPeriod > 0),
+        })
+        if feats["push_descriptors"]:
+            self.enable_exts.append("VK_KHR_push_descriptor")
+        if "VK_KHR_portability_subset" in self.extensions:  # required when present (MoltenVK)
+            self.enable_exts.append("VK_KHR_portability_subset")
+        limits = {
+            "max_storage_buffer_range": int(lim.maxStorageBufferRange),
+            "max_workgroup_size": tuple(lim.maxComputeWorkGroupSize),
+            "max_workgroup_count": tuple(lim.maxComputeWorkGroupCount),
+            "max_workgroup_invocations": int(lim.maxComputeWorkGroupInvocations),
+            "max_shared_memory": int(lim.maxComputeSharedMemorySize),
+            "max_push_constants": int(lim.maxPushConstantsSize),
+            "timestamp_period": float(lim.timestampPeriod),
+            "timestamp_valid_bits": int(self.timestamp_bits),
+            "min_storage_buffer_offset_alignment": int(lim.minStorageBufferOffsetAlignment),
+            "max_memory_allocation_size": int(m3.maxMemoryAllocationSize),
+            "max_bound_descriptor_sets": int(lim.maxBoundDescriptorSets),
+            "max_storage_buffers_per_stage": int(lim.maxPerStageDescriptorStorageBuffers),
+        }
+        mp = ffi.new("VkPhysicalDeviceMemoryProperties*")
+        lib.vkGetPhysicalDeviceMemoryProperties(physical, mp)
+        self.memory_types = [(int(mp.memoryTypes[i].propertyFlags), int(mp.memoryTypes[i].heapIndex))
+                             for i in range(mp.memoryTypeCount)]
+        heaps = []
+        for h in range(mp.memoryHeapCount):
+            flags = [f for f, hi in self.memory_types if hi == h]
+            heaps.append({"index": h, "size": int(mp.memoryHeaps[h].size),
+                          "device_local": bool(mp.memoryHeaps[h].flags & vk.VK_MEMORY_HEAP_DEVICE_LOCAL_BIT),
+                          "host_visible": any(f & vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT for f in flags),
+                          "host_cached": any(f & vk.VK_MEMORY_PROPERTY_HOST_CACHED_BIT for f in flags)})
+        vendor = VENDORS.get(p.vendorID, f"0x{p.vendorID:04x}")
+        driver_name = to_str(drv.driverName) if drv is not None else ""
+        name = to_str(p.deviceName)
+        if p.vendorID == 0x10005 and ("llvmpipe" in name or driver_name == "llvmpipe"):
+            vendor = "Mesa (lavapipe)"
+        self.info = DeviceInfo(
+            index=index, name=name, vendor=vendor, vendor_id=int(p.vendorID), device_id=int(p.deviceID),
+            device_type=TYPES.get(p.deviceType, "other"), driver_name=driver_name,
+            driver_info=to_str(drv.driverInfo) if drv is not None else "",
+            driver_version=_driver_version(p.vendorID, p.driverVersion), api_version=version_str(p.apiVersion),
+            limits=limits, features=feats, memory_heaps=heaps)
+
+
+def _driver_version(vendor_id: int, v: int) -> str:
+    if vendor_id == 0x10DE:  # NVIDIA packs 10.8.8.6 bits
+        return f"{(v >> 22) & 0x3FF}.{(v >> 14) & 0xFF}.{(v >> 6) & 0xFF}.{v & 0x3F}"
+    return version_str(v)
+
+
+class Instance:
+    """A VkInstance; with validate, the Khronos layer + sync validation + an error-collecting messenger."""
+
+    def __init__(self, validate: bool):
+        require_loader()
+        self.handle = None
+        self.messenger = None
+        self.messages: list[str] = []
+        self.validate = validate
+        try:
+            ver = ffi.new("uint32_t*")
+            inst_api = make_version(1, 0)
+            if lib.vkEnumerateInstanceVersion(ver) == vk.VK_SUCCESS:
+                inst_api = min(ver[0], make_version(1, 3))
+            if inst_api < make_version(1, 1):
+                raise NoDeviceError(f"the Vulkan loader supports only {version_str(inst_api)}; 1.1 is needed")
+            exts = _instance_exts()
+        except VulkanError as e:
+            raise NoDeviceError(f"no usable Vulkan loader/driver: {e}") from None
+        layers, want_exts, flags = [], [], 0
+        if "VK_KHR_portability_enumeration" in exts:  # lists MoltenVK devices on macOS
+            want_exts.append("VK_KHR_portability_enumeration")
+            flags |= vk.VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR
+        keep = []
+        pnext = NULL
+        if validate:
+            if VALIDATION_LAYER not in _layers():
+                raise VulkanError(f"validation requested (VKDECODE_VALIDATE=1) but {VALIDATION_LAYER} is not "
+                                  "installed; on Debian/Ubuntu: apt-get install vulkan-validationlayers")
+            layers.append(VALIDATION_LAYER)
+            want_exts.append("VK_EXT_debug_utils")
+            self._callback = ffi.callback("PFN_vkDebugUtilsMessengerCallbackEXT", self._on_message)
+            dbg = new("VkDebugUtilsMessengerCreateInfoEXT*", {
+                "messageSeverity": vk.VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT
+                | vk.VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
+                "messageType": vk.VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT
+                | vk.VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT
+                | vk.VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
+                "pfnUserCallback": self._callback})
+            self._dbg_info = dbg
+            pnext = dbg  # also catches messages from vkCreateInstance/vkDestroyInstance themselves
+            if "VK_EXT_validation_features" in _instance_exts(VALIDATION_LAYER):
+                want_exts.append("VK_EXT_validation_features")
+                enables = ffi.new("VkValidationFeatureEnableEXT[]",
+                                  [vk.VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT])
+                vf = new("VkValidationFeaturesEXT*", {"enabledValidationFeatureCount": 1,
+                                                       "pEnabledValidationFeatures": enables, "pNext": dbg})
+                keep += [enables, vf]
+                pnext = vf
+        app_name, eng_name = cstr("vkdecode"), cstr("vkdecode")
+        app = new("VkApplicationInfo*", {"pApplicationName": app_name, "pEngineName": eng_name,
+                                         "apiVersion": inst_api})
+        layer_arr, layer_keep = cstr_array(layers)
+        ext_arr, ext_keep = cstr_array(want_exts)
+        info = new("VkInstanceCreateInfo*", {
+            "pNext": pnext, "flags": flags, "pApplicationInfo": app,
+            "enabledLayerCount": len(layers), "ppEnabledLayerNames": layer_arr,
+            "enabledExtensionCount": len(want_exts), "ppEnabledExtensionNames": ext_arr})
+        out = ffi.new("VkInstance*")
+        res = lib.vkCreateInstance(info, NULL, out)
+        if res in (vk.VK_ERROR_INCOMPATIBLE_DRIVER, vk.VK_ERROR_INITIALIZATION_FAILED):
+            raise NoDeviceError("no Vulkan device found (vkCreateInstance: no driver; on a machine without a "
+                                "GPU install mesa-vulkan-drivers for lavapipe)")
+        check("vkCreateInstance", res)
+        self.handle = out[0]
+        del keep, layer_keep, ext_keep, app_name, eng_name
+        try:
+            if validate:
+                fn = ffi.cast("PFN_vkCreateDebugUtilsMessengerEXT",
+                              lib.vkGetInstanceProcAddr(self.handle, b"vkCreateDebugUtilsMessengerEXT"))
+                m = ffi.new("VkDebugUtilsMessengerEXT*")
+                check("vkCreateDebugUtilsMessengerEXT", fn(self.handle, self._dbg_info, NULL, m))
+                self.messenger = m[0]
+            n = ffi.new("uint32_t*")
+            check("vkEnumeratePhysicalDevices", lib.vkEnumeratePhysicalDevices(self.handle, n, NULL))
+            pds = ffi.new("VkPhysicalDevice[]", n[0])
+            check("vkEnumeratePhysicalDevices", lib.vkEnumeratePhysicalDevices(self.handle, n, pds))
+            if n[0] == 0:
+                raise NoDeviceError("no Vulkan device found (the loader lists no physical device)")
+            self.probes = [Probe(i, pds[i], inst_api) for i in range(n[0])]
+        except BaseException:
+            self.close()
+            raise
+
+    def _on_message(self, severity, types, data, user):
+        msg = to_str(data.pMessage) if data.pMessage != NULL else ""
+        ident = to_str(data.pMessageIdName) if data.pMessageIdName != NULL else ""
+        is_error = severity & vk.VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT
+        if is_error or "SYNC-HAZARD" in ident or "SYNC-HAZARD" in msg:
+            self.messages.append(f"[{ident}] {msg}")
+        return vk.VK_FALSE
+
+    def close(self) -> None:
+        if self.handle is not None:
+            if self.messenger is not None:
+                fn = ffi.cast("PFN_vkDestroyDebugUtilsMessengerEXT",
+                              lib.vkGetInstanceProcAddr(self.handle, b"vkDestroyDebugUtilsMessengerEXT"))
+                fn(self.handle, self.messenger, NULL)
+                self.messenger = None
+            lib.vkDestroyInstance(self.handle, NULL)
+            self.handle = None
+
+
+def create_logical_device(probe: Probe):
+    """VkDevice with one compute queue and every probed optional feature the device supports."""
+    if probe.queue_family is None:
+        raise VulkanError(f"{probe.info.name} has no compute queue")
+    prio = ffi.new("float[]", [1.0])
+    qinfo = new("VkDeviceQueueCreateInfo*", {"queueFamilyIndex": probe.queue_family, "queueCount": 1,
+                                             "pQueuePriorities": prio})
+    f = probe.features2
+    supported = f.features
+    enable = new("VkPhysicalDeviceFeatures2*", {"pNext": f.pNext})  # same extension structs, as queried
+    enable.features.shaderInt16 = supported.shaderInt16
+    enable.features.shaderInt64 = supported.shaderInt64
+    for sname, s in probe.feature_structs:
+        if s is not None and sname.endswith("SubgroupSizeControlFeatures"):
+            s.computeFullSubgroups = s.computeFullSubgroups and s.subgroupSizeControl
+    ext_arr, ext_keep = cstr_array(probe.enable_exts)
+    info = new("VkDeviceCreateInfo*", {"pNext": enable, "queueCreateInfoCount": 1, "pQueueCreateInfos": qinfo,
+                                       "enabledExtensionCount": len(probe.enable_exts),
+                                       "ppEnabledExtensionNames": ext_arr})
+    out = ffi.new("VkDevice*")
+    check("vkCreateDevice", lib.vkCreateDevice(probe.physical, info, NULL, out))
+    del ext_keep, prio
+    return out[0], probe.queue_family

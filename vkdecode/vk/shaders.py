@@ -1,0 +1,243 @@
+"""GLSL -> SPIR-V through glslangValidator with an on-disk cache, and compute pipelines."""
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import re
+import shutil
+import struct
+import subprocess
+import tempfile
+
+from vkdecode.errors import ShaderError, VulkanError
+from vkdecode.vk.ffi import NULL, check, cstr, ffi, lib, new, vk
+
+COMPILER = "glslangValidator"
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+_invocations = 0
+_versions: dict[str, str] = {}
+
+
+def shader_dir() -> pathlib.Path:
+    """The checkout's shaders/ when running from one, else the installed vkdecode.shaders package."""
+    repo = pathlib.Path(__file__).resolve().parents[2] / "shaders"
+    if (repo / "__init__.py").exists():
+        return repo
+    import importlib.resources
+    return pathlib.Path(str(importlib.resources.files("vkdecode.shaders")))
+
+
+def cache_dir() -> pathlib.Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return pathlib.Path(base) / "vkdecode"
+
+
+def compiler_invocations() -> int:
+    return _invocations
+
+
+def _compiler() -> tuple[str, str]:
+    path = shutil.which(COMPILER)
+    if path is None:
+        raise ShaderError(f"{COMPILER} not found on PATH; install it with the Debian/Ubuntu package "
+                          "glslang-tools (apt-get install glslang-tools)")
+    if path not in _versions:
+        r = subprocess.run([path, "--version"], capture_output=True, text=True)
+        _versions[path] = r.stdout.strip()
+    return path, _versions[path]
+
+
+def _source_path(name: str) -> pathlib.Path:
+    p = pathlib.Path(name)
+    if p.suffix == ".comp" or p.is_absolute() or "/" in name:  # a path: tests and ad-hoc shaders
+        return p.resolve()
+    return shader_dir() / f"{name}.comp"
+
+
+def _hash_sources(path: pathlib.Path, dirs: list[pathlib.Path], h, seen: set) -> None:
+    if path in seen:
+        return
+    seen.add(path)
+    text = path.read_bytes()
+    h.update(str(path.name).encode() + b"\0" + text + b"\0")
+    for inc in _INCLUDE.findall(text.decode("utf-8", "replace")):
+        for d in [path.parent, *dirs]:
+            if (d / inc).exists():
+                _hash_sources((d / inc).resolve(), dirs, h, seen)
+                break
+
+
+def _define_args(defines: dict | None) -> list[str]:
+    args = []
+    for k, v in sorted((defines or {}).items()):
+        if v is None or v is True:
+            args.append(f"-D{k}")
+        else:
+            args.append(f"-D{k}={int(v) if isinstance(v, bool) else v}")
+    return args
+
+
+def compile_shader(name: str, defines: dict | None = None) -> bytes:
+    """SPIR-V for shaders/<name>.comp (or a .comp path), from the cache when source+defines+compiler match."""
+    global _invocations
+    src = _source_path(name)
+    if not src.exists():
+        raise ShaderError(f"shader {name!r} not found ({src})")
+    compiler, version = _compiler()
+    dargs = _define_args(defines)
+    h = hashlib.sha256()
+    _hash_sources(src, [shader_dir()], h, set())
+    h.update("\0".join(dargs).encode() + b"\0" + version.encode())
+    cdir = cache_dir()
+    out = cdir / f"{src.stem}-{h.hexdigest()[:24]}.spv"
+    if out.exists():
+        return out.read_bytes()
+    cdir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".spv", dir=cdir)
+    os.close(fd)
+    cmd = [compiler, "-V", "--target-env", "vulkan1.1", f"-I{shader_dir()}", *dargs, "-o", tmp, str(src)]
+    _invocations += 1
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        os.unlink(tmp)
+        msg = (r.stdout + r.stderr).strip()
+        where = re.search(r"(\S+\.(?:comp|glsl)):(\d+):", msg)
+        loc = f"{where.group(1)}:{where.group(2)}" if where else str(src)
+        raise ShaderError(f"shader {src.name} failed to compile at {loc} (defines {dargs}):\n{msg}")
+    os.replace(tmp, out)  # atomic: a concurrent process never reads a half-written file
+    return out.read_bytes()
+
+
+def _spec_bytes(spec: tuple) -> bytes:
+    out = b""
+    for v in spec:
+        if isinstance(v, float):
+            out += struct.pack("<f", v)
+        elif isinstance(v, (bool, int)) or hasattr(v, "__index__"):
+            v = int(v)
+            out += struct.pack("<i" if v < 0 else "<I", v)
+        else:
+            raise ShaderError(f"specialization constant {v!r} is neither int nor float")
+    return out
+
+
+class Pipeline:
+    """A compute pipeline: set 0 = n_bindings storage buffers, optional push constants, spec constants."""
+
+    def __init__(self, device, shader: str, spec: tuple = (), defines: dict | None = None, n_bindings: int = 1,
+                 push_size: int = 0, key=None):
+        self.device, self.shader, self.spec, self.key = device, shader, tuple(spec), key
+        self.n_bindings, self.push_size = n_bindings, push_size
+        self.handle = self.layout = self.set_layout = None
+        if push_size > device.info.limits["max_push_constants"] or push_size % 4:
+            raise VulkanError(f"push_size {push_size} must be a multiple of 4 and at most "
+                              f"maxPushConstantsSize ({device.info.limits['max_push_constants']})")
+        code = compile_shader(shader, defines)
+        device._register(self)
+        try:
+            dev = device.handle
+            binds = ffi.new("VkDescriptorSetLayoutBinding[]", max(n_bindings, 1))
+            for i in range(n_bindings):
+                binds[i].binding = i
+                binds[i].descriptorType = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
+                binds[i].descriptorCount = 1
+                binds[i].stageFlags = vk.VK_SHADER_STAGE_COMPUTE_BIT
+            sl_info = new("VkDescriptorSetLayoutCreateInfo*", {"bindingCount": n_bindings, "pBindings": binds})
+            out = ffi.new("VkDescriptorSetLayout*")
+            check("vkCreateDescriptorSetLayout", lib.vkCreateDescriptorSetLayout(dev, sl_info, NULL, out))
+            self.set_layout = out[0]
+            set_layouts = ffi.new("VkDescriptorSetLayout[]", [self.set_layout])
+            pcr = ffi.new("VkPushConstantRange*", {"stageFlags": vk.VK_SHADER_STAGE_COMPUTE_BIT,
+                                                   "offset": 0, "size": push_size})
+            pl_info = new("VkPipelineLayoutCreateInfo*", {
+                "setLayoutCount": 1, "pSetLayouts": set_layouts,
+                "pushConstantRangeCount": 1 if push_size else 0, "pPushConstantRanges": pcr if push_size else NULL})
+            out = ffi.new("VkPipelineLayout*")
+            check("vkCreatePipelineLayout", lib.vkCreatePipelineLayout(dev, pl_info, NULL, out))
+            self.layout = out[0]
+            words = ffi.from_buffer("uint32_t[]", code)  # held until vkCreateShaderModule returns
+            sm_info = new("VkShaderModuleCreateInfo*", {"codeSize": len(code), "pCode": words})
+            mod = ffi.new("VkShaderModule*")
+            check(f"vkCreateShaderModule({shader})", lib.vkCreateShaderModule(dev, sm_info, NULL, mod))
+            # Every nested pointer below (entry name, spec map, spec data) is a local that outlives the call.
+            entry = cstr("main")
+            data = _spec_bytes(self.spec)
+            spec_data = ffi.new("char[]", data) if data else NULL
+            entries = ffi.new("VkSpecializationMapEntry[]", max(len(self.spec), 1))
+            for i in range(len(self.spec)):
+                entries[i].constantID, entries[i].offset, entries[i].size = i, 4 * i, 4
+            spec_info = ffi.new("VkSpecializationInfo*", {"mapEntryCount": len(self.spec), "pMapEntries": entries,
+                                                          "dataSize": len(data), "pData": spec_data})
+            ci = new("VkComputePipelineCreateInfo*", {"layout": self.layout, "basePipelineIndex": -1})
+            ci.stage.sType = vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO
+            ci.stage.stage = vk.VK_SHADER_STAGE_COMPUTE_BIT
+            ci.stage.module = mod[0]
+            ci.stage.pName = entry
+            ci.stage.pSpecializationInfo = spec_info if self.spec else NULL
+            out = ffi.new("VkPipeline*")
+            try:
+                check(f"vkCreateComputePipelines({shader}, spec={self.spec})",
+                      lib.vkCreateComputePipelines(dev, device.pipeline_cache or NULL, 1, ci, NULL, out))
+            finally:
+                lib.vkDestroyShaderModule(dev, mod[0], NULL)
+            self.handle = out[0]
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        dev = self.device
+        if dev is None:
+            return
+        if self.handle is not None:
+            lib.vkDestroyPipeline(dev.handle, self.handle, NULL)
+        if self.layout is not None:
+            lib.vkDestroyPipelineLayout(dev.handle, self.layout, NULL)
+        if self.set_layout is not None:
+            lib.vkDestroyDescriptorSetLayout(dev.handle, self.set_layout, NULL)
+        self.handle = self.layout = self.set_layout = None
+        if dev._pipelines.get(self.key) is self:
+            del dev._pipelines[self.key]
+        dev._unregister(self)
+        self.device = None
+
+    def __repr__(self) -> str:
+        return f"<Pipeline {self.shader} spec={self.spec} bindings={self.n_bindings} push={self.push_size}>"
+
+
+def _pipeline_cache_path(device) -> pathlib.Path:
+    i = device.info
+    tag = re.sub(r"[^A-Za-z0-9.]+", "_", f"{i.vendor_id:x}-{i.device_id:x}-{i.driver_version}")
+    return cache_dir() / f"pipelines-{tag}.bin"
+
+
+def open_pipeline_cache(device):
+    """A VkPipelineCache seeded from disk; drivers check the header and ignore foreign data."""
+    path = _pipeline_cache_path(device)
+    blob = path.read_bytes() if path.exists() else b""
+    for data in ([blob, b""] if blob else [b""]):
+        init = ffi.from_buffer(data) if data else NULL  # held until vkCreatePipelineCache returns
+        info = new("VkPipelineCacheCreateInfo*", {"initialDataSize": len(data), "pInitialData": init})
+        out = ffi.new("VkPipelineCache*")
+        if lib.vkCreatePipelineCache(device.handle, info, NULL, out) == vk.VK_SUCCESS:
+            return out[0], path
+    return None, path
+
+
+def save_pipeline_cache(device) -> None:
+    try:
+        n = ffi.new("size_t*")
+        if lib.vkGetPipelineCacheData(device.handle, device.pipeline_cache, n, NULL) != vk.VK_SUCCESS or not n[0]:
+            return
+        buf = ffi.new("char[]", n[0])
+        if lib.vkGetPipelineCacheData(device.handle, device.pipeline_cache, n, buf) != vk.VK_SUCCESS:
+            return
+        path = device._pipeline_cache_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(ffi.buffer(buf, n[0]))
+        os.replace(tmp, path)
+    except OSError:  # a read-only cache dir must not break closing the device
+        pass
