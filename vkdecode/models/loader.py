@@ -1,0 +1,43 @@
+"""load_model(path): weights + decode Program + tokenizer, from an HF directory or a GGUF file."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from fusion.ir import Program
+from vkdecode.errors import ContextError
+from vkdecode.models import build_program
+from vkdecode.models.config import ModelArgs
+from vkdecode.models.tokenizer import Tokenizer
+from vkdecode.models.weights import load_weights
+from vkdecode.quant import PackedWeight
+
+DEFAULT_CTX = 4096
+
+
+@dataclass
+class LoadedModel:
+    args: ModelArgs
+    program: Program
+    weights: dict[str, PackedWeight]    # keys = the program's weight value names
+    tokenizer: Tokenizer
+    path: str
+    ctx: int
+    meta: dict = field(default_factory=dict)   # format, notes, source_types (see weights.py)
+
+
+def load_model(path, ctx: int | None = None) -> LoadedModel:
+    path = str(path)
+    args, weights, meta = load_weights(path)
+    if ctx is None:
+        ctx = min(DEFAULT_CTX, args.max_position)
+    if not 0 < ctx <= args.max_position:
+        raise ContextError(f"{path}: context {ctx} is outside 1..{args.max_position} (the model's maximum)")
+    program = build_program(args, ctx, {k: w.dtype for k, w in weights.items()})
+    if os.path.isdir(path):
+        tokenizer = Tokenizer.from_hf_dir(path, extra_eos=args.eos_ids)
+    else:
+        tokenizer = Tokenizer.from_gguf(meta.pop("reader"), path)
+        tokenizer.eos_ids.update(args.eos_ids)
+    meta.pop("reader", None)   # the memory-mapped reader is not needed past loading
+    return LoadedModel(args, program, weights, tokenizer, path, ctx, meta)

@@ -1,0 +1,214 @@
+"""Tokenizer: HF `tokenizers` from tokenizer.json, or one rebuilt from a GGUF-embedded vocabulary;
+the model's chat template rendered with jinja2 the way transformers does; a streaming detokenizer.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from vkdecode.errors import ModelError
+
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content']"
+          " + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}"
+          "{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+# llama.cpp's pre-tokenizer regexes (llama-vocab.cpp) for the byte-level BPE `pre` types we know.
+_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+_LLAMA3 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|"
+           r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2 = _LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+PRE_REGEX = {"gpt2": [_GPT2], "default": [_GPT2], "smollm": [r"\p{N}", _GPT2],
+             "llama-bpe": [_LLAMA3], "llama3": [_LLAMA3], "qwen2": [_QWEN2], "deepseek-r1-qwen": [_QWEN2]}
+TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_BYTE = 3, 4, 6
+
+
+class Tokenizer:
+    def __init__(self, tok, eos_ids=(), bos_id: int | None = None, chat_template: str | None = None,
+                 add_bos: bool = False, source: str = ""):
+        self.tok, self.source = tok, source
+        self.eos_ids: set[int] = {int(i) for i in eos_ids if i is not None}
+        self.bos_id, self.add_bos = bos_id, add_bos
+        self.chat_template = chat_template
+
+    # -- construction --
+    @classmethod
+    def from_hf_dir(cls, path: str, extra_eos=()) -> "Tokenizer":
+        from tokenizers import Tokenizer as HFTokenizer
+        file = os.path.join(path, "tokenizer.json")
+        if not os.path.exists(file):
+            raise ModelError(f"{path}: no tokenizer.json in the model directory")
+        try:
+            tok = HFTokenizer.from_file(file)
+        except Exception as e:
+            raise ModelError(f"{file}: cannot load tokenizer: {e}") from None
+        cfg = _read_json(os.path.join(path, "tokenizer_config.json"))
+        gen = _read_json(os.path.join(path, "generation_config.json"))
+        eos = set(extra_eos)
+        for key in (cfg.get("eos_token"), ):
+            name = key.get("content") if isinstance(key, dict) else key
+            if name is not None and tok.token_to_id(name) is not None:
+                eos.add(tok.token_to_id(name))
+        g = gen.get("eos_token_id")
+        eos.update([g] if isinstance(g, int) else (g or []))
+        bos = cfg.get("bos_token")
+        bos = bos.get("content") if isinstance(bos, dict) else bos
+        template = cfg.get("chat_template")
+        if template is None and os.path.exists(os.path.join(path, "chat_template.jinja")):
+            with open(os.path.join(path, "chat_template.jinja"), encoding="utf-8") as f:
+                template = f.read()
+        if isinstance(template, list):   # [{"name": "default", "template": ...}, ...]
+            template = next((t["template"] for t in template if t.get("name") == "default"), None)
+        return cls(tok, eos, tok.token_to_id(bos) if bos else None, template, source=file)
+
+    @classmethod
+    def from_gguf(cls, reader, path: str) -> "Tokenizer":
+        def field(name, default=None):
+            f = reader.fields.get(name)
+            return default if f is None else f.contents()
+
+        model = field("tokenizer.ggml.model")
+        if model is None or field("tokenizer.ggml.tokens") is None:
+            raise ModelError(f"{path}: no tokenizer (missing key 'tokenizer.ggml.model' or 'tokenizer.ggml.tokens')")
+        tokens = field("tokenizer.ggml.tokens")
+        types = field("tokenizer.ggml.token_type") or [1] * len(tokens)
+        if model == "gpt2":
+            tok = _byte_level_bpe(path, tokens, field("tokenizer.ggml.merges"), field("tokenizer.ggml.pre", "default"))
+        elif model == "llama":
+            tok = _sentencepiece_bpe(path, tokens, field("tokenizer.ggml.scores"), types,
+                                     bool(field("tokenizer.ggml.add_space_prefix", True)))
+        else:
+            raise ModelError(f"{path}: tokenizer model {model!r} (key 'tokenizer.ggml.model') is not supported "
+                             "(supported: gpt2, llama)")
+        from tokenizers import AddedToken
+        # control / user-defined tokens (<|im_start|> ...) must match as whole tokens in chat text
+        added = [AddedToken(t, special=ty == TOKEN_CONTROL, normalized=False)
+                 for t, ty in zip(tokens, types) if ty in (TOKEN_CONTROL, TOKEN_USER_DEFINED)]
+        tok.add_special_tokens([a for a in added if a.special])
+        tok.add_tokens([a for a in added if not a.special])
+        eos = field("tokenizer.ggml.eos_token_id")
+        eot = field("tokenizer.ggml.eot_token_id")
+        return cls(tok, [eos, eot], field("tokenizer.ggml.bos_token_id"), field("tokenizer.chat_template"),
+                   add_bos=bool(field("tokenizer.ggml.add_bos_token", model == "llama")), source=path)
+
+    # -- use --
+    @property
+    def vocab_size(self) -> int:
+        return self.tok.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str, add_special: bool = False) -> list[int]:
+        ids = self.tok.encode(text, add_special_tokens=add_special).ids
+        if add_special and self.add_bos and self.bos_id is not None and ids[:1] != [self.bos_id]:
+            ids = [self.bos_id] + ids
+        return ids
+
+    def decode(self, ids, skip_special: bool = False) -> str:
+        return self.tok.decode([int(i) for i in ids], skip_special_tokens=skip_special)
+
+    def id_to_token(self, i: int) -> str | None:
+        return self.tok.id_to_token(int(i))
+
+    def stream(self, skip_special: bool = False) -> "StreamDecoder":
+        return StreamDecoder(self, skip_special)
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, **kwargs) -> str:
+        from jinja2 import TemplateError
+        from jinja2.ext import loopcontrols
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        def raise_exception(msg):
+            raise TemplateError(msg)
+
+        # transformers' settings, so templates written for it render the same here
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+        env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
+        env.globals["raise_exception"] = raise_exception
+        name = lambda i: self.tok.id_to_token(i) if i is not None else ""  # noqa: E731
+        eos = min(self.eos_ids) if self.eos_ids else None
+        try:
+            template = env.from_string(self.chat_template or CHATML)
+            return template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                   bos_token=name(self.bos_id), eos_token=name(eos), **kwargs)
+        except TemplateError as e:
+            raise ModelError(f"{self.source}: chat template failed: {e}") from None
+
+
+class StreamDecoder:
+    """Incremental detokenizer: add(token) returns only newly completed text, holding back bytes
+    of a UTF-8 character split across tokens (they decode to U+FFFD until complete)."""
+
+    def __init__(self, tokenizer: Tokenizer, skip_special: bool = False):
+        self.t, self.skip = tokenizer, skip_special
+        self.tokens: list[int] = []
+        self.prefix = self.read = 0     # decode a window, not the whole text, to stay O(n)
+
+    def add(self, token: int) -> str:
+        self.tokens.append(int(token))
+        before = self.t.decode(self.tokens[self.prefix:self.read], self.skip)
+        now = self.t.decode(self.tokens[self.prefix:], self.skip)
+        if len(now) > len(before) and not now.endswith("\ufffd"):
+            self.prefix, self.read = self.read, len(self.tokens)
+            return now[len(before):]
+        return ""
+
+    def flush(self) -> str:
+        """Whatever is held back at the end (an incomplete character comes out as U+FFFD)."""
+        before = self.t.decode(self.tokens[self.prefix:self.read], self.skip)
+        now = self.t.decode(self.tokens[self.prefix:], self.skip)
+        self.prefix = self.read = len(self.tokens)
+        return now[len(before):]
+
+
+def _read_json(file: str) -> dict:
+    if not os.path.exists(file):
+        return {}
+    try:
+        with open(file, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ModelError(f"{file}: cannot read: {e}") from None
+
+
+def _byte_level_bpe(path, tokens, merges, pre: str):
+    from tokenizers import Regex, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer as HFTokenizer
+    if merges is None:
+        raise ModelError(f"{path}: byte-level BPE tokenizer without key 'tokenizer.ggml.merges'")
+    vocab = {t: i for i, t in enumerate(tokens)}
+    pairs = [tuple(m.split(" ", 1)) for m in merges]
+    tok = HFTokenizer(models.BPE(vocab, pairs, fuse_unk=False, ignore_merges=False))
+    regexes = PRE_REGEX.get(pre, PRE_REGEX["default"])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in regexes]
+        + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def _sentencepiece_bpe(path, tokens, scores, types, add_space_prefix: bool):
+    """SentencePiece-BPE as a `tokenizers` BPE: merges ranked by the merged piece's score (what
+    transformers' converter does), byte fallback through the <0xNN> tokens."""
+    from tokenizers import decoders, models, normalizers
+    from tokenizers import Tokenizer as HFTokenizer
+    if scores is None:
+        raise ModelError(f"{path}: SentencePiece tokenizer without key 'tokenizer.ggml.scores'")
+    vocab = {t: i for i, t in enumerate(tokens)}
+    ranked = []
+    for t, s, ty in zip(tokens, scores, types):
+        if ty != 1:
+            continue
+        for k in range(1, len(t)):
+            if t[:k] in vocab and t[k:] in vocab:
+                ranked.append((-s, vocab[t], t[:k], t[k:]))
+    ranked.sort()
+    unk = next((t for t, ty in zip(tokens, types) if ty == 2), None)
+    tok = HFTokenizer(models.BPE(vocab, [(a, b) for _, _, a, b in ranked], unk_token=unk,
+                                 fuse_unk=True, byte_fallback=True))
+    norm = [normalizers.Replace(" ", "\u2581")]
+    if add_space_prefix:
+        norm.insert(0, normalizers.Prepend("\u2581"))
+    tok.normalizer = normalizers.Sequence(norm)
+    dec = [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
+    if add_space_prefix:
+        dec.append(decoders.Strip(" ", 1, 0))
+    tok.decoder = decoders.Sequence(dec)
+    return tok
