@@ -1,7 +1,44 @@
 """Pure-Python decode-step IR and the pattern matcher that fuses it (no Vulkan, no vkdecode)."""
-from fusion.ir import Op, Program, Value, IRError  # noqa: F401
-from fusion.pattern import (  # noqa: F401
-    Graph, Match, Pattern, PatternError, match, op, optional, pattern, repeat, why_illegal)
-from fusion.rules import DEFAULT_RULES, Region, Rule, rules_by_name, single_op_region  # noqa: F401
-from fusion.partition import (  # noqa: F401
-    PartitionError, check_partition, format_partition, partition, schedule, summarize)
+from fusion.ir import IRError, Op, Program, Value
+from fusion.partition import PartitionError, check_partition, format_partition, partition, schedule, summarize
+from fusion.pattern import (
+    Graph,
+    Match,
+    Pattern,
+    PatternError,
+    match,
+    op,
+    optional,
+    pattern,
+    repeat,
+    why_illegal,
+)
+from fusion.rules import DEFAULT_RULES, Region, Rule, rules_by_name, single_op_region
+
+__all__ = [
+    "DEFAULT_RULES",
+    "Graph",
+    "IRError",
+    "Match",
+    "Op",
+    "PartitionError",
+    "Pattern",
+    "PatternError",
+    "Program",
+    "Region",
+    "Rule",
+    "Value",
+    "check_partition",
+    "format_partition",
+    "match",
+    "op",
+    "optional",
+    "partition",
+    "pattern",
+    "repeat",
+    "rules_by_name",
+    "schedule",
+    "single_op_region",
+    "summarize",
+    "why_illegal",
+]

@@ -30,8 +30,8 @@ Legality (`why_illegal`, the ONE predicate every rule goes through; None means l
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterator
 
 from fusion.ir import Program
 

@@ -6,8 +6,8 @@ entry in DEFAULT_RULES (plus its shader and its test).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from fusion.ir import Program
 from fusion.pattern import Match, Pattern, op, optional, pattern, repeat

@@ -29,7 +29,7 @@ class Spec:
     dtype: str = "f16"       # default weight dtype of matrices
     dtypes: dict = field(default_factory=dict)   # value name -> dtype overrides, e.g. {"l0.w_up": "q8_0"}
 
-    def with_(self, **kw) -> "Spec":
+    def with_(self, **kw) -> Spec:
         return replace(self, **kw)
 
 
@@ -59,7 +59,7 @@ def build(s: Spec, n_layers: int | None = None) -> Program:
     tok = w("tok_embd", (s.vocab, d))
     x = act("x0", d)
     p.op("embed", (tok, step), (x,))
-    rope = dict(theta=s.theta, layout="neox", head_dim=s.head_dim)
+    rope = {"theta": s.theta, "layout": "neox", "head_dim": s.head_dim}
     for i in range(L):
         n = f"l{i}."
         h = act(n + "h", d)

@@ -1,9 +1,9 @@
 """Each decode rule fires on Llama / Qwen2 / Qwen3 programs where it should, and refuses where it must."""
 import pytest
+from programs import QWEN2_0_5B, QWEN3_0_6B, SMOLLM2_135M, SPECS, add_consumer, build, mark_output
 
 from fusion.partition import check_partition, partition, summarize
 from fusion.rules import DEFAULT_RULES, rules_by_name
-from programs import QWEN2_0_5B, QWEN3_0_6B, SMOLLM2_135M, SPECS, add_consumer, build, mark_output
 
 IDS = [s.name for s in SPECS]
 
@@ -104,7 +104,7 @@ def test_intermediate_with_two_consumers_refuses():
     # g leaves the swiglu region, so only the norm + gate/up projections fuse
     assert _layer_names(p, regions, 0) == ["RMS_NORM_MATMUL", "ROPE_KV_WRITE_ATTENTION", "MATMUL_ADD",
                                            "RMS_NORM_MATMUL", "ADD", "SILU_MUL", "MATMUL_ADD"]
-    ffn = [r for r in regions if r.name == "RMS_NORM_MATMUL" and "l0.w_gate" in r.inputs][0]
+    ffn = next(r for r in regions if r.name == "RMS_NORM_MATMUL" and "l0.w_gate" in r.inputs)
     assert ffn.outputs == ["l0.g", "l0.u"]
     assert _layer_names(p, regions, 1) == _layer(QWEN2_0_5B)
 
@@ -131,7 +131,7 @@ def test_mismatched_weight_dtypes_refuse_swiglu():
     assert summarize(_run(p, ["MATMUL_SILU_MUL"]))["MATMUL_SILU_MUL"] == 1
     # q/k/v of mixed dtypes still fuse (GGUF mixes them); the kernel reads attrs["dtypes"]
     p = build(SMOLLM2_135M.with_(dtypes={"l0.wv": "q8_0"}), n_layers=1)
-    qkv = [r for r in _run(p) if r.name == "RMS_NORM_MATMUL"][0]
+    qkv = next(r for r in _run(p) if r.name == "RMS_NORM_MATMUL")
     assert qkv.attrs["dtypes"] == ["f16", "f16", "q8_0"]
 
 
