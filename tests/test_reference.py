@@ -1,0 +1,180 @@
+"""The numpy oracle against transformers (tiny random models), op semantics, and the real model."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `tests.helpers` under a bare pytest
+
+from fusion.ir import Program  # noqa: E402
+from tests.helpers.make_models import (  # noqa: E402
+    hf_logits, load_smollm2, models_dir, tiny_hf_model, write_gguf)
+from vkdecode.errors import ContextError  # noqa: E402
+from vkdecode.models import build_program  # noqa: E402
+from vkdecode.models.gguf_names import permute_rows  # noqa: E402
+from vkdecode.models.weights import load_weights  # noqa: E402
+from vkdecode.quant import pack_float  # noqa: E402
+from vkdecode.reference import Reference, make_step, run_op  # noqa: E402
+
+PROMPT, DECODE = 16, 16
+
+
+@pytest.fixture(scope="module")
+def mdir(tmp_path_factory):
+    return models_dir(tmp_path_factory)
+
+
+def rel_err(a, b) -> float:
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+def run_greedy(ref: Reference, prompt: list[int], n_decode: int):
+    """Prompt one token per step, then greedy decode; -> (tokens fed, logits per step)."""
+    tokens, logits = list(prompt), []
+    for pos in range(len(prompt) + n_decode):
+        out = ref.step(tokens[pos], pos)
+        logits.append(out["logits"])
+        if pos + 1 >= len(tokens) and pos + 1 < len(prompt) + n_decode:
+            tokens.append(int(out["next_token"][0]))
+    return tokens, np.array(logits)
+
+
+def reference_for(path, ctx=64, dtype=np.float32):
+    args, weights, _ = load_weights(path)
+    return Reference(build_program(args, ctx, {k: w.dtype for k, w in weights.items()}), weights, dtype)
+
+
+PROMPT_IDS = [int(t) for t in np.random.default_rng(1).integers(3, 300, PROMPT)]
+
+
+@pytest.mark.parametrize("arch,tied", [("llama", False), ("llama", True), ("qwen2", False), ("qwen3", True)])
+def test_matches_transformers(mdir, arch, tied):
+    d = tiny_hf_model(arch, mdir, tied=tied)
+    tokens, logits = run_greedy(reference_for(d), PROMPT_IDS, DECODE)
+    ref = hf_logits(d, tokens)
+    assert np.abs(ref).max() > 1.0           # logits are not degenerate
+    assert rel_err(logits, ref) <= 1e-4
+    # the greedy tokens are transformers' greedy tokens too
+    assert list(ref.argmax(axis=1)[PROMPT - 1:-1]) == tokens[PROMPT:]
+
+
+def test_float64_option(mdir):
+    d = tiny_hf_model("qwen2", mdir)
+    _, l32 = run_greedy(reference_for(d), PROMPT_IDS[:4], 2)
+    _, l64 = run_greedy(reference_for(d, dtype=np.float64), PROMPT_IDS[:4], 2)
+    assert l64.dtype == np.float64 and rel_err(l32, l64) <= 1e-5
+
+
+def test_gguf_llama_pairs_layout_matches_hf(mdir):
+    """GGUF llama (q/k rows permuted, rope "pairs") equals the HF model with the same f16 weights
+    (rope "neox"): the permutation and the pairs layout cancel exactly."""
+    d = tiny_hf_model("llama", mdir)
+    g = write_gguf(d, mdir / "llama-ref.f16.gguf", "f16")
+    ga, gw, _ = load_weights(g)
+    ha, hw, _ = load_weights(d)
+    hw16 = {k: pack_float(w.dequantize(), "f16") if len(w.shape) == 2 else w for k, w in hw.items()}
+    assert ga.rope_layout == "pairs" and ha.rope_layout == "neox"
+    g_ref = Reference(build_program(ga, 64, {k: w.dtype for k, w in gw.items()}), gw)
+    h_ref = Reference(build_program(ha, 64, {k: w.dtype for k, w in hw16.items()}), hw16)
+    _, lg = run_greedy(g_ref, PROMPT_IDS, 4)
+    _, lh = run_greedy(h_ref, PROMPT_IDS, 4)
+    assert rel_err(lg, lh) <= 1e-4
+    toks = PROMPT_IDS + [int(t) for t in lh.argmax(axis=1)[PROMPT - 1:-1]]
+    assert rel_err(lg, hf_logits(d, toks)) <= 2e-2     # f16 rounding of a random, sharp model
+
+
+def test_reset_and_context(mdir):
+    ref = reference_for(tiny_hf_model("llama", mdir), ctx=8)
+    first = ref.step(5, 0)["logits"].copy()
+    ref.step(6, 1)
+    assert "layers.0.q" in ref.values and ref.values["logits"].shape == (300,)
+    ref.reset()
+    assert np.array_equal(ref.step(5, 0)["logits"], first)
+    with pytest.raises(ContextError):
+        ref.step(5, 8)
+
+
+# ---------------------------------------------------------------- single ops
+
+def one_op(kind, ins: dict, outs: dict, **attrs):
+    """A one-op Program: ins/outs map name -> (shape, dtype, kind)."""
+    p = Program("t")
+    for name, (shape, dtype, k) in {**ins, **outs}.items():
+        p.value(name, shape, dtype, k)
+    return p, p.op(kind, list(ins), list(outs), **attrs)
+
+
+def test_rope_pairs_equals_permuted_neox():
+    h, d = 3, 8
+    x = np.random.default_rng(0).standard_normal(h * d).astype(np.float32)
+    res = {}
+    for layout in ("neox", "pairs"):
+        p, op = one_op("rope", {"x": ((h * d,), "f32", "activation"), "step": ((8,), "u32", "step")},
+                       {"y": ((h * d,), "f32", "activation")}, n_heads=h, head_dim=d, theta=10000.0,
+                       layout=layout)
+        xin = x if layout == "neox" else permute_rows(x, h)
+        res[layout] = run_op(op, p, {"x": xin, "step": make_step(0, 7)})["y"]
+    np.testing.assert_allclose(res["pairs"], permute_rows(res["neox"], h), rtol=1e-6, atol=1e-6)
+    # position 0 is the identity
+    res0 = run_op(op, p, {"x": x, "step": make_step(0, 0)})["y"]
+    np.testing.assert_allclose(res0, x, rtol=1e-6)
+
+
+def test_attention_gqa_against_loop():
+    h, kvh, d, ctx, pos = 4, 2, 8, 6, 3
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal(h * d).astype(np.float32)
+    kc, vc = (rng.standard_normal((ctx, kvh * d)).astype(np.float32) for _ in range(2))
+    p, op = one_op("attention", {"q": ((h * d,), "f32", "activation"), "kc": ((ctx, kvh * d), "f32", "state"),
+                                 "vc": ((ctx, kvh * d), "f32", "state"), "step": ((8,), "u32", "step")},
+                   {"o": ((h * d,), "f32", "activation")}, n_heads=h, n_kv_heads=kvh, head_dim=d, scale=0.3)
+    got = run_op(op, p, {"q": q, "kc": kc, "vc": vc, "step": make_step(0, pos)})["o"]
+    want = []
+    for i in range(h):
+        j = i // (h // kvh)
+        s = np.array([0.3 * q[i * d:(i + 1) * d] @ kc[t, j * d:(j + 1) * d] for t in range(pos + 1)])
+        w = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
+        want.append(sum(w[t] * vc[t, j * d:(j + 1) * d] for t in range(pos + 1)))
+    np.testing.assert_allclose(got, np.concatenate(want), rtol=1e-5, atol=1e-6)
+
+
+def test_rms_norm_per_head_kv_write_argmax():
+    x = np.arange(8, dtype=np.float32)
+    p, op = one_op("rms_norm", {"x": ((8,), "f32", "activation"), "w": ((4,), "f32", "weight")},
+                   {"y": ((8,), "f32", "activation")}, eps=0.0)
+    y = run_op(op, p, {"x": x, "w": np.ones(4, np.float32)})["y"]
+    for head in (slice(0, 4), slice(4, 8)):   # each head normalised on its own
+        np.testing.assert_allclose(y[head], x[head] / np.sqrt(np.mean(x[head] ** 2)), rtol=1e-6)
+    p, op = one_op("kv_write", {"k": ((4,), "f32", "activation"), "v": ((4,), "f32", "activation"),
+                                "step": ((8,), "u32", "step")},
+                   {"kc": ((3, 4), "f32", "state"), "vc": ((3, 4), "f32", "state")})
+    env = {"k": np.ones(4, np.float32), "v": 2 * np.ones(4, np.float32), "step": make_step(0, 0)}
+    env.update(run_op(op, p, env))
+    env.update(k=3 * env["k"], step=make_step(0, 2))
+    env.update(run_op(op, p, env))
+    assert env["kc"][:, 0].tolist() == [1, 0, 3] and env["vc"][:, 0].tolist() == [2, 0, 2]
+    p, op = one_op("argmax", {"l": ((5,), "f32", "activation")}, {"t": ((1,), "u32", "output")})
+    assert run_op(op, p, {"l": np.array([0, 3, 1, 3, 2], np.float32)})["t"].tolist() == [1]
+
+
+# ---------------------------------------------------------------- the real model
+
+def test_smollm2_answers_paris():
+    m = load_smollm2()
+    tok = m.tokenizer
+    text = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}])
+    assert text.endswith("<|im_start|>assistant\n")
+    ref = Reference(m.program, m.weights)
+    ids = tok.encode(text)
+    for pos, t in enumerate(ids):
+        out = ref.step(t, pos)
+    stream, text_out, nxt, pos = tok.stream(), "", int(out["next_token"][0]), len(ids)
+    for _ in range(24):
+        if nxt in tok.eos_ids:
+            break
+        text_out += stream.add(nxt)
+        nxt = int(ref.step(nxt, pos)["next_token"][0])
+        pos += 1
+    assert tok.id_to_token(nxt) == "<|im_end|>"
+    assert text_out + stream.flush() == "The capital of France is Paris."
