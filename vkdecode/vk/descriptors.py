@@ -70,10 +70,10 @@ def write_descriptor_set(device, dset, ranges: list) -> None:
         buf, offset, size = r.range if isinstance(r, Slice) else r
         if buf.handle is None:
             raise VulkanError(f"binding {i}: buffer {buf.name!r} is closed")
+        check_binding_range(device, size)
         if offset % align or offset + size > buf.size or size <= 0:
             raise VulkanError(f"binding {i}: range offset={offset} size={size} of buffer {buf.name!r} "
                               f"({buf.size} bytes) is out of bounds or not aligned to {align}")
-        check_binding_range(device, size)
         infos[i].buffer, infos[i].offset, infos[i].range = buf.handle, offset, size
         w = writes[i]
         w.sType = vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET

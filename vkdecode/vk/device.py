@@ -134,8 +134,12 @@ class Device:
         self._children.pop(id(obj), None)
 
     def live_objects(self) -> dict[str, int]:
+        """Live wrappers by type; the staging buffer and its command buffer (internal, reused) are left out."""
         counts: dict[str, int] = {}
+        internal = self._transfer or ()
         for obj in self._children.values():
+            if any(obj is o for o in internal):
+                continue
             name = type(obj).__name__
             counts[name] = counts.get(name, 0) + 1
             if name == "DescriptorPool":

@@ -1,0 +1,44 @@
+"""Shared fixtures: one Vulkan device per session, and a zero-validation-errors check after each test."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+_DEVICE = None
+
+
+@pytest.fixture(scope="session")
+def device():
+    """The session's Device (validation on when VKDECODE_VALIDATE=1, as `make test` sets it).
+
+    Without any Vulkan device the GPU tests skip, except under VKDECODE_VALIDATE=1 (CI), where a
+    missing lavapipe is a broken setup and must fail loudly.
+    """
+    global _DEVICE
+    from vkdecode.errors import NoDeviceError
+    from vkdecode.vk import Device
+    try:
+        dev = Device()
+    except NoDeviceError as e:
+        if os.environ.get("VKDECODE_VALIDATE") == "1":
+            raise
+        pytest.skip(f"no Vulkan device: {e}")
+    _DEVICE = dev
+    yield dev
+    _DEVICE = None
+    errors = list(dev.validation_errors)
+    dev.close()
+    assert not errors, "validation errors while closing the session device:\n" + "\n".join(errors)
+
+
+@pytest.fixture(autouse=True)
+def _no_validation_errors():
+    """Fail the test that produced validation-layer errors (each test starts with an empty list)."""
+    if _DEVICE is not None:
+        _DEVICE.validation_errors.clear()
+    yield
+    if _DEVICE is not None and _DEVICE.validation_errors:
+        msgs = list(_DEVICE.validation_errors)
+        _DEVICE.validation_errors.clear()
+        pytest.fail(f"{len(msgs)} Vulkan validation error(s):\n" + "\n".join(msgs), pytrace=False)
