@@ -21,7 +21,7 @@ def cmd_devices(args) -> int:
         return 0
     for d in infos:
         f, lim = d.features, d.limits
-        yes = lambda b: "yes" if b else "no"  # noqa: E731
+        yes = lambda b: "yes" if b else "no"
         mark = "*" if d.index == chosen else " "
         print(f"{mark} [{d.index}] {d.name}")
         print(f"      vendor {d.vendor} (0x{d.vendor_id:04x}), type {d.device_type}, "

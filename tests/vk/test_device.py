@@ -83,7 +83,7 @@ def test_check_validation_raises_and_clears(device):
 
 def _cli(*args, env=None):
     return subprocess.run([sys.executable, "-m", "vkdecode", *args], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, **(env or {})}, timeout=120)
+                          env={**os.environ, **(env or {})}, timeout=120, check=False)
 
 
 def test_cli_devices_json(device):

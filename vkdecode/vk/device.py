@@ -237,10 +237,7 @@ class Device:
             return
         self._closed = True
         if self.handle is not None:
-            try:
-                lib.vkDeviceWaitIdle(self.handle)
-            except Exception:  # noqa: BLE001 - a lost device must still release its objects
-                pass
+            lib.vkDeviceWaitIdle(self.handle)  # result ignored: a lost device must still release its objects
             for obj in reversed(list(self._children.values())):
                 obj.close()
             self._children.clear()
@@ -265,4 +262,4 @@ class Device:
         return f"<Device {getattr(self, 'info', None) and self.info.name!r}>"
 
 
-__all__ = ["DeviceInfo", "Device", "enumerate_devices", "choose_device", "VENDORS", "wrap_exc"]
+__all__ = ["VENDORS", "Device", "DeviceInfo", "choose_device", "enumerate_devices", "wrap_exc"]

@@ -5,8 +5,20 @@ Split out of device.py to keep both files small; device.py holds the public API.
 from __future__ import annotations
 
 from vkdecode.errors import NoDeviceError, VulkanError
-from vkdecode.vk.ffi import NULL, check, cstr, cstr_array, ffi, lib, make_version, new, require_loader
-from vkdecode.vk.ffi import to_str, version_str, vk
+from vkdecode.vk.ffi import (
+    NULL,
+    check,
+    cstr,
+    cstr_array,
+    ffi,
+    lib,
+    make_version,
+    new,
+    require_loader,
+    to_str,
+    version_str,
+    vk,
+)
 
 VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
 TYPES = {0: "other", 1: "integrated", 2: "discrete", 3: "virtual", 4: "cpu"}
@@ -58,7 +70,7 @@ class Probe:
         lib.vkGetPhysicalDeviceProperties(physical, base)
         self.api = min(base.apiVersion, inst_api)
         api = ((self.api >> 22) & 0x7F, (self.api >> 12) & 0x3FF)
-        has = lambda core, ext: api >= core or ext in self.extensions  # noqa: E731
+        has = lambda core, ext: api >= core or ext in self.extensions
         # Property chain: driver + subgroup + maintenance3 (+ subgroup size control when present).
         keep = []
         props2 = new("VkPhysicalDeviceProperties2*")

@@ -14,7 +14,7 @@ from vkdecode.errors import ShaderError, VulkanError
 from vkdecode.vk.ffi import NULL, check, cstr, ffi, lib, new, vk
 
 COMPILER = "glslangValidator"
-_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 _invocations = 0
 _versions: dict[str, str] = {}
 
@@ -43,7 +43,7 @@ def _compiler() -> tuple[str, str]:
         raise ShaderError(f"{COMPILER} not found on PATH; install it with the Debian/Ubuntu package "
                           "glslang-tools (apt-get install glslang-tools)")
     if path not in _versions:
-        r = subprocess.run([path, "--version"], capture_output=True, text=True)
+        r = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
         _versions[path] = r.stdout.strip()
     return path, _versions[path]
 
@@ -98,7 +98,7 @@ def compile_shader(name: str, defines: dict | None = None) -> bytes:
     os.close(fd)
     cmd = [compiler, "-V", "--target-env", "vulkan1.1", f"-I{shader_dir()}", *dargs, "-o", tmp, str(src)]
     _invocations += 1
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if r.returncode != 0:
         os.unlink(tmp)
         msg = (r.stdout + r.stderr).strip()
