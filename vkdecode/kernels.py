@@ -1,0 +1,270 @@
+"""Op -> kernel calls: which shader, its specialization constants, bindings and dispatch size.
+
+The executors consume op_calls(); nothing here touches Vulkan. Per-token values (token, position)
+are never in a call: shaders read them from the step buffer, so the same calls serve the unfused
+executor (re-recorded every token) and replay (recorded once).
+"""
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+from fusion.ir import Op, Program
+
+MAX_GROUPS_X = 65535  # the minimum maxComputeWorkGroupCount[0]; larger grids go 2-D
+QUANT_TYPES = ("q8_0", "q4_0", "q4_1", "q5_0")
+
+
+@dataclass(frozen=True)
+class Binding:
+    value: str              # a program value name, or a scratch name "scratch:<id>"
+    part: str = "data"      # weights: "data" | "q" | "s"; others "data"
+    row_start: int = 0      # weights split by rows: first row bound (byte offset = row_start * row_bytes)
+    rows: int | None = None  # number of rows bound (None = all)
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    shader: str                          # stem of shaders/<shader>.comp
+    spec: tuple                          # specialization constants by constant_id 0..n-1
+    bindings: tuple[Binding, ...]        # binding i of set 0, all storage buffers
+    writes: tuple[int, ...]              # indices of bindings the kernel writes
+    groups: tuple[int, int, int]
+    push: bytes = b""                    # constant across tokens only (e.g. a row offset of a split)
+    defines: tuple[tuple[str, str], ...] = ()
+    scratch: tuple[tuple[str, int], ...] = ()   # (scratch name, nbytes) this call needs allocated
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class KernelCaps:
+    """What the shaders may use on this device, plus tuning knobs (0 = choose automatically)."""
+    subgroup_size: int
+    subgroup_arithmetic: bool
+    max_storage_range: int
+    max_invocations: int
+    max_shared: int
+    min_align: int
+    attn_max_chunk: int = 256   # kv rows per attention workgroup at full context (sets the split count)
+    matvec_wg: int = 0
+    matvec_rows: int = 0
+
+    @classmethod
+    def from_info(cls, info, **tuning) -> "KernelCaps":
+        f, lim = info.features, info.limits
+        return cls(subgroup_size=int(f.get("subgroup_size", 1) or 1),
+                   subgroup_arithmetic=bool(f.get("subgroup_arithmetic", False)),
+                   max_storage_range=int(lim["max_storage_buffer_range"]),
+                   max_invocations=int(lim["max_workgroup_invocations"]),
+                   max_shared=int(lim["max_shared_memory"]),
+                   min_align=int(lim["min_storage_buffer_offset_alignment"]), **tuning)
+
+
+# ---------------------------------------------------------------- helpers
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1, n))))
+
+
+def _wg(caps: KernelCaps, want: int, cap: int = 256) -> int:
+    """A power-of-two workgroup size near `want`, not below the subgroup, within the device limit."""
+    lim = 1 << int(math.log2(max(1, min(cap, caps.max_invocations))))
+    return max(1, min(lim, max(_pow2_at_least(want), min(caps.subgroup_size, lim))))
+
+
+def _groups(n: int) -> tuple[int, int, int]:
+    """n workgroups; shaders rebuild the flat index with flat_group_id() when the grid is 2-D."""
+    if n <= MAX_GROUPS_X:
+        return (max(1, n), 1, 1)
+    y = -(-n // MAX_GROUPS_X)
+    return (-(-n // y), y, 1)
+
+
+def _reduce_defines(caps: KernelCaps) -> tuple[tuple[str, str], ...]:
+    return (("USE_SUBGROUP", "1"),) if caps.subgroup_arithmetic else ()
+
+
+def weight_parts(dtype: str) -> tuple[str, ...]:
+    return ("q", "s") if dtype in QUANT_TYPES else ("data",)
+
+
+def row_bytes(dtype: str, n_in: int, part: str) -> int:
+    """Bytes per row of one part of a weight in vkdecode/quant.py's layout."""
+    if part == "s":
+        return n_in // 32 * 4
+    return {"f32": n_in * 4, "f16": n_in * 2, "q8_0": n_in, "q4_0": n_in // 2, "q4_1": n_in // 2,
+            "q5_0": n_in // 32 * 20}[dtype]
+
+
+def row_chunks(dtype: str, n_rows: int, n_in: int, caps: KernelCaps) -> list[tuple[int, int]]:
+    """(row_start, rows) ranges so that every bound part fits maxStorageBufferRange and every
+    offset is a multiple of minStorageBufferOffsetAlignment; one range when the weight fits."""
+    sizes = [row_bytes(dtype, n_in, p) for p in weight_parts(dtype)]
+    if max(sizes) * n_rows <= caps.max_storage_range:
+        return [(0, n_rows)]
+    gran = 256
+    for rb in sizes:
+        gran = math.lcm(gran, caps.min_align // math.gcd(caps.min_align, rb))
+    per = caps.max_storage_range // max(sizes) // gran * gran
+    if per <= 0:
+        raise ValueError(f"a {gran}-row slice of a {dtype} [{n_rows}, {n_in}] weight exceeds "
+                         f"maxStorageBufferRange {caps.max_storage_range}")
+    return [(r, min(per, n_rows - r)) for r in range(0, n_rows, per)]
+
+
+def _wbindings(name: str, dtype: str, r0: int, rows: int | None) -> tuple[Binding, ...]:
+    return tuple(Binding(name, p, r0, rows) for p in weight_parts(dtype))
+
+
+def _dtype_define(dtype: str) -> tuple[str, str]:
+    return ("DT_" + dtype.upper(), "1")
+
+
+# ---------------------------------------------------------------- per op kind
+
+def _embed(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
+    table, step = op.inputs
+    tv = p.values[table]
+    vocab, dim = tv.shape
+    wg = _wg(caps, dim)
+    chunks = row_chunks(tv.dtype, vocab, dim, caps)
+    calls = []
+    for r0, rows in chunks:
+        b = _wbindings(table, tv.dtype, r0, None if len(chunks) == 1 else rows)
+        b += (Binding(step), Binding(op.outputs[0]))
+        calls.append(KernelCall("embed", (wg, dim, rows), b, (len(b) - 1,), _groups(-(-dim // wg)),
+                                push=struct.pack("<I", r0), defines=(_dtype_define(tv.dtype),),
+                                label=op.outputs[0] + (f"[{r0}:]" if len(chunks) > 1 else "")))
+    return calls
+
+
+def matvec_shape(dtype: str, n_in: int, n_rows: int, caps: KernelCaps) -> tuple[int, int, bool]:
+    """(workgroup size, rows per workgroup, wide loads) of a matvec; shared with fused kernels."""
+    wvec = dtype in ("q8_0", "q4_0", "q4_1") or (dtype == "f32" and n_in % 4 == 0) \
+        or (dtype == "f16" and n_in % 8 == 0)
+    unit = 32 if dtype in QUANT_TYPES else (4 if wvec else 1) * (2 if dtype == "f16" else 1)
+    units = n_in // unit
+    wg = caps.matvec_wg or _wg(caps, units, cap=256)
+    rows = caps.matvec_rows or (2 if n_rows >= 2048 else 1)
+    return wg, rows, wvec
+
+
+def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
+    w, x = op.inputs
+    wv = p.values[w]
+    n_out, n_in = wv.shape
+    defines = (_dtype_define(wv.dtype),) + _reduce_defines(caps)
+    chunks = row_chunks(wv.dtype, n_out, n_in, caps)
+    calls = []
+    for r0, rows in chunks:
+        wg, rpw, wvec = matvec_shape(wv.dtype, n_in, rows, caps)
+        b = _wbindings(w, wv.dtype, r0, None if len(chunks) == 1 else rows)
+        b += (Binding(x), Binding(op.outputs[0]))
+        calls.append(KernelCall("matmul", (wg, n_in, rows, rpw), b, (len(b) - 1,),
+                                _groups(-(-rows // rpw)), push=struct.pack("<I", r0),
+                                defines=defines + ((("WVEC", "1"),) if wvec else ()),
+                                label=op.outputs[0] + (f"[{r0}:]" if len(chunks) > 1 else "")))
+    return calls
+
+
+def _elementwise(shader: str):
+    def build(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
+        n = p.values[op.outputs[0]].numel
+        wg = _wg(caps, n)
+        b = tuple(Binding(v) for v in op.inputs + op.outputs)
+        return [KernelCall(shader, (wg, n), b, (2,), _groups(-(-n // wg)), label=op.outputs[0])]
+    return build
+
+
+def _rms_norm(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
+    x, w = op.inputs
+    n, d = p.values[x].numel, p.values[w].numel
+    wg = _wg(caps, d)
+    b = (Binding(x), Binding(w), Binding(op.outputs[0]))
+    return [KernelCall("rms_norm", (wg, d, float(op.attrs["eps"])), b, (2,), _groups(n // d),
+                       defines=_reduce_defines(caps), label=op.outputs[0])]
+
+
+def _rope(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
+    a = op.attrs
+    h, d = int(a["n_heads"]), int(a["head_dim"])
+    wg = _wg(caps, h * d // 2)
+    b = (Binding(op.inputs[0]), Binding(op.inputs[1]), Binding(op.outputs[0]))
+    return [KernelCall("rope", (wg, h, d, float(a["theta"])), b, (2,), _groups(-(-(h * d // 2) // wg)),
+                       defines=(("NEOX", "1"),) if a["layout"] == "neox" else (), label=op.outputs[0])]
+
+
+def _kv_write(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
+    row = p.values[op.outputs[0]].shape[1]
+    wg = _wg(caps, row)
+    b = tuple(Binding(v) for v in op.inputs + op.outputs)
+    return [KernelCall("kv_write", (wg, row), b, (3, 4), _groups(-(-row // wg)), label=op.outputs[0])]
+
+
+def attention_splits(ctx: int, caps: KernelCaps) -> tuple[int, int]:
+    """(splits S, max rows per split): fixed at build time from the context length."""
+    s = max(1, -(-ctx // max(1, caps.attn_max_chunk)))
+    return s, -(-ctx // s)
+
+
+def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
+    q, kc, vc, step = op.inputs
+    out = op.outputs[0]
+    a = op.attrs
+    h, kvh, d = int(a["n_heads"]), int(a["n_kv_heads"]), int(a["head_dim"])
+    ctx = p.values[kc].shape[0]
+    s, maxchunk = attention_splits(ctx, caps)
+    wg = _wg(caps, 64, cap=128)
+    rg = wg // d if wg >= d else 1
+    shared = 4 * (d + maxchunk + rg * d + wg)
+    if shared > caps.max_shared:
+        raise ValueError(f"attention {out}: {shared} bytes of shared memory > {caps.max_shared}; "
+                         f"lower attn_max_chunk")
+    spec = (wg, h, kvh, d, s, maxchunk, float(a["scale"]))
+    defines = _reduce_defines(caps) + ((("KVEC", "1"),) if d % 4 == 0 else ())
+    ins = (Binding(q), Binding(kc), Binding(vc), Binding(step))
+    if s == 1:
+        return [KernelCall("attention", spec, ins + (Binding(out),), (4,), (1, h, 1),
+                           defines=defines, label=out)]
+    part = f"scratch:{out}.partials"
+    nbytes = h * s * (d + 2) * 4
+    cwg = _wg(caps, d, cap=128)
+    return [KernelCall("attention", spec, ins + (Binding(part),), (4,), (s, h, 1),
+                       defines=defines + (("SPLIT", "1"),), scratch=((part, nbytes),), label=out + "[split]"),
+            KernelCall("attention_combine", (cwg, h, d, s), (Binding(part), Binding(out)), (1,), (h, 1, 1),
+                       scratch=((part, nbytes),), label=out + "[combine]")]
+
+
+def _argmax(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
+    logits, out = op.inputs[0], op.outputs[0]
+    n = p.values[logits].numel
+    wg = _wg(caps, 256)
+    # about 256 partials at most, each workgroup scanning a whole number of wg-wide strides
+    chunk = max(wg * 4, -(-n // 256 // wg) * wg)
+    g = -(-n // chunk)
+    part = f"scratch:{out}.argmax"
+    defines = _reduce_defines(caps)
+    fwg = _wg(caps, g)
+    return [KernelCall("argmax", (wg, n, chunk), (Binding(logits), Binding(part)), (1,), _groups(g),
+                       defines=defines, scratch=((part, g * 8),), label=out + "[partial]"),
+            KernelCall("argmax", (fwg, g, 1), (Binding(part), Binding(out)), (1,), (1, 1, 1),
+                       defines=defines + (("FINAL", "1"),), scratch=((part, g * 8),), label=out + "[final]")]
+
+
+BUILDERS = {
+    "embed": _embed, "rms_norm": _rms_norm, "matmul": _matmul, "add": _elementwise("add"),
+    "rope": _rope, "kv_write": _kv_write, "attention": _attention,
+    "silu_mul": _elementwise("silu_mul"), "argmax": _argmax,
+}
+
+
+def op_calls(program: Program, op_index: int, caps: KernelCaps) -> list[KernelCall]:
+    """The kernel calls that run op #op_index, in order; a later call that reads what an earlier one
+    wrote lists it among its bindings, and the executor puts a barrier between them."""
+    op = program.ops[op_index]
+    try:
+        build = BUILDERS[op.kind]
+    except KeyError:
+        raise ValueError(f"op #{op_index} {op.kind}: no kernel for this op kind") from None
+    return build(program, op, caps)
