@@ -1,0 +1,151 @@
+"""What every executor shares: the memory plan, the pipelines, the per-token stats, the interface.
+
+    ex.step(token, pos) -> next token id (greedy argmax on the GPU)
+    ex.read_logits() -> np.ndarray of the last step's logits
+    ex.token_stats[-1] -> TokenStats of the last step; ex.region_stats() -> per-region table
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from fusion.ir import STEP_POS, STEP_TOKEN
+from vkdecode.errors import ContextError
+from vkdecode.executors.plan import MemoryPlan, barriers_before
+from vkdecode.kernels import KernelCall, KernelCaps
+from vkdecode.stats import Counters
+
+
+@dataclass
+class TokenStats:
+    counters: Counters
+    host_us: float      # token known -> submit returned
+    gpu_us: float       # timestamp queries around the recorded work
+    wall_us: float      # token known -> next token read back
+    regions_us: list[float] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        d = {"host_us": self.host_us, "gpu_us": self.gpu_us, "wall_us": self.wall_us}
+        d.update(self.counters.as_dict())
+        return d
+
+
+@dataclass
+class Item:
+    """One dispatch of the step: its call, pipeline, descriptor ranges, barrier before it."""
+    call: KernelCall
+    pipeline: object
+    ranges: list
+    barrier: bool
+    region: int
+
+
+class Executor:
+    mode = "?"
+
+    def __init__(self, device, program, weights, caps: KernelCaps | None = None, progress=None):
+        self.device = device
+        self.program = program
+        self.ctx = _ctx_of(program)
+        self.caps = caps or KernelCaps.from_info(device.info)
+        self.token_stats: list[TokenStats] = []
+        self.regions = self._partition()
+        self.plan = MemoryPlan(device, program, weights, progress)
+        calls, owners = [], []
+        for ri, region in enumerate(self.regions):
+            rc = self._lower(region)
+            calls += rc
+            owners += [ri] * len(rc)
+        self.plan.add_scratch(calls)
+        self.items = [Item(c, self._pipeline(c), self.plan.ranges(c), b, ri)
+                      for c, b, ri in zip(calls, barriers_before(calls), owners)]
+        self.timestamps = device.timestamp_pool(2 + len(self.regions))
+        self._next = self.plan.slices[("next_token", "data")]
+        assert STEP_POS == STEP_TOKEN + 1
+        self._step_word = self.plan.step.offset // 4 + STEP_TOKEN
+
+    # -- build helpers ------------------------------------------------------------------------
+    def _partition(self):
+        from fusion.partition import partition
+        return partition(self.program, [])
+
+    def _lower(self, region) -> list[KernelCall]:
+        from vkdecode.lowering import region_calls
+        return region_calls(self.program, region, self.caps, fuse=False)
+
+    def _pipeline(self, c: KernelCall):
+        return self.device.pipeline(c.shader, c.spec, dict(c.defines), len(c.bindings), len(c.push))
+
+    def _record_items(self, cmd, with_sets, profile: bool = False) -> None:
+        """Record the whole step into cmd; with_sets(i, item) returns the descriptor set to bind."""
+        ts = self.timestamps
+        ts.reset_cmd(cmd)
+        cmd.barrier()          # the previous step's writes (and the host's step write) are visible
+        cmd.timestamp(ts, 0)
+        last = len(self.items) - 1
+        for i, it in enumerate(self.items):
+            if it.barrier:
+                cmd.barrier()
+            cmd.bind(it.pipeline, with_sets(i, it))
+            if it.call.push:
+                cmd.push(it.pipeline, it.call.push)
+            cmd.dispatch(*it.call.groups)
+            if profile and (i == last or self.items[i + 1].region != it.region):
+                cmd.timestamp(ts, 2 + it.region)
+        cmd.timestamp(ts, 1)
+        cmd.host_barrier()     # the next token is read by the host after the fence
+
+    # -- per token ------------------------------------------------------------------------------
+    def step(self, token: int, pos: int) -> int:
+        if not 0 <= pos < self.ctx:
+            raise ContextError(f"position {pos} is outside the context 0..{self.ctx - 1}")
+        before = self.device.counters.snapshot()
+        t0 = time.perf_counter()
+        self._enqueue(token, pos)
+        t1 = time.perf_counter()
+        self.device.wait()
+        nxt = int(self._next.read_array("uint32", 1)[0])
+        t2 = time.perf_counter()
+        ns = self.timestamps.read_ns(0, 2)
+        self.token_stats.append(TokenStats(self.device.counters.snapshot() - before, (t1 - t0) * 1e6,
+                                           (ns[1] - ns[0]) / 1e3, (t2 - t0) * 1e6))
+        return nxt
+
+    def _write_step(self, token: int, pos: int) -> None:
+        # STEP_TOKEN and STEP_POS are adjacent words: one small write into the mapped step buffer
+        self.plan.step.buffer.write_u32(self._step_word, (token, pos))
+
+    def _enqueue(self, token: int, pos: int) -> None:
+        raise NotImplementedError   # each executor's way of recording and submitting
+
+    def read_logits(self):
+        return self.plan.read("logits")
+
+    def region_stats(self) -> list[dict]:
+        rows = []
+        for ri, r in enumerate(self.regions):
+            its = [it for it in self.items if it.region == ri]
+            weights = {v for i in r.ops for v in self.program.ops[i].inputs
+                       if self.program.values[v].kind == "weight"}
+            rows.append({"name": r.name, "rule": r.rule, "ops": len(r.ops), "dispatches": len(its),
+                         "barriers": sum(it.barrier for it in its), "descriptor_sets": len(its),
+                         "weight_bytes": sum(self.plan.weight_bytes[w] for w in weights)})
+        return rows
+
+    def close(self) -> None:
+        if getattr(self, "plan", None) is not None:
+            self.device.wait_idle()
+            self.timestamps.close()
+            self.plan.close()
+            self.plan = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _ctx_of(program) -> int:
+    caches = [v for v in program.values.values() if v.kind == "state"]
+    return caches[0].shape[0] if caches else int(program.meta.get("ctx", 1 << 30))

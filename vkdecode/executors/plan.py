@@ -1,0 +1,87 @@
+"""Memory plan of one model on one device: every weight, activation, state, output and scratch
+buffer gets a fixed slice at build time, so descriptor sets written once stay valid forever."""
+from __future__ import annotations
+
+from fusion.ir import STEP_WORDS, Program
+from vkdecode.kernels import Binding, KernelCall, row_bytes
+
+CHUNK = 256 << 20          # arena buffer size; larger tensors get their own buffer
+SMALL_OUTPUT_BYTES = 4096  # outputs this small (next_token) live in host-visible memory
+
+
+class MemoryPlan:
+    def __init__(self, device, program: Program, weights: dict, progress=None):
+        self.device = device
+        self.program = program
+        self.slices: dict[tuple[str, str], object] = {}
+        self.weight_bytes: dict[str, int] = {}
+        self._weights = device.arena(CHUNK)
+        self._acts = device.arena(CHUNK)
+        self._host = device.arena(1 << 20, host_visible=True)
+        self.step = self._host.alloc(STEP_WORDS * 4, "step")
+        self.slices[("step", "data")] = self.step
+        for v in program.values.values():
+            if v.kind == "weight":
+                if v.name not in weights:
+                    raise KeyError(f"weight {v.name} missing from the loaded weights")
+                pw = weights[v.name]
+                for part, arr in pw.parts.items():
+                    s = self._weights.alloc(arr.nbytes, f"{v.name}.{part}")
+                    s.write(arr)
+                    self.slices[(v.name, part)] = s
+                    if progress is not None:
+                        progress.update(arr.nbytes)
+                self.weight_bytes[v.name] = pw.nbytes
+            elif v.kind in ("activation", "state", "output"):
+                nbytes = v.numel * 4   # f32 and u32 alike
+                arena = self._host if v.kind == "output" and nbytes <= SMALL_OUTPUT_BYTES else self._acts
+                self.slices[(v.name, "data")] = arena.alloc(nbytes, v.name)
+
+    def add_scratch(self, calls: list[KernelCall]) -> None:
+        for call in calls:
+            for name, nbytes in call.scratch:
+                have = self.slices.get((name, "data"))
+                if have is None or have.size < nbytes:
+                    self.slices[(name, "data")] = self._acts.alloc(nbytes, name)
+
+    def resolve(self, b: Binding) -> tuple:
+        """(Buffer, offset, range) of a binding; a row range of a weight when the call splits it."""
+        s = self.slices[(b.value, b.part)]
+        if b.rows is None:
+            return (s.buffer, s.offset, s.size)
+        v = self.program.values[b.value]
+        rb = row_bytes(v.dtype, v.shape[1], b.part)
+        return (s.buffer, s.offset + b.row_start * rb, b.rows * rb)
+
+    def ranges(self, call: KernelCall) -> list[tuple]:
+        return [self.resolve(b) for b in call.bindings]
+
+    def read(self, name: str, dtype="float32"):
+        v = self.program.values[name]
+        return self.slices[(name, "data")].read_array(dtype, v.numel)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(a.allocated_bytes for a in (self._weights, self._acts, self._host))
+
+    def close(self) -> None:
+        for a in (self._host, self._acts, self._weights):
+            a.close()
+
+
+def barriers_before(calls: list[KernelCall]) -> list[bool]:
+    """Only the barriers the data flow needs: one before a call that reads or writes a value written
+    since the last barrier, or writes a value read since then (the hazards of one compute queue)."""
+    out = []
+    written: set[str] = set()
+    read: set[str] = set()
+    for call in calls:
+        w = {call.bindings[i].value for i in call.writes}
+        r = {b.value for i, b in enumerate(call.bindings) if i not in call.writes}
+        need = bool((r | w) & written) or bool(w & read)
+        if need:
+            written, read = set(), set()
+        out.append(need)
+        written |= w
+        read |= r
+    return out
