@@ -51,7 +51,7 @@ class KernelCaps:
     matvec_rows: int = 0
 
     @classmethod
-    def from_info(cls, info, **tuning) -> "KernelCaps":
+    def from_info(cls, info, **tuning) -> KernelCaps:
         f, lim = info.features, info.limits
         return cls(subgroup_size=int(f.get("subgroup_size", 1) or 1),
                    subgroup_arithmetic=bool(f.get("subgroup_arithmetic", False)),

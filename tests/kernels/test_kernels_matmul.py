@@ -76,11 +76,11 @@ def test_matmul_real_sizes(device, dtype, out, n_in):
 
 # Workgroup shapes the heuristics may not pick on this device: one subgroup per workgroup (no
 # shared-memory stage), rows per workgroup that do not divide M (tail rows clamp), big workgroups.
-VARIANTS = [("q4_1", 67, 576, dict(matvec_wg=8, matvec_rows=1)),
-            ("q8_0", 67, 576, dict(matvec_rows=3)),
-            ("f16", 65, 1024, dict(matvec_rows=4, matvec_wg=64)),
-            ("q5_0", 33, 1536, dict(matvec_rows=2, matvec_wg=256)),
-            ("f32", 70, 30, dict(matvec_rows=8, matvec_wg=16))]
+VARIANTS = [("q4_1", 67, 576, {"matvec_wg": 8, "matvec_rows": 1}),
+            ("q8_0", 67, 576, {"matvec_rows": 3}),
+            ("f16", 65, 1024, {"matvec_rows": 4, "matvec_wg": 64}),
+            ("q5_0", 33, 1536, {"matvec_rows": 2, "matvec_wg": 256}),
+            ("f32", 70, 30, {"matvec_rows": 8, "matvec_wg": 16})]
 
 
 @pytest.mark.parametrize("dtype,out,n_in,tune", [
