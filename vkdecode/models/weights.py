@@ -11,6 +11,7 @@ import glob
 import json
 import os
 
+import gguf
 import numpy as np
 
 from vkdecode.errors import ModelError
@@ -130,7 +131,6 @@ def _load_hf(path: str):
 
 def open_gguf(path: str):
     """GGUFReader, with its exceptions (bad magic, truncation, ...) turned into ModelError."""
-    import gguf
     try:
         with open(path, "rb") as f:
             magic = f.read(4)
@@ -139,13 +139,34 @@ def open_gguf(path: str):
     if magic != b"GGUF":
         raise ModelError(f"{path}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
     try:
-        return gguf.GGUFReader(path)
+        return _Reader(path)
+    except ModelError as e:
+        raise ModelError(f"{path}: {e}") from None
     except Exception as e:   # the reader raises ValueError/IndexError/... on truncated files
         raise ModelError(f"{path}: cannot read GGUF ({type(e).__name__}: {e}; truncated?)") from None
 
 
+class _Reader(gguf.GGUFReader):
+    """Names the first tensor whose data runs past the end of a truncated file (the stock
+    reader only fails later with a reshape error that names no tensor)."""
+
+    def _build_tensors(self, start_offs, fields):
+        size = len(self.data)
+        for field in fields:
+            try:
+                _, name, _, dims, raw_dtype, offset = field.parts
+                block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(int(raw_dtype[0]))]
+                end = int(start_offs + offset[0]) + int(np.prod(dims)) * type_size // block
+                name = bytes(name).decode("utf-8", "replace")
+            except Exception:   # layout not as expected: leave the checking to the reader
+                break
+            if end > size:
+                raise ModelError(f"tensor {name!r} ends at byte {end}, past the end of the file "
+                                 f"({size} bytes; truncated?)")
+        super()._build_tensors(start_offs, fields)
+
+
 def _gguf_tensor(path: str, t, shape, notes: list[str]) -> PackedWeight:
-    from gguf import quants
     kind = t.tensor_type.name
     # The reader reports ne order (innermost first); the logical shape is the reverse.
     actual = tuple(int(d) for d in reversed(t.shape.tolist()))
@@ -159,7 +180,7 @@ def _gguf_tensor(path: str, t, shape, notes: list[str]) -> PackedWeight:
     if kind in GGUF_KEPT or kind in GGUF_DEQUANT:
         if kind != "BF16":
             notes.append(f"{t.name}: {kind} dequantized to f32 at load (no native kernel yet)")
-        a = quants.dequantize(np.asarray(t.data), t.tensor_type)
+        a = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
         return _pack(np.asarray(a, dtype=np.float32).reshape(shape), "f32")
     raise ModelError(f"{path}: tensor {t.name!r} has type {kind}, which is not supported "
                      f"(supported: F32, F16, BF16, {', '.join(GGUF_KEPT + GGUF_DEQUANT[:3])})")
