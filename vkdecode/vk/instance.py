@@ -172,8 +172,9 @@ class Probe:
 
 
 def _driver_version(vendor_id: int, v: int) -> str:
-    if vendor_id == 0x10DE:  # NVIDIA packs 10.8.8.6 bits
-        return f"{(v >> 22) & 0x3FF}.{(v >> 14) & 0xFF}.{(v >> 6) & 0xFF}.{v & 0x3F}"
+    if vendor_id == 0x10DE:  # NVIDIA packs 10.8.8.6 bits; printed the way nvidia-smi does (580.159.04)
+        tail = f".{v & 0x3F}" if v & 0x3F else ""
+        return f"{(v >> 22) & 0x3FF}.{(v >> 14) & 0xFF}.{(v >> 6) & 0xFF:02d}{tail}"
     return version_str(v)
 
 

@@ -1,6 +1,7 @@
 """Buffers, memory-type choice, staged uploads in bounded chunks, and an arena with fixed offsets."""
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,6 +15,9 @@ HOST_COHERENT = vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT if vk else 4
 HOST_CACHED = vk.VK_MEMORY_PROPERTY_HOST_CACHED_BIT if vk else 8
 USAGE = ((vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT
           | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT | vk.VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT) if vk else 0)
+
+
+_U32_PACKERS: dict[int, struct.Struct] = {}
 
 
 def memory_preferences(host_visible: bool, readback: bool) -> list[int]:
@@ -87,8 +91,6 @@ class Buffer:
                 check("vkMapMemory", lib.vkMapMemory(device.handle, self.memory, 0, self.size, 0, pp))
                 self._ptr = ffi.cast("char*", pp[0])
                 self.mapped = ffi.buffer(self._ptr, self.size)
-                # Whole-buffer uint32 view: write_u32 is one numpy slice assignment, no allocation.
-                self._u32 = np.frombuffer(self.mapped, dtype=np.uint32, count=self.size // 4)
         except BaseException:
             self.close()
             raise
@@ -99,7 +101,11 @@ class Buffer:
         return int(ffi.cast("uintptr_t", self._ptr)) if self._ptr is not None else 0
 
     def write_u32(self, offset_words: int, values) -> None:
-        self._u32[offset_words:offset_words + len(values)] = values
+        """Hot path (the step buffer every token): one cached struct.pack_into into the mapping."""
+        packer = _U32_PACKERS.get(len(values))
+        if packer is None:
+            packer = _U32_PACKERS[len(values)] = struct.Struct(f"<{len(values)}I")
+        packer.pack_into(self.mapped, offset_words * 4, *values)
 
     def _check(self, offset: int, nbytes: int) -> None:
         if offset < 0 or offset + nbytes > self.size:
@@ -153,7 +159,7 @@ class Buffer:
         if dev is None:
             return
         if self._ptr is not None:
-            self._u32 = self.mapped = None
+            self.mapped = None
             lib.vkUnmapMemory(dev.handle, self.memory)
             self._ptr = None
         if self.handle is not None:
