@@ -106,3 +106,10 @@ def test_matmul_row_split(device, dtype):
     assert len(calls) == 5
     assert [c.bindings[0].row_start for c in calls] == [0, 256, 512, 768, 1024]
     assert calls[-1].bindings[0].rows == 1100 - 1024
+
+
+def test_matmul_2d_grid(device):
+    """More than 65535 workgroups (an lm_head with one row per workgroup) go as a 2-D grid."""
+    caps = replace(caps_of(device), matvec_rows=1)
+    p = _check(device, "f16", 70001, 32, caps, seed=5)
+    assert op_calls(p, 0, caps)[0].groups[1] == 2

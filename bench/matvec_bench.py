@@ -1,0 +1,168 @@
+"""Matvec kernel bandwidth per weight dtype, shape and workgroup shape, against a Vulkan buffer copy.
+
+    python -m bench.matvec_bench [--preset smollm2|qwen3|all] [--sweep] [--out results.json]
+
+Each measurement records `reps` dispatches of one matmul with a barrier between them (as in the
+decode chain), rotating over enough distinct weight copies that the set exceeds the GPU's L2,
+and reads GPU time from timestamps. Weights are random words (timing does not depend on values).
+Writes JSON; never asserts timings.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from fusion.ir import Program
+from vkdecode.kernels import KernelCaps, op_calls, weight_parts
+
+# (dtype, out, in, what)
+PRESETS = {
+    "smollm2": [("q4_1", 576, 576, "wq/wo"), ("q4_1", 192, 576, "wk/wv"), ("q4_1", 1536, 576, "gate/up"),
+                ("q4_1", 576, 1536, "down"), ("q8_0", 49152, 576, "lm_head")],
+    "qwen3": [(dt, o, i, w) for dt in ("f16", "q8_0") for o, i, w in
+              [(2048, 1024, "wq"), (1024, 1024, "wk/wv"), (1024, 2048, "wo"), (3072, 1024, "gate/up"),
+               (1024, 3072, "down"), (151936, 1024, "lm_head")]],
+}
+PRESETS["all"] = PRESETS["smollm2"] + PRESETS["qwen3"]
+COPY_SET_BYTES = 256 << 20   # > the H100's 50 MB L2
+
+
+def random_parts(dtype: str, out: int, n_in: int, rng) -> dict[str, np.ndarray]:
+    if dtype == "f32":
+        return {"data": rng.standard_normal((out, n_in), dtype=np.float32)}
+    if dtype == "f16":
+        return {"data": rng.standard_normal((out, n_in)).astype(np.float16).view(np.uint32)}
+    words = {"q8_0": n_in // 4, "q4_0": n_in // 8, "q4_1": n_in // 8, "q5_0": n_in // 32 * 5}[dtype]
+    s = np.full((out, n_in // 32), np.float16(0.01).view(np.uint16), np.uint32)
+    return {"q": rng.integers(0, 2**32, (out, words), dtype=np.uint32), "s": s}
+
+
+def _program(dtype, out, n_in) -> Program:
+    p = Program("bench")
+    p.value("w", (out, n_in), dtype, "weight")
+    p.value("x", (n_in,), "f32", "state")
+    p.value("y", (out,), "f32", "output")
+    p.op("matmul", ["w", "x"], ["y"])
+    return p
+
+
+class Case:
+    """Weight copies (enough to exceed L2), x and y of one shape, reused across workgroup shapes."""
+
+    def __init__(self, dev, dtype: str, out: int, n_in: int):
+        rng = np.random.default_rng(0)
+        parts = random_parts(dtype, out, n_in, rng)
+        self.dev, self.dtype, self.out, self.n_in = dev, dtype, out, n_in
+        self.wbytes = sum(a.nbytes for a in parts.values())
+        self.copies = max(1, min(64, COPY_SET_BYTES // self.wbytes))
+        self.bufs = []
+        for _ in range(self.copies):
+            self.bufs.append({k: dev.buffer(a.nbytes) for k, a in parts.items()})
+            for k, a in parts.items():
+                self.bufs[-1][k].write(a)
+        self.x = dev.buffer(n_in * 4)
+        self.x.write(rng.standard_normal(n_in).astype(np.float32))
+        self.y = dev.buffer(out * 4)
+
+    def close(self) -> None:
+        for o in [self.x, self.y] + [b for c in self.bufs for b in c.values()]:
+            o.close()
+
+
+def measure(case: Case, caps: KernelCaps, reps: int = 200) -> dict:
+    from vkdecode.vk.descriptors import write_descriptor_set
+    dev, dtype = case.dev, case.dtype
+    (call,) = op_calls(_program(dtype, case.out, case.n_in), 0, caps)  # one binding on real GPUs
+    pipe = dev.pipeline(call.shader, spec=call.spec, defines=dict(call.defines),
+                        n_bindings=len(call.bindings), push_size=len(call.push))
+    pool = dev.descriptor_pool(case.copies, case.copies * len(call.bindings))
+    sets = []
+    for b in case.bufs:
+        d = pool.allocate(pipe)
+        write_descriptor_set(dev, d, [(b[p], 0, b[p].size) for p in weight_parts(dtype)]
+                             + [(case.x, 0, case.x.size), (case.y, 0, case.y.size)])
+        sets.append(d)
+    ts = dev.timestamp_pool(2)
+    cmd = dev.command_buffer()
+    cmd.begin()
+    ts.reset_cmd(cmd)
+    for i in range(reps + 1):
+        if i == 1:  # the first dispatch warms code and x; time the rest
+            cmd.timestamp(ts, 0)
+        cmd.bind(pipe, sets[i % case.copies])
+        cmd.push(pipe, call.push)
+        cmd.dispatch(*call.groups)
+        cmd.barrier()
+    cmd.timestamp(ts, 1)
+    cmd.end()
+    best = float("inf")
+    for _ in range(3):
+        dev.submit([cmd])
+        t0, t1 = ts.read_ns()
+        best = min(best, (t1 - t0) / reps)
+    for o in (cmd, ts, pool):
+        o.close()
+    return {"dtype": dtype, "out": case.out, "in": case.n_in, "wg": call.spec[0], "rows": call.spec[3],
+            "copies": case.copies, "weight_bytes": case.wbytes, "us": best / 1e3, "GBps": case.wbytes / best}
+
+
+def copy_bandwidth(dev, nbytes: int = 512 << 20, reps: int = 5) -> float:
+    a, b = dev.buffer(nbytes), dev.buffer(nbytes)
+    ts = dev.timestamp_pool(2)
+    cmd = dev.command_buffer()
+    cmd.begin()
+    ts.reset_cmd(cmd)
+    cmd.copy(a, b, nbytes)
+    cmd.barrier()
+    cmd.timestamp(ts, 0)
+    for _ in range(reps):
+        cmd.copy(a, b, nbytes)
+        cmd.barrier()
+    cmd.timestamp(ts, 1)
+    cmd.end()
+    dev.submit([cmd])
+    t0, t1 = ts.read_ns()
+    for o in (cmd, ts, a, b):
+        o.close()
+    return 2 * nbytes * reps / (t1 - t0)  # read + write bytes per ns = GB/s
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", default="all", choices=sorted(PRESETS))
+    ap.add_argument("--sweep", action="store_true", help="also try workgroup sizes x rows per workgroup")
+    ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--out", default="")
+    a = ap.parse_args(argv)
+    from vkdecode.vk import Device
+    dev = Device()
+    caps = KernelCaps.from_info(dev.info)
+    res = {"device": dev.info.name, "driver": dev.info.driver_version, "date": time.strftime("%Y-%m-%d"),
+           "caps": caps.__dict__, "copy_GBps": copy_bandwidth(dev), "rows": []}
+    print(f"{res['device']} ({res['driver']}): buffer copy {res['copy_GBps']:.0f} GB/s", flush=True)
+    tunings = [{}]
+    if a.sweep:
+        tunings += [{"matvec_wg": w, "matvec_rows": r} for w in (32, 64, 128, 256) for r in (1, 2, 4, 8)]
+    for dtype, out, n_in, what in PRESETS[a.preset]:
+        case = Case(dev, dtype, out, n_in)
+        for t in tunings:
+            r = measure(case, replace(caps, **t), a.reps)
+            r.update(what=what, auto=not t)
+            res["rows"].append(r)
+            print(f"{dtype:5s} {out:6d}x{n_in:<5d} {what:8s} wg {r['wg']:3d} rows {r['rows']} "
+                  f"{r['us']:8.2f} us {r['GBps']:7.0f} GB/s{'  (auto)' if not t else ''}", flush=True)
+        case.close()
+    dev.close()
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
