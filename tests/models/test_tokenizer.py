@@ -1,0 +1,116 @@
+"""tokenizer.py: tokenizer.json and GGUF vocabularies, chat templates, streaming detokenization."""
+import shutil
+
+import gguf
+import pytest
+
+from tests.helpers.make_models import CHATML, TEXT, load_smollm2, tiny_hf_model, write_gguf
+from vkdecode.errors import ModelError
+from vkdecode.models.tokenizer import Tokenizer
+from vkdecode.models.weights import open_gguf
+
+CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi 12 東京"}]
+
+
+@pytest.fixture(scope="module")
+def hf_tok(models_dir):
+    return Tokenizer.from_hf_dir(str(tiny_hf_model("llama", models_dir)))
+
+
+def test_hf_tokenizer(hf_tok):
+    for t in TEXT:
+        assert hf_tok.decode(hf_tok.encode(t)) == t
+    ids = hf_tok.encode("<|im_start|>user\nhi<|im_end|>")
+    assert ids[0] == hf_tok.tok.token_to_id("<|im_start|>") and ids[-1] == hf_tok.tok.token_to_id("<|im_end|>")
+    assert hf_tok.eos_ids == {hf_tok.tok.token_to_id("<|im_end|>")}
+
+
+def test_gguf_byte_level_bpe_matches_tokenizer_json(models_dir, hf_tok):
+    g = write_gguf(tiny_hf_model("llama", models_dir), models_dir / "tok-gpt2.gguf", "f16", pre="gpt2")
+    tok = Tokenizer.from_gguf(open_gguf(str(g)), str(g))
+    chat = hf_tok.apply_chat_template(CHAT)
+    for t in TEXT + [chat]:
+        assert tok.encode(t) == hf_tok.encode(t), t
+        assert tok.decode(tok.encode(t)) == t
+    assert tok.eos_ids == hf_tok.eos_ids and tok.apply_chat_template(CHAT) == chat
+
+
+def test_smollm2_tokenizer():
+    tok = load_smollm2().tokenizer
+    assert tok.encode("What is the capital of France?") == [1780, 314, 260, 3575, 282, 4649, 47]
+    assert len(tok.encode("12345")) == 5                     # the "smollm" pre-tokenizer splits digits
+    assert tok.eos_ids == {2} and tok.id_to_token(2) == "<|im_end|>" and tok.bos_id == 1
+    for t in TEXT:
+        assert tok.decode(tok.encode(t)) == t
+    text = tok.apply_chat_template([{"role": "user", "content": "Hi"}])
+    assert text == ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+                    "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    assert tok.encode(text)[:1] == [1]
+
+
+def test_stream_decoder_holds_back_split_characters(hf_tok):
+    text = "naïve café 東京 🙂 done"
+    ids = hf_tok.encode(text)
+    stream, pieces = hf_tok.stream(), []
+    for i in ids:
+        pieces.append(stream.add(i))
+    pieces.append(stream.flush())
+    assert "".join(pieces) == text
+    assert not any("\ufffd" in p for p in pieces)
+    assert sum(p == "" for p in pieces) > 1      # some multi-byte characters did span tokens
+
+
+def test_chat_template_conventions(hf_tok):
+    t = Tokenizer(hf_tok.tok, hf_tok.eos_ids, hf_tok.tok.token_to_id("<|im_start|>"),
+                  "{{ bos_token }}{% for m in messages %}{{ m['content'] | tojson }}{{ eos_token }}{% endfor %}"
+                  "{% if add_generation_prompt %}GO{% endif %}")
+    assert t.apply_chat_template(CHAT) == '<|im_start|>"Be brief."<|im_end|>"Hi 12 東京"<|im_end|>GO'
+    assert t.apply_chat_template(CHAT, add_generation_prompt=False).endswith("<|im_end|>")
+    t.chat_template = "{{ raise_exception('no system role') }}"
+    with pytest.raises(ModelError, match="no system role"):
+        t.apply_chat_template(CHAT)
+    t.chat_template = None       # ChatML fallback
+    from jinja2 import Template
+    assert t.apply_chat_template(CHAT) == Template(CHATML).render(messages=CHAT, add_generation_prompt=True)
+
+
+def spm_gguf(path, with_tokenizer=True):
+    pieces = {"▁the": -1.0, "▁t": -2.0, "he": -3.0, "▁cat": -4.0, "▁c": -5.0, "at": -6.0}
+    singles = ["▁", "t", "h", "e", "c", "a"]
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + singles + list(pieces)
+    scores = [0.0] * 259 + [-10.0] * len(singles) + list(pieces.values())
+    types = [2, 3, 3] + [6] * 256 + [1] * (len(singles) + len(pieces))
+    w = gguf.GGUFWriter(str(path), "llama")
+    if with_tokenizer:
+        w.add_tokenizer_model("llama")
+        w.add_token_list(tokens)
+        w.add_token_scores(scores)
+        w.add_token_types(types)
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    return str(path), tokens
+
+
+def test_gguf_sentencepiece(tmp_path):
+    path, tokens = spm_gguf(tmp_path / "spm.gguf")
+    tok = Tokenizer.from_gguf(open_gguf(path), path)
+    ids = tok.encode("the cat")
+    assert [tokens[i] for i in ids] == ["▁the", "▁cat"]
+    assert tok.encode("the cat", add_special=True)[0] == 1        # llama adds BOS by default
+    e = tok.encode("thé")
+    assert [tokens[i] for i in e][-2:] == ["<0xC3>", "<0xA9>"]    # byte fallback
+    assert tok.decode(e) == "thé" and tok.decode(ids) == "the cat" and tok.eos_ids == {2}
+
+
+def test_missing_tokenizer(models_dir, tmp_path):
+    path, _ = spm_gguf(tmp_path / "none.gguf", with_tokenizer=False)
+    with pytest.raises(ModelError, match="none.gguf.*tokenizer.ggml.model"):
+        Tokenizer.from_gguf(open_gguf(path), path)
+    d = tmp_path / "hf"
+    shutil.copytree(tiny_hf_model("llama", models_dir), d)
+    (d / "tokenizer.json").unlink()
+    with pytest.raises(ModelError, match="tokenizer.json"):
+        Tokenizer.from_hf_dir(str(d))
