@@ -7,15 +7,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `tests.helpers` under a bare pytest
 
-from fusion.ir import Program  # noqa: E402
-from tests.helpers.make_models import (  # noqa: E402
-    hf_logits, load_smollm2, models_dir, tiny_hf_model, write_gguf)
-from vkdecode.errors import ContextError  # noqa: E402
-from vkdecode.models import build_program  # noqa: E402
-from vkdecode.models.gguf_names import permute_rows  # noqa: E402
-from vkdecode.models.weights import load_weights  # noqa: E402
-from vkdecode.quant import pack_float  # noqa: E402
-from vkdecode.reference import Reference, make_step, run_op  # noqa: E402
+from fusion.ir import Program
+from tests.helpers.make_models import hf_logits, load_smollm2, models_dir, tiny_hf_model, write_gguf
+from vkdecode.errors import ContextError
+from vkdecode.models import build_program
+from vkdecode.models.gguf_names import permute_rows
+from vkdecode.models.weights import load_weights
+from vkdecode.quant import pack_float
+from vkdecode.reference import Reference, make_step, run_op
 
 PROMPT, DECODE = 16, 16
 

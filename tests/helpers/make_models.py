@@ -20,9 +20,9 @@ SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TEXT = ["The capital of France is Paris.", "What is the capital of France?", "Hello, world! 12345",
         "the quick brown fox jumps over the lazy dog", "naïve café – ünïcödé 東京 🙂", "def f(x):\n    return x"]
 VOCAB = 300
-SMALL = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-             num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
-             rms_norm_eps=1e-5, rope_theta=10000.0, bos_token_id=None, eos_token_id=2)
+SMALL = {"vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 256,
+         "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "bos_token_id": None, "eos_token_id": 2}
 HF_CLASSES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
               "qwen3": ("Qwen3Config", "Qwen3ForCausalLM")}
 
@@ -110,6 +110,7 @@ def write_gguf(model_dir, path, dtype: str = "f16", pre: str = "smollm", arch: s
     For bad-input tests: `arch` overrides general.architecture; mutate(gguf_name, array) returns
     the array to write instead, or None to leave the tensor out. Cached by `path` only."""
     import gguf
+
     from vkdecode.models.config import ModelArgs
     from vkdecode.models.gguf_names import expected_shapes, source_name
     path = Path(path)

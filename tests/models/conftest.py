@@ -7,7 +7,7 @@ import pytest
 # `tests.helpers` needs the repo root importable also under a bare `pytest` (not `python -m pytest`)
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.helpers.make_models import models_dir as _models_dir  # noqa: E402
+from tests.helpers.make_models import models_dir as _models_dir
 
 
 @pytest.fixture(scope="session")

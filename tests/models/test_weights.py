@@ -40,7 +40,7 @@ def test_hf_bf16_becomes_f32(models_dir):
     import torch
     from safetensors.torch import load_file
     d = tiny_hf_model("llama", models_dir, dtype="bf16")
-    args, w, meta = load_weights(d)
+    _, w, meta = load_weights(d)
     assert meta["source_types"]["layers.0.wq"] == "BF16" and w["layers.0.wq"].dtype == "f32"
     state = load_file(d / "model.safetensors")
     for name, pw in w.items():

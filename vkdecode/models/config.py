@@ -49,7 +49,7 @@ class ModelArgs:
         return self.n_kv_heads * self.head_dim
 
     @classmethod
-    def from_hf_config(cls, path_or_dict) -> "ModelArgs":
+    def from_hf_config(cls, path_or_dict) -> ModelArgs:
         where = "config.json"
         if isinstance(path_or_dict, dict):
             cfg = path_or_dict
@@ -67,7 +67,7 @@ class ModelArgs:
         return _from_hf(cfg, where)
 
     @classmethod
-    def from_gguf(cls, reader, path) -> "ModelArgs":
+    def from_gguf(cls, reader, path) -> ModelArgs:
         return _from_gguf(reader, str(path))
 
 
@@ -125,7 +125,7 @@ def _from_hf(cfg: dict, where: str) -> ModelArgs:
         rms_eps=float(key("rms_norm_eps", 1e-6)),
         rope_theta=_hf_rope(cfg, where),
         max_position=int(key("max_position_embeddings", 4096)),
-        tie_embeddings=bool(cfg.get("tie_word_embeddings", arch != "llama")),
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),   # transformers' default
         # Qwen2 always has q/k/v biases; Llama and Qwen3 only when the config says so.
         attention_bias=True if arch == "qwen2" else bool(cfg.get("attention_bias", False)),
         qk_norm=arch == "qwen3",

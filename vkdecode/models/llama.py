@@ -65,7 +65,7 @@ class Builder:
         k = self.qkv_bias(i, "k", self.matmul(L + "k", L + "wk", h), a.kv_dim)
         v = self.qkv_bias(i, "v", self.matmul(L + "v", L + "wv", h), a.kv_dim)
         q, k = self.qk_norm(i, q, k)
-        rope = dict(theta=a.rope_theta, layout=a.rope_layout, head_dim=a.head_dim)
+        rope = {"theta": a.rope_theta, "layout": a.rope_layout, "head_dim": a.head_dim}
         qr = self.act(L + "q_rope", a.q_dim)
         self.p.op("rope", [q, "step"], [qr], n_heads=a.n_heads, **rope)
         kr = self.act(L + "k_rope", a.kv_dim)

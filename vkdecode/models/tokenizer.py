@@ -32,22 +32,22 @@ class Tokenizer:
 
     # -- construction --
     @classmethod
-    def from_hf_dir(cls, path: str, extra_eos=()) -> "Tokenizer":
+    def from_hf_dir(cls, path: str, extra_eos=()) -> Tokenizer:
         from tokenizers import Tokenizer as HFTokenizer
         file = os.path.join(path, "tokenizer.json")
         if not os.path.exists(file):
             raise ModelError(f"{path}: no tokenizer.json in the model directory")
         try:
             tok = HFTokenizer.from_file(file)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - tokenizers raises its own untyped errors
             raise ModelError(f"{file}: cannot load tokenizer: {e}") from None
         cfg = _read_json(os.path.join(path, "tokenizer_config.json"))
         gen = _read_json(os.path.join(path, "generation_config.json"))
         eos = set(extra_eos)
-        for key in (cfg.get("eos_token"), ):
-            name = key.get("content") if isinstance(key, dict) else key
-            if name is not None and tok.token_to_id(name) is not None:
-                eos.add(tok.token_to_id(name))
+        name = cfg.get("eos_token")
+        name = name.get("content") if isinstance(name, dict) else name
+        if name is not None and tok.token_to_id(name) is not None:
+            eos.add(tok.token_to_id(name))
         g = gen.get("eos_token_id")
         eos.update([g] if isinstance(g, int) else (g or []))
         bos = cfg.get("bos_token")
@@ -61,7 +61,7 @@ class Tokenizer:
         return cls(tok, eos, tok.token_to_id(bos) if bos else None, template, source=file)
 
     @classmethod
-    def from_gguf(cls, reader, path: str) -> "Tokenizer":
+    def from_gguf(cls, reader, path: str) -> Tokenizer:
         def field(name, default=None):
             f = reader.fields.get(name)
             return default if f is None else f.contents()
@@ -107,7 +107,7 @@ class Tokenizer:
     def id_to_token(self, i: int) -> str | None:
         return self.tok.id_to_token(int(i))
 
-    def stream(self, skip_special: bool = False) -> "StreamDecoder":
+    def stream(self, skip_special: bool = False) -> StreamDecoder:
         return StreamDecoder(self, skip_special)
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, **kwargs) -> str:
@@ -122,7 +122,7 @@ class Tokenizer:
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
         env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
         env.globals["raise_exception"] = raise_exception
-        name = lambda i: self.tok.id_to_token(i) if i is not None else ""  # noqa: E731
+        name = lambda i: self.tok.id_to_token(i) if i is not None else ""
         eos = min(self.eos_ids) if self.eos_ids else None
         try:
             template = env.from_string(self.chat_template or CHATML)
@@ -187,8 +187,8 @@ def _byte_level_bpe(path, tokens, merges, pre: str):
 def _sentencepiece_bpe(path, tokens, scores, types, add_space_prefix: bool):
     """SentencePiece-BPE as a `tokenizers` BPE: merges ranked by the merged piece's score (what
     transformers' converter does), byte fallback through the <0xNN> tokens."""
-    from tokenizers import decoders, models, normalizers
     from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, normalizers
     if scores is None:
         raise ModelError(f"{path}: SentencePiece tokenizer without key 'tokenizer.ggml.scores'")
     vocab = {t: i for i, t in enumerate(tokens)}

@@ -142,7 +142,7 @@ def open_gguf(path: str):
         return _Reader(path)
     except ModelError as e:
         raise ModelError(f"{path}: {e}") from None
-    except Exception as e:   # the reader raises ValueError/IndexError/... on truncated files
+    except Exception as e:  # noqa: BLE001 - the reader raises ValueError/IndexError/... on truncated files
         raise ModelError(f"{path}: cannot read GGUF ({type(e).__name__}: {e}; truncated?)") from None
 
 
@@ -158,7 +158,7 @@ class _Reader(gguf.GGUFReader):
                 block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(int(raw_dtype[0]))]
                 end = int(start_offs + offset[0]) + int(np.prod(dims)) * type_size // block
                 name = bytes(name).decode("utf-8", "replace")
-            except Exception:   # layout not as expected: leave the checking to the reader
+            except Exception:  # noqa: BLE001 - layout not as expected: leave the checking to the reader
                 break
             if end > size:
                 raise ModelError(f"tensor {name!r} ends at byte {end}, past the end of the file "
