@@ -74,7 +74,21 @@ class Case:
             o.close()
 
 
-def measure(case: Case, caps: KernelCaps, reps: int = 200) -> dict:
+def _barrier_fn(cmd, mode: str):
+    """full: the executors' CommandBuffer.barrier(); compute: shader write -> shader read/write only."""
+    if mode == "full":
+        return cmd.barrier
+    if mode == "none":
+        return lambda: None
+    from vkdecode.vk.ffi import NULL, lib, new, vk
+    stage = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
+    mb = new("VkMemoryBarrier*", {"srcAccessMask": vk.VK_ACCESS_SHADER_WRITE_BIT,
+                                  "dstAccessMask": vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT})
+    cmd._bench_mb = mb  # keep the struct alive while recording
+    return lambda: lib.vkCmdPipelineBarrier(cmd.handle, stage, stage, 0, 1, mb, 0, NULL, 0, NULL)
+
+
+def measure(case: Case, caps: KernelCaps, reps: int = 200, barrier: str = "full") -> dict:
     from vkdecode.vk.descriptors import write_descriptor_set
     dev, dtype = case.dev, case.dtype
     (call,) = op_calls(_program(dtype, case.out, case.n_in), 0, caps)  # one binding on real GPUs
@@ -89,7 +103,8 @@ def measure(case: Case, caps: KernelCaps, reps: int = 200) -> dict:
         sets.append(d)
     ts = dev.timestamp_pool(2)
     cmd = dev.command_buffer()
-    cmd.begin()
+    cmd.begin(one_time=False)
+    bar = _barrier_fn(cmd, barrier)
     ts.reset_cmd(cmd)
     for i in range(reps + 1):
         if i == 1:  # the first dispatch warms code and x; time the rest
@@ -97,25 +112,28 @@ def measure(case: Case, caps: KernelCaps, reps: int = 200) -> dict:
         cmd.bind(pipe, sets[i % case.copies])
         cmd.push(pipe, call.push)
         cmd.dispatch(*call.groups)
-        cmd.barrier()
+        bar()
     cmd.timestamp(ts, 1)
     cmd.end()
-    best = float("inf")
-    for _ in range(3):
+    times = []
+    for k in range(7):  # the first two runs bring the clocks up after the host-side setup
         dev.submit([cmd])
         t0, t1 = ts.read_ns()
-        best = min(best, (t1 - t0) / reps)
+        if k >= 2:
+            times.append((t1 - t0) / reps)
     for o in (cmd, ts, pool):
         o.close()
+    med = float(np.median(times))
     return {"dtype": dtype, "out": case.out, "in": case.n_in, "wg": call.spec[0], "rows": call.spec[3],
-            "copies": case.copies, "weight_bytes": case.wbytes, "us": best / 1e3, "GBps": case.wbytes / best}
+            "barrier": barrier, "copies": case.copies, "weight_bytes": case.wbytes, "us": med / 1e3,
+            "us_min": min(times) / 1e3, "us_max": max(times) / 1e3, "GBps": case.wbytes / med}
 
 
 def copy_bandwidth(dev, nbytes: int = 512 << 20, reps: int = 5) -> float:
     a, b = dev.buffer(nbytes), dev.buffer(nbytes)
     ts = dev.timestamp_pool(2)
     cmd = dev.command_buffer()
-    cmd.begin()
+    cmd.begin(one_time=False)
     ts.reset_cmd(cmd)
     cmd.copy(a, b, nbytes)
     cmd.barrier()
@@ -125,11 +143,14 @@ def copy_bandwidth(dev, nbytes: int = 512 << 20, reps: int = 5) -> float:
         cmd.barrier()
     cmd.timestamp(ts, 1)
     cmd.end()
-    dev.submit([cmd])
-    t0, t1 = ts.read_ns()
+    best = float("inf")
+    for _ in range(4):  # the first run brings the clocks up
+        dev.submit([cmd])
+        t0, t1 = ts.read_ns()
+        best = min(best, t1 - t0)
     for o in (cmd, ts, a, b):
         o.close()
-    return 2 * nbytes * reps / (t1 - t0)  # read + write bytes per ns = GB/s
+    return 2 * nbytes * reps / best  # read + write bytes per ns = GB/s
 
 
 def main(argv=None) -> int:
@@ -137,6 +158,8 @@ def main(argv=None) -> int:
     ap.add_argument("--preset", default="all", choices=sorted(PRESETS))
     ap.add_argument("--sweep", action="store_true", help="also try workgroup sizes x rows per workgroup")
     ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--barrier", default="full", choices=["full", "compute", "none"])
+    ap.add_argument("--only", default="", help="substring of 'dtype-outxin' to keep")
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
     from vkdecode.vk import Device
@@ -149,9 +172,11 @@ def main(argv=None) -> int:
     if a.sweep:
         tunings += [{"matvec_wg": w, "matvec_rows": r} for w in (32, 64, 128, 256) for r in (1, 2, 4, 8)]
     for dtype, out, n_in, what in PRESETS[a.preset]:
+        if a.only not in f"{dtype}-{out}x{n_in}":
+            continue
         case = Case(dev, dtype, out, n_in)
         for t in tunings:
-            r = measure(case, replace(caps, **t), a.reps)
+            r = measure(case, replace(caps, **t), a.reps, a.barrier)
             r.update(what=what, auto=not t)
             res["rows"].append(r)
             print(f"{dtype:5s} {out:6d}x{n_in:<5d} {what:8s} wg {r['wg']:3d} rows {r['rows']} "
