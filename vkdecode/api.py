@@ -1,0 +1,89 @@
+"""Python API, in the manner of mlx-lm:
+
+    with vkdecode.load("model.gguf") as model:
+        print(model.generate("Hello", max_tokens=32))
+        for r in model.stream_generate(chat="What is the capital of France?"):
+            print(r.text, end="", flush=True)
+"""
+from __future__ import annotations
+
+import time
+
+from vkdecode.generate import GenerationResponse, stream_generate
+
+
+class Model:
+    def __init__(self, path, device=None, mode: str = "fused", ctx: int | None = 4096, progress: bool = False,
+                 **executor_kw):
+        from vkdecode.executors import make_executor
+        from vkdecode.models.loader import load_model
+        from vkdecode.vk.device import Device
+        t0 = time.perf_counter()
+        self.loaded = load_model(path, ctx=ctx)
+        self._own_device = device is None or isinstance(device, (str, int))
+        self.device = Device(device) if self._own_device else device
+        try:
+            bar = _upload_bar(self.loaded) if progress else None
+            self.executor = make_executor(mode, self.device, self.loaded.program, self.loaded.weights,
+                                          progress=bar, **executor_kw)
+            if bar is not None:
+                bar.close()
+        except BaseException:
+            self.close()
+            raise
+        self.load_s = time.perf_counter() - t0
+
+    @property
+    def tokenizer(self):
+        return self.loaded.tokenizer
+
+    @property
+    def mode(self) -> str:
+        return self.executor.mode
+
+    def encode_prompt(self, prompt: str | None = None, chat: str | None = None) -> list[int]:
+        tok = self.tokenizer
+        if chat is not None:
+            text = tok.apply_chat_template([{"role": "user", "content": chat}], add_generation_prompt=True)
+            return tok.encode(text)
+        ids = tok.encode(prompt or "")
+        if tok.add_bos and tok.bos_id is not None:
+            ids = [tok.bos_id] + ids
+        return ids
+
+    def stream_generate(self, prompt: str | None = None, chat: str | None = None, max_tokens: int = 256,
+                        prompt_ids: list[int] | None = None):
+        ids = prompt_ids if prompt_ids is not None else self.encode_prompt(prompt, chat)
+        return stream_generate(self.executor, self.tokenizer, ids, max_tokens, self.load_s)
+
+    def generate(self, prompt: str | None = None, chat: str | None = None, max_tokens: int = 256) -> str:
+        return "".join(r.text for r in self.stream_generate(prompt, chat, max_tokens))
+
+    def close(self) -> None:
+        ex = getattr(self, "executor", None)
+        if ex is not None:
+            ex.close()
+            self.executor = None
+        if getattr(self, "_own_device", False) and getattr(self, "device", None) is not None:
+            self.device.close()
+            self.device = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+
+def _upload_bar(loaded):
+    from tqdm import tqdm
+    total = sum(w.nbytes for w in loaded.weights.values())
+    return tqdm(total=total, unit="B", unit_scale=True, desc="upload weights", leave=False)
+
+
+def load(path, device=None, mode: str = "fused", ctx: int | None = 4096, **kw) -> Model:
+    return Model(path, device=device, mode=mode, ctx=ctx, **kw)
+
+
+__all__ = ["load", "Model", "GenerationResponse"]
