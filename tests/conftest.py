@@ -2,8 +2,13 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
+
+# `tests.helpers` importable under a bare `pytest` as well as `python -m pytest`
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 _DEVICE = None
 
@@ -42,3 +47,10 @@ def _no_validation_errors():
         msgs = list(_DEVICE.validation_errors)
         _DEVICE.validation_errors.clear()
         pytest.fail(f"{len(msgs)} Vulkan validation error(s):\n" + "\n".join(msgs), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory):
+    """A session-wide directory of tiny random models (built once, reused by every test)."""
+    from tests.helpers.make_models import models_dir as _models_dir
+    return _models_dir(tmp_path_factory)

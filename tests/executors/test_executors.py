@@ -1,0 +1,95 @@
+"""Every executor against the numpy reference, and the counters that prove the steady state."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.helpers.make_models import tiny_hf_model
+from vkdecode.errors import ContextError
+from vkdecode.executors import make_executor
+from vkdecode.models.loader import load_model
+from vkdecode.reference import Reference
+
+ARCHS = ("llama", "qwen2", "qwen3")
+STEPS = 32
+
+
+@pytest.fixture(scope="module")
+def tiny(models_dir):
+    return {a: load_model(tiny_hf_model(a, models_dir), ctx=48) for a in ARCHS}
+
+
+def _run(ex, ref, steps: int, first: int = 7):
+    """Feed the executor's own greedy tokens; compare logits and token with the reference each step."""
+    tok, logits, toks = first, [], []
+    ref.reset()
+    for pos in range(steps):
+        r = ref.step(tok, pos)
+        nxt = ex.step(tok, pos)
+        got = ex.read_logits()
+        rel = np.abs(got - r["logits"]).max() / np.abs(r["logits"]).max()
+        assert rel <= 1e-4, f"{ex.mode} step {pos}: logits rel err {rel:.2e}"
+        assert nxt == int(r["next_token"][0]), f"{ex.mode} step {pos}: token {nxt} != reference"
+        logits.append(got)
+        toks.append(nxt)
+        tok = nxt
+    return toks, logits
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_modes_match_reference_and_each_other(device, tiny, arch):
+    m = tiny[arch]
+    ref = Reference(m.program, m.weights)
+    out = {}
+    for mode in ("unfused", "replay-nofuse", "fused"):
+        with make_executor(mode, device, m.program, m.weights) as ex:
+            out[mode] = _run(ex, ref, STEPS)
+    # replay without fusion runs the very same kernels: bit-identical logits and tokens
+    assert out["replay-nofuse"][0] == out["unfused"][0]
+    for a, b in zip(out["replay-nofuse"][1], out["unfused"][1]):
+        np.testing.assert_array_equal(a, b)
+    assert out["fused"][0] == out["unfused"][0]
+
+
+def test_unfused_counters_follow_the_op_list(device, tiny):
+    m = tiny["llama"]
+    with make_executor("unfused", device, m.program, m.weights) as ex:
+        for pos in range(3):
+            ex.step(1, pos)
+        c = ex.token_stats[-1].counters
+        n = len(ex.items)
+        assert n >= len(m.program.ops)        # one or more dispatches per op, never fewer
+        assert c.dispatches == c.pipeline_binds == c.descriptor_set_binds == n
+        assert c.descriptor_set_allocations == n
+        assert c.descriptor_writes == sum(len(it.ranges) for it in ex.items)
+        assert c.command_buffer_recordings == 1 and c.submits == 1
+        assert c.barriers == 2 + sum(it.barrier for it in ex.items)   # + step start, host read
+
+
+@pytest.mark.parametrize("mode", ["replay-nofuse", "fused"])
+def test_replay_steady_state_has_no_host_work_but_one_submit(device, tiny, mode):
+    m = tiny["qwen3"]
+    with make_executor(mode, device, m.program, m.weights) as ex:
+        for pos in range(4):
+            ex.step(3, pos)
+        for s in ex.token_stats:
+            c = s.counters
+            assert (c.descriptor_writes, c.descriptor_set_allocations, c.command_buffer_recordings,
+                    c.recorded_commands, c.dispatches, c.submits) == (0, 0, 0, 0, 0, 1)
+
+
+def test_replay_decodes_to_the_last_position_and_stops(device, models_dir):
+    m = load_model(tiny_hf_model("llama", models_dir), ctx=12)
+    ref = Reference(m.program, m.weights)
+    with make_executor("fused", device, m.program, m.weights) as ex:
+        _run(ex, ref, 12)                      # positions 0 .. ctx-1, the last one included
+        with pytest.raises(ContextError, match="outside the context"):
+            ex.step(1, 12)
+
+
+def test_env_switches_fusion_off(device, tiny, monkeypatch):
+    monkeypatch.setenv("VKDECODE_NOFUSE", "1")
+    m = tiny["llama"]
+    with make_executor("fused", device, m.program, m.weights) as ex:
+        assert ex.mode == "replay-nofuse"
+        assert all(r.rule is None for r in ex.regions)
