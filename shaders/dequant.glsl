@@ -4,11 +4,14 @@
 // The includer defines one of DT_F32 DT_F16 DT_Q8_0 DT_Q4_0 DT_Q4_1 DT_Q5_0, the binding numbers
 // B_W (data, or q words) and B_S (quant scales), and, for load_x, the activation fetches
 // X1(i) (float at element i) and X4(i) (vec4 at vec4 index i). WVEC selects 16-byte weight loads
-// for f32/f16 (kernels.py sets it when a row is a whole number of uvec4s; quant rows always are,
-// except q5_0 whose 5-word blocks are read as words).
+// for f32/f16 (kernels.py sets it when a row is a whole number of uvec4s).
 //
 // A "unit" is what one invocation reads per step: a uvec4 of f16 (8 values) or f32 (4), a single
-// word/float otherwise, and one 32-element block for the quant types.
+// word/float otherwise, and 8 elements of a quant block (q8_0: a uvec2; q4/q5: one nibble word,
+// its elements 4k..4k+3 and 16+4k..16+4k+3). Adjacent invocations take adjacent units, so both
+// the weight and the activation loads of a subgroup are contiguous: with a whole block per
+// invocation the 8 vec4 loads of x each touched a different cache line per invocation, and on an
+// H100 the L1 wavefronts of x, not DRAM, capped quantised matvecs near 1/3 of bandwidth.
 
 #if defined(DT_F32)
 layout(binding = B_W) readonly buffer WF { float w_f[]; };
@@ -35,8 +38,9 @@ layout(binding = B_W) readonly buffer WU4 { uvec4 w_u4[]; };
 
 #if defined(DT_Q8_0) || defined(DT_Q4_0) || defined(DT_Q4_1) || defined(DT_Q5_0)
 #define QUANT 1
-#define UNIT_ELEMS 32
+#define UNIT_ELEMS 8
 layout(binding = B_S) readonly buffer WS { uint w_s[]; };
+layout(binding = B_W) readonly buffer WU2 { uvec2 w_u2[]; };
 #if defined(DT_Q8_0)
 #define ROW_WORDS(k) ((k) / 4)
 #define BLOCK_WORDS 8
@@ -58,9 +62,7 @@ vec4 hi4(uint w) { return vec4(uvec4(w >> 4, w >> 12, w >> 20, w >> 28) & 0xFu);
 // Fifth bits of elements b..b+3 of a q5_0 block, already scaled to 16.
 vec4 q5hi(uint qh, uint b) { return vec4(uvec4(qh >> b, qh >> (b + 1), qh >> (b + 2), qh >> (b + 3)) & 1u) * 16.0; }
 
-#ifdef QUANT
-#define XU_VEC4 8
-#elif defined(DT_F16) && defined(WVEC)
+#if defined(QUANT) || (defined(DT_F16) && defined(WVEC))
 #define XU_VEC4 2
 #else
 #define XU_VEC4 1
@@ -70,7 +72,11 @@ vec4 q5hi(uint qh, uint b) { return vec4(uvec4(qh >> b, qh >> (b + 1), qh >> (b 
 // The activations unit u multiplies, loaded once and reused for every row a thread handles.
 // Scalar units fill only the leading components.
 void load_x(uint u, out vec4 xv[XU_VEC4]) {
-#if defined(QUANT) || defined(WVEC)
+#if defined(QUANT) && !defined(DT_Q8_0)
+    uint b = u / 4, k = u % 4;   // nibble word k of block b: elements 4k.. and 16+4k..
+    xv[0] = X4(8 * b + k);
+    xv[1] = X4(8 * b + 4 + k);
+#elif defined(QUANT) || defined(WVEC)
     for (uint j = 0; j < XU_VEC4; j++) xv[j] = X4(XU_VEC4 * u + j);
 #elif defined(DT_F16)
     xv[0] = vec4(X1(2 * u), X1(2 * u + 1), 0.0, 0.0);
@@ -97,33 +103,23 @@ float unit_dot(uint rw, uint rs, uint u, vec4 xv[XU_VEC4]) {
     return dot(unpackHalf2x16(w_u[rw + u]), xv[0].xy);
 #endif
 #else
-    vec2 dm = unpackHalf2x16(w_s[rs + u]);
+    vec2 dm = unpackHalf2x16(w_s[rs + u / 4]);
 #if defined(DT_Q8_0)
-    uvec4 a = w_u4[rw / 4 + 2 * u];
-    uvec4 b = w_u4[rw / 4 + 2 * u + 1];
-    float s = ((dot(i8x4(a.x), xv[0]) + dot(i8x4(a.y), xv[1])) + (dot(i8x4(a.z), xv[2]) + dot(i8x4(a.w), xv[3])))
-            + ((dot(i8x4(b.x), xv[4]) + dot(i8x4(b.y), xv[5])) + (dot(i8x4(b.z), xv[6]) + dot(i8x4(b.w), xv[7])));
-    return dm.x * s;
+    uvec2 q = w_u2[rw / 2 + u];
+    return dm.x * (dot(i8x4(q.x), xv[0]) + dot(i8x4(q.y), xv[1]));
 #else
 #if defined(DT_Q5_0)
-    uint base = rw + 5 * u;
-    uvec4 q = uvec4(w_u[base], w_u[base + 1], w_u[base + 2], w_u[base + 3]);
-    uint qh = w_u[base + 4];
+    uint b = u / 4, k = u % 4;
+    uint q = w_u[rw + 5 * b + k];
+    uint qh = w_u[rw + 5 * b + 4];
+    float s = dot(lo4(q) + q5hi(qh, 4 * k), xv[0]) + dot(hi4(q) + q5hi(qh, 16 + 4 * k), xv[1]);
 #else
-    uvec4 q = w_u4[rw / 4 + u];
+    uint q = w_u[rw + u];
+    float s = dot(lo4(q), xv[0]) + dot(hi4(q), xv[1]);
 #endif
-    // Element 4k+c sits in the low nibble of byte c of word k, element 16+4k+c in its high nibble.
-    vec4 n0 = lo4(q.x), n1 = lo4(q.y), n2 = lo4(q.z), n3 = lo4(q.w);
-    vec4 n4 = hi4(q.x), n5 = hi4(q.y), n6 = hi4(q.z), n7 = hi4(q.w);
-#if defined(DT_Q5_0)
-    n0 += q5hi(qh, 0); n1 += q5hi(qh, 4); n2 += q5hi(qh, 8); n3 += q5hi(qh, 12);
-    n4 += q5hi(qh, 16); n5 += q5hi(qh, 20); n6 += q5hi(qh, 24); n7 += q5hi(qh, 28);
-#endif
-    float s = ((dot(n0, xv[0]) + dot(n1, xv[1])) + (dot(n2, xv[2]) + dot(n3, xv[3])))
-            + ((dot(n4, xv[4]) + dot(n5, xv[5])) + (dot(n6, xv[6]) + dot(n7, xv[7])));
-    // The block's x sum: the same for every row, so the compiler keeps one copy per unit.
-    vec4 xs4 = ((xv[0] + xv[1]) + (xv[2] + xv[3])) + ((xv[4] + xv[5]) + (xv[6] + xv[7]));
-    float xs = (xs4.x + xs4.y) + (xs4.z + xs4.w);
+    // The x sum is the same for every row, so the compiler keeps one copy per unit.
+    vec4 x2 = xv[0] + xv[1];
+    float xs = (x2.x + x2.y) + (x2.z + x2.w);
 #if defined(DT_Q4_0)
     return dm.x * (s - 8.0 * xs);
 #elif defined(DT_Q4_1)

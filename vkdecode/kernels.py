@@ -141,9 +141,9 @@ def _embed(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
 
 def matvec_shape(dtype: str, n_in: int, n_rows: int, caps: KernelCaps) -> tuple[int, int, bool]:
     """(workgroup size, rows per workgroup, wide loads) of a matvec; shared with fused kernels."""
-    wvec = dtype in ("q8_0", "q4_0", "q4_1") or (dtype == "f32" and n_in % 4 == 0) \
-        or (dtype == "f16" and n_in % 8 == 0)
-    unit = 32 if dtype in QUANT_TYPES else (4 if wvec else 1) * (2 if dtype == "f16" else 1)
+    wvec = (dtype == "f32" and n_in % 4 == 0) or (dtype == "f16" and n_in % 8 == 0)
+    # elements per invocation step (shaders/dequant.glsl "unit")
+    unit = 8 if dtype in QUANT_TYPES else (4 if wvec else 1) * (2 if dtype == "f16" else 1)
     units = n_in // unit
     wg = caps.matvec_wg or _wg(caps, units, cap=256)
     rows = caps.matvec_rows or (2 if n_rows >= 2048 else 1)
