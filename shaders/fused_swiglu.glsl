@@ -1,0 +1,35 @@
+// Body of matmul_silu_mul.comp and rms_norm_matmul_silu_mul.comp (NORM defined):
+// y = silu(W_gate h) * (W_up h), h = x or x / rms(x) * norm_w. Workgroup g takes rows
+// g*ROWS .. g*ROWS+ROWS-1 of both weights: each output row needs its gate and its up row, so
+// gate, up and SwiGLU are one dispatch and neither g nor u goes to memory.
+// Bindings (numbers from fused_matvec.py, as defines): B_X x, B_NW norm_w (NORM), WB_0/SB_0 gate,
+// WB_1/SB_1 up, B_Y y. Spec: 0 wg size, 1 K, 2 ROWS, 3 EPS, 4 M (rows of each weight).
+#define NO_WG_REDUCE
+#include "common.glsl"
+#define FMV_NR (2 * ROWS + 1)
+#include "fused_matvec.glsl"
+
+layout(constant_id = 4) const uint M = 1;
+
+#define SLOT 0
+#include "fused_wslot.glsl"
+#undef SLOT
+#define SLOT 1
+#include "fused_wslot.glsl"
+layout(binding = B_Y) writeonly buffer YB { float y[]; };
+
+void main() {
+    const uint t = gl_LocalInvocationID.x;
+    const uint first = flat_group_id() * ROWS;
+    if (first >= M) return;  // padding of a 2-D grid: the whole workgroup leaves together
+    fmv_clear();
+    fmv_rows_0(first, M, 0);
+    float ss = fmv_ss;  // the up pass loads x again: keep one sum of squares
+    fmv_rows_1(first, M, ROWS);
+    fmv_acc[2 * ROWS] = ss;
+    fmv_reduce();
+    if (t >= ROWS || first + t >= M) return;
+    float inv = fmv_inv_rms(fmv_acc[2 * ROWS]);
+    float g = fmv_pick(t) * inv, u = fmv_pick(ROWS + t) * inv;
+    y[first + t] = g / (1.0 + exp(-g)) * u;
+}

@@ -1,0 +1,58 @@
+// One weight slot of a fused matvec: dequant.glsl included again with its buffers and functions
+// renamed by the suffix _<SLOT>, so one kernel reads several weights (q/k/v, gate/up), each from
+// its own binding, with the shared dequantisation code. Include once per slot:
+//   #define SLOT 0  (then #undef SLOT / #define SLOT 1 ...)   #include "fused_wslot.glsl"
+// The includer defines WB_<SLOT> (data or q binding) and, for quant dtypes, SB_<SLOT> (scales);
+// every slot of one kernel has the same dtype (DT_*, WVEC), so the last inclusion's macros
+// (UNIT_ELEMS, ROW_WORDS, XU_VEC4) serve all of them. Needs fused_matvec.glsl first (K, ROWS, X4).
+// After an inclusion, `unit_dot`, `load_x`, ... name the current slot's functions.
+// Every global name dequant.glsl declares (blocks, their members, functions) must be renamed
+// below; a new one there shows up as "Cannot reuse block name" / a redefinition error here.
+
+#ifndef FUSED_WSLOT_RENAMES
+#define FUSED_WSLOT_RENAMES
+#define FW_CAT_(a, b) a##b
+#define FW_CAT(a, b) FW_CAT_(a, b)
+#define WF FW_CAT(WF_, SLOT)
+#define WF4 FW_CAT(WF4_, SLOT)
+#define WU FW_CAT(WU_, SLOT)
+#define WU4 FW_CAT(WU4_, SLOT)
+#define WU2 FW_CAT(WU2_, SLOT)
+#define WS FW_CAT(WS_, SLOT)
+#define w_f FW_CAT(w_f_, SLOT)
+#define w_f4 FW_CAT(w_f4_, SLOT)
+#define w_u FW_CAT(w_u_, SLOT)
+#define w_u4 FW_CAT(w_u4_, SLOT)
+#define w_u2 FW_CAT(w_u2_, SLOT)
+#define w_s FW_CAT(w_s_, SLOT)
+#define i8x4 FW_CAT(i8x4_, SLOT)
+#define lo4 FW_CAT(lo4_, SLOT)
+#define hi4 FW_CAT(hi4_, SLOT)
+#define q5hi FW_CAT(q5hi_, SLOT)
+#define load_x FW_CAT(load_x_, SLOT)
+#define unit_dot FW_CAT(unit_dot_, SLOT)
+#define dequant_elem FW_CAT(dequant_elem_, SLOT)
+#define B_W FW_CAT(WB_, SLOT)
+#define B_S FW_CAT(SB_, SLOT)
+#endif
+
+// GLSL forbids redefining a macro with another body: drop the previous slot's definitions.
+#undef ROW_WORDS
+#undef UNIT_ELEMS
+#undef QUANT
+#undef BLOCK_WORDS
+#undef XU_VEC4
+#include "dequant.glsl"
+
+// fmv_fmv_acc[base + i] += W[first + i, :] . x for i < ROWS (rows past m - 1 re-read row m - 1, their
+// sums are dropped by the caller), every invocation taking the units t, t + WG, ...
+void FW_CAT(fmv_rows_, SLOT)(uint first, uint m, uint base) {
+    for (uint u = gl_LocalInvocationID.x; u < K / UNIT_ELEMS; u += gl_WorkGroupSize.x) {
+        vec4 xv[XU_VEC4];
+        load_x(u, xv);
+        for (uint i = 0; i < ROWS; i++) {
+            uint r = min(first + i, m - 1);
+            fmv_acc[base + i] += unit_dot(r * ROW_WORDS(K), r * (K / 32), u, xv);
+        }
+    }
+}

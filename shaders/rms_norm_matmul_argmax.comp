@@ -1,0 +1,61 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// RMS_NORM_MATMUL_ARGMAX, first pass: logits = W (x / rms(x) * norm_w) (logits is a program
+// output, so it is written), and per workgroup the (max as float bits, index) pair of its rows, in
+// argmax.comp's pair format; argmax.comp FINAL then reduces the pairs to the token. Workgroup g
+// takes BLOCKS consecutive blocks of ROWS rows, so the final pass reads ~1000 pairs, not one per row.
+// Ties go to the lowest index, as numpy's argmax: rows are visited in order and only a strictly
+// better value (argmax.comp's `better`) replaces the best.
+// Bindings: 0 x, 1 norm_w, 2 W data or q, [3 scales], then logits, pairs.
+// Spec: 0 wg size, 1 K, 2 ROWS, 3 EPS, 4 M (rows bound), 5 BLOCKS. Push: row0 (first logits row of
+// this call, non-zero for the chunks of a head beyond maxStorageBufferRange), pair0 (first pair).
+#define NO_WG_REDUCE
+#include "common.glsl"
+#define NORM 1
+#define B_X 0
+#define B_NW 1
+#include "fused_matvec.glsl"
+
+layout(constant_id = 4) const uint M = 1;
+layout(constant_id = 5) const uint BLOCKS = 1;
+layout(push_constant) uniform Push { uint row0; uint pair0; } pc;
+
+#define WB_0 2
+#if defined(DT_F32) || defined(DT_F16)
+#define B_LOGITS 3
+#else
+#define SB_0 3
+#define B_LOGITS 4
+#endif
+#define SLOT 0
+#include "fused_wslot.glsl"
+layout(binding = B_LOGITS) writeonly buffer LB { float logits[]; };
+layout(binding = B_LOGITS + 1) writeonly buffer PB { uvec2 pairs[]; };
+
+bool better(float v, uint i, float bv, uint bi) { return v > bv || (v == bv && i < bi); }
+
+void main() {
+    const uint t = gl_LocalInvocationID.x;
+    const uint g = flat_group_id();
+    const uint nblocks = (M + ROWS - 1) / ROWS;
+    if (g * BLOCKS >= nblocks) return;  // padding of a 2-D grid: the whole workgroup leaves
+    float bv = NEG_INF;
+    uint bi = 0xFFFFFFFFu;
+    for (uint b = g * BLOCKS; b < min(nblocks, (g + 1) * BLOCKS); b++) {
+        const uint first = b * ROWS;
+        fmv_clear();
+        fmv_rows_0(first, M, 0);
+        fmv_acc[ROWS] = fmv_ss;
+        fmv_reduce();  // every invocation has every row's dot: the best is tracked uniformly
+        const float inv = fmv_inv_rms(fmv_acc[ROWS]);
+        for (uint i = 0; i < ROWS; i++) {
+            float v = fmv_acc[i] * inv;
+            uint row = pc.row0 + first + i;
+            if (first + i < M) {
+                if (i == t) logits[row] = v;
+                if (better(v, row, bv, bi)) { bv = v; bi = row; }
+            }
+        }
+    }
+    if (t == 0) pairs[pc.pair0 + g] = uvec2(floatBitsToUint(bv), bi);
+}

@@ -1,0 +1,19 @@
+"""Fused kernels of the decode rules, registered into vkdecode.lowering.FUSED.
+
+Each builder maps a Region (its roles and attrs from fusion/rules.py) to the KernelCalls of its
+fused shaders, or returns None to fall back to the region's per-op kernels (always correct), for
+shapes a fused shader does not cover. Builders live in fused_matvec.py (projections) and
+fused_attention.py (norm / rope / kv write / attention, add + norm).
+"""
+from __future__ import annotations
+
+from vkdecode import fused_matvec as mv
+from vkdecode.lowering import FUSED
+
+FUSED.update({
+    "MATMUL_ADD": mv.matmul_add,
+    "RMS_NORM_MATMUL": mv.rms_norm_matmul,
+    "RMS_NORM_MATMUL_SILU_MUL": mv.rms_norm_matmul_silu_mul,
+    "MATMUL_SILU_MUL": mv.matmul_silu_mul,
+    "RMS_NORM_MATMUL_ARGMAX": mv.rms_norm_matmul_argmax,
+})

@@ -1,0 +1,183 @@
+"""Fused matvec regions -> kernel calls: MATMUL_ADD, RMS_NORM_MATMUL, (RMS_NORM_)MATMUL_SILU_MUL and
+RMS_NORM_MATMUL_ARGMAX. Each builder returns None (the region's own per-op kernels) for shapes its
+shader does not cover, so a fused region always runs correctly.
+
+Fused shaders that read several weights declare each one in its own binding; the binding numbers
+are passed as defines (WB_p, SB_p, ...), so one shader source serves every combination.
+"""
+from __future__ import annotations
+
+import struct
+
+from fusion.ir import Program
+from fusion.rules import Region
+from vkdecode.kernels import (
+    Binding,
+    KernelCall,
+    KernelCaps,
+    _dtype_define,
+    _groups,
+    _reduce_defines,
+    _wbindings,
+    _wg,
+    matvec_shape,
+    row_chunks,
+    weight_parts,
+)
+
+MAX_SLOTS = 4          # weights one rms_norm_matmul dispatch reads (q, k, v need 3)
+ARGMAX_PARTIALS = 1024  # about this many (max, index) pairs for the final argmax pass
+
+
+def _fits(p: Program, w: str, caps: KernelCaps) -> bool:
+    v = p.values[w]
+    return len(row_chunks(v.dtype, v.shape[0], v.shape[1], caps)) == 1
+
+
+def _mv_defines(dtype: str, wvec: bool, caps: KernelCaps) -> tuple:
+    return (_dtype_define(dtype),) + _reduce_defines(caps) + ((("WVEC", "1"),) if wvec else ())
+
+
+class _Slots:
+    """Binding numbers of a fused call, handed out in order and named by define."""
+
+    def __init__(self):
+        self.bindings: list[Binding] = []
+        self.defines: list[tuple[str, str]] = []
+
+    def add(self, define: str | None, b: Binding) -> int:
+        i = len(self.bindings)
+        self.bindings.append(b)
+        if define:
+            self.defines.append((define, str(i)))
+        return i
+
+    def weight(self, p: Program, w: str, slot: int) -> None:
+        for part in weight_parts(p.values[w].dtype):
+            self.add(f"{'SB' if part == 's' else 'WB'}_{slot}", Binding(w, part))
+
+
+# ---------------------------------------------------------------- MATMUL_ADD
+
+def matmul_add(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
+    r = region.roles
+    w, x, res, out = r["weight"], r["x"], r["residual"], r["out"]
+    wv = p.values[w]
+    n_out, n_in = wv.shape
+    chunks = row_chunks(wv.dtype, n_out, n_in, caps)
+    calls = []
+    for r0, rows in chunks:
+        wg, rpw, wvec = matvec_shape(wv.dtype, n_in, rows, caps)
+        b = _wbindings(w, wv.dtype, r0, None if len(chunks) == 1 else rows)
+        b += (Binding(x), Binding(res), Binding(out))
+        calls.append(KernelCall("matmul_add", (wg, n_in, rows, rpw), b, (len(b) - 1,),
+                                _groups(-(-rows // rpw)), push=struct.pack("<I", r0),
+                                defines=_mv_defines(wv.dtype, wvec, caps),
+                                label=out + (f"[{r0}:]" if len(chunks) > 1 else "")))
+    return calls
+
+
+# ---------------------------------------------------------------- RMS_NORM_MATMUL
+
+def _norm_matmul_call(p: Program, region: Region, idx: list[int], caps: KernelCaps) -> KernelCall:
+    r = region.roles
+    ws = [r["weights"][i] for i in idx]
+    dtype = p.values[ws[0]].dtype
+    k = p.values[ws[0]].shape[1]
+    rows = [p.values[w].shape[0] for w in ws]
+    wg, rpw, wvec = matvec_shape(dtype, k, sum(rows), caps)
+    s = _Slots()
+    s.add("B_X", Binding(r["x"]))
+    s.add("B_NW", Binding(r["norm_w"]))
+    writes = []
+    for slot, i in enumerate(idx):
+        s.weight(p, r["weights"][i], slot)
+        if r["biases"][i] is not None:
+            s.add(f"BB_{slot}", Binding(r["biases"][i]))
+            s.defines.append((f"BIAS_{slot}", "1"))
+        writes.append(s.add(f"YB_{slot}", Binding(r["outs"][i])))
+    groups = sum(-(-m // rpw) for m in rows)
+    m_spec = tuple(rows) + (0,) * (MAX_SLOTS - len(rows))
+    return KernelCall("rms_norm_matmul", (wg, k, rpw, float(region.attrs["eps"])) + m_spec,
+                      tuple(s.bindings), tuple(writes), _groups(groups),
+                      defines=_mv_defines(dtype, wvec, caps) + (("NW", str(len(idx))),) + tuple(s.defines),
+                      label="+".join(r["outs"][i] for i in idx))
+
+
+def rms_norm_matmul(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
+    """One dispatch per group of projections sharing a dtype (q, k and v: one dispatch)."""
+    ws = region.roles["weights"]
+    if not all(_fits(p, w, caps) for w in ws):
+        return None
+    groups: dict[str, list[int]] = {}
+    for i, w in enumerate(ws):
+        groups.setdefault(p.values[w].dtype, []).append(i)
+    calls = []
+    for idx in groups.values():
+        for j in range(0, len(idx), MAX_SLOTS):
+            calls.append(_norm_matmul_call(p, region, idx[j:j + MAX_SLOTS], caps))
+    return calls
+
+
+# ---------------------------------------------------------------- (RMS_NORM_)MATMUL_SILU_MUL
+
+def _swiglu(norm: bool):
+    def build(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
+        r = region.roles
+        wgate, wup = r["w_gate"], r["w_up"]
+        dtype = p.values[wgate].dtype
+        m, k = p.values[wgate].shape
+        if not _fits(p, wgate, caps):
+            return None
+        wg, rpw, wvec = matvec_shape(dtype, k, 2 * m, caps)
+        s = _Slots()
+        s.add("B_X", Binding(r["x"]))
+        if norm:
+            s.add("B_NW", Binding(r["norm_w"]))
+        s.weight(p, wgate, 0)
+        s.weight(p, wup, 1)
+        y = s.add("B_Y", Binding(r["out"]))
+        eps = float(region.attrs.get("eps", 0.0))
+        shader = "rms_norm_matmul_silu_mul" if norm else "matmul_silu_mul"
+        return [KernelCall(shader, (wg, k, rpw, eps, m), tuple(s.bindings), (y,), _groups(-(-m // rpw)),
+                           defines=_mv_defines(dtype, wvec, caps) + tuple(s.defines), label=r["out"])]
+    return build
+
+
+rms_norm_matmul_silu_mul = _swiglu(norm=True)
+matmul_silu_mul = _swiglu(norm=False)
+
+
+# ---------------------------------------------------------------- RMS_NORM_MATMUL_ARGMAX
+
+def rms_norm_matmul_argmax(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
+    """Norm + lm_head writing logits and one (max, index) pair per workgroup, then argmax.comp's
+    FINAL pass over the pairs. A head beyond maxStorageBufferRange runs as row chunks, each call
+    writing its own range of pairs (push: first logits row, first pair)."""
+    r = region.roles
+    w, x, logits, token = r["weight"], r["x"], r["logits"], r["token"]
+    wv = p.values[w]
+    n_out, k = wv.shape
+    part = f"scratch:{token}.argmax"
+    chunks = row_chunks(wv.dtype, n_out, k, caps)
+    plan = []
+    for r0, rows in chunks:
+        wg, rpw, wvec = matvec_shape(wv.dtype, k, rows, caps)
+        blocks = -(-rows // rpw)
+        per = max(1, -(-blocks * len(chunks) // ARGMAX_PARTIALS))   # row blocks per workgroup
+        plan.append((r0, rows, wg, rpw, wvec, per, -(-blocks // per)))
+    n_pairs = sum(g for *_, g in plan)
+    scratch = ((part, n_pairs * 8),)
+    calls, p0 = [], 0
+    for r0, rows, wg, rpw, wvec, per, g in plan:
+        b = (Binding(x), Binding(r["norm_w"])) + _wbindings(w, wv.dtype, r0, None if len(chunks) == 1 else rows)
+        b += (Binding(logits), Binding(part))
+        calls.append(KernelCall("rms_norm_matmul_argmax", (wg, k, rpw, float(region.attrs["eps"]), rows, per),
+                                b, (len(b) - 2, len(b) - 1), _groups(g), push=struct.pack("<II", r0, p0),
+                                defines=_mv_defines(wv.dtype, wvec, caps), scratch=scratch,
+                                label=logits + (f"[{r0}:]" if len(chunks) > 1 else "")))
+        p0 += g
+    defines = _reduce_defines(caps) + (("FINAL", "1"),)
+    calls.append(KernelCall("argmax", (_wg(caps, n_pairs), n_pairs, 1), (Binding(part), Binding(token)), (1,),
+                            (1, 1, 1), defines=defines, scratch=scratch, label=token + "[final]"))
+    return calls
