@@ -51,8 +51,11 @@ def add_devices_parser(sub) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vkdecode", description="LLM decode on any Vulkan GPU")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    # Other subcommands (run, stats, bench) add their add_*_parser(sub) call here.
-    for add in (add_devices_parser,):
+    from vkdecode.cli_bench import add_bench_parser
+    from vkdecode.cli_run import add_run_parser
+    from vkdecode.cli_stats import add_stats_parser
+    # Each subcommand lives in its own module and registers itself here.
+    for add in (add_devices_parser, add_run_parser, add_stats_parser, add_bench_parser):
         add(sub)
     return parser
 

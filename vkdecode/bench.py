@@ -1,0 +1,260 @@
+"""Benchmark logic shared by `vkdecode bench`, `vkdecode stats` and bench/*.py.
+
+Every mode runs the same Program, weights, prompt and token count on one Device, one mode at a time
+(so only one copy of the weights is resident), after warm-up. Decoding ignores EOS, as llama-bench
+does, so every mode and repetition times exactly the same steps. Never asserts timings.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vkdecode.bench_shapes import SHAPES, shape_model  # noqa: F401  (re-exported for the CLI/scripts)
+
+BASELINE = "unfused"
+PROMPT_TEXT = "The quick brown fox jumps over the lazy dog, and the capital of France is Paris. "
+
+
+@dataclass
+class BenchModel:
+    name: str                     # file name, or the shape name
+    source: str                   # path, or "random weights"
+    quant: str                    # dominant weight dtype, upper case (Q4_1, F16, ...)
+    args: object                  # ModelArgs
+    program: object
+    weights: dict
+    prompt_ids: list[int] = field(default_factory=list)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(w.nbytes for w in self.weights.values())
+
+    @property
+    def params(self) -> int:
+        return sum(int(np.prod(w.shape)) for w in self.weights.values())
+
+    def describe(self) -> dict:
+        a = self.args
+        return {"name": self.name, "source": self.source, "quant": self.quant, "arch": a.arch,
+                "size_bytes": self.size_bytes, "params": self.params, "n_layers": a.n_layers,
+                "hidden_size": a.hidden_size, "vocab_size": a.vocab_size,
+                "weight_bytes_per_token": weight_bytes_per_token(self.program, self.weights)}
+
+
+def dominant_quant(weights: dict) -> str:
+    by = {}
+    for w in weights.values():
+        by[w.dtype] = by.get(w.dtype, 0) + w.nbytes
+    return max(by, key=by.get).upper()
+
+
+def file_model(path: str, ctx: int, prompt_tokens: int) -> BenchModel:
+    from vkdecode.models.loader import load_model
+    lm = load_model(path, ctx=ctx)
+    ids = lm.tokenizer.encode(PROMPT_TEXT * (1 + prompt_tokens // 8))[:prompt_tokens]
+    return BenchModel(os.path.basename(os.path.normpath(path)), path, dominant_quant(lm.weights), lm.args,
+                      lm.program, lm.weights, ids)
+
+
+def random_model(shape: str, quant: str, ctx: int, prompt_tokens: int, seed: int = 0) -> BenchModel:
+    args, program, weights = shape_model(shape, quant, ctx, seed)
+    ids = np.random.default_rng(seed + 1).integers(0, args.vocab_size, prompt_tokens).tolist()
+    return BenchModel(shape, "random weights", quant.upper(), args, program, weights, ids)
+
+
+# ---------------------------------------------------------------- per-token figures
+
+def weight_bytes_per_token(program, weights: dict) -> int:
+    """Weight bytes one decode step reads: whole matrices, but only one row of the embedding table."""
+    total = 0
+    for op in program.ops:
+        for v in op.inputs:
+            if program.values[v].kind != "weight":
+                continue
+            nb = weights[v].nbytes
+            total += nb // program.values[v].shape[0] if op.kind == "embed" else nb
+    return total
+
+
+def executed_per_token(ex) -> dict:
+    """What the GPU executes per step, from the recording (replay issues no per-token vkCmd* calls,
+    so the host counters cannot show it). Same formula as Executor._record_items: a barrier before
+    the step, the data-flow barriers, and the host-visibility barrier at the end."""
+    return {"dispatches": len(ex.items), "pipeline_binds": len(ex.items),
+            "barriers": sum(bool(it.barrier) for it in ex.items) + 2, "regions": len(ex.regions)}
+
+
+HOST_KEYS = ("descriptor_writes", "descriptor_set_allocations", "command_buffer_recordings",
+             "recorded_commands", "submits")
+
+
+def host_calls_per_token(counters: dict) -> dict:
+    return {k: counters.get(k, 0) for k in HOST_KEYS}
+
+
+def spread(xs: list[float]) -> dict:
+    return {"median": statistics.median(xs), "sd": statistics.stdev(xs) if len(xs) > 1 else 0.0,
+            "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+# ---------------------------------------------------------------- one mode
+
+def decode_run(ex, prompt_ids: list[int], n: int, after_step=None) -> dict:
+    """Prompt through the step, then n greedy steps, timed; returns tokens and per-step figures."""
+    ex.token_stats.clear()          # keeps memory flat over many repetitions
+    nxt = None
+    for pos, t in enumerate(prompt_ids):
+        nxt = ex.step(t, pos)
+    start, tokens, pos = len(ex.token_stats), [nxt], len(prompt_ids)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        nxt = ex.step(nxt, pos)
+        tokens.append(nxt)
+        pos += 1
+        if after_step is not None:
+            after_step()
+    wall = time.perf_counter() - t0
+    steps = ex.token_stats[start:]
+    med = sorted(steps, key=lambda s: s.wall_us)[len(steps) // 2]
+    return {"tokens": tokens, "tok_s": n / wall if wall > 0 else 0.0,
+            "host_us": statistics.median(s.host_us for s in steps),
+            "gpu_us": statistics.median(s.gpu_us for s in steps),
+            "wall_us": statistics.median(s.wall_us for s in steps),
+            "counters": med.counters.as_dict()}
+
+
+def region_profile(ex, prompt_ids: list[int], n: int) -> dict:
+    """GPU µs per region (timestamps between regions, no added barriers), median over n steps,
+    summed by rule (unfused ops by their op name)."""
+    samples = []
+    decode_run(ex, prompt_ids, n, after_step=lambda: samples.append(ex.region_times_us()))
+    med = np.median(np.array(samples), axis=0)
+    by: dict[str, dict] = {}
+    for r, us in zip(ex.regions, med):
+        key = r.rule or r.name
+        e = by.setdefault(key, {"us": 0.0, "regions": 0})
+        e["us"] += float(us)
+        e["regions"] += 1
+    return dict(sorted(by.items(), key=lambda kv: -kv[1]["us"]))
+
+
+def run_mode(device, model: BenchModel, mode: str, n: int, reps: int, warmup: int,
+             profile: bool = False, log=None) -> dict:
+    from vkdecode.executors import make_executor
+    replay = mode != "unfused"
+    t0 = time.perf_counter()
+    ex = make_executor(mode, device, model.program, model.weights, **({"profile": True} if profile and replay else {}))
+    try:
+        build_s = time.perf_counter() - t0
+        for _ in range(warmup):
+            decode_run(ex, model.prompt_ids, n)
+        runs = []
+        for i in range(reps):
+            runs.append(decode_run(ex, model.prompt_ids, n))
+            if log:
+                log(f"{mode}: rep {i + 1}/{reps} {runs[-1]['tok_s']:.1f} tok/s")
+        out = {"mode": ex.mode, "build_s": build_s,
+               "tok_s": spread([r["tok_s"] for r in runs]),
+               "host_us": spread([r["host_us"] for r in runs]),
+               "gpu_us": spread([r["gpu_us"] for r in runs]),
+               "wall_us": spread([r["wall_us"] for r in runs]),
+               "executed_per_token": executed_per_token(ex),
+               "host_calls_per_token": host_calls_per_token(runs[-1]["counters"]),
+               "counters_per_token": runs[-1]["counters"],
+               "tokens": runs[0]["tokens"],
+               "stable": all(r["tokens"] == runs[0]["tokens"] for r in runs)}
+        if profile and replay:
+            out["region_us"] = region_profile(ex, model.prompt_ids, n)
+        return out
+    finally:
+        ex.close()
+
+
+def agreement(results: dict[str, dict]) -> dict:
+    """Greedy tokens of every mode against the baseline (unfused when it ran, else the first mode)."""
+    modes = list(results)
+    base = BASELINE if BASELINE in results else modes[0]
+    ref = results[base]["tokens"]
+    mismatches = []
+    for m in modes:
+        toks = results[m]["tokens"]
+        if m != base and toks != ref:
+            i = next((k for k, (a, b) in enumerate(zip(ref, toks)) if a != b), min(len(ref), len(toks)))
+            mismatches.append({"mode": m, "first_index": i, "expected": ref[i:i + 8], "got": toks[i:i + 8]})
+        if not results[m].get("stable", True):
+            mismatches.append({"mode": m, "first_index": -1, "unstable": "tokens differ between repetitions"})
+    return {"ok": not mismatches, "baseline": base, "mismatches": mismatches}
+
+
+# ---------------------------------------------------------------- device figures
+
+def copy_bandwidth(device, nbytes: int = 256 << 20, reps: int = 5, runs: int = 4) -> float:
+    """GB/s of vkCmdCopyBuffer device-local -> device-local, timestamps around `reps` copies; counts
+    read + write bytes (the traffic a copy makes), best of `runs` (the first brings clocks up)."""
+    a, b = device.buffer(nbytes), device.buffer(nbytes)
+    ts = device.timestamp_pool(2)
+    cmd = device.command_buffer()
+    try:
+        cmd.begin(one_time=False)
+        ts.reset_cmd(cmd)
+        cmd.copy(a, b, nbytes)
+        cmd.barrier()
+        cmd.timestamp(ts, 0)
+        for _ in range(reps):
+            cmd.copy(a, b, nbytes)
+            cmd.barrier()
+        cmd.timestamp(ts, 1)
+        cmd.end()
+        best = float("inf")
+        for _ in range(runs):
+            device.submit([cmd])
+            t0, t1 = ts.read_ns()
+            best = min(best, t1 - t0)
+    finally:
+        for o in (cmd, ts, a, b):
+            o.close()
+    return 2 * nbytes * reps / best if best > 0 else 0.0
+
+
+def git_commit() -> str | None:
+    if os.environ.get("VKDECODE_GIT_COMMIT"):
+        return os.environ["VKDECODE_GIT_COMMIT"]   # set by scripts that run where .git is not copied
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        r = subprocess.run(["git", "-C", here, "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                           text=True, timeout=10, check=False)
+        return r.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment(device) -> dict:
+    i = device.info
+    return {"device": i.name, "vendor": i.vendor, "device_type": i.device_type, "driver": i.driver_name,
+            "driver_version": i.driver_version, "driver_info": i.driver_info, "vulkan": i.api_version,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "git_commit": git_commit()}
+
+
+def run_bench(device, model: BenchModel, modes, n: int = 32, reps: int = 5, warmup: int = 1,
+              profile: bool = False, copy_bytes: int = 256 << 20, log=None) -> dict:
+    """Everything `vkdecode bench` reports, as one JSON-able dict."""
+    results = {m: run_mode(device, model, m, n, reps, warmup, profile, log) for m in modes}
+    agree = agreement(results)
+    copy = copy_bandwidth(device, copy_bytes) if copy_bytes else 0.0
+    wb = weight_bytes_per_token(model.program, model.weights)
+    for r in results.values():
+        gbps = wb * r["tok_s"]["median"] / 1e9
+        r["bandwidth"] = {"GBps": gbps, "fraction_of_copy": gbps / copy if copy else None}
+    ratio = None
+    if "unfused" in results and "fused" in results and results["fused"]["host_us"]["median"] > 0:
+        ratio = results["unfused"]["host_us"]["median"] / results["fused"]["host_us"]["median"]
+    return {"environment": environment(device), "model": model.describe(),
+            "settings": {"tokens": n, "reps": reps, "warmup": warmup, "prompt_tokens": len(model.prompt_ids),
+                         "ctx": model.program.meta.get("ctx"), "profile": profile},
+            "copy_GBps": copy, "weight_bytes_per_token": wb, "host_us_ratio_unfused_fused": ratio,
+            "agreement": agree, "modes": results}

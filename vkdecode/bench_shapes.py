@@ -1,0 +1,88 @@
+"""Random-weight models of real shapes, built in memory (no model hub): `vkdecode bench --shape`.
+
+Weights are valid but random: f16 halves drawn directly as bit patterns (a 1.2 GB Qwen3-0.6B table
+in about a second, no float64 temporaries), quantized blocks as random quant words with small
+random scales. Decode speed does not depend on the values; they only need to stay finite.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from vkdecode.models import build_program
+from vkdecode.models.config import ModelArgs
+from vkdecode.models.gguf_names import expected_shapes
+from vkdecode.quant import BLOCK, WORDS_PER_BLOCK, PackedWeight
+
+SHAPES = {
+    "smollm2-135m": {"arch": "llama", "n_layers": 30, "hidden_size": 576, "n_heads": 9, "n_kv_heads": 3,
+                     "head_dim": 64, "intermediate_size": 1536, "vocab_size": 49152, "tie_embeddings": True,
+                     "rope_theta": 100000.0, "rope_layout": "pairs"},
+    "qwen3-0.6b": {"arch": "qwen3", "n_layers": 28, "hidden_size": 1024, "n_heads": 16, "n_kv_heads": 8,
+                   "head_dim": 128, "intermediate_size": 3072, "vocab_size": 151936, "tie_embeddings": True,
+                   "qk_norm": True, "rope_theta": 1000000.0, "rope_layout": "neox"},
+    "tiny": {"arch": "llama", "n_layers": 2, "hidden_size": 64, "n_heads": 4, "n_kv_heads": 2, "head_dim": 16,
+             "intermediate_size": 128, "vocab_size": 512, "tie_embeddings": True, "rope_theta": 10000.0,
+             "rope_layout": "pairs"},
+}
+QUANTS = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0")
+# Target std of a weight; with RMSNorm between layers the activations stay O(1).
+STD = 0.02
+
+
+def shape_args(shape: str, max_position: int = 1 << 16) -> ModelArgs:
+    if shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r} (choose from {', '.join(SHAPES)})")
+    return ModelArgs(rms_eps=1e-6, max_position=max_position, eos_ids=[], **SHAPES[shape])
+
+
+def weight_dtypes(args: ModelArgs, quant: str) -> dict[str, str]:
+    """Matrices in `quant`; like llama.cpp's Q4/Q5 files (the real SmolLM2 Q4_1 GGUF included), a
+    tied token table that doubles as the output head stays q8_0."""
+    out = {}
+    for name, shape in expected_shapes(args).items():
+        if len(shape) == 2:
+            low_bit = quant in ("q4_0", "q4_1", "q5_0")
+            out[name] = "q8_0" if name == "tok_embd" and args.tie_embeddings and low_bit else quant
+    return out
+
+
+def _halves(rng, n: int, scale: float) -> np.ndarray:
+    """n random float16 values with |x| in [scale, 2*scale) and random sign, as uint16 bits."""
+    exp = int(np.floor(np.log2(scale))) + 15
+    bits = rng.integers(0, 1 << 16, n, dtype=np.uint16)
+    return (bits & np.uint16(0x83FF)) | np.uint16(exp << 10)
+
+
+def random_weight(dtype: str, shape: tuple, rng) -> PackedWeight:
+    if len(shape) == 1:      # norms (and biases): around 1 so every layer stays well scaled
+        return PackedWeight("f32", shape, {"data": (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)})
+    out, n_in = shape
+    if dtype == "f32":
+        return PackedWeight("f32", shape, {"data": (STD * rng.standard_normal(shape)).astype(np.float32)})
+    if dtype == "f16":
+        data = _halves(rng, out * n_in, STD).view(np.uint32).reshape(out, n_in // 2)
+        return PackedWeight("f16", shape, {"data": data})
+    if dtype not in WORDS_PER_BLOCK:
+        raise ValueError(f"no random weights for dtype {dtype!r} (choose from {', '.join(QUANTS)})")
+    nb = n_in // BLOCK
+    q = rng.integers(0, 1 << 32, (out, nb * WORDS_PER_BLOCK[dtype]), dtype=np.uint32)
+    # quant values have std about 74 (q8_0), 9.2 (q5_0) or 4.6 (4-bit): scale d so values have std near STD
+    d = _halves(rng, out * nb, STD / {"q8_0": 74.0, "q5_0": 9.2}.get(dtype, 4.6)) & np.uint16(0x7FFF)
+    s = d.astype(np.uint32).reshape(out, nb)
+    if dtype == "q4_1":      # m = -8 d centres the unsigned nibbles on zero
+        m = (_halves(rng, out * nb, 8 * STD / 4.6) | np.uint16(0x8000)).astype(np.uint32)
+        s |= m.reshape(out, nb) << 16
+    return PackedWeight(dtype, shape, {"q": q, "s": s})
+
+
+def shape_model(shape: str, quant: str, ctx: int, seed: int = 0):
+    """-> (ModelArgs, Program, {name: PackedWeight}) of a random model of `shape` in `quant`."""
+    quant = quant.lower()
+    if quant not in QUANTS:
+        raise ValueError(f"unknown quant {quant!r} (choose from {', '.join(QUANTS)})")
+    args = shape_args(shape)
+    dtypes = weight_dtypes(args, quant)
+    rng = np.random.default_rng(seed)
+    weights = {name: random_weight(dtypes.get(name, "f32"), shape, rng)
+               for name, shape in expected_shapes(args).items()}
+    return args, build_program(args, ctx, dtypes), weights

@@ -1,0 +1,137 @@
+"""`vkdecode stats`: the fused step's regions, and per-token work of every mode side by side.
+
+Executed figures (dispatches, pipeline binds, barriers) come from the recording, because replay
+executes them without any host call; host figures are the Vulkan calls counted during a real step.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import contextmanager
+
+EXECUTED_ROWS = [("dispatches", "dispatches"), ("pipeline_binds", "pipeline binds"), ("barriers", "barriers")]
+HOST_ROWS = [("descriptor_writes", "descriptor writes"), ("descriptor_set_allocations", "descriptor-set allocations"),
+             ("command_buffer_recordings", "command-buffer recordings"), ("recorded_commands", "recorded commands"),
+             ("submits", "submits")]
+STEPS = 3     # the first step may differ (first use); the last one is reported
+
+
+def add_model_source_options(p, shapes: bool = True) -> None:
+    """--model (file, default model) and, for random weights of real shapes, --shape/--quant."""
+    from vkdecode.bench_shapes import QUANTS, SHAPES
+    from vkdecode.cli_run import add_model_options
+    add_model_options(p)
+    if shapes:
+        p.add_argument("--shape", default=None, choices=sorted(SHAPES),
+                       help="random weights of a real model's shape instead of --model")
+        p.add_argument("--quant", default="q8_0", choices=QUANTS, help="weight dtype for --shape (default q8_0)")
+
+
+def bench_model_from_args(args, ctx: int | None, prompt_tokens: int):
+    from vkdecode import bench
+    from vkdecode.default_model import resolve_model
+    from vkdecode.errors import VkDecodeError
+    if getattr(args, "shape", None):
+        if args.model:
+            raise VkDecodeError("give either --model or --shape, not both")
+        return bench.random_model(args.shape, args.quant, ctx or 4096, prompt_tokens)
+    return bench.file_model(resolve_model(args.model), ctx, prompt_tokens)
+
+
+@contextmanager
+def open_device(selector):
+    """The device, closed on the way out; validation errors (VKDECODE_VALIDATE=1) become an error."""
+    from vkdecode.vk import Device
+    dev = Device(selector)
+    try:
+        yield dev
+        dev.check_validation()
+    finally:
+        dev.close()
+
+
+def add_stats_parser(sub) -> None:
+    p = sub.add_parser("stats", help="region and descriptor statistics of a model, per mode")
+    add_model_source_options(p)
+    p.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    p.set_defaults(func=cmd_stats)
+
+
+def group_regions(rows: list[dict]) -> list[dict]:
+    """Identical regions (per layer, typically) folded into one row with a count, in first-seen order."""
+    keys = ("name", "rule", "ops", "dispatches", "barriers", "descriptor_sets", "weight_bytes")
+    groups: dict[tuple, dict] = {}
+    for r in rows:
+        k = tuple(r[key] for key in keys)
+        if k in groups:
+            groups[k]["count"] += 1
+        else:
+            groups[k] = dict(r, count=1)
+    return list(groups.values())
+
+
+def collect_stats(device, model, modes) -> dict:
+    from vkdecode.bench import decode_run, executed_per_token, host_calls_per_token
+    from vkdecode.executors import make_executor
+    out = {"model": model.describe(), "device": device.info.name, "regions": [], "modes": {}}
+    for mode in modes:
+        ex = make_executor(mode, device, model.program, model.weights)
+        try:
+            if mode == modes[0]:
+                out["regions"] = ex.region_stats()
+            r = decode_run(ex, model.prompt_ids[:1], STEPS - 1)
+            out["modes"][ex.mode] = {"executed_per_token": executed_per_token(ex),
+                                     "host_calls_per_token": host_calls_per_token(r["counters"]),
+                                     "host_us": ex.token_stats[-1].host_us}
+        finally:
+            ex.close()
+    out["region_groups"] = group_regions(out["regions"])
+    return out
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
+
+
+def format_stats(s: dict) -> str:
+    m, lines = s["model"], []
+    regs, groups = s["regions"], s["region_groups"]
+    lines.append(f"{m['name']} ({m['arch']}, {m['n_layers']} layers, {m['quant']}) on {s['device']}")
+    lines.append(f"\nRegions of one fused decode step ({len(regs)} regions, {sum(r['ops'] for r in regs)} ops; "
+                 f"figures per region):")
+    lines.append(f"  {'region':34s} {'rule':28s} {'ops':>4s} {'disp':>5s} {'barr':>5s} {'sets':>5s} {'weights':>10s}")
+    for g in groups:
+        name = g["name"] + (f" ×{g['count']}" if g["count"] > 1 else "")
+        lines.append(f"  {name:34s} {g['rule'] or '-':28s} {g['ops']:4d} {g['dispatches']:5d} {g['barriers']:5d} "
+                     f"{g['descriptor_sets']:5d} {_mb(g['weight_bytes']):>10s}")
+    tot = {k: sum(r[k] for r in regs) for k in ("ops", "dispatches", "barriers", "descriptor_sets")}
+    lines.append(f"  {'total':34s} {'':28s} {tot['ops']:4d} {tot['dispatches']:5d} {tot['barriers']:5d} "
+                 f"{tot['descriptor_sets']:5d}")
+    modes = list(s["modes"])
+    head = "".join(f"{mo:>15s}" for mo in modes)
+    lines.append(f"\nPer token, steady state {'':12s}{head}")
+    lines.append("  executed on the GPU")
+    for key, label in EXECUTED_ROWS:
+        lines.append(f"    {label:34s}" + "".join(f"{s['modes'][mo]['executed_per_token'][key]:15d}" for mo in modes))
+    lines.append("  host Vulkan calls")
+    for key, label in HOST_ROWS:
+        lines.append(f"    {label:34s}" + "".join(f"{s['modes'][mo]['host_calls_per_token'][key]:15d}"
+                                                   for mo in modes))
+    lines.append(f"    {'host enqueue µs (one step)':34s}" + "".join(f"{s['modes'][mo]['host_us']:15.0f}"
+                                                                     for mo in modes))
+    lines.append("\nReplay writes no descriptors and records nothing per token: one submit replays the step "
+                 "recorded once.\nFusion cuts the dispatches and barriers that step executes.")
+    return "\n".join(lines)
+
+
+def cmd_stats(args) -> int:
+    from vkdecode.executors import MODES
+    model = bench_model_from_args(args, args.ctx, STEPS)
+    with open_device(args.device) as dev:
+        s = collect_stats(dev, model, list(MODES))
+    if args.json:
+        print(json.dumps(s, indent=2))
+    else:
+        print(format_stats(s))
+    sys.stdout.flush()
+    return 0
