@@ -21,6 +21,11 @@ Op semantics (the reference executor and every kernel implement exactly these):
              i // (n_heads // n_kv_heads)
   silu_mul   (g[n], u[n])                               -> y[n]        y = g * sigmoid(g) * u
   argmax     (logits[n])                                -> token[1] u32 (first index of the max)
+  sample     (logits[n], step)                          -> token[1] u32: with step.temp <= 0 the
+             argmax; else the kept set is the top_k largest logits (ties kept; top_k 0 = all),
+             cut to the smallest top set whose softmax(l/temp) mass reaches top_p, and the token
+             is argmax over it of l/temp + Gumbel(u), u = hash(seed, pos, index) (Gumbel-max: an
+             exact draw from the renormalised distribution, reproducible from the step buffer alone)
 """
 from __future__ import annotations
 
@@ -30,7 +35,10 @@ from dataclasses import dataclass, field
 # recorded step changes between tokens.
 STEP_TOKEN = 0
 STEP_POS = 1
-STEP_SEED = 2      # sampling RNG seed (u32)
+STEP_SEED = 2      # sampling RNG seed (u32); the counter is the position
+STEP_TEMP = 3      # sampling temperature (f32 bits); written once per generation
+STEP_TOP_K = 4     # u32, 0 = no top-k cut
+STEP_TOP_P = 5     # f32 bits, 1.0 = no top-p cut
 STEP_WORDS = 8
 
 VALUE_KINDS = ("weight", "activation", "state", "step", "output")

@@ -6,6 +6,7 @@ from fusion.ir import QUANT_BLOCK, STEP_WORDS, WEIGHT_DTYPES, IRError, Program
 ARITY = {  # kind -> (number of inputs, number of outputs)
     "embed": (2, 1), "rms_norm": (2, 1), "matmul": (2, 1), "add": (2, 1), "rope": (2, 1),
     "kv_write": (3, 2), "attention": (4, 1), "silu_mul": (2, 1), "argmax": (1, 1),
+    "sample": (2, 1),
 }
 
 
@@ -91,5 +92,5 @@ def _check_shapes(p: Program, op, fail) -> None:
         need(kc.shape[1] == kvh * d and vc.shape == kc.shape, f"cache {kc.shape} != (ctx, {kvh * d})")
         need(outs[0].shape == (h * d,), f"output {outs[0].shape} != ({h * d},)")
         need("scale" in a, "missing attr scale")
-    elif k == "argmax":
+    elif k in ("argmax", "sample"):
         need(outs[0].shape == (1,) and outs[0].dtype == "u32", "output must be u32[1]")

@@ -14,12 +14,12 @@ from vkdecode.generate import GenerationResponse, stream_generate
 
 class Model:
     def __init__(self, path, device=None, mode: str = "fused", ctx: int | None = 4096, progress: bool = False,
-                 **executor_kw):
+                 sampling: bool = False, **executor_kw):
         from vkdecode.executors import make_executor
         from vkdecode.models.loader import load_model
         from vkdecode.vk.device import Device
         t0 = time.perf_counter()
-        self.loaded = load_model(path, ctx=ctx)
+        self.loaded = load_model(path, ctx=ctx, sampling=sampling)
         self._own_device = device is None or isinstance(device, (str, int))
         self.device = Device(device) if self._own_device else device
         try:
@@ -52,12 +52,17 @@ class Model:
         return ids
 
     def stream_generate(self, prompt: str | None = None, chat: str | None = None, max_tokens: int = 256,
-                        prompt_ids: list[int] | None = None):
+                        prompt_ids: list[int] | None = None, temp: float = 0.0, top_k: int = 0,
+                        top_p: float = 1.0, seed: int = 0):
+        """Yields GenerationResponse per token. temp > 0 samples on the GPU (load with sampling=True)."""
+        from vkdecode.sampling import SamplingParams
+        params = SamplingParams(temp, top_k, top_p, seed)
         ids = prompt_ids if prompt_ids is not None else self.encode_prompt(prompt, chat)
-        return stream_generate(self.executor, self.tokenizer, ids, max_tokens, self.load_s)
+        return stream_generate(self.executor, self.tokenizer, ids, max_tokens, self.load_s, sampling=params)
 
-    def generate(self, prompt: str | None = None, chat: str | None = None, max_tokens: int = 256) -> str:
-        return "".join(r.text for r in self.stream_generate(prompt, chat, max_tokens))
+    def generate(self, prompt: str | None = None, chat: str | None = None, max_tokens: int = 256,
+                 **sampling) -> str:
+        return "".join(r.text for r in self.stream_generate(prompt, chat, max_tokens, **sampling))
 
     def close(self) -> None:
         ex = getattr(self, "executor", None)
@@ -83,6 +88,7 @@ def _upload_bar(loaded):
 
 
 def load(path, device=None, mode: str = "fused", ctx: int | None = 4096, **kw) -> Model:
+    """sampling=True builds the step with the GPU sampler (temperature / top-k / top-p) at its end."""
     return Model(path, device=device, mode=mode, ctx=ctx, **kw)
 
 

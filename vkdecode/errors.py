@@ -24,3 +24,7 @@ class ShaderError(VkDecodeError):
 
 class ContextError(VkDecodeError):
     """A prompt longer than the context, or decoding past it."""
+
+
+class UsageError(VkDecodeError):
+    """A bad argument from the user (sampling parameters, modes, ...)."""

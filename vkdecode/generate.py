@@ -37,8 +37,10 @@ class RunSummary:
 
 
 def stream_generate(executor, tokenizer, prompt_ids: list[int], max_tokens: int = 256,
-                    load_s: float = 0.0, stop_at_eos: bool = True) -> Iterator[GenerationResponse]:
+                    load_s: float = 0.0, stop_at_eos: bool = True, sampling=None) -> Iterator[GenerationResponse]:
+    from vkdecode.sampling import SamplingParams
     ctx = executor.ctx
+    executor.set_sampling(sampling or SamplingParams())
     if not prompt_ids:
         raise ContextError("the prompt is empty: nothing to decode from")
     if len(prompt_ids) >= ctx:

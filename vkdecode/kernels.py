@@ -252,10 +252,19 @@ def _argmax(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
                        defines=defines + (("FINAL", "1"),), scratch=((part, g * 8),), label=out + "[final]")]
 
 
+def _sample(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
+    # One workgroup: sampling reads the logits ~64 times (two radix selects) but runs once per token.
+    n = p.values[op.inputs[0]].numel
+    wg = _wg(caps, 1024, cap=256)
+    b = (Binding(op.inputs[0]), Binding(op.inputs[1]), Binding(op.outputs[0]))
+    return [KernelCall("sample", (wg, n), b, (2,), (1, 1, 1), defines=_reduce_defines(caps),
+                       label=op.outputs[0])]
+
+
 BUILDERS = {
     "embed": _embed, "rms_norm": _rms_norm, "matmul": _matmul, "add": _elementwise("add"),
     "rope": _rope, "kv_write": _kv_write, "attention": _attention,
-    "silu_mul": _elementwise("silu_mul"), "argmax": _argmax,
+    "silu_mul": _elementwise("silu_mul"), "argmax": _argmax, "sample": _sample,
 }
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fusion.ir import STEP_POS, STEP_TOKEN, STEP_WORDS, Op, Program
+from fusion.ir import STEP_POS, STEP_SEED, STEP_TOKEN, STEP_WORDS, Op, Program
 from vkdecode.quant import PackedWeight, dequantize
 
 
@@ -94,6 +94,9 @@ def run_op(op: Op, program: Program, env: dict, dtype=np.float32) -> dict[str, n
         out = [g / (dt(1) + np.exp(-g)) * u]
     elif k == "argmax":
         out = [np.array([np.argmax(ins[0])], dtype=np.uint32)]
+    elif k == "sample":
+        from vkdecode.sampling import sample_logits
+        out = [np.array([sample_logits(ins[0], ins[1])], dtype=np.uint32)]
     else:
         raise ValueError(f"reference: unknown op kind {k!r}")
     return {name: np.asarray(v, dtype=np.uint32 if program.values[name].dtype == "u32" else dt)
@@ -103,8 +106,10 @@ def run_op(op: Op, program: Program, env: dict, dtype=np.float32) -> dict[str, n
 class Reference:
     """Runs every op of `program` in order for one token; keeps the KV caches across steps."""
 
-    def __init__(self, program: Program, weights: dict[str, PackedWeight], dtype=np.float32):
+    def __init__(self, program: Program, weights: dict[str, PackedWeight], dtype=np.float32,
+                 sampling=None):
         self.program, self.dtype = program, np.dtype(dtype).type
+        self.sampling = sampling        # a vkdecode.sampling.SamplingParams for `sample` ops
         missing = [v.name for v in program.values.values() if v.kind == "weight" and v.name not in weights]
         if missing:
             raise KeyError(f"reference: weights missing for {missing[:5]}")
@@ -124,7 +129,10 @@ class Reference:
         if ctx is not None and not 0 <= pos < ctx:
             from vkdecode.errors import ContextError
             raise ContextError(f"position {pos} is outside the context of {ctx} tokens")
-        env: dict = {**self.weights, **self.state, "step": make_step(token, pos)}
+        step = make_step(token, pos)
+        if self.sampling is not None:
+            step[STEP_SEED:STEP_SEED + 4] = self.sampling.step_words()
+        env: dict = {**self.weights, **self.state, "step": step}
         for op in self.program.ops:
             env.update(run_op(op, self.program, env, self.dtype))
         self.values = {n: env[n] for n in self.program.values

@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from fusion.ir import STEP_POS, STEP_TOKEN
-from vkdecode.errors import ContextError
+from fusion.ir import STEP_POS, STEP_SEED, STEP_TOKEN
+from vkdecode.errors import ContextError, UsageError
 from vkdecode.executors.plan import MemoryPlan, barriers_before
 from vkdecode.kernels import KernelCall, KernelCaps
 from vkdecode.stats import Counters
@@ -117,6 +117,18 @@ class Executor:
 
     def _enqueue(self, token: int, pos: int) -> None:
         raise NotImplementedError   # each executor's way of recording and submitting
+
+    @property
+    def samples(self) -> bool:
+        """Whether the program ends in the GPU sampler (else greedy argmax)."""
+        return any(op.kind == "sample" for op in self.program.ops)
+
+    def set_sampling(self, params) -> None:
+        """Write temperature, top-k, top-p and seed into the step buffer (once per generation)."""
+        if not params.greedy and not self.samples:
+            raise UsageError("this model was loaded for greedy decoding; load it with sampling=True "
+                             "to sample with a temperature")
+        self.plan.step.buffer.write_u32(self.plan.step.offset // 4 + STEP_SEED, params.step_words())
 
     def read_logits(self):
         return self.plan.read("logits")

@@ -6,6 +6,6 @@ from vkdecode.models import llama, qwen2, qwen3
 FAMILIES = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3}
 
 
-def build_program(args, ctx: int, weight_dtypes: dict[str, str] | None = None):
-    """Dispatch to the family module of args.arch."""
-    return FAMILIES[args.arch].build_program(args, ctx, weight_dtypes)
+def build_program(args, ctx: int, weight_dtypes: dict[str, str] | None = None, sampling: bool = False):
+    """Dispatch to the family module of args.arch; sampling=True ends the step in the GPU sampler."""
+    return FAMILIES[args.arch].build_program(args, ctx, weight_dtypes, sampling)

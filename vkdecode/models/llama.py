@@ -18,8 +18,9 @@ ARCH = "llama"
 class Builder:
     """Emits the ops; families override the hooks below instead of copying the layer."""
 
-    def __init__(self, args: ModelArgs, ctx: int, weight_dtypes: dict[str, str] | None):
-        self.args, self.ctx = args, ctx
+    def __init__(self, args: ModelArgs, ctx: int, weight_dtypes: dict[str, str] | None,
+                 sampling: bool = False):
+        self.args, self.ctx, self.sampling = args, ctx, sampling
         self.p = Program(f"{args.arch}_decode")
         dtypes = weight_dtypes or {}
         for name, shape in expected_shapes(args).items():
@@ -95,7 +96,12 @@ class Builder:
         self.p.op("rms_norm", [x, "out_norm"], [hf], eps=a.rms_eps)
         head = "tok_embd" if a.tie_embeddings else "lm_head"   # tied: read the table, no copy
         self.p.op("matmul", [head, hf], [self.p.value("logits", (a.vocab_size,), "f32", "output")])
-        self.p.op("argmax", ["logits"], [self.p.value("next_token", (1,), "u32", "output")])
+        # greedy programs end in argmax (fused with the lm_head); sampling ones in the GPU sampler
+        nxt = self.p.value("next_token", (1,), "u32", "output")
+        if self.sampling:
+            self.p.op("sample", ["logits", "step"], [nxt])
+        else:
+            self.p.op("argmax", ["logits"], [nxt])
         self.p.meta.update(arch=a.arch, ctx=self.ctx, n_layers=a.n_layers, vocab_size=a.vocab_size,
                            hidden_size=a.hidden_size, n_heads=a.n_heads, n_kv_heads=a.n_kv_heads,
                            head_dim=a.head_dim, rope_layout=a.rope_layout,
@@ -103,5 +109,6 @@ class Builder:
         return self.p.verify()
 
 
-def build_program(args: ModelArgs, ctx: int, weight_dtypes: dict[str, str] | None = None) -> Program:
-    return Builder(args, ctx, weight_dtypes).build()
+def build_program(args: ModelArgs, ctx: int, weight_dtypes: dict[str, str] | None = None,
+                  sampling: bool = False) -> Program:
+    return Builder(args, ctx, weight_dtypes, sampling).build()

@@ -26,14 +26,14 @@ class LoadedModel:
     meta: dict = field(default_factory=dict)   # format, notes, source_types (see weights.py)
 
 
-def load_model(path, ctx: int | None = None) -> LoadedModel:
+def load_model(path, ctx: int | None = None, sampling: bool = False) -> LoadedModel:
     path = str(path)
     args, weights, meta = load_weights(path)
     if ctx is None:
         ctx = min(DEFAULT_CTX, args.max_position)
     if not 0 < ctx <= args.max_position:
         raise ContextError(f"{path}: context {ctx} is outside 1..{args.max_position} (the model's maximum)")
-    program = build_program(args, ctx, {k: w.dtype for k, w in weights.items()})
+    program = build_program(args, ctx, {k: w.dtype for k, w in weights.items()}, sampling)
     if os.path.isdir(path):
         tokenizer = Tokenizer.from_hf_dir(path, extra_eos=args.eos_ids)
     else:

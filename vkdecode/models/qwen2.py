@@ -9,10 +9,12 @@ ARCH = "qwen2"
 
 
 class Qwen2Builder(Builder):
-    def __init__(self, args: ModelArgs, ctx: int, weight_dtypes: dict[str, str] | None):
+    def __init__(self, args: ModelArgs, ctx: int, weight_dtypes: dict[str, str] | None,
+                 sampling: bool = False):
         assert args.attention_bias, "qwen2 always has q/k/v biases"
-        super().__init__(args, ctx, weight_dtypes)
+        super().__init__(args, ctx, weight_dtypes, sampling)
 
 
-def build_program(args: ModelArgs, ctx: int, weight_dtypes: dict[str, str] | None = None) -> Program:
-    return Qwen2Builder(args, ctx, weight_dtypes).build()
+def build_program(args: ModelArgs, ctx: int, weight_dtypes: dict[str, str] | None = None,
+                  sampling: bool = False) -> Program:
+    return Qwen2Builder(args, ctx, weight_dtypes, sampling).build()

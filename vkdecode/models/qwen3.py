@@ -9,10 +9,12 @@ ARCH = "qwen3"
 
 
 class Qwen3Builder(Builder):
-    def __init__(self, args: ModelArgs, ctx: int, weight_dtypes: dict[str, str] | None):
+    def __init__(self, args: ModelArgs, ctx: int, weight_dtypes: dict[str, str] | None,
+                 sampling: bool = False):
         assert args.qk_norm, "qwen3 always normalises q and k per head"
-        super().__init__(args, ctx, weight_dtypes)
+        super().__init__(args, ctx, weight_dtypes, sampling)
 
 
-def build_program(args: ModelArgs, ctx: int, weight_dtypes: dict[str, str] | None = None) -> Program:
-    return Qwen3Builder(args, ctx, weight_dtypes).build()
+def build_program(args: ModelArgs, ctx: int, weight_dtypes: dict[str, str] | None = None,
+                  sampling: bool = False) -> Program:
+    return Qwen3Builder(args, ctx, weight_dtypes, sampling).build()
