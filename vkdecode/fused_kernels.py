@@ -7,6 +7,7 @@ fused_attention.py (norm / rope / kv write / attention, add + norm).
 """
 from __future__ import annotations
 
+from vkdecode import fused_attention as att
 from vkdecode import fused_matvec as mv
 from vkdecode.lowering import FUSED
 
@@ -16,4 +17,7 @@ FUSED.update({
     "RMS_NORM_MATMUL_SILU_MUL": mv.rms_norm_matmul_silu_mul,
     "MATMUL_SILU_MUL": mv.matmul_silu_mul,
     "RMS_NORM_MATMUL_ARGMAX": mv.rms_norm_matmul_argmax,
+    "ROPE_KV_WRITE_ATTENTION": att.rope_kv_write_attention,
+    "QK_NORM_ROPE_KV_WRITE_ATTENTION": att.rope_kv_write_attention,
+    "ADD_RMS_NORM": att.add_rms_norm,
 })

@@ -1,0 +1,19 @@
+// RoPE for fused kernels: (cos, sin) of pair i of a D-wide head at position pos, the same formula
+// as rope.comp (angle pos * theta^(-2i/D), reduced to [-pi, pi] first because Vulkan only bounds
+// sin/cos error there), so fused and per-op kernels rotate identically.
+// Needs the spec constants D and THETA declared by the includer.
+vec2 rope_cos_sin(uint pos, uint i) {
+    float ang = float(pos) * pow(THETA, -float(2 * i) / float(D));
+    const float TWO_PI = 6.283185307179586;
+    ang -= TWO_PI * floor(ang / TWO_PI + 0.5);
+    return vec2(cos(ang), sin(ang));
+}
+
+// Element indices (a, b) of pair i: NEOX rotates i with i + D/2, otherwise 2i with 2i + 1.
+uvec2 rope_pair(uint i) {
+#ifdef NEOX
+    return uvec2(i, i + D / 2);
+#else
+    return uvec2(2 * i, 2 * i + 1);
+#endif
+}

@@ -1,0 +1,50 @@
+"""(QK_NORM_)ROPE_KV_WRITE_ATTENTION -> one fused dispatch on the split-K grid (+ attention_combine
+when the context is split), and ADD_RMS_NORM -> one dispatch."""
+from __future__ import annotations
+
+from fusion.ir import Program
+from fusion.rules import Region
+from vkdecode.kernels import Binding, KernelCall, KernelCaps, _reduce_defines, _wg, attention_splits
+
+
+def rope_kv_write_attention(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
+    r, a = region.roles, region.attrs
+    h, kvh, d = int(a["n_heads"]), int(a["n_kv_heads"]), int(a["head_dim"])
+    if d % 2 or h % kvh:
+        return None
+    out = r["out"]
+    ctx = p.values[r["k_cache"]].shape[0]
+    s, maxchunk = attention_splits(ctx, caps)
+    # the same workgroup shape as kernels._attention, so both sum in the same order
+    wg = _wg(caps, 64, cap=128)
+    rg = wg // d if wg >= d else 1
+    if 4 * (3 * d + maxchunk + rg * d + wg) > caps.max_shared:
+        return None
+    qk_norm = "q_norm_w" in r
+    spec = (wg, h, kvh, d, s, maxchunk, float(a["scale"]), float(a["theta"]), float(a.get("eps", 0.0)))
+    defines = _reduce_defines(caps) + ((("KVEC", "1"),) if d % 4 == 0 else ()) \
+        + ((("NEOX", "1"),) if a["layout"] == "neox" else ()) + ((("QK_NORM", "1"),) if qk_norm else ())
+    ins = (Binding(r["q"]), Binding(r["k"]), Binding(r["v"]), Binding(r["step"]),
+           Binding(r["k_cache"]), Binding(r["v_cache"]))
+    norms = (Binding(r["q_norm_w"]), Binding(r["k_norm_w"])) if qk_norm else ()
+    if s == 1:
+        return [KernelCall("rope_kv_write_attention", spec, ins + (Binding(out),) + norms, (4, 5, 6),
+                           (1, h, 1), defines=defines, label=out)]
+    # partials and combine exactly as kernels._attention lays them out
+    part = f"scratch:{out}.partials"
+    nbytes = h * s * (d + 2) * 4
+    cwg = _wg(caps, d, cap=128)
+    return [KernelCall("rope_kv_write_attention", spec, ins + (Binding(part),) + norms, (4, 5, 6), (s, h, 1),
+                       defines=defines + (("SPLIT", "1"),), scratch=((part, nbytes),), label=out + "[split]"),
+            KernelCall("attention_combine", (cwg, h, d, s), (Binding(part), Binding(out)), (1,), (h, 1, 1),
+                       scratch=((part, nbytes),), label=out + "[combine]")]
+
+
+def add_rms_norm(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
+    """sum = a + b and out = rms_norm(sum) * w in one workgroup (x is a few thousand floats)."""
+    r = region.roles
+    n = p.values[r["sum"]].numel
+    wg = _wg(caps, n, cap=256)
+    b = (Binding(r["a"]), Binding(r["b"]), Binding(r["norm_w"]), Binding(r["sum"]), Binding(r["out"]))
+    return [KernelCall("add_rms_norm", (wg, n, float(region.attrs["eps"])), b, (3, 4), (1, 1, 1),
+                       defines=_reduce_defines(caps), label=r["sum"] + "+" + r["out"])]
