@@ -85,7 +85,7 @@ class Executor:
         last = len(self.items) - 1
         for i, it in enumerate(self.items):
             if it.barrier:
-                cmd.barrier()
+                cmd.compute_barrier()
             cmd.bind(it.pipeline, with_sets(i, it))
             if it.call.push:
                 cmd.push(it.pipeline, it.call.push)

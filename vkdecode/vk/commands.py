@@ -38,6 +38,8 @@ class CommandBuffer:
         self._dset = ffi.new("VkDescriptorSet[1]")
         # Global barrier: compute/transfer writes -> later compute/transfer reads and writes (RAW + WAW).
         self._mb = new("VkMemoryBarrier*", {"srcAccessMask": _WRITES, "dstAccessMask": _ACCESS})
+        self._cb = new("VkMemoryBarrier*", {"srcAccessMask": vk.VK_ACCESS_SHADER_WRITE_BIT,
+                                            "dstAccessMask": vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT})
         self._hb = new("VkMemoryBarrier*", {"srcAccessMask": _WRITES, "dstAccessMask": vk.VK_ACCESS_HOST_READ_BIT})
         self._region = ffi.new("VkBufferCopy*")
 
@@ -89,6 +91,14 @@ class CommandBuffer:
     def dispatch(self, x: int, y: int = 1, z: int = 1) -> None:
         lib.vkCmdDispatch(self.handle, x, y, z)
         self.device.counters.dispatches += 1
+        self.device.counters.recorded_commands += 1
+
+    def compute_barrier(self) -> None:
+        """Compute writes -> compute reads/writes only: the barrier inside a decode step. Narrower
+        stages and access than barrier(), so the driver has less to wait for and flush."""
+        lib.vkCmdPipelineBarrier(self.handle, vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                                 vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, self._cb, 0, NULL, 0, NULL)
+        self.device.counters.barriers += 1
         self.device.counters.recorded_commands += 1
 
     def barrier(self) -> None:
