@@ -8,9 +8,8 @@ import sys
 from vkdecode.errors import VkDecodeError
 
 DEFAULT_CHAT = "What is the capital of France?"
-# The GPU sampler (temperature / top-k / top-p with the RNG state in the step buffer) is not in the
-# executors yet. Flip this once stream_generate accepts temp/top_k/top_p/seed: nothing else changes.
-SAMPLING_AVAILABLE = False
+# The GPU sampler (temperature / top-k / top-p, RNG state in the step buffer); False refuses --temp > 0.
+SAMPLING_AVAILABLE = True
 
 
 def add_sampling_options(p) -> None:
@@ -70,7 +69,9 @@ def cmd_run(args) -> int:
     sampling = sampling_kwargs(args)     # refuse bad sampling flags before loading anything
     path = resolve_model(args.model)
     progress = sys.stderr.isatty() if args.progress is None else args.progress
-    with vkdecode.load(path, device=args.device, mode=args.mode, ctx=args.ctx, progress=progress) as model:
+    # Greedy loads the step that ends in argmax (fused into the lm_head); only sampling needs the sampler.
+    with vkdecode.load(path, device=args.device, mode=args.mode, ctx=args.ctx, progress=progress,
+                       sampling=bool(sampling)) as model:
         prompt, chat = args.prompt, args.chat
         if prompt is None and chat is None:
             chat = DEFAULT_CHAT
@@ -89,7 +90,8 @@ def cmd_run(args) -> int:
         model.device.check_validation()   # only ever non-empty under VKDECODE_VALIDATE=1
         device = model.device.info.name
         text = "".join(parts)
-        summary = dict(last.stats, device=device, finish_reason=last.finish_reason)
+        summary = dict(last.stats, device=device, finish_reason=last.finish_reason,
+                       sampling=sampling or {"temp": 0.0})
         if args.json:
             print(json.dumps({"text": text, "tokens": tokens, "finish_reason": last.finish_reason,
                               "model": path, "device": device, "summary": summary}, indent=2))
