@@ -1,0 +1,87 @@
+"""The Python API: vkdecode.load -> generate / stream_generate / close / with, on a tiny model."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `tests.helpers` under a bare pytest
+
+import vkdecode
+from tests.helpers.make_models import models_dir, tiny_hf_model, write_gguf
+from vkdecode.errors import ContextError, ModelError
+from vkdecode.generate import GenerationResponse
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    d = models_dir(tmp_path_factory)
+    return str(write_gguf(tiny_hf_model("llama", d, tied=True), d / "llama-tied.q8_0.gguf", "q8_0"))
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return str(tiny_hf_model("qwen2", models_dir(tmp_path_factory)))
+
+
+def test_generate_and_stream_agree(device, tiny_gguf):
+    with vkdecode.load(tiny_gguf, device=device, ctx=64) as model:
+        rs = list(model.stream_generate("Hello, world", max_tokens=5))
+        text = model.generate("Hello, world", max_tokens=5)
+    assert all(isinstance(r, GenerationResponse) for r in rs)
+    assert len(rs) <= 5 and rs[-1].finish_reason in ("length", "stop")
+    assert all(r.finish_reason is None and r.stats is None for r in rs[:-1])
+    assert text == "".join(r.text for r in rs)
+    s = rs[-1].stats
+    assert s["mode"] == "fused" and s["generated_tokens"] == len(rs)
+    assert s["per_token_counters"]["descriptor_writes"] == 0 and s["per_token_counters"]["submits"] == 1
+
+
+def test_modes_give_the_same_greedy_tokens(device, tiny_gguf):
+    got = {}
+    for mode in ("fused", "replay-nofuse", "unfused"):
+        with vkdecode.load(tiny_gguf, device=device, mode=mode, ctx=64) as model:
+            assert model.mode == mode
+            got[mode] = [r.token for r in model.stream_generate(chat="What is the capital of France?",
+                                                                max_tokens=6)]
+    assert got["fused"] == got["replay-nofuse"] == got["unfused"]
+
+
+def test_hf_directory_and_prompt_ids(device, tiny_dir):
+    with vkdecode.load(tiny_dir, device=device, ctx=32) as model:
+        ids = model.encode_prompt("Hello")
+        assert ids and all(isinstance(i, int) for i in ids)
+        chat_ids = model.encode_prompt(chat="Hello")
+        assert len(chat_ids) > len(ids)                 # the template wraps the message
+        a = [r.token for r in model.stream_generate(prompt_ids=ids, max_tokens=3)]
+        b = [r.token for r in model.stream_generate("Hello", max_tokens=3)]
+    assert a == b
+
+
+def test_close_releases_and_is_idempotent(tiny_gguf):
+    model = vkdecode.load(tiny_gguf, ctx=32)           # owns its device
+    assert model.generate("Hi", max_tokens=2) is not None
+    assert not model.device.validation_errors
+    model.close()
+    assert model.executor is None and model.device is None
+    model.close()                                      # harmless
+    with vkdecode.load(tiny_gguf, ctx=32) as m2:
+        m2.generate("Hi", max_tokens=1)
+    assert m2.executor is None
+    m2.close()
+
+
+def test_shared_device_stays_open(device, tiny_gguf):
+    with vkdecode.load(tiny_gguf, device=device, ctx=32) as model:
+        model.generate("Hi", max_tokens=1)
+    assert model.executor is None
+    buf = device.buffer(64)                            # the caller's device still works
+    buf.close()
+
+
+def test_errors(device, tiny_gguf, tmp_path):
+    with pytest.raises(ModelError, match="no such file"):
+        vkdecode.load(tmp_path / "missing.gguf", device=device)
+    with vkdecode.load(tiny_gguf, device=device, ctx=8) as model, pytest.raises(ContextError, match="--ctx"):
+        list(model.stream_generate("the quick brown fox jumps over the lazy dog " * 4, max_tokens=2))
