@@ -145,9 +145,15 @@ def matvec_shape(dtype: str, n_in: int, n_rows: int, caps: KernelCaps) -> tuple[
     # elements per invocation step (shaders/dequant.glsl "unit")
     unit = 8 if dtype in QUANT_TYPES else (4 if wvec else 1) * (2 if dtype == "f16" else 1)
     units = n_in // unit
-    wg = caps.matvec_wg or _wg(caps, units, cap=256)
-    rows = caps.matvec_rows or (2 if n_rows >= 2048 else 1)
-    return wg, rows, wvec
+    # Measured on an H100 (bench/matvec_bench.py --sweep): matrices with few rows want every
+    # invocation on its own unit (most parallelism); an lm_head-sized one (>= 2M units) is
+    # faster with two units per invocation and two rows per workgroup, which halves the
+    # per-row reduction work.
+    if n_rows * units >= (2 << 20):
+        wg, rows = _wg(caps, -(-units // 2), cap=256), 2
+    else:
+        wg, rows = _wg(caps, units, cap=256), (2 if n_rows >= 1536 else 1)
+    return caps.matvec_wg or wg, caps.matvec_rows or rows, wvec
 
 
 def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
