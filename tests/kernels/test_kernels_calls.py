@@ -1,0 +1,96 @@
+"""op_calls over whole decode programs of real model shapes, with no GPU: every call names an
+existing shader, binds only program values or scratch it declares, fits the device limits the
+caps describe (binding ranges, alignment, workgroup counts and sizes, shared memory)."""
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from vkdecode.kernels import KernelCaps, op_calls, row_bytes
+from vkdecode.models import build_program
+from vkdecode.models.config import ModelArgs
+
+SHADERS = Path(__file__).resolve().parents[2] / "shaders"
+LAVAPIPE = KernelCaps(subgroup_size=8, subgroup_arithmetic=True, max_storage_range=128 << 20,
+                      max_invocations=1024, max_shared=32768, min_align=16)
+NVIDIA = KernelCaps(subgroup_size=32, subgroup_arithmetic=True, max_storage_range=(1 << 32) - 1,
+                    max_invocations=1024, max_shared=49152, min_align=16)
+AMD = KernelCaps(subgroup_size=64, subgroup_arithmetic=False, max_storage_range=(1 << 32) - 1,
+                 max_invocations=1024, max_shared=32768, min_align=256)
+CAPS = {"lavapipe": LAVAPIPE, "nvidia": NVIDIA, "amd-nosubgroup": AMD}
+
+MODELS = {  # arch, vocab, hidden, ffn, layers (cut to 2), heads, kv heads, head_dim, matrix dtype
+    "smollm2-135m-q4_1": ("llama", 49152, 576, 1536, 9, 3, 64, "q4_1"),
+    "qwen2-0.5b-q8_0": ("qwen2", 151936, 896, 4864, 14, 2, 64, "q8_0"),
+    "qwen3-0.6b-f16": ("qwen3", 151936, 1024, 3072, 16, 8, 128, "f16"),
+    "qwen3-0.6b-q5_0": ("qwen3", 151936, 1024, 3072, 16, 8, 128, "q5_0"),
+}
+
+
+def _program(name: str, ctx: int):
+    arch, vocab, hidden, ffn, h, kvh, hd, dtype = MODELS[name]
+    args = ModelArgs(arch=arch, vocab_size=vocab, hidden_size=hidden, intermediate_size=ffn, n_layers=2,
+                     n_heads=h, n_kv_heads=kvh, head_dim=hd, rms_eps=1e-6, rope_theta=1e6,
+                     max_position=ctx, tie_embeddings=True, attention_bias=arch == "qwen2",
+                     qk_norm=arch == "qwen3")
+    p = build_program(args, ctx)
+    mats = {n: dtype for n, v in p.values.items() if v.kind == "weight" and len(v.shape) == 2}
+    return build_program(args, ctx, mats)
+
+
+@pytest.mark.parametrize("ctx", [256, 8192])
+@pytest.mark.parametrize("caps_name", list(CAPS))
+@pytest.mark.parametrize("model", list(MODELS))
+def test_calls_fit_device(model, caps_name, ctx):
+    caps = CAPS[caps_name]
+    p = _program(model, ctx)
+    for i, op in enumerate(p.ops):
+        calls = op_calls(p, i, caps)
+        assert calls, f"op #{i} {op.kind}: no calls"
+        written: set[str] = set()
+        for c in calls:
+            where = f"op #{i} {op.kind} -> {c.shader} {c.label}"
+            assert (SHADERS / f"{c.shader}.comp").exists(), where
+            wg = c.spec[0]
+            assert wg & (wg - 1) == 0 and 1 <= wg <= min(caps.max_invocations, 1024), where
+            assert all(1 <= g <= 65535 for g in c.groups), where
+            scratch = dict(c.scratch)
+            for j, b in enumerate(c.bindings):
+                if b.value.startswith("scratch:"):
+                    assert b.value in scratch, where
+                    continue
+                v = p.values[b.value]
+                if j in c.writes:
+                    assert b.value in op.outputs, f"{where}: writes {b.value}"
+                if v.kind == "weight" and len(v.shape) == 2:
+                    rb = row_bytes(v.dtype, v.shape[1], b.part)
+                    rows = v.shape[0] - b.row_start if b.rows is None else b.rows
+                    assert (b.row_start * rb) % caps.min_align == 0, where
+                    assert rows * rb <= caps.max_storage_range, where
+                else:
+                    assert v.numel * 4 <= caps.max_storage_range, where
+            # a later call of the op touches what an earlier one wrote (the executor's barrier cue)
+            assert not written or written & {b.value for b in c.bindings}, where
+            written |= {c.bindings[j].value for j in c.writes}
+        assert set(op.outputs) <= written, f"op #{i} {op.kind}: outputs never written"
+
+
+def test_lm_head_split_on_lavapipe():
+    """Qwen3's tied 151936 x 1024 f16 table (311 MB) exceeds lavapipe's 128 MiB binding limit."""
+    p = _program("qwen3-0.6b-f16", 256)
+    i = next(i for i, op in enumerate(p.ops) if op.kind == "matmul" and p.values[op.inputs[0]].shape[0] == 151936)
+    calls = op_calls(p, i, LAVAPIPE)
+    assert len(calls) == 3
+    assert sum(c.bindings[0].rows for c in calls) == 151936
+    assert len(op_calls(p, i, NVIDIA)) == 1
+    e = next(i for i, op in enumerate(p.ops) if op.kind == "embed")
+    assert len(op_calls(p, e, LAVAPIPE)) == 3
+
+
+def test_attention_split_count():
+    p = _program("qwen3-0.6b-f16", 8192)
+    i = next(i for i, op in enumerate(p.ops) if op.kind == "attention")
+    split, combine = op_calls(p, i, NVIDIA)
+    assert split.groups == (32, 16, 1) and combine.groups == (16, 1, 1)
+    assert split.bindings[4] == combine.bindings[0]
+    assert len(op_calls(p, i, replace(NVIDIA, attn_max_chunk=8192))) == 1
