@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `tests.helpers`
 
 from tests.helpers.make_models import models_dir, tiny_hf_model, write_gguf
 from vkdecode.errors import ContextError
-from vkdecode.executors.base import TokenStats
+from vkdecode.executors.base import Executor, TokenStats
 from vkdecode.generate import GenerationResponse, stream_generate
 from vkdecode.stats import Counters
 
@@ -34,6 +34,8 @@ class FakeExecutor:
 
     def set_sampling(self, params):
         self.sampling.append(params)
+
+    decode = Executor.decode        # the plain (waiting) decode loop over step()
 
     def step(self, token, pos):
         self.calls.append((token, pos))

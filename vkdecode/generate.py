@@ -55,6 +55,9 @@ def stream_generate(executor, tokenizer, prompt_ids: list[int], max_tokens: int 
     t1 = time.perf_counter()
     stream = tokenizer.stream()
     pos, generated = len(prompt_ids), 0
+    # every later token comes from decode(): replay pipelines it (the GPU feeds each step the
+    # previous token), so the loop below never waits on the GPU for the next submit
+    steps = executor.decode(nxt, pos, max(0, min(max_tokens - 1, ctx - pos)))
     while True:
         generated += 1
         eos = nxt in tokenizer.eos_ids
@@ -65,6 +68,7 @@ def stream_generate(executor, tokenizer, prompt_ids: list[int], max_tokens: int 
             reason = "length"     # the KV cache is full: never write past it
         text = "" if reason == "stop" else stream.add(nxt)
         if reason is not None:
+            steps.close()
             text += stream.flush()
             wall = time.perf_counter() - t1
             decode = executor.token_stats[decode_start:]
@@ -73,7 +77,7 @@ def stream_generate(executor, tokenizer, prompt_ids: list[int], max_tokens: int 
             yield GenerationResponse(text, nxt, reason, summary.as_dict())
             return
         yield GenerationResponse(text, nxt, None)
-        nxt = executor.step(nxt, pos)
+        nxt = next(steps)
         pos += 1
 
 

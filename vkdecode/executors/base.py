@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from fusion.ir import STEP_POS, STEP_SEED, STEP_TOKEN
 from vkdecode.errors import ContextError, UsageError
-from vkdecode.executors.plan import MemoryPlan, barriers_before
+from vkdecode.executors.plan import MemoryPlan, advance_call, barriers_before
 from vkdecode.kernels import KernelCall, KernelCaps
 from vkdecode.stats import Counters
 
@@ -56,6 +56,8 @@ class Executor:
             rc = self._lower(region)
             calls += rc
             owners += [ri] * len(rc)
+        calls.append(advance_call())        # counted with the last region (the token choice)
+        owners.append(owners[-1])
         self.plan.add_scratch(calls)
         self.items = [Item(c, self._pipeline(c), self.plan.ranges(c), b, ri)
                       for c, b, ri in zip(calls, barriers_before(calls), owners)]
@@ -76,9 +78,9 @@ class Executor:
     def _pipeline(self, c: KernelCall):
         return self.device.pipeline(c.shader, c.spec, dict(c.defines), len(c.bindings), len(c.push))
 
-    def _record_items(self, cmd, with_sets, profile: bool = False) -> None:
+    def _record_items(self, cmd, with_sets, profile: bool = False, ts=None) -> None:
         """Record the whole step into cmd; with_sets(i, item) returns the descriptor set to bind."""
-        ts = self.timestamps
+        ts = ts or self.timestamps
         ts.reset_cmd(cmd)
         cmd.barrier()          # the previous step's writes (and the host's step write) are visible
         cmd.timestamp(ts, 0)
@@ -110,6 +112,13 @@ class Executor:
         self.token_stats.append(TokenStats(self.device.counters.snapshot() - before, (t1 - t0) * 1e6,
                                            (ns[1] - ns[0]) / 1e3, (t2 - t0) * 1e6))
         return nxt
+
+    def decode(self, token: int, pos: int, max_steps: int):
+        """Yields the tokens of steps pos, pos+1, ... each fed the previous one; close() the
+        generator to stop. This plain version waits for every step; replay pipelines it."""
+        for p in range(pos, min(pos + max_steps, self.ctx)):
+            token = self.step(token, p)
+            yield token
 
     def _write_step(self, token: int, pos: int) -> None:
         # STEP_TOKEN and STEP_POS are adjacent words: one small write into the mapped step buffer

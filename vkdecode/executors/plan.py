@@ -7,6 +7,13 @@ from vkdecode.kernels import Binding, KernelCall, row_bytes
 
 CHUNK = 256 << 20          # arena buffer size; larger tensors get their own buffer
 SMALL_OUTPUT_BYTES = 4096  # outputs this small (next_token) live in host-visible memory
+TOKEN_RING = 64            # tokens the GPU appends (advance_step); the host reads them by position
+
+
+def advance_call() -> KernelCall:
+    """Appended to every step: feeds the chosen token to the next step on the GPU."""
+    b = (Binding("next_token"), Binding("step"), Binding("token_ring"))
+    return KernelCall("advance_step", (TOKEN_RING,), b, (1, 2), (1, 1, 1), label="advance_step")
 
 
 class MemoryPlan:
@@ -20,6 +27,8 @@ class MemoryPlan:
         self._host = device.arena(1 << 20, host_visible=True)
         self.step = self._host.alloc(STEP_WORDS * 4, "step")
         self.slices[("step", "data")] = self.step
+        self.ring = self._host.alloc(TOKEN_RING * 4, "token_ring")
+        self.slices[("token_ring", "data")] = self.ring
         for v in program.values.values():
             if v.kind == "weight":
                 if v.name not in weights:
@@ -47,7 +56,7 @@ class MemoryPlan:
     def resolve(self, b: Binding) -> tuple:
         """(Buffer, offset, range) of a binding; a row range of a weight when the call splits it."""
         s = self.slices[(b.value, b.part)]
-        if b.rows is None:
+        if b.rows is None or b.value not in self.program.values:
             return (s.buffer, s.offset, s.size)
         v = self.program.values[b.value]
         rb = row_bytes(v.dtype, v.shape[1], b.part)
@@ -55,6 +64,10 @@ class MemoryPlan:
 
     def ranges(self, call: KernelCall) -> list[tuple]:
         return [self.resolve(b) for b in call.bindings]
+
+    def ring_token(self, pos: int) -> int:
+        """The token the step at `pos` chose (written by advance_step)."""
+        return int(self.ring.read_array("uint32", 1, (pos % TOKEN_RING) * 4)[0])
 
     def read(self, name: str, dtype="float32"):
         v = self.program.values[name]

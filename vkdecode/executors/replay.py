@@ -6,8 +6,10 @@ fuse=False records the unfused kernels once (`replay --no-fuse`): the gain of re
 from __future__ import annotations
 
 import os
+import time
+from collections import deque
 
-from vkdecode.executors.base import Executor
+from vkdecode.executors.base import Executor, TokenStats
 from vkdecode.vk.descriptors import write_descriptor_set
 
 
@@ -29,10 +31,17 @@ class ReplayExecutor(Executor):
             write_descriptor_set(device, dset, it.ranges)
             self.sets.append(dset)
         self.profile = profile
-        self.cmd = device.command_buffer()
-        self.cmd.begin(one_time=False)
-        self._record_items(self.cmd, lambda i, it: self.sets[i], profile=profile)
-        self.cmd.end()
+        # Two identical recordings, each with its own timestamps: pipelined decode resubmits one
+        # while the other runs, and a command buffer may not be pending twice.
+        self.ts_pools = [self.timestamps, device.timestamp_pool(2 + len(self.regions))]
+        self.cmds = []
+        for ts in self.ts_pools:
+            cmd = device.command_buffer()
+            cmd.begin(one_time=False)
+            self._record_items(cmd, lambda i, it: self.sets[i], profile=profile, ts=ts)
+            cmd.end()
+            self.cmds.append(cmd)
+        self.cmd = self.cmds[0]
 
     def _partition(self):
         from fusion.partition import partition
@@ -46,6 +55,47 @@ class ReplayExecutor(Executor):
         self._write_step(token, pos)
         self.device.submit([self.cmd], wait=False)
 
+    def decode(self, token: int, pos: int, max_steps: int):
+        """Pipelined decode: the host writes (token, pos) once; every step's last dispatch feeds its
+        token to the next step on the GPU, so step t+1 is submitted before token t is read and the
+        GPU never waits for the host. Two steps are in flight; one submit per token. Closing the
+        generator waits for the step still running (its token is discarded, its KV row rewritten
+        later) and never submits past the end of the context."""
+        n = max(0, min(max_steps, self.ctx - pos))
+        dev = self.device
+        inflight: deque = deque()
+        submitted = 0
+        self._write_step(token, pos)
+
+        def submit() -> None:
+            nonlocal submitted
+            before = dev.counters.snapshot()
+            t0 = time.perf_counter()
+            fence = dev.submit([self.cmds[submitted % 2]], wait=False)
+            t1 = time.perf_counter()
+            inflight.append((fence, submitted, t0, (t1 - t0) * 1e6, dev.counters.snapshot() - before))
+            submitted += 1
+
+        try:
+            while submitted < min(2, n):
+                submit()
+            last = time.perf_counter()
+            while inflight:
+                fence, k, t_sub, host_us, counters = inflight.popleft()
+                dev.wait_fence(fence)
+                tok = self.plan.ring_token(pos + k)
+                ns = self.ts_pools[k % 2].read_ns(0, 2)     # read before that buffer is resubmitted
+                if submitted < n:
+                    submit()
+                now = time.perf_counter()
+                self.token_stats.append(TokenStats(counters, host_us, (ns[1] - ns[0]) / 1e3,
+                                                   (now - last) * 1e6))
+                last = now
+                yield tok
+        finally:
+            for fence, *_ in inflight:
+                dev.wait_fence(fence)
+
     def region_times_us(self) -> list[float]:
         """GPU µs per region of the last step (needs profile=True): timestamp deltas, no barriers."""
         ns = self.timestamps.read_ns()
@@ -58,5 +108,7 @@ class ReplayExecutor(Executor):
     def close(self) -> None:
         if getattr(self, "plan", None) is not None:
             super().close()
-            self.cmd.close()
+            for cmd in self.cmds:
+                cmd.close()
+            self.ts_pools[1].close()
             self.pool.close()

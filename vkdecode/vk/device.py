@@ -206,6 +206,21 @@ class Device:
         self._pending.append(fence)
         if wait:
             self.wait(timeout_s)
+        return fence
+
+    def wait_fence(self, fence, timeout_s: float = 30.0) -> None:
+        """Wait for one earlier submit(wait=False) (pipelined replay keeps two in flight)."""
+        if fence not in self._pending:
+            return
+        arr = ffi.new("VkFence[]", [fence])
+        res = lib.vkWaitForFences(self.handle, 1, arr, vk.VK_TRUE, int(timeout_s * 1e9))
+        if res == vk.VK_TIMEOUT:
+            raise VulkanError(f"vkWaitForFences: GPU work did not finish within {timeout_s:g} s "
+                              "(VK_TIMEOUT; a hung or very slow shader)")
+        check("vkWaitForFences", res)
+        check("vkResetFences", lib.vkResetFences(self.handle, 1, arr))
+        self._pending.remove(fence)
+        self._fences.append(fence)
 
     def wait(self, timeout_s: float = 30.0) -> None:
         """Wait for every submit not yet waited on."""
