@@ -1,0 +1,135 @@
+"""vkdecode.bench / bench_shapes and bench/run_all.py: shapes, random weights, per-token figures,
+agreement, copy bandwidth, formatting. Timings are never asserted, only that they are there."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from vkdecode import bench
+from vkdecode.bench_shapes import SHAPES, random_weight, shape_args, shape_model, weight_dtypes
+from vkdecode.cli_bench import format_notes, format_table, plot_results
+from vkdecode.cli_stats import group_regions
+from vkdecode.models.gguf_names import expected_shapes
+
+
+@pytest.mark.parametrize("shape,layers,hidden,vocab", [("smollm2-135m", 30, 576, 49152),
+                                                       ("qwen3-0.6b", 28, 1024, 151936), ("tiny", 2, 64, 512)])
+def test_shapes_are_the_real_ones(shape, layers, hidden, vocab):
+    a = shape_args(shape)
+    assert (a.n_layers, a.hidden_size, a.vocab_size, a.tie_embeddings) == (layers, hidden, vocab, True)
+    if shape == "qwen3-0.6b":
+        assert (a.arch, a.n_heads, a.n_kv_heads, a.head_dim, a.intermediate_size, a.qk_norm) == \
+            ("qwen3", 16, 8, 128, 3072, True)
+    if shape == "smollm2-135m":
+        assert (a.arch, a.n_heads, a.n_kv_heads, a.head_dim, a.intermediate_size) == ("llama", 9, 3, 64, 1536)
+
+
+def test_quant_dtypes_follow_llama_cpp():
+    a = shape_args("smollm2-135m")
+    d = weight_dtypes(a, "q4_1")
+    assert d["tok_embd"] == "q8_0" and d["layers.0.wq"] == "q4_1" and "layers.0.attn_norm" not in d
+    assert set(weight_dtypes(a, "f16").values()) == {"f16"}
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0"])
+def test_random_weights_are_valid_blocks(dtype):
+    w = random_weight(dtype, (64, 96), np.random.default_rng(0))
+    x = w.dequantize()
+    assert x.shape == (64, 96) and np.isfinite(x).all()
+    assert 0.005 < x.std() < 0.08              # near the 0.02 target: activations stay finite
+    v = random_weight(dtype, (64,), np.random.default_rng(0))
+    assert v.dtype == "f32" and abs(v.dequantize().mean() - 1) < 0.1
+
+
+def test_shape_model_covers_every_weight():
+    args, program, weights = shape_model("tiny", "q4_1", ctx=32)
+    assert set(weights) == set(expected_shapes(args))
+    for name, v in program.values.items():
+        if v.kind == "weight":
+            assert weights[name].dtype == v.dtype and tuple(weights[name].shape) == tuple(v.shape)
+    with pytest.raises(ValueError, match="unknown shape"):
+        shape_model("gpt-5", "f16", 32)
+    with pytest.raises(ValueError, match="unknown quant"):
+        shape_model("tiny", "q3_k", 32)
+
+
+def test_weight_bytes_per_token_reads_one_embedding_row():
+    args, program, weights = shape_model("tiny", "f16", ctx=32)
+    table = weights["tok_embd"].nbytes
+    total = sum(w.nbytes for w in weights.values())
+    # tied: the table is read whole as lm_head plus one row by embed
+    assert bench.weight_bytes_per_token(program, weights) == total + table // args.vocab_size
+
+
+def test_spread_and_agreement():
+    s = bench.spread([1.0, 2.0, 3.0, 10.0])
+    assert s["median"] == 2.5 and s["n"] == 4 and s["min"] == 1.0 and s["sd"] > 0
+    assert bench.spread([5.0])["sd"] == 0.0
+    same = {"fused": {"tokens": [1, 2, 3]}, "unfused": {"tokens": [1, 2, 3]}}
+    assert bench.agreement(same) == {"ok": True, "baseline": "unfused", "mismatches": []}
+    diff = {"fused": {"tokens": [1, 2, 4, 5]}, "unfused": {"tokens": [1, 2, 3, 5]},
+            "replay-nofuse": {"tokens": [1, 2, 3, 5], "stable": False}}
+    a = bench.agreement(diff)
+    assert not a["ok"]
+    assert a["mismatches"][0] == {"mode": "fused", "first_index": 2, "expected": [3, 5], "got": [4, 5]}
+    assert a["mismatches"][1]["mode"] == "replay-nofuse" and "unstable" in a["mismatches"][1]
+    assert bench.agreement({"fused": {"tokens": [1]}})["baseline"] == "fused"
+
+
+def test_group_regions_folds_identical_rows():
+    row = {"name": "MATMUL_ADD", "rule": "MATMUL_ADD", "ops": 2, "dispatches": 1, "barriers": 1,
+           "descriptor_sets": 1, "weight_bytes": 10}
+    rows = [dict(row, name="EMBED", rule=None), row, dict(row, weight_bytes=20), row]
+    g = group_regions(rows)
+    assert [(r["name"], r["weight_bytes"], r["count"]) for r in g] == \
+        [("EMBED", 10, 1), ("MATMUL_ADD", 10, 2), ("MATMUL_ADD", 20, 1)]
+
+
+def test_copy_bandwidth(device):
+    assert bench.copy_bandwidth(device, 4 << 20, reps=2, runs=2) > 0
+
+
+def test_run_bench_on_one_device(device, tmp_path):
+    model = bench.random_model("tiny", "q8_0", ctx=64, prompt_tokens=3)
+    res = bench.run_bench(device, model, ["fused", "unfused"], n=3, reps=2, warmup=0, profile=True,
+                          copy_bytes=1 << 20)
+    assert res["agreement"]["ok"] and res["settings"]["prompt_tokens"] == 3
+    assert res["modes"]["fused"]["host_calls_per_token"]["descriptor_writes"] == 0
+    assert res["modes"]["unfused"]["host_calls_per_token"]["descriptor_writes"] > 0
+    assert res["modes"]["fused"]["executed_per_token"]["dispatches"] < \
+        res["modes"]["unfused"]["executed_per_token"]["dispatches"]
+    json.dumps(res)                              # JSON-able as is
+    table = format_table([res, res])
+    assert table.count("| tiny") == 4 and "± " in table
+    notes = format_notes(res)
+    assert "agree" in notes and "GB/s" in notes and "by rule" in notes
+    plot_results([res, res], str(tmp_path / "two.png"))
+    assert (tmp_path / "two.png").stat().st_size > 1000
+
+
+def test_run_all_quick(tmp_path, capsys):
+    from bench.run_all import device_slug
+    from bench.run_all import main as run_all
+    assert device_slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+    assert device_slug("llvmpipe (LLVM 15.0.6, 256 bits)") == "llvmpipe"
+    assert run_all(["--only", "tiny", "--quick", "--out", str(tmp_path)]) == 0
+    (d,) = tmp_path.iterdir()
+    names = sorted(p.name for p in d.iterdir())
+    assert names == ["latency.png", "summary.md", "tiny-q8_0.json"]
+    res = json.loads((d / "tiny-q8_0.json").read_text())
+    assert res["name"] == "tiny-q8_0" and res["copy_GBps"] > 0 and res["agreement"]["ok"]
+    assert "| tiny" in (d / "summary.md").read_text()
+
+
+def test_shapes_listed_in_cli():
+    from vkdecode.cli import build_parser
+    p = build_parser()
+    args = p.parse_args(["bench", "--shape", "qwen3-0.6b", "--quant", "f16"])
+    assert args.shape in SHAPES and args.tokens == 128 and args.modes == ["fused", "replay-nofuse", "unfused"]
