@@ -12,6 +12,7 @@ it is not installed; its random-weight twin `smollm2-135m q4_1` has the same sha
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -57,7 +58,11 @@ def main(argv=None) -> int:
     ap.add_argument("--no-profile", action="store_true", help="skip GPU µs per region")
     ap.add_argument("--quick", action="store_true", help="-n 4 --reps 2 --warmup 1 --prompt-tokens 2 --copy-mib 8")
     ap.add_argument("--device", default=None)
+    ap.add_argument("--from-json", metavar="DIR", default=None,
+                    help="run nothing: rebuild DIR/summary.md and DIR/latency.png from DIR/*.json")
     a = ap.parse_args(argv)
+    if a.from_json:
+        return rebuild(a.from_json)
     if a.quick:
         a.tokens, a.reps, a.warmup, a.prompt_tokens, a.copy_mib = 4, 2, 1, 2, 8
     configs = [c for c in CONFIGS if not a.only or any(s in c[0] for s in a.only)]
@@ -111,6 +116,23 @@ def main(argv=None) -> int:
     if bad:
         print(f"error: greedy outputs differ between modes for {', '.join(bad)}", file=sys.stderr)
     return 1 if bad else 0
+
+
+def rebuild(d: str) -> int:
+    """Results gathered over several runs (the GPU machine returns few files per call) -> one summary."""
+    order = {name: i for i, (name, _, _) in enumerate(CONFIGS)}
+    results = []
+    for fn in sorted(os.listdir(d)):
+        if fn.endswith(".json"):
+            with open(os.path.join(d, fn)) as f:
+                results.append(json.load(f))
+    results.sort(key=lambda r: order.get(r.get("name"), len(order)))
+    if not results:
+        print(f"no *.json in {d}", file=sys.stderr)
+        return 1
+    write_summary(results, [], os.path.join(d, "summary.md"))
+    plot_results(results, os.path.join(d, "latency.png"))
+    return 0
 
 
 def _set_copy(res: dict, copy: float) -> None:
