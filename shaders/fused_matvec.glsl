@@ -37,8 +37,10 @@ float fmv_x1(uint i) { float a = fx1[i]; fmv_ss += a * a; return a * fn1[i]; }
 
 shared float fmv_red[FMV_NR * gl_WorkGroupSize.x];
 
-// Sums fmv_acc over the workgroup; every invocation gets the totals (in the same order, so the
-// same bits). Contains barriers: call from uniform control flow.
+// Sums fmv_acc over the workgroup; fmv_total(i) then gives total i to any invocation. Only the
+// invocations that use a total gather it: with 16 subgroups (lavapipe) every invocation summing
+// every total made this reduction cost more than the dot products. Contains barriers: call from
+// uniform control flow.
 void fmv_reduce() {
     const uint WG = gl_WorkGroupSize.x;
 #ifdef USE_SUBGROUP
@@ -48,11 +50,6 @@ void fmv_reduce() {
     if (subgroupElect())
         for (uint i = 0; i < FMV_NR; i++) fmv_red[i * WG + gl_SubgroupID] = fmv_acc[i];
     barrier();
-    for (uint i = 0; i < FMV_NR; i++) {
-        float s = 0.0;
-        for (uint k = 0; k < gl_NumSubgroups; k++) s += fmv_red[i * WG + k];
-        fmv_acc[i] = s;
-    }
 #else
     const uint t = gl_LocalInvocationID.x;
     barrier();
@@ -63,7 +60,25 @@ void fmv_reduce() {
             for (uint i = 0; i < FMV_NR; i++) fmv_red[i * WG + t] += fmv_red[i * WG + t + h];
         barrier();
     }
-    for (uint i = 0; i < FMV_NR; i++) fmv_acc[i] = fmv_red[i * WG];
+#endif
+}
+
+// fmv_acc[i] without dynamic indexing of a private array (keeps it in registers)
+float fmv_pick(uint i) {
+    float r = fmv_acc[0];
+    for (uint k = 1; k < FMV_NR; k++) if (k == i) r = fmv_acc[k];
+    return r;
+}
+
+// Total i after fmv_reduce(); every invocation that asks sums in the same order (same bits).
+float fmv_total(uint i) {
+#ifdef USE_SUBGROUP
+    if (gl_NumSubgroups == 1) return fmv_pick(i);  // subgroupAdd left the totals everywhere
+    float s = 0.0;
+    for (uint k = 0; k < gl_NumSubgroups; k++) s += fmv_red[i * gl_WorkGroupSize.x + k];
+    return s;
+#else
+    return fmv_red[i * gl_WorkGroupSize.x];
 #endif
 }
 
@@ -79,11 +94,4 @@ float fmv_inv_rms(float ss) {
 #else
     return 1.0;
 #endif
-}
-
-// fmv_acc[i] without dynamic indexing of a private array (keeps it in registers)
-float fmv_pick(uint i) {
-    float r = fmv_acc[0];
-    for (uint k = 1; k < FMV_NR; k++) if (k == i) r = fmv_acc[k];
-    return r;
 }

@@ -29,7 +29,7 @@ void main() {
     fmv_acc[2 * ROWS] = ss;
     fmv_reduce();
     if (t >= ROWS || first + t >= M) return;
-    float inv = fmv_inv_rms(fmv_acc[2 * ROWS]);
-    float g = fmv_pick(t) * inv, u = fmv_pick(ROWS + t) * inv;
+    float inv = fmv_inv_rms(fmv_total(2 * ROWS));
+    float g = fmv_total(t) * inv, u = fmv_total(ROWS + t) * inv;
     y[first + t] = g / (1.0 + exp(-g)) * u;
 }

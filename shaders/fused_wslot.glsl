@@ -44,7 +44,7 @@
 #undef XU_VEC4
 #include "dequant.glsl"
 
-// fmv_fmv_acc[base + i] += W[first + i, :] . x for i < ROWS (rows past m - 1 re-read row m - 1, their
+// fmv_acc[base + i] += W[first + i, :] . x for i < ROWS (rows past m - 1 re-read row m - 1, their
 // sums are dropped by the caller), every invocation taking the units t, t + WG, ...
 void FW_CAT(fmv_rows_, SLOT)(uint first, uint m, uint base) {
     for (uint u = gl_LocalInvocationID.x; u < K / UNIT_ELEMS; u += gl_WorkGroupSize.x) {

@@ -82,7 +82,7 @@ void main() {
     fmv_reduce();
     if (t >= ROWS || first + t >= m) return;
     const uint row = first + t;
-    float v = fmv_pick(t) * fmv_inv_rms(fmv_acc[ROWS]);
+    float v = fmv_total(t) * fmv_inv_rms(fmv_total(ROWS));
     if (p == 0) {
 #ifdef BIAS_0
         v += b_0[row];

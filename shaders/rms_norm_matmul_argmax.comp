@@ -46,13 +46,13 @@ void main() {
         fmv_clear();
         fmv_rows_0(first, M, 0);
         fmv_acc[ROWS] = fmv_ss;
-        fmv_reduce();  // every invocation has every row's dot: the best is tracked uniformly
-        const float inv = fmv_inv_rms(fmv_acc[ROWS]);
-        for (uint i = 0; i < ROWS; i++) {
-            float v = fmv_acc[i] * inv;
-            uint row = pc.row0 + first + i;
-            if (first + i < M) {
-                if (i == t) logits[row] = v;
+        fmv_reduce();
+        if (t == 0) {  // invocation 0 writes the block's logits and tracks the best row
+            const float inv = fmv_inv_rms(fmv_total(ROWS));
+            for (uint i = 0; i < ROWS && first + i < M; i++) {
+                float v = fmv_total(i) * inv;
+                uint row = pc.row0 + first + i;
+                logits[row] = v;
                 if (better(v, row, bv, bi)) { bv = v; bi = row; }
             }
         }
