@@ -141,9 +141,13 @@ def plot_results(results: list[dict], path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")       # no display on CI machines and GPU servers
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(results), figsize=(max(6.5, 4.2 * len(results) + 1), 4.6), squeeze=False)
+    cols = min(3, len(results))
+    rows = -(-len(results) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(max(6.5, 4.4 * cols + 1), 3.8 * rows + 0.8), squeeze=False)
+    for ax in axes.flat[len(results):]:
+        ax.set_visible(False)
     series = [("wall_us", "per token (wall)"), ("gpu_us", "GPU"), ("host_us", "host enqueue")]
-    for ax, res in zip(axes[0], results):
+    for ax, res in zip(axes.flat, results):
         modes = list(res["modes"])
         for k, (key, label) in enumerate(series):
             med = [res["modes"][m][key]["median"] for m in modes]
@@ -154,7 +158,8 @@ def plot_results(results: list[dict], path: str) -> None:
         if min(vals) > 0 and max(vals) / min(vals) > 30:
             ax.set_yscale("log")
         m = res["model"]
-        ax.set_title(f"{m['name']} {m['quant']}", fontsize=9)
+        rand = ", random weights" if m.get("source") == "random weights" else ""
+        ax.set_title(f"{m['name']} {m['quant']}{rand}", fontsize=9)
         ax.set_ylabel("µs per token")
     axes[0][0].legend(fontsize=8)
     env = results[0]["environment"]
