@@ -7,7 +7,10 @@
 //   kv group) writes that k, v as row pos of the caches; attention reads cache rows < pos, written
 //   by earlier steps, and takes row pos from its own shared copy. No workgroup reads what another
 //   writes in this dispatch, so no barrier and no race. SPLIT writes attention.comp's partials for
-//   attention_combine; without it (S == 1) o directly. Sums run in attention.comp's order.
+//   attention_combine; without it (S == 1) o directly.
+// Latency, not bandwidth, bounds decode attention (a few rows per workgroup), so the scores use
+// TPR invocations per row (chosen from the row count: enough rows in flight for all of them, one
+// pass), and P.V splits the rows over WG / D row groups; no invocation walks a long chain of loads.
 // Bindings: 0 q, 1 k, 2 v, 3 step, 4 k_cache, 5 v_cache, 6 o (or partials [H][S][D + 2]),
 //   QK_NORM: 7 q_norm_w[D], 8 k_norm_w[D].
 // Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK, 6 scale, 7 theta, 8 eps (QK_NORM).
@@ -21,7 +24,14 @@ layout(constant_id = 5) const uint MAXCHUNK = 1;
 layout(constant_id = 6) const float SCALE = 1.0;
 layout(constant_id = 7) const float THETA = 10000.0;
 layout(constant_id = 8) const float EPS = 1e-6;
-const uint RG = gl_WorkGroupSize.x >= D ? gl_WorkGroupSize.x / D : 1;
+#ifdef KVEC
+#define DU (D / 4)
+#else
+#define DU D
+#endif
+// P.V row groups: each invocation of a group owns one unit (vec4 with KVEC) of columns, and the
+// groups split the rows, so no invocation walks more than n / RG rows.
+const uint RG = gl_WorkGroupSize.x >= DU ? gl_WorkGroupSize.x / DU : 1;
 
 layout(binding = 0) readonly buffer QB { float q[]; };
 layout(binding = 1) readonly buffer KB { float k[]; };
@@ -30,6 +40,7 @@ layout(binding = 3) readonly buffer StepB { uint step[]; };
 layout(binding = 4) buffer KCB { float kc[]; };
 layout(binding = 4) readonly buffer KC4 { vec4 kc4[]; };
 layout(binding = 5) buffer VCB { float vc[]; };
+layout(binding = 5) readonly buffer VC4 { vec4 vc4[]; };
 layout(binding = 6) writeonly buffer OB { float o[]; };
 #ifdef QK_NORM
 layout(binding = 7) readonly buffer QNB { float qnw[]; };
@@ -44,19 +55,17 @@ shared float vs[D];
 shared float sc[MAXCHUNK];
 shared float part[RG * D];
 
-// q . k of a cache row (at word base) or, when current, of the k in shared memory; the same
-// summation order either way (vec4 dots when KVEC), as attention.comp.
-float score(uint base, bool current) {
-    float a = 0.0;
+shared float red[gl_WorkGroupSize.x];
+
+// Unit u (a vec4 with KVEC, else one float) of q . k for a cache row at word base, or, when
+// current, for the k in shared memory.
+float unit_score(uint base, uint u, bool current) {
 #ifdef KVEC
-    for (uint j = 0; j < D; j += 4) {
-        vec4 kv = current ? vec4(ks[j], ks[j + 1], ks[j + 2], ks[j + 3]) : kc4[(base + j) / 4];
-        a += dot(vec4(qs[j], qs[j + 1], qs[j + 2], qs[j + 3]), kv);
-    }
+    vec4 kv = current ? vec4(ks[4 * u], ks[4 * u + 1], ks[4 * u + 2], ks[4 * u + 3]) : kc4[base / 4 + u];
+    return dot(vec4(qs[4 * u], qs[4 * u + 1], qs[4 * u + 2], qs[4 * u + 3]), kv);
 #else
-    for (uint j = 0; j < D; j++) a += qs[j] * (current ? ks[j] : kc[base + j]);
+    return qs[u] * (current ? ks[u] : kc[base + u]);
 #endif
-    return a;
 }
 
 void main() {
@@ -114,11 +123,30 @@ void main() {
         }
     }
 
+    // scores: TPR invocations per row (a power of two, up to DU), each summing every TPR-th unit,
+    // then a shared-memory tree over the TPR partials; uniform over the workgroup
+    uint tpr = 1;
+    while (tpr < DU && tpr * 2 * n <= WG) tpr *= 2;
+    const uint rpp = WG / tpr, lane = t % tpr;
     float m = NEG_INF;
-    for (uint i = t; i < n; i += WG) {
-        float a = score((r0 + i) * ROW + kvoff, i >= nc);
-        sc[i] = a;
-        m = max(m, a);
+    for (uint i0 = 0; i0 < n; i0 += rpp) {
+        const uint i = i0 + t / tpr;
+        float a = 0.0;
+        if (i < n)
+            for (uint u = lane; u < DU; u += tpr) a += unit_score((r0 + i) * ROW + kvoff, u, i >= nc);
+        if (tpr > 1) {
+            red[t] = a;
+            barrier();
+            for (uint hh = tpr / 2; hh > 0; hh >>= 1) {
+                if (lane < hh) red[t] += red[t + hh];
+                barrier();
+            }
+            a = red[t];  // only lane 0's is the row's score; each invocation reads its own slot
+        }
+        if (lane == 0 && i < n) {
+            sc[i] = a;
+            m = max(m, a);
+        }
     }
     m = wg_max(m);  // barrier inside: all scores are visible after it
     float l = 0.0;
@@ -129,12 +157,19 @@ void main() {
     }
     l = wg_sum(l);
 
-    for (uint idx = t; idx < RG * D; idx += WG) {
-        uint j = idx % D, g = idx / D;
+    for (uint idx = t; idx < RG * DU; idx += WG) {
+        uint c = idx % DU, g = idx / DU;
+#ifdef KVEC
+        vec4 acc = vec4(0.0);
+        for (uint i = g; i < nc; i += RG) acc += sc[i] * vc4[((r0 + i) * ROW + kvoff) / 4 + c];
+        if (cur && g == nc % RG) acc += sc[nc] * vec4(vs[4 * c], vs[4 * c + 1], vs[4 * c + 2], vs[4 * c + 3]);
+        for (uint e = 0; e < 4; e++) part[g * D + 4 * c + e] = acc[e];
+#else
         float acc = 0.0;
-        for (uint i = g; i < nc; i += RG) acc += sc[i] * vc[(r0 + i) * ROW + kvoff + j];
-        if (cur && g == nc % RG) acc += sc[nc] * vs[j];  // last in the order attention.comp sums
-        part[idx] = acc;
+        for (uint i = g; i < nc; i += RG) acc += sc[i] * vc[(r0 + i) * ROW + kvoff + c];
+        if (cur && g == nc % RG) acc += sc[nc] * vs[c];
+        part[g * D + c] = acc;
+#endif
     }
     barrier();
     for (uint j = t; j < D; j += WG) {

@@ -85,6 +85,10 @@ SHAPES = {  # name -> tiny_hf_model overrides (hidden, heads, head_dim, ffn)
                 "head_dim": 128, "intermediate_size": 128},
     "h96d32": {"hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 2,
                "head_dim": 32, "intermediate_size": 96},
+    # head_dim not a multiple of 4: the scalar (non-vec4) attention paths; f32/f16 only (wo's
+    # in-dim 72 is no whole number of quant blocks)
+    "h64d18": {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+               "head_dim": 18, "intermediate_size": 96},
 }
 
 # (arch, dtype, shape, path, ctx, attn_max_chunk): every arch x both paths at f32, then each
@@ -104,6 +108,8 @@ CASES = [
     ("qwen2", "q5_0", "h64d128", "smem", 24, 256),
     ("llama", "q8_0", "h64d128", "sg", 24, 256),
     ("qwen3", "q4_1", "h64d16", "smem", 24, 256),
+    ("llama", "f32", "h64d18", "sg", 20, 8),
+    ("qwen3", "f16", "h64d18", "smem", 20, 256),
 ]
 
 
@@ -112,11 +118,13 @@ CASES = [
 def test_fused_model(device, models, arch, dtype, shape, path, ctx, chunk):
     m = _model(models, arch, dtype, ctx, **SHAPES[shape])
     items, regions = decode_and_compare(device, m, _caps(device, path, attn_max_chunk=chunk))
+    from vkdecode.fused_attention import attention_grid
     fused_rules = {r.rule for r in regions if r.rule}
     assert {"RMS_NORM_MATMUL", "MATMUL_ADD", "RMS_NORM_MATMUL_SILU_MUL",
             "RMS_NORM_MATMUL_ARGMAX"} <= fused_rules
     # fused: 5 dispatches per layer (+ the attention combine when split), embed, 2 at the end
-    splits = -(-ctx // chunk) > 1
+    caps = _caps(device, path, attn_max_chunk=chunk)
+    splits = attention_grid(ctx, m.args.head_dim, caps)[0] > 1
     assert len(items) == m.args.n_layers * (5 + splits) + 3, [it.call.shader for it in items]
 
 
@@ -169,6 +177,7 @@ def test_fused_dispatches_per_layer(spec, ctx):
     a 151936-row f16 lm_head beyond lavapipe's 128 MiB binding runs as row chunks + one final."""
     from fusion.partition import partition
     from tests.fusion.programs import SPECS, build
+    from vkdecode.fused_attention import attention_grid
     from vkdecode.kernels import KernelCaps
     from vkdecode.lowering import region_calls
     caps = KernelCaps(subgroup_size=32, subgroup_arithmetic=True, max_storage_range=128 << 20,
@@ -177,7 +186,7 @@ def test_fused_dispatches_per_layer(spec, ctx):
     p = build(s, n_layers=2)
     calls = [c for r in partition(p) for c in region_calls(p, r, caps)]
     head = [c for c in calls if c.shader == "rms_norm_matmul_argmax"]
-    split = ctx > caps.attn_max_chunk
+    split = attention_grid(ctx, s.head_dim, caps)[0] > 1
     embed = [c for c in calls if c.shader == "embed"]   # chunked like the head when tied
     assert len(calls) == 2 * (5 + split) + len(embed) + len(head) + 1, [c.shader for c in calls]
     assert len(head) == -(-s.vocab * s.hidden * 2 // caps.max_storage_range)

@@ -6,6 +6,25 @@ from fusion.ir import Program
 from fusion.rules import Region
 from vkdecode.kernels import Binding, KernelCall, KernelCaps, _reduce_defines, _wg, attention_splits
 
+# Decode attention is latency-bound (a few rows per workgroup, chains of dependent loads). Measured
+# on an H200 at pos ~90 of ctx 128, GPU µs per layer: SmolLM2 shape (head_dim 64) 14.5 with 64
+# invocations and 1 split (attention.comp's shape) -> 7.4 with 256 and 1 split (8.5 with 4);
+# Qwen3-0.6B shape (head_dim 128) 100 -> 51 with 256 and 1 split, 32 with 4 splits. A split costs
+# the combine dispatch (~1-4 µs) and pays off once a workgroup's rows x head_dim is large.
+ATTN_WG = 256           # invocations per attention workgroup
+MIN_SPLITS_D128 = 4     # splits (workgroups per head) at least, for head_dim >= 128
+
+
+def attention_grid(ctx: int, head_dim: int, caps: KernelCaps) -> tuple[int, int]:
+    """(splits S, max rows per split) of the fused attention: kernels.attention_splits (bounded
+    by attn_max_chunk rows at full context), and more splits for wide heads."""
+    s, maxchunk = attention_splits(ctx, caps)
+    want = MIN_SPLITS_D128 if head_dim >= 128 else 1
+    if s < want:
+        s = min(want, ctx)
+        maxchunk = -(-ctx // s)
+    return s, maxchunk
+
 
 def rope_kv_write_attention(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
     r, a = region.roles, region.attrs
@@ -14,11 +33,11 @@ def rope_kv_write_attention(p: Program, region: Region, caps: KernelCaps) -> lis
         return None
     out = r["out"]
     ctx = p.values[r["k_cache"]].shape[0]
-    s, maxchunk = attention_splits(ctx, caps)
-    # the same workgroup shape as kernels._attention, so both sum in the same order
-    wg = _wg(caps, 64, cap=128)
-    rg = wg // d if wg >= d else 1
-    if 4 * (3 * d + maxchunk + rg * d + wg) > caps.max_shared:
+    s, maxchunk = attention_grid(ctx, d, caps)
+    wg = _wg(caps, ATTN_WG, cap=256)
+    du = d // 4 if d % 4 == 0 else d      # P.V units per row, as the shader's RG
+    rg = wg // du if wg >= du else 1
+    if 4 * (3 * d + maxchunk + rg * d + 2 * wg) > caps.max_shared:
         return None
     qk_norm = "q_norm_w" in r
     spec = (wg, h, kvh, d, s, maxchunk, float(a["scale"]), float(a["theta"]), float(a.get("eps", 0.0)))
