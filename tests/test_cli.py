@@ -221,8 +221,8 @@ def test_run_smollm2_capital_of_france(capsys):
         if os.environ.get("VKDECODE_VALIDATE") == "1":
             pytest.fail(msg)     # `make test` installs it: its absence in CI is a broken setup
         pytest.skip(msg)
-    # replay-nofuse: on lavapipe the fused norm+matvec kernels are ~4x slower per token (see `vkdecode
-    # bench --profile`), and the 37 prompt tokens are 37 steps; fused on this model is tested elsewhere.
+    # replay-nofuse: on lavapipe the fused norm+matvec kernels are 2-4x slower per step (`vkdecode bench
+    # --profile`) and the 37 prompt tokens are 37 steps; fused greedy on this model is tested elsewhere.
     rc, out, err = cli(capsys, "run", "--chat", "What is the capital of France?", "--max-tokens", 8, "--ctx", 64,
                        "--mode", "replay-nofuse")
     assert rc == 0, err

@@ -90,6 +90,8 @@ def collect_stats(device, model, modes) -> dict:
 
 
 def _mb(n: int) -> str:
+    if n == 0:
+        return "-"
     return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
 
 
@@ -107,6 +109,7 @@ def format_stats(s: dict) -> str:
     tot = {k: sum(r[k] for r in regs) for k in ("ops", "dispatches", "barriers", "descriptor_sets")}
     lines.append(f"  {'total':34s} {'':28s} {tot['ops']:4d} {tot['dispatches']:5d} {tot['barriers']:5d} "
                  f"{tot['descriptor_sets']:5d}")
+    lines.append(f"  weights read per token: {_mb(m['weight_bytes_per_token'])} (of the embedding table, one row)")
     modes = list(s["modes"])
     head = "".join(f"{mo:>15s}" for mo in modes)
     lines.append(f"\nPer token, steady state {'':12s}{head}")
