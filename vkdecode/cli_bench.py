@@ -118,7 +118,7 @@ def format_notes(res: dict) -> str:
         lines.append(f"{mode}: weights {_size(wb)}/token x {r['tok_s']['median']:.1f} tok/s = "
                      f"{bw['GBps']:.2f} GB/s{frac}")
     if copy:
-        lines.append(f"device copy bandwidth (vkCmdCopyBuffer, read + write): {copy:.1f} GB/s")
+        lines.append(f"device copy bandwidth (best of vkCmdCopyBuffer and a compute copy, read + write): {copy:.1f} GB/s")
     for mode, r in res["modes"].items():
         if "region_us" in r:
             total = sum(e["us"] for e in r["region_us"].values())
