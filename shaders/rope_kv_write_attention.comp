@@ -93,35 +93,37 @@ void main() {
     const float rq = inversesqrt(wg_sum(sq) / float(D) + EPS);
     const float rk = inversesqrt(wg_sum(sk) / float(D) + EPS);
 #endif
-    for (uint j = t; j < D; j += WG) {
-#ifdef QK_NORM
-        qs[j] = q[h * D + j] * rq * qnw[j];
-        ks[j] = k[kvoff + j] * rk * knw[j];
-#else
-        qs[j] = q[h * D + j];
-        ks[j] = k[kvoff + j];
-#endif
-        vs[j] = v[kvoff + j];
-    }
-    barrier();
-    for (uint i = t; i < D / 2; i += WG) {  // one invocation per pair: rotates in place
+    // one invocation per pair: normed (QK_NORM) and rotated straight from global memory into
+    // shared memory, and, by the writer workgroup, into the caches (one barrier in all)
+    const bool writer = s == 0 && h % (H / KVH) == 0;
+    const uint crow = pos * ROW + kvoff;
+    for (uint i = t; i < D / 2; i += WG) {
         const vec2 cs = rope_cos_sin(pos, i);
         const uvec2 ab = rope_pair(i);
-        float a = qs[ab.x], b = qs[ab.y];
+        float a = q[h * D + ab.x], b = q[h * D + ab.y];
+        float c = k[kvoff + ab.x], e = k[kvoff + ab.y];
+#ifdef QK_NORM
+        a = a * rq * qnw[ab.x];
+        b = b * rq * qnw[ab.y];
+        c = c * rk * knw[ab.x];
+        e = e * rk * knw[ab.y];
+#endif
         qs[ab.x] = (a * cs.x - b * cs.y) * SCALE;
         qs[ab.y] = (a * cs.y + b * cs.x) * SCALE;
-        a = ks[ab.x];
-        b = ks[ab.y];
-        ks[ab.x] = a * cs.x - b * cs.y;
-        ks[ab.y] = a * cs.y + b * cs.x;
-    }
-    barrier();
-    if (s == 0 && h % (H / KVH) == 0) {
-        for (uint j = t; j < D; j += WG) {
-            kc[pos * ROW + kvoff + j] = ks[j];
-            vc[pos * ROW + kvoff + j] = vs[j];
+        const float kx = c * cs.x - e * cs.y, ky = c * cs.y + e * cs.x;
+        ks[ab.x] = kx;
+        ks[ab.y] = ky;
+        if (writer) {  // the very values attention takes from shared memory for row pos
+            kc[crow + ab.x] = kx;
+            kc[crow + ab.y] = ky;
         }
     }
+    for (uint j = t; j < D; j += WG) {
+        const float vv = v[kvoff + j];
+        vs[j] = vv;
+        if (writer) vc[crow + j] = vv;
+    }
+    barrier();
 
     // scores: TPR invocations per row (a power of two, up to DU), each summing every TPR-th unit,
     // then a shared-memory tree over the TPR partials; uniform over the workgroup
