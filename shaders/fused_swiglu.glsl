@@ -18,15 +18,28 @@ layout(constant_id = 4) const uint M = 1;
 #include "fused_wslot.glsl"
 layout(binding = B_Y) writeonly buffer YB { float y[]; };
 
+// Gate and up rows first..first+ROWS-1 in one loop: x is loaded once per unit and the 2 * ROWS
+// weight loads of a unit are in flight together (one loop per weight: 5.6 vs 5.4 µs per layer on
+// an H200 at SmolLM2's shape).
+void fmv_rows_gate_up(uint first) {
+    for (uint u = gl_LocalInvocationID.x; u < K / UNIT_ELEMS; u += gl_WorkGroupSize.x) {
+        vec4 xv[XU_VEC4];
+        load_x_0(u, xv);
+        for (uint i = 0; i < ROWS; i++) {
+            uint r = min(first + i, M - 1);
+            fmv_acc[i] += unit_dot_0(r * ROW_WORDS(K), r * (K / 32), u, xv);
+            fmv_acc[ROWS + i] += unit_dot_1(r * ROW_WORDS(K), r * (K / 32), u, xv);
+        }
+    }
+}
+
 void main() {
     const uint t = gl_LocalInvocationID.x;
     const uint first = flat_group_id() * ROWS;
     if (first >= M) return;  // padding of a 2-D grid: the whole workgroup leaves together
     fmv_clear();
-    fmv_rows_0(first, M, 0);
-    float ss = fmv_ss;  // the up pass loads x again: keep one sum of squares
-    fmv_rows_1(first, M, ROWS);
-    fmv_acc[2 * ROWS] = ss;
+    fmv_rows_gate_up(first);
+    fmv_acc[2 * ROWS] = fmv_ss;
     fmv_reduce();
     if (t >= ROWS || first + t >= M) return;
     float inv = fmv_inv_rms(fmv_total(2 * ROWS));
