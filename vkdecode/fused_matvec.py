@@ -167,6 +167,10 @@ def rms_norm_matmul_argmax(p: Program, region: Region, caps: KernelCaps) -> list
     plan = []
     for r0, rows in chunks:
         wg, rpw, wvec = matvec_shape(wv.dtype, k, rows, caps)
+        # One subgroup-sized workgroup, 4 rows per block (H200, lm_head + argmax GPU µs: SmolLM2's
+        # q8_0 49152x576 32.8 -> 24.3 against matvec_shape's 64 x 2; Qwen3's f16 151936x1024 87.8
+        # either way; 128- and 256-wide workgroups were slower).
+        wg, rpw = caps.matvec_wg or _wg(caps, 32), caps.matvec_rows or 4
         blocks = -(-rows // rpw)
         per = max(1, -(-blocks * len(chunks) // ARGMAX_PARTIALS))   # row blocks per workgroup
         plan.append((r0, rows, wg, rpw, wvec, per, -(-blocks // per)))
