@@ -13,12 +13,15 @@ from dataclasses import dataclass
 from fusion.ir import Op, Program
 
 MAX_GROUPS_X = 65535  # the minimum maxComputeWorkGroupCount[0]; larger grids go 2-D
+# Scratch named "scratch:<id>" + ZEROED is zero-filled once when the plan allocates it (e.g. the
+# arrival counts of a last-workgroup-combines kernel, which resets them itself after each use).
+ZEROED = ".zeroed"
 QUANT_TYPES = ("q8_0", "q4_0", "q4_1", "q5_0")
 
 
 @dataclass(frozen=True)
 class Binding:
-    value: str              # a program value name, or a scratch name "scratch:<id>"
+    value: str              # a program value name, or a scratch name "scratch:<id>" (ZEROED suffix: zeroed once)
     part: str = "data"      # weights: "data" | "q" | "s"; others "data"
     row_start: int = 0      # weights split by rows: first row bound (byte offset = row_start * row_bytes)
     rows: int | None = None  # number of rows bound (None = all)
@@ -47,12 +50,17 @@ class KernelCaps:
     max_shared: int
     min_align: int
     attn_max_chunk: int = 256   # kv rows per attention workgroup at full context (sets the split count)
+    attn_fold_combine: bool = True  # fused split-K attention: last workgroup combines (else a dispatch)
     matvec_wg: int = 0
     matvec_rows: int = 0
 
     @classmethod
     def from_info(cls, info, **tuning) -> KernelCaps:
         f, lim = info.features, info.limits
+        if getattr(info, "device_type", "") == "cpu":
+            # lavapipe pays per workgroup (each is a coroutine over SIMD lanes) and the fused
+            # norm+matvec recomputes the norm per workgroup: 16 rows each is ~2x faster there.
+            tuning.setdefault("matvec_rows", 16)
         return cls(subgroup_size=int(f.get("subgroup_size", 1) or 1),
                    subgroup_arithmetic=bool(f.get("subgroup_arithmetic", False)),
                    max_storage_range=int(lim["max_storage_buffer_range"]),
