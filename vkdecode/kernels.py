@@ -161,7 +161,9 @@ def matvec_shape(dtype: str, n_in: int, n_rows: int, caps: KernelCaps) -> tuple[
         wg, rows = _wg(caps, -(-units // 2), cap=256), 2
     else:
         wg, rows = _wg(caps, units, cap=256), (2 if n_rows >= 1536 else 1)
-    return caps.matvec_wg or wg, caps.matvec_rows or rows, wvec
+    wg = caps.matvec_wg or wg
+    # a workgroup stores its rows from invocations 0..ROWS-1, so it cannot take more rows than it has
+    return wg, min(caps.matvec_rows or rows, wg), wvec
 
 
 def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
