@@ -113,7 +113,7 @@ class Program:
     def outputs(self) -> list[str]:
         return [v.name for v in self.values.values() if v.kind == "output"]
 
-    def verify(self) -> "Program":
+    def verify(self) -> Program:
         from fusion.verify import verify_program
         verify_program(self)
         return self

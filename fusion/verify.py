@@ -13,7 +13,7 @@ ARITY = {  # kind -> (number of inputs, number of outputs)
 def verify_program(p: Program) -> None:
     produced: set[str] = set()
     for i, op in enumerate(p.ops):
-        def fail(msg: str) -> None:
+        def fail(msg: str, i=i, op=op) -> None:
             raise IRError(f"op #{i} {op.kind}: {msg}")
 
         if op.kind not in ARITY:

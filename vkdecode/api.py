@@ -92,4 +92,4 @@ def load(path, device=None, mode: str = "fused", ctx: int | None = 4096, **kw) -
     return Model(path, device=device, mode=mode, ctx=ctx, **kw)
 
 
-__all__ = ["load", "Model", "GenerationResponse"]
+__all__ = ["GenerationResponse", "Model", "load"]

@@ -221,7 +221,7 @@ def copy_bandwidths(device, nbytes: int = 256 << 20, reps: int = 5, runs: int = 
     out = {}
     try:
         for method in ("vkCmdCopyBuffer", "compute"):
-            def one(cmd):
+            def one(cmd, method=method):
                 if method == "compute":
                     cmd.bind(pipe, dset)
                     cmd.dispatch(groups)

@@ -2,7 +2,7 @@
 region in no-fuse mode) lowers to its ops' own kernels, so a fused region always equals its ops."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from fusion.ir import Program
 from fusion.rules import Region

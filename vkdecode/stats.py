@@ -17,10 +17,10 @@ class Counters:
     barriers: int = 0
     submits: int = 0
 
-    def snapshot(self) -> "Counters":
+    def snapshot(self) -> Counters:
         return Counters(**asdict(self))
 
-    def __sub__(self, other: "Counters") -> "Counters":
+    def __sub__(self, other: Counters) -> Counters:
         return Counters(**{f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(self)})
 
     def as_dict(self) -> dict:

@@ -73,7 +73,7 @@ class ReplayExecutor(Executor):
             t0 = time.perf_counter()
             fence = dev.submit([self.cmds[submitted % 2]], wait=False)
             t1 = time.perf_counter()
-            inflight.append((fence, submitted, t0, (t1 - t0) * 1e6, dev.counters.snapshot() - before))
+            inflight.append((fence, submitted, (t1 - t0) * 1e6, dev.counters.snapshot() - before))
             submitted += 1
 
         try:
@@ -81,7 +81,7 @@ class ReplayExecutor(Executor):
                 submit()
             last = time.perf_counter()
             while inflight:
-                fence, k, t_sub, host_us, counters = inflight.popleft()
+                fence, k, host_us, counters = inflight.popleft()
                 dev.wait_fence(fence)
                 tok = self.plan.ring_token(pos + k)
                 ns = self.ts_pools[k % 2].read_ns(0, 2)     # read before that buffer is resubmitted
