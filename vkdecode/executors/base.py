@@ -146,11 +146,18 @@ class Executor:
         rows = []
         for ri, r in enumerate(self.regions):
             its = [it for it in self.items if it.region == ri]
-            weights = {v for i in r.ops for v in self.program.ops[i].inputs
-                       if self.program.values[v].kind == "weight"}
+            read = {}
+            for i in r.ops:
+                op = self.program.ops[i]
+                for v in op.inputs:
+                    if self.program.values[v].kind == "weight":
+                        full = self.plan.weight_bytes[v]
+                        # an embed reads one row of its table, every other op the whole weight
+                        part = full // self.program.values[v].shape[0] if op.kind == "embed" else full
+                        read[v] = max(read.get(v, 0), part)
             rows.append({"name": r.name, "rule": r.rule, "ops": len(r.ops), "dispatches": len(its),
                          "barriers": sum(it.barrier for it in its), "descriptor_sets": len(its),
-                         "weight_bytes": sum(self.plan.weight_bytes[w] for w in weights)})
+                         "weight_bytes": sum(read.values())})
         return rows
 
     def close(self) -> None:
