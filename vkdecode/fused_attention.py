@@ -1,16 +1,18 @@
-"""(QK_NORM_)ROPE_KV_WRITE_ATTENTION -> one fused dispatch on the split-K grid (+ attention_combine
-when the context is split), and ADD_RMS_NORM -> one dispatch."""
+"""(QK_NORM_)ROPE_KV_WRITE_ATTENTION -> one fused dispatch on the split-K grid (the last workgroup
+of each head combines the splits; with caps.attn_fold_combine off, a separate attention_combine
+dispatch does), and ADD_RMS_NORM -> one dispatch."""
 from __future__ import annotations
 
 from fusion.ir import Program
 from fusion.rules import Region
-from vkdecode.kernels import Binding, KernelCall, KernelCaps, _reduce_defines, _wg, attention_splits
+from vkdecode.kernels import ZEROED, Binding, KernelCall, KernelCaps, _reduce_defines, _wg, attention_splits
 
 # Decode attention is latency-bound (a few rows per workgroup, chains of dependent loads). Measured
 # on an H200 at pos ~90 of ctx 128, GPU µs per layer: SmolLM2 shape (head_dim 64) 14.5 with 64
 # invocations and 1 split (attention.comp's shape) -> 7.4 with 256 and 1 split (8.5 with 4);
 # Qwen3-0.6B shape (head_dim 128) 100 -> 51 with 256 and 1 split, 32 with 4 splits. A split costs
-# the combine dispatch (~1-4 µs) and pays off once a workgroup's rows x head_dim is large.
+# a combine (folded into the last workgroup of each head; as its own dispatch, ~1-4 µs with
+# attn_fold_combine off) and pays off once a workgroup's rows x head_dim is large.
 ATTN_WG = 256           # invocations per attention workgroup
 MIN_SPLITS_D128 = 4     # splits (workgroups per head) at least, for head_dim >= 128
 
@@ -52,6 +54,14 @@ def rope_kv_write_attention(p: Program, region: Region, caps: KernelCaps) -> lis
     # partials and combine exactly as kernels._attention lays them out
     part = f"scratch:{out}.partials"
     nbytes = h * s * (d + 2) * 4
+    if caps.attn_fold_combine:
+        # the last workgroup of each head combines (one dispatch, no barrier); its per-head arrival
+        # counts must start at zero and are reset by that workgroup (kernels.ZEROED scratch)
+        cnt = f"scratch:{out}.counts{ZEROED}"
+        b = ins + (Binding(part),) + norms + (Binding(out), Binding(cnt))
+        return [KernelCall("rope_kv_write_attention", spec, b, (4, 5, 6, len(b) - 2, len(b) - 1), (s, h, 1),
+                           defines=defines + (("SPLIT", "1"), ("FOLD", "1")),
+                           scratch=((part, nbytes), (cnt, h * 4)), label=out + "[split+combine]")]
     cwg = _wg(caps, d, cap=128)
     return [KernelCall("rope_kv_write_attention", spec, ins + (Binding(part),) + norms, (4, 5, 6), (s, h, 1),
                        defines=defines + (("SPLIT", "1"),), scratch=((part, nbytes),), label=out + "[split]"),
