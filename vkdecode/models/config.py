@@ -39,6 +39,15 @@ class ModelArgs:
     def __post_init__(self):
         if self.arch not in ARCHS:
             raise ModelError(f"unknown architecture {self.arch!r} (supported: {', '.join(ARCHS)})")
+        sizes = ("vocab_size", "hidden_size", "intermediate_size", "n_layers", "n_heads", "n_kv_heads",
+                 "head_dim", "max_position")
+        for name in sizes:   # a corrupt header must not reach a division or a huge loop
+            if not 0 < getattr(self, name) < 1 << 31:
+                raise ModelError(f"{name} = {getattr(self, name)} is out of range")
+        if self.n_heads % self.n_kv_heads:
+            raise ModelError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
+        if self.head_dim % 2:
+            raise ModelError(f"head_dim {self.head_dim} is odd (rope rotates pairs)")
 
     @property
     def q_dim(self) -> int:
@@ -64,11 +73,11 @@ class ModelArgs:
                 raise ModelError(f"{where}: no such file (an HF model directory needs config.json)") from None
             except (OSError, json.JSONDecodeError) as e:
                 raise ModelError(f"{where}: cannot read config: {e}") from None
-        return _from_hf(cfg, where)
+        return _checked(where, _from_hf, cfg, where)
 
     @classmethod
     def from_gguf(cls, reader, path) -> ModelArgs:
-        return _from_gguf(reader, str(path))
+        return _checked(str(path), _from_gguf, reader, str(path))
 
 
 def _hf_arch(cfg: dict, where: str) -> str:
@@ -135,13 +144,30 @@ def _from_hf(cfg: dict, where: str) -> ModelArgs:
     )
 
 
-def _gguf_field(reader, name):
+def _gguf_field(reader, name, path: str = ""):
+    """A metadata value; a corrupt one (bad UTF-8, wrong type) is a ModelError naming the key."""
     f = reader.fields.get(name)
-    return None if f is None else f.contents()
+    try:
+        return None if f is None else f.contents()
+    except (ValueError, IndexError, TypeError) as e:   # UnicodeDecodeError is a ValueError
+        raise ModelError(f"{path}: key {name!r} cannot be read ({type(e).__name__}: {e})") from None
+
+
+def _checked(where: str, build, *a) -> ModelArgs:
+    """build(*a), where a string or list in place of a number (a corrupt or odd header) or a
+    size out of range becomes a ModelError naming the file."""
+    try:
+        return build(*a)
+    except ModelError as e:
+        if str(e).startswith(where):
+            raise
+        raise ModelError(f"{where}: {e}") from None
+    except (TypeError, ValueError, ArithmeticError) as e:   # ArithmeticError: a head count of 0
+        raise ModelError(f"{where}: a config value has the wrong type or is 0 ({type(e).__name__}: {e})") from None
 
 
 def _from_gguf(reader, path: str) -> ModelArgs:
-    arch = _gguf_field(reader, "general.architecture")
+    arch = _gguf_field(reader, "general.architecture", path)
     if arch is None:
         raise ModelError(f"{path}: missing key 'general.architecture'")
     if arch not in ARCHS:
@@ -149,26 +175,26 @@ def _from_gguf(reader, path: str) -> ModelArgs:
                          f"(supported: {', '.join(ARCHS)})")
 
     def key(name, default=None):
-        v = _gguf_field(reader, f"{arch}.{name}")
+        v = _gguf_field(reader, f"{arch}.{name}", path)
         if v is None:
             if default is None:
                 raise ModelError(f"{path}: missing key '{arch}.{name}'")
             return default
         return v
 
-    scaling = _gguf_field(reader, f"{arch}.rope.scaling.type")
+    scaling = _gguf_field(reader, f"{arch}.rope.scaling.type", path)
     if scaling not in (None, "none"):
         raise ModelError(f"{path}: rope scaling {scaling!r} (key '{arch}.rope.scaling.type') is not supported yet")
     names = {t.name for t in reader.tensors}
     hidden, heads = int(key("embedding_length")), int(key("attention.head_count"))
-    vocab = _gguf_field(reader, f"{arch}.vocab_size")
+    vocab = _gguf_field(reader, f"{arch}.vocab_size", path)
     if vocab is None:
         tokens = reader.fields.get("tokenizer.ggml.tokens")
         vocab = len(tokens.data) if tokens is not None else None
     if vocab is None:
         emb = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
         vocab = int(emb.shape[1]) if emb is not None else 0
-    eos = _gguf_field(reader, "tokenizer.ggml.eos_token_id")
+    eos = _gguf_field(reader, "tokenizer.ggml.eos_token_id", path)
     return ModelArgs(
         arch=arch,
         vocab_size=int(vocab),
@@ -186,6 +212,6 @@ def _from_gguf(reader, path: str) -> ModelArgs:
         qk_norm=arch == "qwen3",
         # llama.cpp's converter permutes llama q/k rows into adjacent pairs; qwen stays NEOX.
         rope_layout="pairs" if arch == "llama" else "neox",
-        bos_id=_gguf_field(reader, "tokenizer.ggml.bos_token_id"),
+        bos_id=_gguf_field(reader, "tokenizer.ggml.bos_token_id", path),
         eos_ids=[] if eos is None else [int(eos)],
     )

@@ -9,7 +9,7 @@ from vkdecode.errors import ContextError
 from vkdecode.models import build_program
 from vkdecode.models.config import ModelArgs
 from vkdecode.models.tokenizer import Tokenizer
-from vkdecode.models.weights import load_weights
+from vkdecode.models.weights import load_weights, loading
 from vkdecode.quant import PackedWeight
 
 DEFAULT_CTX = 4096
@@ -28,6 +28,11 @@ class LoadedModel:
 
 def load_model(path, ctx: int | None = None, sampling: bool = False) -> LoadedModel:
     path = str(path)
+    with loading(path):
+        return _load_model(path, ctx, sampling)
+
+
+def _load_model(path: str, ctx: int | None, sampling: bool) -> LoadedModel:
     args, weights, meta = load_weights(path)
     if ctx is None:
         ctx = min(DEFAULT_CTX, args.max_position)

@@ -64,8 +64,21 @@ class Tokenizer:
     def from_gguf(cls, reader, path: str) -> Tokenizer:
         def field(name, default=None):
             f = reader.fields.get(name)
-            return default if f is None else f.contents()
+            try:
+                return default if f is None else f.contents()
+            except (ValueError, IndexError, TypeError) as e:   # bad UTF-8 in a corrupt file
+                raise ModelError(f"{path}: key {name!r} cannot be read ({type(e).__name__}: {e})") from None
 
+        try:
+            return cls._from_gguf_fields(field, path)
+        except ModelError:
+            raise
+        except Exception as e:  # noqa: BLE001 - tokenizers raises untyped errors on a bad vocabulary
+            raise ModelError(f"{path}: cannot build the tokenizer from the GGUF vocabulary "
+                             f"({type(e).__name__}: {e})") from None
+
+    @classmethod
+    def _from_gguf_fields(cls, field, path: str) -> Tokenizer:
         model = field("tokenizer.ggml.model")
         if model is None or field("tokenizer.ggml.tokens") is None:
             raise ModelError(f"{path}: no tokenizer (missing key 'tokenizer.ggml.model' or 'tokenizer.ggml.tokens')")

@@ -7,6 +7,7 @@ biases are always 1-D f32.
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -14,7 +15,7 @@ import os
 import gguf
 import numpy as np
 
-from vkdecode.errors import ModelError
+from vkdecode.errors import ModelError, VkDecodeError
 from vkdecode.models.config import ModelArgs
 from vkdecode.models.gguf_names import expected_shapes, source_name
 from vkdecode.quant import BLOCK, PackedWeight, pack_float, pack_gguf_blocks
@@ -27,11 +28,32 @@ def load_weights(path) -> tuple[ModelArgs, dict[str, PackedWeight], dict]:
     """-> (args, weights, meta). meta: format, path, notes (list[str]), source_types
     (name -> dtype in the file) and, for GGUF, the open `reader` (the tokenizer reuses it)."""
     path = str(path)
-    if os.path.isdir(path):
-        return _load_hf(path)
-    if not os.path.exists(path):
-        raise ModelError(f"{path}: no such file or directory")
-    return _load_gguf(path)
+    with loading(path):
+        if os.path.isdir(path):
+            return _load_hf(path)
+        if not os.path.exists(path):
+            raise ModelError(f"{path}: no such file or directory")
+        return _load_gguf(path)
+
+
+@contextlib.contextmanager
+def loading(path: str):
+    """The loaders' boundary: only VkDecodeErrors leave it. The checks above name the problem; an
+    exception they missed still becomes a ModelError naming the file, with its type and message
+    (and the original as __cause__), never a bare IndexError from deep inside numpy or gguf."""
+    try:
+        yield
+    except VkDecodeError:
+        raise
+    except Exception as e:  # the boundary: anything the checks missed
+        raise ModelError(f"{path}: unexpected {type(e).__name__} while loading: {e} (a corrupt file, "
+                         "or a vkdecode bug: please report it)") from e
+
+
+def _check_layers(path: str, args: ModelArgs, n_tensors: int) -> None:
+    # a layer has 9+ tensors: a corrupt layer count (2**31) must fail here, not in expected_shapes
+    if args.n_layers * 9 > n_tensors:
+        raise ModelError(f"{path}: {args.n_layers} layers declared, but the file holds only {n_tensors} tensors")
 
 
 def _check_shape(file: str, tensor: str, expected, actual) -> None:
@@ -55,9 +77,11 @@ def _safetensors_index(path: str) -> dict[str, str]:
         try:
             with open(index, encoding="utf-8") as f:
                 weight_map = json.load(f)["weight_map"]
-        except (OSError, KeyError, json.JSONDecodeError) as e:
-            raise ModelError(f"{index}: cannot read the shard index: {e}") from None
-        return {k: os.path.join(path, v) for k, v in weight_map.items()}
+            if not all(isinstance(v, str) for v in weight_map.values()):
+                raise ValueError("weight_map values must be file names")
+            return {k: os.path.join(path, v) for k, v in weight_map.items()}
+        except (OSError, KeyError, TypeError, AttributeError, ValueError) as e:
+            raise ModelError(f"{index}: cannot read the shard index ({type(e).__name__}: {e})") from None
     files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
     if not files:
         raise ModelError(f"{path}: no *.safetensors files in the model directory")
@@ -69,7 +93,8 @@ def _safetensors_index(path: str) -> dict[str, str]:
 
 
 def _header(file: str) -> dict:
-    """The safetensors JSON header (name -> dtype, shape, data_offsets)."""
+    """The safetensors JSON header (name -> dtype, shape, data_offsets), every entry checked
+    against the file so that reading a tensor later cannot fail on a corrupt header."""
     try:
         with open(file, "rb") as f:
             n = int.from_bytes(f.read(8), "little")
@@ -77,15 +102,37 @@ def _header(file: str) -> dict:
             if n <= 0 or 8 + n > size:
                 raise ValueError(f"header length {n} does not fit a {size}-byte file")
             header = json.loads(f.read(n))
-    except (OSError, ValueError) as e:
-        raise ModelError(f"{file}: not a safetensors file ({e})") from None
+    except (OSError, ValueError, RecursionError) as e:   # RecursionError: deeply nested JSON
+        raise ModelError(f"{file}: not a safetensors file ({type(e).__name__}: {e})") from None
+    if not isinstance(header, dict):
+        raise ModelError(f"{file}: not a safetensors file (the header is a JSON {type(header).__name__})")
     header.pop("__metadata__", None)
     for name, h in header.items():
-        end = 8 + n + h["data_offsets"][1]
-        if end > size:
-            raise ModelError(f"{file}: tensor {name!r} ends at byte {end}, past the end of the file "
-                             f"({size} bytes; truncated?)")
+        _check_entry(file, name, h, 8 + n, size)
     return {k: dict(v, _base=8 + n) for k, v in header.items()}
+
+
+ST_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
+
+
+def _check_entry(file: str, name: str, h, base: int, size: int) -> None:
+    """One header entry: known fields of the right types, offsets inside the data, and a byte
+    count that matches dtype x shape (else the reshape fails later with a numpy error)."""
+    if not isinstance(h, dict) or not {"dtype", "shape", "data_offsets"} <= set(h):
+        raise ModelError(f"{file}: tensor {name!r}: header entry needs dtype, shape and data_offsets")
+    shape, offs = h["shape"], h["data_offsets"]
+    if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
+        raise ModelError(f"{file}: tensor {name!r} has a bad shape {shape!r}")
+    if not (isinstance(offs, list) and len(offs) == 2 and all(type(o) is int for o in offs)
+            and 0 <= offs[0] <= offs[1]):
+        raise ModelError(f"{file}: tensor {name!r} has bad data_offsets {offs!r}")
+    if base + offs[1] > size:
+        raise ModelError(f"{file}: tensor {name!r} ends at byte {base + offs[1]}, past the end of the file "
+                         f"({size} bytes; truncated?)")
+    np_dt = ST_DTYPES.get(h["dtype"]) if isinstance(h["dtype"], str) else None
+    if np_dt is not None and offs[1] - offs[0] != int(np.prod(shape, dtype=object)) * np.dtype(np_dt).itemsize:
+        raise ModelError(f"{file}: tensor {name!r}: {offs[1] - offs[0]} bytes do not hold a {h['dtype']} "
+                         f"array of shape {tuple(shape)}")
 
 
 def _read_tensor(file: str, name: str, header: dict) -> tuple[np.ndarray, str]:
@@ -93,9 +140,11 @@ def _read_tensor(file: str, name: str, header: dict) -> tuple[np.ndarray, str]:
     h = header[name]
     dt = h["dtype"]
     start, end = h["data_offsets"]
-    np_dt = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}.get(dt)
+    np_dt = ST_DTYPES.get(dt) if isinstance(dt, str) else None
     if np_dt is None:
         raise ModelError(f"{file}: tensor {name!r} has unsupported dtype {dt}")
+    if end == start:     # np.memmap refuses an empty range
+        return np.zeros(h["shape"], np.float32 if dt in ("BF16", "F64") else np_dt), dt
     raw = np.memmap(file, dtype=np.uint8, mode="r", offset=h["_base"] + start, shape=(end - start,))
     a = raw.view(np_dt).reshape(h["shape"])
     if dt == "BF16":
@@ -108,6 +157,7 @@ def _read_tensor(file: str, name: str, header: dict) -> tuple[np.ndarray, str]:
 def _load_hf(path: str):
     args = ModelArgs.from_hf_config(path)
     where = _safetensors_index(path)
+    _check_layers(path, args, len(where))
     headers: dict[str, dict] = {}
     weights, types = {}, {}
     for name, shape in expected_shapes(args).items():
@@ -190,6 +240,7 @@ def _load_gguf(path: str):
     reader = open_gguf(path)
     args = ModelArgs.from_gguf(reader, path)
     tensors = {t.name: t for t in reader.tensors}
+    _check_layers(path, args, len(tensors))
     weights, types, notes = {}, {}, []
     for name, shape in expected_shapes(args).items():
         src = source_name(name, "gguf")
