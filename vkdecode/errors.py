@@ -14,6 +14,10 @@ class VulkanError(VkDecodeError):
     """A failing Vulkan call; the message names the call and the VkResult."""
 
 
+class DeviceMemoryError(VulkanError):
+    """Not enough device memory: the model does not fit, or vkAllocateMemory ran out (names the bytes)."""
+
+
 class NoDeviceError(VkDecodeError):
     exit_code = 2
 

@@ -51,6 +51,13 @@ class Executor:
         self.token_stats: list[TokenStats] = []
         self.regions = self._partition()
         self.plan = MemoryPlan(device, program, weights, progress)
+        try:
+            self._build()
+        except BaseException:   # a shader that does not compile, out of memory: free the plan
+            self.close()
+            raise
+
+    def _build(self) -> None:
         calls, owners = [], []
         for ri, region in enumerate(self.regions):
             rc = self._lower(region)
@@ -61,7 +68,7 @@ class Executor:
         self.plan.add_scratch(calls)
         self.items = [Item(c, self._pipeline(c), self.plan.ranges(c), b, ri)
                       for c, b, ri in zip(calls, barriers_before(calls), owners)]
-        self.timestamps = device.timestamp_pool(2 + len(self.regions))
+        self.timestamps = self.device.timestamp_pool(2 + len(self.regions))
         self._next = self.plan.slices[("next_token", "data")]
         assert STEP_POS == STEP_TOKEN + 1
         self._step_word = self.plan.step.offset // 4 + STEP_TOKEN
@@ -163,7 +170,8 @@ class Executor:
     def close(self) -> None:
         if getattr(self, "plan", None) is not None:
             self.device.wait_idle()
-            self.timestamps.close()
+            if getattr(self, "timestamps", None) is not None:   # None when __init__ failed early
+                self.timestamps.close()
             self.plan.close()
             self.plan = None
 

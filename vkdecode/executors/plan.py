@@ -16,8 +16,37 @@ def advance_call() -> KernelCall:
     return KernelCall("advance_step", (TOKEN_RING,), b, (1, 2), (1, 1, 1), label="advance_step")
 
 
+def required_bytes(program: Program, weights: dict) -> dict[str, int]:
+    """Device bytes the plan will allocate, by kind (scratch and alignment padding are small)."""
+    need = {"weights": 0, "kv_cache": 0, "activations": 0}
+    for v in program.values.values():
+        if v.kind == "weight" and v.name in weights:
+            need["weights"] += sum(a.nbytes for a in weights[v.name].parts.values())
+        elif v.kind == "state":
+            need["kv_cache"] += v.numel * 4
+        elif v.kind in ("activation", "output"):
+            need["activations"] += v.numel * 4
+    return need
+
+
+def check_fits(device, program: Program, weights: dict) -> None:
+    """Refuse before uploading anything when the model cannot fit the device-local heaps: a clear
+    error instead of a vkAllocateMemory failing half way through the upload. (Compared with the
+    heap size, not what is free: drivers do not report free memory portably.)"""
+    from vkdecode.errors import DeviceMemoryError
+    from vkdecode.vk.memory import format_bytes as fmt
+    need = required_bytes(program, weights)
+    total, heap = sum(need.values()), device.info.device_local_bytes
+    if heap and total > heap:
+        raise DeviceMemoryError(
+            f"the model needs {fmt(total)} of device memory (weights {fmt(need['weights'])}, KV cache "
+            f"{fmt(need['kv_cache'])}, activations {fmt(need['activations'])}), but {device.info.name} has "
+            f"{fmt(heap)} device-local; try a smaller --ctx or a smaller quantization")
+
+
 class MemoryPlan:
     def __init__(self, device, program: Program, weights: dict, progress=None):
+        check_fits(device, program, weights)
         self.device = device
         self.program = program
         self.slices: dict[tuple[str, str], object] = {}
@@ -25,6 +54,13 @@ class MemoryPlan:
         self._weights = device.arena(CHUNK)
         self._acts = device.arena(CHUNK)
         self._host = device.arena(1 << 20, host_visible=True)
+        try:
+            self._build(program, weights, progress)
+        except BaseException:   # out of memory or Ctrl-C half way: free what was allocated
+            self.close()
+            raise
+
+    def _build(self, program: Program, weights: dict, progress) -> None:
         self.step = self._host.alloc(STEP_WORDS * 4, "step")
         self.slices[("step", "data")] = self.step
         self.ring = self._host.alloc(TOKEN_RING * 4, "token_ring")

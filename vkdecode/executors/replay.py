@@ -24,6 +24,13 @@ class ReplayExecutor(Executor):
         self.rules = rules
         self.mode = "fused" if self.fuse else "replay-nofuse"
         super().__init__(device, program, weights, caps, progress)
+        try:
+            self._record(device, profile)
+        except BaseException:
+            self.close()
+            raise
+
+    def _record(self, device, profile: bool) -> None:
         self.pool = device.descriptor_pool(len(self.items), sum(len(it.ranges) for it in self.items))
         self.sets = []
         for it in self.items:
@@ -108,7 +115,7 @@ class ReplayExecutor(Executor):
     def close(self) -> None:
         if getattr(self, "plan", None) is not None:
             super().close()
-            for cmd in self.cmds:
-                cmd.close()
-            self.ts_pools[1].close()
-            self.pool.close()
+            for obj in [*getattr(self, "cmds", []), *getattr(self, "ts_pools", [])[1:],   # absent when
+                        getattr(self, "pool", None)]:                                   # __init__ failed
+                if obj is not None:
+                    obj.close()

@@ -11,9 +11,13 @@ class UnfusedExecutor(Executor):
 
     def __init__(self, device, program, weights, caps=None, progress=None):
         super().__init__(device, program, weights, caps, progress)
-        n_desc = sum(len(it.ranges) for it in self.items)
-        self.pool = device.descriptor_pool(len(self.items), n_desc)
-        self.cmd = device.command_buffer()
+        try:
+            n_desc = sum(len(it.ranges) for it in self.items)
+            self.pool = device.descriptor_pool(len(self.items), n_desc)
+            self.cmd = device.command_buffer()
+        except BaseException:
+            self.close()
+            raise
 
     def _enqueue(self, token: int, pos: int) -> None:
         dev = self.device
@@ -34,5 +38,6 @@ class UnfusedExecutor(Executor):
     def close(self) -> None:
         if getattr(self, "plan", None) is not None:
             super().close()
-            self.cmd.close()
-            self.pool.close()
+            for obj in (getattr(self, "cmd", None), getattr(self, "pool", None)):   # None: __init__ failed
+                if obj is not None:
+                    obj.close()

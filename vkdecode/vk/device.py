@@ -79,6 +79,7 @@ class Device:
 
     def __init__(self, selector=None, validate: bool | None = None):
         self.counters = Counters()
+        self.allocated_bytes = 0                  # VkDeviceMemory alive (memory.Buffer keeps it)
         self._children: dict[int, object] = {}   # insertion-ordered: reverse order at close
         self._pipelines: dict[tuple, object] = {}
         self._closed = False

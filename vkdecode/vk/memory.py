@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vkdecode.errors import VulkanError
-from vkdecode.vk.ffi import NULL, check, ffi, lib, new, vk
+from vkdecode.errors import DeviceMemoryError, VulkanError
+from vkdecode.vk.ffi import NULL, check, ffi, lib, new, result_name, vk
 
 DEVICE_LOCAL = vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT if vk else 1
 HOST_VISIBLE = vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT if vk else 2
@@ -18,6 +18,13 @@ USAGE = ((vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_TRANSFER_SR
 
 
 _U32_PACKERS: dict[int, struct.Struct] = {}
+
+
+def format_bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} bytes"
 
 
 def memory_preferences(host_visible: bool, readback: bool) -> list[int]:
@@ -81,8 +88,16 @@ class Buffer:
                 if res == vk.VK_SUCCESS:
                     self.memory_type = t
                     break
+            if res in (vk.VK_ERROR_OUT_OF_DEVICE_MEMORY, vk.VK_ERROR_OUT_OF_HOST_MEMORY):
+                raise DeviceMemoryError(
+                    f"out of device memory: vkAllocateMemory of {format_bytes(req.size)} ({req.size} bytes) "
+                    f"for {name or 'a buffer'} failed with {result_name(res)}; {format_bytes(device.allocated_bytes)} "
+                    f"already allocated, {format_bytes(device.info.device_local_bytes)} device-local on "
+                    f"{device.info.name}")
             check(f"vkAllocateMemory({req.size} bytes for {name or 'buffer'})", res)
             self.memory = mem[0]
+            self.nbytes = int(req.size)
+            device.allocated_bytes += self.nbytes   # the live-allocation counter leak tests read
             check("vkBindBufferMemory", lib.vkBindBufferMemory(device.handle, self.handle, self.memory, 0))
             flags = device.memory_types[self.memory_type][0]
             self.host_visible = bool(flags & HOST_VISIBLE) and (host_visible or readback)
@@ -168,6 +183,7 @@ class Buffer:
         if self.memory is not None:
             lib.vkFreeMemory(dev.handle, self.memory, NULL)
             self.memory = None
+            dev.allocated_bytes -= self.nbytes
         dev._unregister(self)
         self.device = None
 

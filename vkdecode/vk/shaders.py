@@ -20,7 +20,10 @@ _versions: dict[str, str] = {}
 
 
 def shader_dir() -> pathlib.Path:
-    """The checkout's shaders/ when running from one, else the installed vkdecode.shaders package."""
+    """VKDECODE_SHADER_DIR when set (shader development, tests of compile errors), else the
+    checkout's shaders/ when running from one, else the installed vkdecode.shaders package."""
+    if os.environ.get("VKDECODE_SHADER_DIR"):
+        return pathlib.Path(os.environ["VKDECODE_SHADER_DIR"]).resolve()
     repo = pathlib.Path(__file__).resolve().parents[2] / "shaders"
     if (repo / "__init__.py").exists():
         return repo
