@@ -46,7 +46,9 @@ def stream_generate(executor, tokenizer, prompt_ids: list[int], max_tokens: int 
     if len(prompt_ids) >= ctx:
         raise ContextError(f"the prompt has {len(prompt_ids)} tokens but the context holds {ctx}; "
                            f"raise --ctx or shorten the prompt")
-    first_stat = len(executor.token_stats)
+    # one generation's stats only: kept across generations they grow without bound (~1 KB/token)
+    executor.token_stats.clear()
+    first_stat = 0
     t0 = time.perf_counter()
     for pos, tok in enumerate(prompt_ids):
         nxt = executor.step(tok, pos)
