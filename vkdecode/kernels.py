@@ -50,7 +50,10 @@ class KernelCaps:
     max_shared: int
     min_align: int
     attn_max_chunk: int = 256   # kv rows per attention workgroup at full context (sets the split count)
-    attn_fold_combine: bool = True  # fused split-K attention: last workgroup combines (else a dispatch)
+    # fused split-K attention: the last workgroup combines (one dispatch) or a combine dispatch.
+    # Off by default: on an H100 the folded form was slower (Qwen3-0.6B-shape f16 812 vs 873
+    # tok/s, q8_0 932 vs 1011; bench/sweep_attention.py) despite one dispatch fewer per layer.
+    attn_fold_combine: bool = False
     matvec_wg: int = 0
     matvec_rows: int = 0
 
