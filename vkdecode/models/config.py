@@ -73,6 +73,8 @@ class ModelArgs:
                 raise ModelError(f"{where}: no such file (an HF model directory needs config.json)") from None
             except (OSError, json.JSONDecodeError) as e:
                 raise ModelError(f"{where}: cannot read config: {e}") from None
+        if not isinstance(cfg, dict):
+            raise ModelError(f"{where}: not a model config (a JSON {type(cfg).__name__}, not an object)")
         return _checked(where, _from_hf, cfg, where)
 
     @classmethod
