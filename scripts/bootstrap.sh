@@ -4,7 +4,7 @@
 # python3-venv. Idempotent: with everything present it installs nothing.
 set -euo pipefail
 pkgs=()
-ldconfig -p 2>/dev/null | grep -q 'libvulkan.so.1' || pkgs+=(libvulkan1)
+{ ldconfig -p 2>/dev/null | grep 'libvulkan.so.1' >/dev/null; } || pkgs+=(libvulkan1)   # no grep -q: with pipefail its early exit fails the pipe
 ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || pkgs+=(mesa-vulkan-drivers)
 command -v glslangValidator >/dev/null || pkgs+=(glslang-tools)
 command -v vulkaninfo >/dev/null || pkgs+=(vulkan-tools)
