@@ -84,6 +84,8 @@ class ModelArgs:
 
 def _hf_arch(cfg: dict, where: str) -> str:
     archs = cfg.get("architectures") or []
+    if not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+        raise ModelError(f"{where}: key 'architectures' must be a list of names, not {archs!r}")
     for a in archs:
         if a in HF_ARCHS:
             return HF_ARCHS[a]
@@ -98,6 +100,9 @@ def _hf_rope(cfg: dict, where: str) -> float:
     # transformers < 5 writes rope_theta + rope_scaling; >= 5 writes rope_parameters.
     params = cfg.get("rope_parameters") or {}
     scaling = cfg.get("rope_scaling") or {}
+    for name, v in (("rope_parameters", params), ("rope_scaling", scaling)):
+        if not isinstance(v, dict):
+            raise ModelError(f"{where}: key {name!r} must be an object, not {v!r}")
     kind = scaling.get("rope_type") or scaling.get("type") or params.get("rope_type") or "default"
     if kind != "default":
         raise ModelError(f"{where}: rope scaling {kind!r} (key 'rope_scaling') is not supported yet")
@@ -122,8 +127,10 @@ def _from_hf(cfg: dict, where: str) -> ModelArgs:
     if cfg.get("use_sliding_window"):
         raise ModelError(f"{where}: key 'use_sliding_window' = true is not supported")
     hidden, heads = int(key("hidden_size")), int(key("num_attention_heads"))
-    eos = cfg.get("eos_token_id")
-    eos_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+    eos, bos = cfg.get("eos_token_id"), cfg.get("bos_token_id")
+    eos_ids = [] if eos is None else ([eos] if isinstance(eos, int) else eos)
+    if not (isinstance(eos_ids, list) and all(type(i) is int for i in eos_ids)) or type(bos) not in (int, type(None)):
+        raise ModelError(f"{where}: token ids must be integers (eos_token_id {eos!r}, bos_token_id {bos!r})")
     return ModelArgs(
         arch=arch,
         vocab_size=int(key("vocab_size")),
@@ -141,7 +148,7 @@ def _from_hf(cfg: dict, where: str) -> ModelArgs:
         attention_bias=True if arch == "qwen2" else bool(cfg.get("attention_bias", False)),
         qk_norm=arch == "qwen3",
         rope_layout="neox",
-        bos_id=cfg.get("bos_token_id"),
+        bos_id=bos,
         eos_ids=eos_ids,
     )
 
