@@ -11,7 +11,6 @@ from dataclasses import replace
 
 import vkdecode.fused_attention as fa
 from vkdecode import bench
-from vkdecode.executors import make_executor
 from vkdecode.kernels import KernelCaps
 from vkdecode.vk.device import Device
 
@@ -34,15 +33,9 @@ def main() -> None:
                 if splits == 1 and not fold:
                     continue
                 fa.MIN_SPLITS_D128 = splits
-                caps = replace(base, attn_fold_combine=fold)
-                with make_executor("fused", dev, model.program, model.weights, caps=caps) as ex:
-                    bench.decode_run(ex, model.prompt_ids, a.n)
-                    runs = [bench.decode_run(ex, model.prompt_ids, a.n) for _ in range(a.reps)]
-                    n_disp = len(ex.items)
-                tok_s = bench.spread([r["tok_s"] for r in runs])
-                gpu = bench.spread([r["gpu_us"] for r in runs])
-                rows.append({"min_splits_d128": splits, "fold": fold, "dispatches": n_disp,
-                             "tok_s": tok_s, "gpu_us": gpu, "tokens": runs[0]["tokens"]})
+                r = bench.timed_fused(dev, model, replace(base, attn_fold_combine=fold), a.n, a.reps)
+                rows.append({"min_splits_d128": splits, "fold": fold, **r})
+                tok_s, gpu, n_disp = r["tok_s"], r["gpu_us"], r["dispatches"]
                 print(f"{dev.info.name} {a.shape} {a.quant} ctx {a.ctx} splits>={splits} fold={fold!s:5}: "
                       f"{tok_s['median']:7.1f} tok/s  GPU {gpu['median']:7.1f} us  {n_disp} dispatches", flush=True)
         same = all(r["tokens"] == rows[0]["tokens"] for r in rows)

@@ -11,7 +11,6 @@ import json
 from dataclasses import replace
 
 from vkdecode import bench
-from vkdecode.executors import make_executor
 from vkdecode.kernels import KernelCaps
 from vkdecode.vk.device import Device
 
@@ -31,14 +30,9 @@ def main() -> None:
     with Device() as dev:
         base = KernelCaps.from_info(dev.info)
         for wg, rpw in GRID:
-            caps = replace(base, matvec_wg=wg, matvec_rows=rpw)
-            with make_executor("fused", dev, model.program, model.weights, caps=caps) as ex:
-                bench.decode_run(ex, model.prompt_ids, a.n)
-                runs = [bench.decode_run(ex, model.prompt_ids, a.n) for _ in range(a.reps)]
-            tok_s = bench.spread([r["tok_s"] for r in runs])
-            gpu = bench.spread([r["gpu_us"] for r in runs])
-            rows.append({"matvec_wg": wg, "matvec_rows": rpw, "tok_s": tok_s, "gpu_us": gpu,
-                         "tokens": runs[0]["tokens"]})
+            r = bench.timed_fused(dev, model, replace(base, matvec_wg=wg, matvec_rows=rpw), a.n, a.reps)
+            rows.append({"matvec_wg": wg, "matvec_rows": rpw, **r})
+            tok_s, gpu = r["tok_s"], r["gpu_us"]
             print(f"{dev.info.name} {a.shape} {a.quant} wg={wg or 'auto':>4} rows={rpw or 'auto':>4}: "
                   f"{tok_s['median']:8.1f} tok/s  GPU {gpu['median']:7.1f} us", flush=True)
         same = all(r["tokens"] == rows[0]["tokens"] for r in rows)
