@@ -52,12 +52,12 @@ class Executor:
         self.regions = self._partition()
         self.plan = MemoryPlan(device, program, weights, progress)
         try:
-            self._build()
+            self._build(show_progress=progress is not None)
         except BaseException:   # a shader that does not compile, out of memory: free the plan
             self.close()
             raise
 
-    def _build(self) -> None:
+    def _build(self, show_progress: bool = False) -> None:
         calls, owners = [], []
         for ri, region in enumerate(self.regions):
             rc = self._lower(region)
@@ -66,8 +66,9 @@ class Executor:
         calls.append(advance_call())        # counted with the last region (the token choice)
         owners.append(owners[-1])
         self.plan.add_scratch(calls)
-        self.items = [Item(c, self._pipeline(c), self.plan.ranges(c), b, ri)
-                      for c, b, ri in zip(calls, barriers_before(calls), owners)]
+        pipelines = [self._pipeline(c) for c in _shader_progress(calls, show_progress)]
+        self.items = [Item(c, pipe, self.plan.ranges(c), b, ri)
+                      for c, pipe, b, ri in zip(calls, pipelines, barriers_before(calls), owners)]
         self.timestamps = self.device.timestamp_pool(2 + len(self.regions))
         self._next = self.plan.slices[("next_token", "data")]
         assert STEP_POS == STEP_TOKEN + 1
@@ -180,6 +181,15 @@ class Executor:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _shader_progress(calls, show: bool):
+    """Calls to build pipelines for, under a progress bar when asked (the first run compiles the
+    shaders with glslangValidator; later runs hit the SPIR-V and pipeline caches)."""
+    if not show:
+        return calls
+    from tqdm import tqdm
+    return tqdm(calls, desc="shaders and pipelines", unit="pipeline", leave=False)
 
 
 def _ctx_of(program) -> int:
