@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import json
+import math
 import os
 
 import gguf
@@ -206,7 +207,8 @@ class _Reader(gguf.GGUFReader):
             try:
                 _, name, _, dims, raw_dtype, offset = field.parts
                 block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(int(raw_dtype[0]))]
-                end = int(start_offs + offset[0]) + int(np.prod(dims)) * type_size // block
+                # Python ints: fuzzed u64 fields must not wrap (numpy scalars would, with a warning)
+                end = int(start_offs) + int(offset[0]) + math.prod(int(d) for d in dims) * type_size // block
                 name = bytes(name).decode("utf-8", "replace")
             except Exception:  # noqa: BLE001 - layout not as expected: leave the checking to the reader
                 break
