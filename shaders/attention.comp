@@ -5,9 +5,10 @@
 // (s, h) takes rows [s*c, min(len, (s+1)*c)) with c = ceil(len / S), len = pos + 1, so the grid
 // never depends on the token. With SPLIT defined it writes (unnormalised o, max, sum) partials for
 // attention_combine; without it (S == 1) it writes o directly.
-// Bindings: 0 q, 1 k_cache, 2 v_cache, 3 step, 4 o (or partials [H][S][D + 2]).
+// Bindings: 0 q, 1 k_cache, 2 v_cache, 3 step, 4 o (or partials, attn_partials.glsl).
 // Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK (= ceil(ctx / S)), 6 scale (float).
 #include "common.glsl"
+#include "attn_partials.glsl"
 
 layout(constant_id = 1) const uint H = 1;
 layout(constant_id = 2) const uint KVH = 1;
@@ -76,11 +77,10 @@ void main() {
         float acc = 0.0;
         for (uint g = 0; g < RG; g++) acc += part[g * D + j];
 #ifdef SPLIT
-        uint pb = (h * S + s) * (D + 2);
-        o[pb + j] = acc;
+        o[PART_O(s, h, j, H, D)] = acc;
         if (j == 0) {
-            o[pb + D] = m;
-            o[pb + D + 1] = l;  // 0 for an empty chunk: the combine pass skips it
+            o[PART_ML(s, h, H, D, S)] = m;
+            o[PART_ML(s, h, H, D, S) + 1] = l;  // 0 for an empty chunk: the combine skips it
         }
 #else
         o[h * D + j] = acc / l;

@@ -1,9 +1,11 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// Combines attention's split-K partials: o = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.
-// One workgroup per head. Bindings: 0 partials [H][S][D + 2], 1 o. Spec: 0 wg size, 1 H, 2 D, 3 S.
+// Combines attention's split-K partials (attn_partials.glsl) into o. One workgroup per head; used
+// where no consumer combines them as it loads (replay-nofuse, unfused, a fallback o-projection).
+// Bindings: 0 partials, 1 o. Spec: 0 wg size, 1 H, 2 D, 3 S.
 #define NO_WG_REDUCE
 #include "common.glsl"
+#include "attn_partials.glsl"
 
 layout(constant_id = 1) const uint H = 1;
 layout(constant_id = 2) const uint D = 1;
@@ -13,21 +15,18 @@ layout(binding = 1) writeonly buffer OB { float o[]; };
 
 void main() {
     const uint h = gl_WorkGroupID.x;
-    const uint base = h * S * (D + 2);
     float mx = NEG_INF;
     for (uint s = 0; s < S; s++)
-        if (p[base + s * (D + 2) + D + 1] > 0.0) mx = max(mx, p[base + s * (D + 2) + D]);
+        if (p[PART_ML(s, h, H, D, S) + 1] > 0.0) mx = max(mx, p[PART_ML(s, h, H, D, S)]);
     float l = 0.0;
     for (uint s = 0; s < S; s++) {
-        float ls = p[base + s * (D + 2) + D + 1];
-        if (ls > 0.0) l += exp(p[base + s * (D + 2) + D] - mx) * ls;
+        float ls = p[PART_ML(s, h, H, D, S) + 1];
+        if (ls > 0.0) l += exp(p[PART_ML(s, h, H, D, S)] - mx) * ls;
     }
     for (uint j = gl_LocalInvocationID.x; j < D; j += gl_WorkGroupSize.x) {
         float acc = 0.0;
-        for (uint s = 0; s < S; s++) {
-            uint b = base + s * (D + 2);
-            if (p[b + D + 1] > 0.0) acc += exp(p[b + D] - mx) * p[b + j];
-        }
+        for (uint s = 0; s < S; s++)
+            if (p[PART_ML(s, h, H, D, S) + 1] > 0.0) acc += exp(p[PART_ML(s, h, H, D, S)] - mx) * p[PART_O(s, h, j, H, D)];
         o[h * D + j] = acc / l;
     }
 }

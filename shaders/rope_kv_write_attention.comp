@@ -6,17 +6,16 @@
 //   current k (normed, roped) and v in shared memory itself; the workgroup (0, first q head of the
 //   kv group) writes that k, v as row pos of the caches; attention reads cache rows < pos, written
 //   by earlier steps, and takes row pos from its own shared copy. No workgroup reads what another
-//   writes in this dispatch, so no barrier and no race. SPLIT writes attention.comp's partials for
-//   attention_combine; without it (S == 1) o directly. SPLIT + FOLD: the last workgroup of a head
-//   to finish (an atomic count per head) combines the partials into o itself, and resets the count
-//   for the next token, so there is no combine dispatch (and no barrier before one).
+//   writes in this dispatch, so no barrier and no race. SPLIT writes attn_partials.glsl's partials
+//   (combined by the o-projection as it loads them, or by attention_combine); without it (S == 1) o.
 // Latency, not bandwidth, bounds decode attention (a few rows per workgroup), so the scores use
 // TPR invocations per row (chosen from the row count: enough rows in flight for all of them, one
 // pass), and P.V splits the rows over WG / D row groups; no invocation walks a long chain of loads.
-// Bindings: 0 q, 1 k, 2 v, 3 step, 4 k_cache, 5 v_cache, 6 o (or partials [H][S][D + 2]),
-//   QK_NORM: 7 q_norm_w[D], 8 k_norm_w[D]; FOLD, next: o, counts[H] (zero at build time).
+// Bindings: 0 q, 1 k, 2 v, 3 step, 4 k_cache, 5 v_cache, 6 o (or partials),
+//   QK_NORM: 7 q_norm_w[D], 8 k_norm_w[D].
 // Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK, 6 scale, 7 theta, 8 eps (QK_NORM).
 #include "common.glsl"
+#include "attn_partials.glsl"
 
 layout(constant_id = 1) const uint H = 1;
 layout(constant_id = 2) const uint KVH = 1;
@@ -43,23 +42,10 @@ layout(binding = 4) buffer KCB { float kc[]; };
 layout(binding = 4) readonly buffer KC4 { vec4 kc4[]; };
 layout(binding = 5) buffer VCB { float vc[]; };
 layout(binding = 5) readonly buffer VC4 { vec4 vc4[]; };
-#ifdef FOLD
-// coherent: the combining workgroup reads the partials other workgroups wrote in this dispatch
-layout(binding = 6) coherent buffer OB { float o[]; };
-#else
 layout(binding = 6) writeonly buffer OB { float o[]; };
-#endif
 #ifdef QK_NORM
 layout(binding = 7) readonly buffer QNB { float qnw[]; };
 layout(binding = 8) readonly buffer KNB { float knw[]; };
-#define FOLD_BINDING 9
-#else
-#define FOLD_BINDING 7
-#endif
-#ifdef FOLD
-layout(binding = FOLD_BINDING) writeonly buffer FOB { float fo[]; };
-layout(binding = FOLD_BINDING + 1) coherent buffer CntB { uint counts[]; };
-shared bool last_split;
 #endif
 
 #include "fused_rope.glsl"
@@ -193,43 +179,13 @@ void main() {
         float acc = 0.0;
         for (uint g = 0; g < RG; g++) acc += part[g * D + j];
 #ifdef SPLIT
-        uint pb = (h * S + s) * (D + 2);
-        o[pb + j] = acc;
+        o[PART_O(s, h, j, H, D)] = acc;
         if (j == 0) {
-            o[pb + D] = m;
-            o[pb + D + 1] = l;  // 0 for an empty chunk: the combine pass skips it
+            o[PART_ML(s, h, H, D, S)] = m;
+            o[PART_ML(s, h, H, D, S) + 1] = l;  // 0 for an empty chunk: the combine skips it
         }
 #else
         o[h * D + j] = acc / l;
 #endif
     }
-#ifdef FOLD
-    // every invocation's partial writes are made visible before the count is bumped; the
-    // workgroup that takes it to S - 1 is the last of head h and sees all S partials
-    memoryBarrierBuffer();
-    barrier();
-    if (t == 0) last_split = atomicAdd(counts[h], 1u) == S - 1;
-    barrier();
-    if (!last_split) return;  // uniform over the workgroup
-    memoryBarrierBuffer();
-    // attention_combine.comp: o = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s
-    const uint base = h * S * (D + 2);
-    float mx = NEG_INF;
-    for (uint ss = 0; ss < S; ss++)
-        if (o[base + ss * (D + 2) + D + 1] > 0.0) mx = max(mx, o[base + ss * (D + 2) + D]);
-    float lt = 0.0;
-    for (uint ss = 0; ss < S; ss++) {
-        const float ls = o[base + ss * (D + 2) + D + 1];
-        if (ls > 0.0) lt += exp(o[base + ss * (D + 2) + D] - mx) * ls;
-    }
-    for (uint j = t; j < D; j += WG) {
-        float acc = 0.0;
-        for (uint ss = 0; ss < S; ss++) {
-            const uint b = base + ss * (D + 2);
-            if (o[b + D + 1] > 0.0) acc += exp(o[b + D] - mx) * o[b + j];
-        }
-        fo[h * D + j] = acc / lt;
-    }
-    if (t == 0) counts[h] = 0u;  // all S workgroups have counted: ready for the next token
-#endif
 }

@@ -4,9 +4,9 @@ Every case decodes from position 0 to the last context position: logits within L
 reference at every step, the GPU's greedy token equal to the unfused executor's and to the argmax
 of the logits it wrote. Cases cover llama / qwen2 (biases) / qwen3 (qk-norm), every weight dtype
 (GGUF files written by make_models.write_gguf), head_dim 16 / 64 / 128, hidden 64 / 96, split-K
-attention with 1 to 5 splits (combined by the last workgroup of each head, and, `-nofold`, by the
-separate attention_combine dispatch), lm_head row chunks, and both reduction paths (subgroup
-arithmetic on and forced off). Ids: `fused-<arch>-<dtype>-<shape>-<path>-ctx<n>[-nofold]`.
+attention with 1 to 5 splits (combined by the o-projection as it loads them, or, for a head_dim
+that is no multiple of 4, by the attention_combine dispatch), lm_head row chunks, and both
+reduction paths (subgroup arithmetic on and forced off). Ids: `fused-<arch>-<dtype>-<shape>-<path>-ctx<n>`.
 """
 from __future__ import annotations
 
@@ -113,32 +113,33 @@ CASES = [
     ("qwen3", "f16", "h64d18", "smem", 20, 256),
     ("qwen2", "f32", "h96d32", "sg", 32, 16),     # 2 splits
 ]
-# split cases also run with the combine as its own dispatch (caps.attn_fold_combine off): S = 2..5,
-# both reduction paths, head_dim 128 and a scalar one
-NOFOLD = [c for c in CASES if c[1] == "f32" and (c[5] < c[4] or c[2] == "h64d128")]
 
 
-@pytest.mark.parametrize("arch,dtype,shape,path,ctx,chunk,fold", [
-    pytest.param(*c, True, id=f"fused-{c[0]}-{c[1]}-{c[2]}-{c[3]}-ctx{c[4]}") for c in CASES] + [
-    pytest.param(*c, False, id=f"fused-{c[0]}-{c[1]}-{c[2]}-{c[3]}-ctx{c[4]}-nofold") for c in NOFOLD])
-def test_fused_model(device, models, arch, dtype, shape, path, ctx, chunk, fold):
+@pytest.mark.parametrize("arch,dtype,shape,path,ctx,chunk", [
+    pytest.param(*c, id=f"fused-{c[0]}-{c[1]}-{c[2]}-{c[3]}-ctx{c[4]}") for c in CASES])
+def test_fused_model(device, models, arch, dtype, shape, path, ctx, chunk):
     m = _model(models, arch, dtype, ctx, **SHAPES[shape])
-    caps = _caps(device, path, attn_max_chunk=chunk, attn_fold_combine=fold)
+    caps = _caps(device, path, attn_max_chunk=chunk)
     items, regions = decode_and_compare(device, m, caps)
     from vkdecode.fused_attention import attention_grid
     fused_rules = {r.rule for r in regions if r.rule}
     assert {"RMS_NORM_MATMUL", "MATMUL_ADD", "RMS_NORM_MATMUL_SILU_MUL",
             "RMS_NORM_MATMUL_ARGMAX"} <= fused_rules
-    # fused: 5 dispatches per layer (+ the attention combine when split and not folded), embed,
-    # 2 at the end
+    # fused: 5 dispatches per layer, embed, 2 at the end; split-K attention adds a combine dispatch
+    # only when the o-projection cannot combine the partials itself (head_dim not a multiple of 4)
     splits = attention_grid(ctx, m.args.head_dim, caps)[0]
-    combine = splits > 1 and not fold
-    assert len(items) == m.args.n_layers * (5 + combine) + 3, [it.call.shader for it in items]
-    assert [it.call.shader for it in items].count("attention_combine") == combine * m.args.n_layers
+    combine = splits > 1 and m.args.head_dim % 4 != 0
+    shaders = [it.call.shader for it in items]
+    assert len(items) == m.args.n_layers * (5 + combine) + 3, shaders
+    assert shaders.count("attention_combine") == combine * m.args.n_layers
+    combining = [it for it in items if ("COMBINE_X", "1") in it.call.defines]
+    assert len(combining) == (splits > 1 and not combine) * m.args.n_layers
+    assert all(it.call.shader == "matmul_add" for it in combining)
 
 
 def test_fused_cases_cover_splits():
-    """No GPU: the cases above run the fused attention with 1 to 5 splits, folded and not."""
+    """No GPU: the cases above run the fused attention with 1 to 5 splits, combined by the
+    o-projection and (head_dim 18) by the combine dispatch."""
     from vkdecode.fused_attention import attention_grid
     from vkdecode.kernels import KernelCaps
 
@@ -147,7 +148,7 @@ def test_fused_cases_cover_splits():
                           max_invocations=1024, max_shared=49152, min_align=64, attn_max_chunk=c[5])
         return attention_grid(c[4], SHAPES[c[2]].get("head_dim", 16), caps)[0]
     assert {splits(c) for c in CASES} == {1, 2, 3, 4, 5}
-    assert {splits(c) for c in NOFOLD} == {2, 3, 4, 5}
+    assert any(splits(c) > 1 for c in CASES if SHAPES[c[2]].get("head_dim", 16) % 4)
 
 
 @pytest.mark.parametrize("path", ["sg", "smem"])
@@ -192,27 +193,28 @@ def test_fused_rule_subset(device, models, monkeypatch, arch, dtype, path):
     assert shaders.count("matmul_silu_mul") == m.args.n_layers
 
 
-@pytest.mark.parametrize("fold", [True, False])
 @pytest.mark.parametrize("spec", ["smollm2-135m", "qwen2-0.5b", "qwen3-0.6b"])
 @pytest.mark.parametrize("ctx", [256, 4096])
-def test_fused_dispatches_per_layer(spec, ctx, fold):
-    """No GPU: real model shapes lower to 5 dispatches per layer (6 with split-K attention when
-    the combine is not folded), and a 151936-row f16 lm_head beyond lavapipe's 128 MiB binding
+def test_fused_dispatches_per_layer(spec, ctx):
+    """No GPU: real model shapes lower to 5 dispatches per layer (split-K attention's combine is
+    absorbed by the o-projection), and a 151936-row f16 lm_head beyond lavapipe's 128 MiB binding
     runs as row chunks + one final."""
     from fusion.partition import partition
     from tests.fusion.programs import SPECS, build
-    from vkdecode.fused_attention import attention_grid
+    from vkdecode.fused_attention import absorb_combines, attention_grid
     from vkdecode.kernels import KernelCaps
     from vkdecode.lowering import region_calls
     caps = KernelCaps(subgroup_size=32, subgroup_arithmetic=True, max_storage_range=128 << 20,
-                      max_invocations=1024, max_shared=49152, min_align=64, attn_fold_combine=fold)
+                      max_invocations=1024, max_shared=49152, min_align=64)
     s = next(s for s in SPECS if s.name == spec).with_(ctx=ctx)
     p = build(s, n_layers=2)
-    calls = [c for r in partition(p) for c in region_calls(p, r, caps)]
+    lowered = [c for r in partition(p) for c in region_calls(p, r, caps)]
+    calls, _ = absorb_combines(p, lowered, list(range(len(lowered))))
     head = [c for c in calls if c.shader == "rms_norm_matmul_argmax"]
-    split = attention_grid(ctx, s.head_dim, caps)[0] > 1 and not fold
+    split = attention_grid(ctx, s.head_dim, caps)[0] > 1
+    assert [c.shader for c in lowered].count("attention_combine") == 2 * split
     embed = [c for c in calls if c.shader == "embed"]   # chunked like the head when tied
-    assert len(calls) == 2 * (5 + split) + len(embed) + len(head) + 1, [c.shader for c in calls]
+    assert len(calls) == 2 * 5 + len(embed) + len(head) + 1, [c.shader for c in calls]
     assert len(head) == -(-s.vocab * s.hidden * 2 // caps.max_storage_range)
 
 

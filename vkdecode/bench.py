@@ -130,15 +130,20 @@ def decode_run(ex, prompt_ids: list[int], n: int, after_step=None) -> dict:
             "counters": med.counters.as_dict()}
 
 
-def timed_fused(device, model: BenchModel, caps, n: int, reps: int) -> dict:
+def timed_fused(device, model: BenchModel, caps, n: int, reps: int, profile: bool = False) -> dict:
     """Fused replay built with `caps` (the bench/sweep_* scripts vary it): one warm-up run, then
-    `reps` timed ones; tok/s and GPU µs spreads, the first run's tokens, dispatches per token."""
+    `reps` timed ones; tok/s and GPU µs spreads, the first run's tokens, dispatches per token, and
+    with `profile` GPU µs by rule from a separate profiling executor."""
     from vkdecode.executors import make_executor
     with make_executor("fused", device, model.program, model.weights, caps=caps) as ex:
         decode_run(ex, model.prompt_ids, n)
         runs = [decode_run(ex, model.prompt_ids, n) for _ in range(reps)]
-        return {"tok_s": spread([r["tok_s"] for r in runs]), "gpu_us": spread([r["gpu_us"] for r in runs]),
-                "tokens": runs[0]["tokens"], "dispatches": len(ex.items)}
+        out = {"tok_s": spread([r["tok_s"] for r in runs]), "gpu_us": spread([r["gpu_us"] for r in runs]),
+               "tokens": runs[0]["tokens"], "dispatches": len(ex.items)}
+    if profile:
+        with make_executor("fused", device, model.program, model.weights, caps=caps, profile=True) as ex:
+            out["region_us"] = region_profile(ex, model.prompt_ids, n)
+    return out
 
 
 def region_profile(ex, prompt_ids: list[int], n: int) -> dict:

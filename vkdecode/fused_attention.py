@@ -1,27 +1,38 @@
-"""(QK_NORM_)ROPE_KV_WRITE_ATTENTION -> one fused dispatch on the split-K grid (the last workgroup
-of each head combines the splits; with caps.attn_fold_combine off, a separate attention_combine
-dispatch does), and ADD_RMS_NORM -> one dispatch."""
+"""(QK_NORM_)ROPE_KV_WRITE_ATTENTION -> one fused dispatch on the split-K grid (+ attention_combine
+when split, which absorb_combines then hands to the o-projection), and ADD_RMS_NORM -> one dispatch."""
 from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
 
 from fusion.ir import Program
 from fusion.rules import Region
-from vkdecode.kernels import ZEROED, Binding, KernelCall, KernelCaps, _reduce_defines, _wg, attention_splits
+from vkdecode.kernels import (
+    Binding,
+    KernelCall,
+    KernelCaps,
+    _reduce_defines,
+    _wg,
+    attention_splits,
+    combine_call,
+    partials,
+)
 
 # Decode attention is latency-bound (a few rows per workgroup, chains of dependent loads). Measured
 # on an H200 at pos ~90 of ctx 128, GPU µs per layer: SmolLM2 shape (head_dim 64) 14.5 with 64
 # invocations and 1 split (attention.comp's shape) -> 7.4 with 256 and 1 split (8.5 with 4);
-# Qwen3-0.6B shape (head_dim 128) 100 -> 51 with 256 and 1 split, 32 with 4 splits. A split costs
-# a combine (folded into the last workgroup of each head; as its own dispatch, ~1-4 µs with
-# attn_fold_combine off) and pays off once a workgroup's rows x head_dim is large.
+# Qwen3-0.6B shape (head_dim 128) 100 -> 51 with 256 and 1 split, 32 with 4 splits. More splits
+# cost only a few more partials for the o-projection to combine as it loads (absorb_combines).
 ATTN_WG = 256           # invocations per attention workgroup
 MIN_SPLITS_D128 = 4     # splits (workgroups per head) at least, for head_dim >= 128
 
 
 def attention_grid(ctx: int, head_dim: int, caps: KernelCaps) -> tuple[int, int]:
     """(splits S, max rows per split) of the fused attention: kernels.attention_splits (bounded
-    by attn_max_chunk rows at full context), and more splits for wide heads."""
+    by attn_max_chunk rows at full context), and at least caps.attn_splits (automatic: more for
+    wide heads)."""
     s, maxchunk = attention_splits(ctx, caps)
-    want = MIN_SPLITS_D128 if head_dim >= 128 else 1
+    want = caps.attn_splits or (MIN_SPLITS_D128 if head_dim >= 128 else 1)
     if s < want:
         s = min(want, ctx)
         maxchunk = -(-ctx // s)
@@ -51,22 +62,49 @@ def rope_kv_write_attention(p: Program, region: Region, caps: KernelCaps) -> lis
     if s == 1:
         return [KernelCall("rope_kv_write_attention", spec, ins + (Binding(out),) + norms, (4, 5, 6),
                            (1, h, 1), defines=defines, label=out)]
-    # partials and combine exactly as kernels._attention lays them out
-    part = f"scratch:{out}.partials"
-    nbytes = h * s * (d + 2) * 4
-    if caps.attn_fold_combine:
-        # the last workgroup of each head combines (one dispatch, no barrier); its per-head arrival
-        # counts must start at zero and are reset by that workgroup (kernels.ZEROED scratch)
-        cnt = f"scratch:{out}.counts{ZEROED}"
-        b = ins + (Binding(part),) + norms + (Binding(out), Binding(cnt))
-        return [KernelCall("rope_kv_write_attention", spec, b, (4, 5, 6, len(b) - 2, len(b) - 1), (s, h, 1),
-                           defines=defines + (("SPLIT", "1"), ("FOLD", "1")),
-                           scratch=((part, nbytes), (cnt, h * 4)), label=out + "[split+combine]")]
-    cwg = _wg(caps, d, cap=128)
+    part, nbytes = partials(out, h, d, s)
     return [KernelCall("rope_kv_write_attention", spec, ins + (Binding(part),) + norms, (4, 5, 6), (s, h, 1),
                        defines=defines + (("SPLIT", "1"),), scratch=((part, nbytes),), label=out + "[split]"),
-            KernelCall("attention_combine", (cwg, h, d, s), (Binding(part), Binding(out)), (1,), (h, 1, 1),
-                       scratch=((part, nbytes),), label=out + "[combine]")]
+            combine_call(out, h, d, s, caps)]
+
+
+def absorb_combines(program: Program, calls: list[KernelCall], owners: list[int]) -> tuple[list, list]:
+    """Peephole over a fused step's calls: an attention_combine whose output only a matmul_add reads
+    (the o-projection + residual) is dropped, and that matmul_add combines the partials as it loads
+    its input (shaders/matmul_add.comp, COMBINE_X): one dispatch and one barrier fewer per layer.
+    Any other reader (a row-chunked o-projection, a per-op matmul) keeps the combine dispatch.
+    owners[i] is the region of calls[i]; returns both lists without the absorbed combines."""
+    readers = Counter(b.value for c in calls for i, b in enumerate(c.bindings) if i not in c.writes)
+    held: dict[str, tuple[KernelCall, int]] = {}   # combine output -> (combine, owner) not yet placed
+    out_calls, out_owners = [], []
+    for call, owner in zip(calls, owners):
+        if call.shader == "attention_combine":
+            o = call.bindings[1].value
+            if call.spec[2] % 4 == 0 and readers[o] == 1 and program.values[o].kind == "activation":
+                held[o] = (call, owner)
+                continue
+        for i, b in enumerate(call.bindings):
+            if b.value in held and i not in call.writes:
+                comb, comb_owner = held.pop(b.value)
+                if call.shader == "matmul_add":
+                    call = _combining_matmul_add(call, i, comb)
+                else:
+                    out_calls.append(comb)
+                    out_owners.append(comb_owner)
+        out_calls.append(call)
+        out_owners.append(owner)
+    for comb, comb_owner in held.values():   # never read: keep it, the value is still defined
+        out_calls.append(comb)
+        out_owners.append(comb_owner)
+    return out_calls, out_owners
+
+
+def _combining_matmul_add(call: KernelCall, x: int, comb: KernelCall) -> KernelCall:
+    _, h, d, s = comb.spec
+    bindings = call.bindings[:x] + (comb.bindings[0],) + call.bindings[x + 1:]
+    defines = call.defines + (("COMBINE_X", "1"), ("CX_H", str(h)), ("CX_D", str(d)), ("CX_S", str(s)))
+    return replace(call, bindings=bindings, defines=defines, scratch=call.scratch + comb.scratch,
+                   label=call.label + "+combine")
 
 
 def add_rms_norm(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:

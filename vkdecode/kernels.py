@@ -13,15 +13,12 @@ from dataclasses import dataclass
 from fusion.ir import Op, Program
 
 MAX_GROUPS_X = 65535  # the minimum maxComputeWorkGroupCount[0]; larger grids go 2-D
-# Scratch named "scratch:<id>" + ZEROED is zero-filled once when the plan allocates it (e.g. the
-# arrival counts of a last-workgroup-combines kernel, which resets them itself after each use).
-ZEROED = ".zeroed"
 QUANT_TYPES = ("q8_0", "q4_0", "q4_1", "q5_0")
 
 
 @dataclass(frozen=True)
 class Binding:
-    value: str              # a program value name, or a scratch name "scratch:<id>" (ZEROED suffix: zeroed once)
+    value: str              # a program value name, or a scratch name "scratch:<id>"
     part: str = "data"      # weights: "data" | "q" | "s"; others "data"
     row_start: int = 0      # weights split by rows: first row bound (byte offset = row_start * row_bytes)
     rows: int | None = None  # number of rows bound (None = all)
@@ -50,10 +47,7 @@ class KernelCaps:
     max_shared: int
     min_align: int
     attn_max_chunk: int = 256   # kv rows per attention workgroup at full context (sets the split count)
-    # fused split-K attention: the last workgroup combines (one dispatch) or a combine dispatch.
-    # Off by default: on an H100 the folded form was slower (Qwen3-0.6B-shape f16 812 vs 873
-    # tok/s, q8_0 932 vs 1011; bench/sweep_attention.py) despite one dispatch fewer per layer.
-    attn_fold_combine: bool = False
+    attn_splits: int = 0        # fused attention workgroups per head at least (0: fused_attention chooses)
     matvec_wg: int = 0
     matvec_rows: int = 0
 
@@ -246,13 +240,23 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     if s == 1:
         return [KernelCall("attention", spec, ins + (Binding(out),), (4,), (1, h, 1),
                            defines=defines, label=out)]
-    part = f"scratch:{out}.partials"
-    nbytes = h * s * (d + 2) * 4
-    cwg = _wg(caps, d, cap=128)
+    part, nbytes = partials(out, h, d, s)
     return [KernelCall("attention", spec, ins + (Binding(part),), (4,), (s, h, 1),
                        defines=defines + (("SPLIT", "1"),), scratch=((part, nbytes),), label=out + "[split]"),
-            KernelCall("attention_combine", (cwg, h, d, s), (Binding(part), Binding(out)), (1,), (h, 1, 1),
-                       scratch=((part, nbytes),), label=out + "[combine]")]
+            combine_call(out, h, d, s, caps)]
+
+
+def partials(out: str, h: int, d: int, s: int) -> tuple[str, int]:
+    """Scratch name and bytes of split-K attention partials (shaders/attn_partials.glsl)."""
+    return f"scratch:{out}.partials", s * h * (d + 2) * 4
+
+
+def combine_call(out: str, h: int, d: int, s: int, caps: KernelCaps) -> KernelCall:
+    """attention_combine: the partials of `out` -> out. Spec (wg, H, D, S), as
+    fused_attention.absorb_combines reads it back."""
+    part, nbytes = partials(out, h, d, s)
+    return KernelCall("attention_combine", (_wg(caps, d, cap=128), h, d, s), (Binding(part), Binding(out)), (1,),
+                      (h, 1, 1), scratch=((part, nbytes),), label=out + "[combine]")
 
 
 def _argmax(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:

@@ -63,6 +63,7 @@ class Executor:
             rc = self._lower(region)
             calls += rc
             owners += [ri] * len(rc)
+        calls, owners = self._across_regions(calls, owners)
         calls.append(advance_call())        # counted with the last region (the token choice)
         owners.append(owners[-1])
         self.plan.add_scratch(calls)
@@ -82,6 +83,11 @@ class Executor:
     def _lower(self, region) -> list[KernelCall]:
         from vkdecode.lowering import region_calls
         return region_calls(self.program, region, self.caps, fuse=False)
+
+    def _across_regions(self, calls: list[KernelCall], owners: list[int]) -> tuple[list, list]:
+        """Rewrites over the whole step's calls (fused replay: the o-projection combines split-K
+        attention); per-op execution keeps every call as lowered."""
+        return calls, owners
 
     def _pipeline(self, c: KernelCall):
         return self.device.pipeline(c.shader, c.spec, dict(c.defines), len(c.bindings), len(c.push))

@@ -3,7 +3,7 @@ buffer gets a fixed slice at build time, so descriptor sets written once stay va
 from __future__ import annotations
 
 from fusion.ir import STEP_WORDS, Program
-from vkdecode.kernels import ZEROED, Binding, KernelCall, row_bytes
+from vkdecode.kernels import Binding, KernelCall, row_bytes
 
 CHUNK = 256 << 20          # arena buffer size; larger tensors get their own buffer
 SMALL_OUTPUT_BYTES = 4096  # outputs this small (next_token) live in host-visible memory
@@ -83,15 +83,12 @@ class MemoryPlan:
                 self.slices[(v.name, "data")] = arena.alloc(nbytes, v.name)
 
     def add_scratch(self, calls: list[KernelCall]) -> None:
-        """Scratch is shared by name; a name ending in kernels.ZEROED is zero-filled once here, and
-        the kernels that use it leave it zero after each step."""
+        """Scratch is shared by name (e.g. attention partials, written and read in one step)."""
         for call in calls:
             for name, nbytes in call.scratch:
                 have = self.slices.get((name, "data"))
                 if have is None or have.size < nbytes:
-                    self.slices[(name, "data")] = s = self._acts.alloc(nbytes, name)
-                    if name.endswith(ZEROED):
-                        s.write(bytes(s.size))
+                    self.slices[(name, "data")] = self._acts.alloc(nbytes, name)
 
     def resolve(self, b: Binding) -> tuple:
         """(Buffer, offset, range) of a binding; a row range of a weight when the call splits it."""

@@ -58,6 +58,12 @@ class ReplayExecutor(Executor):
         from vkdecode.lowering import region_calls
         return region_calls(self.program, region, self.caps, fuse=self.fuse)
 
+    def _across_regions(self, calls, owners):
+        if not self.fuse:
+            return calls, owners
+        from vkdecode.fused_attention import absorb_combines
+        return absorb_combines(self.program, calls, owners)
+
     def _enqueue(self, token: int, pos: int) -> None:
         self._write_step(token, pos)
         self.device.submit([self.cmd], wait=False)

@@ -1,0 +1,81 @@
+"""No GPU: the fused attention's grid and absorb_combines, the peephole that hands split-K
+attention's combine to the o-projection (the numerics run in tests/test_fused_kernels.py)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from fusion.partition import partition
+from tests.fusion.programs import SPECS, build
+from vkdecode.fused_attention import absorb_combines, attention_grid
+from vkdecode.kernels import KernelCall, KernelCaps
+from vkdecode.lowering import region_calls
+
+CAPS = KernelCaps(subgroup_size=32, subgroup_arithmetic=True, max_storage_range=128 << 20,
+                  max_invocations=1024, max_shared=49152, min_align=64)
+
+
+def _lowered(spec="qwen3-0.6b", ctx=256, caps=CAPS, **rules):
+    s = next(s for s in SPECS if s.name == spec).with_(ctx=ctx)
+    p = build(s, n_layers=2)
+    calls, owners = [], []
+    for ri, r in enumerate(partition(p, **rules)):
+        rc = region_calls(p, r, caps)
+        calls += rc
+        owners += [ri] * len(rc)
+    return p, calls, owners
+
+
+def test_attention_grid_splits():
+    assert attention_grid(256, 64, CAPS) == (1, 256)
+    assert attention_grid(256, 128, CAPS) == (4, 64)           # wide heads: 4 at least
+    assert attention_grid(4096, 64, CAPS) == (16, 256)         # attn_max_chunk rows per split
+    assert attention_grid(256, 64, replace(CAPS, attn_splits=8)) == (8, 32)
+    assert attention_grid(5, 64, replace(CAPS, attn_splits=8)) == (5, 1)   # never more than ctx
+
+
+def test_combine_absorbed_by_the_o_projection():
+    p, calls, owners = _lowered()
+    combines = [i for i, c in enumerate(calls) if c.shader == "attention_combine"]
+    assert len(combines) == 2
+    new, new_owners = absorb_combines(p, calls, owners)
+    assert len(new) == len(calls) - 2 and len(new_owners) == len(new)
+    assert not [c for c in new if c.shader == "attention_combine"]
+    for i in combines:
+        comb = calls[i]
+        part, out = comb.bindings[0].value, comb.bindings[1].value
+        mm = next(c for c in new if ("COMBINE_X", "1") in c.defines and part in {b.value for b in c.bindings})
+        assert mm.shader == "matmul_add" and out not in {b.value for b in mm.bindings}
+        _, h, d, s = comb.spec
+        assert {("CX_H", str(h)), ("CX_D", str(d)), ("CX_S", str(s))} <= set(mm.defines)
+        assert (part, comb.scratch[0][1]) in mm.scratch
+        # the call keeps its region: the o-projection's MATMUL_ADD
+        assert new_owners[new.index(mm)] == owners[calls.index(next(c for c in calls if c.label == mm.label[:-8]))]
+
+
+def test_combine_kept_when_another_call_reads_the_output():
+    p, calls, owners = _lowered()
+    comb = next(c for c in calls if c.shader == "attention_combine")
+    out = comb.bindings[1].value
+    extra = KernelCall("add", (64, 8), (comb.bindings[1], comb.bindings[1], comb.bindings[1]), (2,), (1, 1, 1))
+    new, _ = absorb_combines(p, calls + [extra], owners + [owners[-1]])
+    assert comb in new
+    assert not [c for c in new if ("CX_H", str(comb.spec[1])) in c.defines and out in c.label]
+
+
+@pytest.mark.parametrize("rules", [["QK_NORM_ROPE_KV_WRITE_ATTENTION", "RMS_NORM_MATMUL"]])
+def test_combine_kept_before_a_plain_matmul(rules):
+    """Without MATMUL_ADD the o-projection is the per-op matmul: the combine dispatch stays, in
+    front of its reader."""
+    p, calls, owners = _lowered(rules=rules)
+    new, _ = absorb_combines(p, calls, owners)
+    assert new == calls
+
+
+def test_combine_kept_for_a_head_dim_not_multiple_of_4():
+    p, calls, owners = _lowered()
+    odd = [replace(c, spec=c.spec[:2] + (18,) + c.spec[3:]) if c.shader == "attention_combine" else c
+           for c in calls]
+    new, _ = absorb_combines(p, odd, owners)
+    assert new == odd
