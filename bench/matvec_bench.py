@@ -54,12 +54,12 @@ def _program(dtype, out, n_in) -> Program:
 class Case:
     """Weight copies (enough to exceed L2), x and y of one shape, reused across workgroup shapes."""
 
-    def __init__(self, dev, dtype: str, out: int, n_in: int):
+    def __init__(self, dev, dtype: str, out: int, n_in: int, copies: int = 0):
         rng = np.random.default_rng(0)
         parts = random_parts(dtype, out, n_in, rng)
         self.dev, self.dtype, self.out, self.n_in = dev, dtype, out, n_in
         self.wbytes = sum(a.nbytes for a in parts.values())
-        self.copies = max(1, min(64, COPY_SET_BYTES // self.wbytes))
+        self.copies = copies or max(1, min(64, COPY_SET_BYTES // self.wbytes))
         self.bufs = []
         for _ in range(self.copies):
             self.bufs.append({k: dev.buffer(a.nbytes) for k, a in parts.items()})
@@ -160,6 +160,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--barrier", default="full", choices=["full", "compute", "none"])
     ap.add_argument("--only", default="", help="substring of 'dtype-outxin' to keep")
+    ap.add_argument("--copies", type=int, default=0,
+                    help="weight copies rotated over (default: enough to exceed L2; 1: weights L2-resident)")
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
     from vkdecode.vk import Device
@@ -174,7 +176,7 @@ def main(argv=None) -> int:
     for dtype, out, n_in, what in PRESETS[a.preset]:
         if a.only not in f"{dtype}-{out}x{n_in}":
             continue
-        case = Case(dev, dtype, out, n_in)
+        case = Case(dev, dtype, out, n_in, a.copies)
         for t in tunings:
             r = measure(case, replace(caps, **t), a.reps, a.barrier)
             r.update(what=what, auto=not t)

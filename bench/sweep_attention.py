@@ -22,6 +22,9 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--splits", type=int, nargs="+", default=[0, 1, 2, 4, 8, 16], help="0: automatic")
+    ap.add_argument("--kernels", nargs="+", default=[""], help="attention kernel: sg, wg ('' automatic)")
+    ap.add_argument("--cx-rows", type=int, nargs="+", default=[0],
+                    help="rows per workgroup of the combining o-projection (0: automatic)")
     ap.add_argument("--profile", action="store_true", help="also GPU µs by rule (separate executor)")
     ap.add_argument("--out")
     a = ap.parse_args()
@@ -29,11 +32,13 @@ def main() -> None:
     rows = []
     with Device() as dev:
         base = KernelCaps.from_info(dev.info)
-        for splits in a.splits:
-            r = bench.timed_fused(dev, model, replace(base, attn_splits=splits), a.n, a.reps, a.profile)
-            rows.append({"attn_splits": splits, **r})
+        for kernel, splits, cx_rows in [(k, s, c) for k in a.kernels for s in a.splits for c in a.cx_rows]:
+            caps = replace(base, attn_kernel=kernel, attn_splits=splits, cx_rows=cx_rows)
+            r = bench.timed_fused(dev, model, caps, a.n, a.reps, a.profile)
+            rows.append({"attn_kernel": kernel, "attn_splits": splits, "cx_rows": cx_rows, **r})
             tok_s, gpu, n_disp = r["tok_s"], r["gpu_us"], r["dispatches"]
-            print(f"{dev.info.name} {a.shape} {a.quant} ctx {a.ctx} splits {splits or 'auto'}: "
+            print(f"{dev.info.name} {a.shape} {a.quant} ctx {a.ctx} kernel {kernel or 'auto'} splits {splits or 'auto'} "
+                  f"o-proj rows {cx_rows or 'auto'}: "
                   f"{tok_s['median']:7.1f} tok/s  GPU {gpu['median']:7.1f} us  {n_disp} dispatches", flush=True)
             for rule, e in r.get("region_us", {}).items():
                 print(f"    {rule:36s} {e['us']:7.1f} us  {e['regions']} regions", flush=True)

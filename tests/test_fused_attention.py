@@ -8,7 +8,7 @@ import pytest
 
 from fusion.partition import partition
 from tests.fusion.programs import SPECS, build
-from vkdecode.fused_attention import absorb_combines, attention_grid
+from vkdecode.fused_attention import _subgroup_rows, absorb_combines, attention_grid
 from vkdecode.kernels import KernelCall, KernelCaps
 from vkdecode.lowering import region_calls
 
@@ -39,7 +39,7 @@ def test_combine_absorbed_by_the_o_projection():
     p, calls, owners = _lowered()
     combines = [i for i, c in enumerate(calls) if c.shader == "attention_combine"]
     assert len(combines) == 2
-    new, new_owners = absorb_combines(p, calls, owners)
+    new, new_owners = absorb_combines(p, calls, owners, CAPS)
     assert len(new) == len(calls) - 2 and len(new_owners) == len(new)
     assert not [c for c in new if c.shader == "attention_combine"]
     for i in combines:
@@ -59,7 +59,7 @@ def test_combine_kept_when_another_call_reads_the_output():
     comb = next(c for c in calls if c.shader == "attention_combine")
     out = comb.bindings[1].value
     extra = KernelCall("add", (64, 8), (comb.bindings[1], comb.bindings[1], comb.bindings[1]), (2,), (1, 1, 1))
-    new, _ = absorb_combines(p, calls + [extra], owners + [owners[-1]])
+    new, _ = absorb_combines(p, calls + [extra], owners + [owners[-1]], CAPS)
     assert comb in new
     assert not [c for c in new if ("CX_H", str(comb.spec[1])) in c.defines and out in c.label]
 
@@ -69,7 +69,7 @@ def test_combine_kept_before_a_plain_matmul(rules):
     """Without MATMUL_ADD the o-projection is the per-op matmul: the combine dispatch stays, in
     front of its reader."""
     p, calls, owners = _lowered(rules=rules)
-    new, _ = absorb_combines(p, calls, owners)
+    new, _ = absorb_combines(p, calls, owners, CAPS)
     assert new == calls
 
 
@@ -77,5 +77,25 @@ def test_combine_kept_for_a_head_dim_not_multiple_of_4():
     p, calls, owners = _lowered()
     odd = [replace(c, spec=c.spec[:2] + (18,) + c.spec[3:]) if c.shader == "attention_combine" else c
            for c in calls]
-    new, _ = absorb_combines(p, odd, owners)
+    new, _ = absorb_combines(p, odd, owners, CAPS)
     assert new == odd
+
+
+def test_subgroup_rows_kernel_only_where_it_fits():
+    fixed = replace(CAPS, subgroup_fixed=True)
+    assert _subgroup_rows(64, 256, fixed) and _subgroup_rows(128, 256, fixed)
+    assert not _subgroup_rows(64, 256, CAPS)                                  # size may vary
+    assert not _subgroup_rows(64, 256, replace(fixed, subgroup_arithmetic=False))
+    assert not _subgroup_rows(16, 256, fixed)                                 # fewer elements than lanes
+    assert not _subgroup_rows(48, 256, fixed)                                 # uneven over 32 lanes
+    assert not _subgroup_rows(64, 256, replace(fixed, attn_kernel="wg"))
+    assert _subgroup_rows(16, 64, replace(fixed, subgroup_size=8))
+
+
+def test_subgroup_rows_call():
+    p, calls, _ = _lowered(caps=replace(CAPS, subgroup_fixed=True))
+    att = [c for c in calls if c.shader.startswith("rope_kv")]
+    assert {c.shader for c in att} == {"rope_kv_write_attention_sg"}
+    d = dict(att[0].defines)
+    assert (d["LANES"], d["EPL"]) == ("32", "4")                 # head_dim 128 over 32 lanes
+    assert 1 <= int(d["RB"]) <= 8 and "QK_NORM" in d and "SPLIT" in d

@@ -132,6 +132,12 @@ def test_fused_model(device, models, arch, dtype, shape, path, ctx, chunk):
     shaders = [it.call.shader for it in items]
     assert len(items) == m.args.n_layers * (5 + combine) + 3, shaders
     assert shaders.count("attention_combine") == combine * m.args.n_layers
+    # the subgroup-rows attention wherever it fits (subgroup path, head_dim a multiple of the
+    # subgroup size), the workgroup form otherwise
+    from vkdecode.fused_attention import ATTN_WG, _subgroup_rows
+    from vkdecode.kernels import _wg
+    sg = _subgroup_rows(m.args.head_dim, _wg(caps, ATTN_WG), caps)
+    assert {sh for sh in shaders if sh.startswith("rope_kv")} == {"rope_kv_write_attention" + "_sg" * sg}
     combining = [it for it in items if ("COMBINE_X", "1") in it.call.defines]
     assert len(combining) == (splits > 1 and not combine) * m.args.n_layers
     assert all(it.call.shader == "matmul_add" for it in combining)
@@ -149,6 +155,9 @@ def test_fused_cases_cover_splits():
         return attention_grid(c[4], SHAPES[c[2]].get("head_dim", 16), caps)[0]
     assert {splits(c) for c in CASES} == {1, 2, 3, 4, 5}
     assert any(splits(c) > 1 for c in CASES if SHAPES[c[2]].get("head_dim", 16) % 4)
+    # both attention kernels, split and not, on the subgroup path with lavapipe's 8 lanes
+    d = {c: SHAPES[c[2]].get("head_dim", 16) for c in CASES if c[3] == "sg"}
+    assert {(dd % 8 == 0, splits(c) > 1) for c, dd in d.items()} == {(True, True), (True, False), (False, True)}
 
 
 @pytest.mark.parametrize("path", ["sg", "smem"])
@@ -209,7 +218,7 @@ def test_fused_dispatches_per_layer(spec, ctx):
     s = next(s for s in SPECS if s.name == spec).with_(ctx=ctx)
     p = build(s, n_layers=2)
     lowered = [c for r in partition(p) for c in region_calls(p, r, caps)]
-    calls, _ = absorb_combines(p, lowered, list(range(len(lowered))))
+    calls, _ = absorb_combines(p, lowered, list(range(len(lowered))), caps)
     head = [c for c in calls if c.shader == "rms_norm_matmul_argmax"]
     split = attention_grid(ctx, s.head_dim, caps)[0] > 1
     assert [c.shader for c in lowered].count("attention_combine") == 2 * split

@@ -11,6 +11,7 @@ from vkdecode.kernels import (
     Binding,
     KernelCall,
     KernelCaps,
+    _groups,
     _reduce_defines,
     _wg,
     attention_splits,
@@ -25,6 +26,8 @@ from vkdecode.kernels import (
 # cost only a few more partials for the o-projection to combine as it loads (absorb_combines).
 ATTN_WG = 256           # invocations per attention workgroup
 MIN_SPLITS_D128 = 4     # splits (workgroups per head) at least, for head_dim >= 128
+SG_BATCH = 8            # rows per subgroup batch of the subgroup-rows kernel (registers: 2 x RB x EPL)
+CX_ROWS = 1             # rows per workgroup of an o-projection that combines the partials
 
 
 def attention_grid(ctx: int, head_dim: int, caps: KernelCaps) -> tuple[int, int]:
@@ -37,6 +40,14 @@ def attention_grid(ctx: int, head_dim: int, caps: KernelCaps) -> tuple[int, int]
         s = min(want, ctx)
         maxchunk = -(-ctx // s)
     return s, maxchunk
+
+
+def _subgroup_rows(d: int, wg: int, caps: KernelCaps) -> bool:
+    """The subgroup-rows kernel needs subgroup arithmetic, a subgroup size the driver cannot change
+    under it (min == max), and a head that splits evenly over the lanes, a few elements each."""
+    lanes = caps.subgroup_size
+    return (caps.attn_kernel != "wg" and caps.subgroup_arithmetic and caps.subgroup_fixed
+            and wg % lanes == 0 and d % lanes == 0 and 1 <= d // lanes <= 16)
 
 
 def rope_kv_write_attention(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
@@ -54,21 +65,30 @@ def rope_kv_write_attention(p: Program, region: Region, caps: KernelCaps) -> lis
         return None
     qk_norm = "q_norm_w" in r
     spec = (wg, h, kvh, d, s, maxchunk, float(a["scale"]), float(a["theta"]), float(a.get("eps", 0.0)))
-    defines = _reduce_defines(caps) + ((("KVEC", "1"),) if d % 4 == 0 else ()) \
-        + ((("NEOX", "1"),) if a["layout"] == "neox" else ()) + ((("QK_NORM", "1"),) if qk_norm else ())
+    defines = _reduce_defines(caps) + ((("NEOX", "1"),) if a["layout"] == "neox" else ()) \
+        + ((("QK_NORM", "1"),) if qk_norm else ())
+    shader = "rope_kv_write_attention"
+    if _subgroup_rows(d, wg, caps):
+        lanes = caps.subgroup_size
+        rb = min(SG_BATCH, -(-maxchunk // (wg // lanes)))   # rows a subgroup loads before using them
+        shader += "_sg"
+        defines += (("LANES", str(lanes)), ("EPL", str(d // lanes)), ("RB", str(rb)))
+    else:
+        defines += (("KVEC", "1"),) if d % 4 == 0 else ()
     ins = (Binding(r["q"]), Binding(r["k"]), Binding(r["v"]), Binding(r["step"]),
            Binding(r["k_cache"]), Binding(r["v_cache"]))
     norms = (Binding(r["q_norm_w"]), Binding(r["k_norm_w"])) if qk_norm else ()
     if s == 1:
-        return [KernelCall("rope_kv_write_attention", spec, ins + (Binding(out),) + norms, (4, 5, 6),
+        return [KernelCall(shader, spec, ins + (Binding(out),) + norms, (4, 5, 6),
                            (1, h, 1), defines=defines, label=out)]
     part, nbytes = partials(out, h, d, s)
-    return [KernelCall("rope_kv_write_attention", spec, ins + (Binding(part),) + norms, (4, 5, 6), (s, h, 1),
+    return [KernelCall(shader, spec, ins + (Binding(part),) + norms, (4, 5, 6), (s, h, 1),
                        defines=defines + (("SPLIT", "1"),), scratch=((part, nbytes),), label=out + "[split]"),
             combine_call(out, h, d, s, caps)]
 
 
-def absorb_combines(program: Program, calls: list[KernelCall], owners: list[int]) -> tuple[list, list]:
+def absorb_combines(program: Program, calls: list[KernelCall], owners: list[int],
+                    caps: KernelCaps) -> tuple[list, list]:
     """Peephole over a fused step's calls: an attention_combine whose output only a matmul_add reads
     (the o-projection + residual) is dropped, and that matmul_add combines the partials as it loads
     its input (shaders/matmul_add.comp, COMBINE_X): one dispatch and one barrier fewer per layer.
@@ -87,7 +107,7 @@ def absorb_combines(program: Program, calls: list[KernelCall], owners: list[int]
             if b.value in held and i not in call.writes:
                 comb, comb_owner = held.pop(b.value)
                 if call.shader == "matmul_add":
-                    call = _combining_matmul_add(call, i, comb)
+                    call = _combining_matmul_add(call, i, comb, caps)
                 else:
                     out_calls.append(comb)
                     out_owners.append(comb_owner)
@@ -99,12 +119,16 @@ def absorb_combines(program: Program, calls: list[KernelCall], owners: list[int]
     return out_calls, out_owners
 
 
-def _combining_matmul_add(call: KernelCall, x: int, comb: KernelCall) -> KernelCall:
+def _combining_matmul_add(call: KernelCall, x: int, comb: KernelCall, caps: KernelCaps) -> KernelCall:
     _, h, d, s = comb.spec
+    wg, k, m, rows = call.spec
+    # every workgroup combines all of x (S partials per element, from L2): more rows per workgroup
+    # share that work
+    rows = min(wg, caps.cx_rows or max(rows, CX_ROWS))
     bindings = call.bindings[:x] + (comb.bindings[0],) + call.bindings[x + 1:]
     defines = call.defines + (("COMBINE_X", "1"), ("CX_H", str(h)), ("CX_D", str(d)), ("CX_S", str(s)))
-    return replace(call, bindings=bindings, defines=defines, scratch=call.scratch + comb.scratch,
-                   label=call.label + "+combine")
+    return replace(call, spec=(wg, k, m, rows), groups=_groups(-(-m // rows)), bindings=bindings, defines=defines,
+                   scratch=call.scratch + comb.scratch, label=call.label + "+combine")
 
 
 def add_rms_norm(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:

@@ -46,8 +46,11 @@ class KernelCaps:
     max_invocations: int
     max_shared: int
     min_align: int
+    subgroup_fixed: bool = False  # min == max subgroup size: shaders may rely on subgroup_size lanes
     attn_max_chunk: int = 256   # kv rows per attention workgroup at full context (sets the split count)
     attn_splits: int = 0        # fused attention workgroups per head at least (0: fused_attention chooses)
+    attn_kernel: str = ""       # fused attention: "sg" (subgroup rows) where it fits, "wg" never; "" auto
+    cx_rows: int = 0            # rows per workgroup of an o-projection combining attention partials (0: auto)
     matvec_wg: int = 0
     matvec_rows: int = 0
 
@@ -60,6 +63,7 @@ class KernelCaps:
             tuning.setdefault("matvec_rows", 16)
         return cls(subgroup_size=int(f.get("subgroup_size", 1) or 1),
                    subgroup_arithmetic=bool(f.get("subgroup_arithmetic", False)),
+                   subgroup_fixed=f.get("min_subgroup_size") == f.get("max_subgroup_size") == f.get("subgroup_size"),
                    max_storage_range=int(lim["max_storage_buffer_range"]),
                    max_invocations=int(lim["max_workgroup_invocations"]),
                    max_shared=int(lim["max_shared_memory"]),

@@ -1,0 +1,215 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// (QK_NORM_)ROPE_KV_WRITE_ATTENTION, subgroup-rows form: the same grid, bindings and results as
+// rope_kv_write_attention.comp (workgroup (s, h) takes rows [s*c, min(len, (s+1)*c)), c =
+// ceil(len / S), len = pos + 1; SPLIT writes attn_partials.glsl's partials), built for latency:
+//   - each subgroup owns whole rows (rows sg, sg + NSG, ...) and each lane EPL = D / LANES
+//     contiguous elements of a row, so a score is one subgroupAdd and no workgroup barrier;
+//   - every lane rotates (and with QK_NORM rms-normalises) its own q and k elements straight from
+//     the inputs, loading each pair partner itself: no shared q, no barrier after the RoPE;
+//   - rows go in batches of RB: the K and V cache rows of a batch are loaded before any is used,
+//     so a batch costs one memory round trip, and each subgroup keeps an online softmax (m, l, o);
+//   - one barrier at the end merges the subgroups' (m, l, o) in shared memory.
+// The writer workgroup (0, first q head of the kv group) stores the current k, v as cache row pos;
+// attention reads cache rows < pos (written by earlier steps) and takes row pos from registers.
+// Needs subgroup arithmetic and a fixed subgroup size of LANES (fused_attention.py checks).
+// Bindings: 0 q, 1 k, 2 v, 3 step, 4 k_cache, 5 v_cache, 6 o (or partials),
+//   QK_NORM: 7 q_norm_w[D], 8 k_norm_w[D].
+// Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK, 6 scale, 7 theta, 8 eps (QK_NORM).
+// Defines: LANES (subgroup size), EPL (D / LANES), RB (rows per batch), NEOX, QK_NORM, SPLIT.
+#define NO_WG_REDUCE
+#include "common.glsl"
+#include "attn_partials.glsl"
+
+layout(constant_id = 1) const uint H = 1;
+layout(constant_id = 2) const uint KVH = 1;
+layout(constant_id = 3) const uint D = 2;
+layout(constant_id = 4) const uint S = 1;
+layout(constant_id = 5) const uint MAXCHUNK = 1;
+layout(constant_id = 6) const float SCALE = 1.0;
+layout(constant_id = 7) const float THETA = 10000.0;
+layout(constant_id = 8) const float EPS = 1e-6;
+const uint NSG = gl_WorkGroupSize.x / LANES;
+
+layout(binding = 0) readonly buffer QB { float q[]; };
+layout(binding = 1) readonly buffer KB { float k[]; };
+layout(binding = 2) readonly buffer VB { float v[]; };
+layout(binding = 3) readonly buffer StepB { uint step[]; };
+layout(binding = 4) buffer KCB { float kc[]; };
+layout(binding = 5) buffer VCB { float vc[]; };
+layout(binding = 6) writeonly buffer OB { float o[]; };
+#ifdef QK_NORM
+layout(binding = 7) readonly buffer QNB { float qnw[]; };
+layout(binding = 8) readonly buffer KNB { float knw[]; };
+#endif
+#if EPL % 4 == 0
+// 16-byte cache loads: a lane's EPL elements are contiguous and start at a multiple of 4
+layout(binding = 4) readonly buffer KC4 { vec4 kc4[]; };
+layout(binding = 5) readonly buffer VC4 { vec4 vc4[]; };
+#endif
+
+#include "fused_rope.glsl"
+
+shared float sg_ml[2 * NSG];
+shared float sg_o[NSG * D];
+
+// Partner of element e in its RoPE pair, and the sign its term takes: e' = e * c + sign * p * s.
+uint rope_partner(uint e) {
+#ifdef NEOX
+    return e < D / 2 ? e + D / 2 : e - D / 2;
+#else
+    return e ^ 1u;
+#endif
+}
+float rope_sign(uint e) {
+#ifdef NEOX
+    return e < D / 2 ? -1.0 : 1.0;
+#else
+    return (e & 1u) == 0u ? -1.0 : 1.0;
+#endif
+}
+uint rope_index(uint e) {  // pair index i of rope_cos_sin
+#ifdef NEOX
+    return e % (D / 2);
+#else
+    return e / 2;
+#endif
+}
+
+// Cache row `row` (word offset of this kv head's slice), the lane's EPL elements, into r[at..].
+void load_row(uint base, out float kr[EPL], out float vr[EPL]) {
+#if EPL % 4 == 0
+    for (uint u = 0; u < EPL / 4; u++) {
+        const vec4 a = kc4[base / 4 + u], b = vc4[base / 4 + u];
+        for (uint c = 0; c < 4; c++) {
+            kr[4 * u + c] = a[c];
+            vr[4 * u + c] = b[c];
+        }
+    }
+#else
+    for (uint c = 0; c < EPL; c++) {
+        kr[c] = kc[base + c];
+        vr[c] = vc[base + c];
+    }
+#endif
+}
+
+void main() {
+    const uint t = gl_LocalInvocationID.x;
+    const uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
+    const uint s = gl_WorkGroupID.x, h = gl_WorkGroupID.y;
+    const uint ROW = KVH * D;
+    const uint kvh = h / (H / KVH), kvoff = kvh * D;
+    const uint e0 = lane * EPL;   // this lane's first element of the head
+
+    // q, k (rotated, normed with QK_NORM) and v of the current token: the lane's elements
+    float qr[EPL], kcur[EPL], vcur[EPL];
+    float qa[EPL], qb[EPL], ka[EPL], kb[EPL];   // own and partner values
+    for (uint c = 0; c < EPL; c++) {
+        const uint e = e0 + c, p = rope_partner(e);
+        qa[c] = q[h * D + e];
+        qb[c] = q[h * D + p];
+        ka[c] = k[kvoff + e];
+        kb[c] = k[kvoff + p];
+        vcur[c] = v[kvoff + e];
+    }
+    const uint pos = step[STEP_POS];
+#ifdef QK_NORM
+    float sq = 0.0, sk = 0.0;
+    for (uint c = 0; c < EPL; c++) {
+        sq += qa[c] * qa[c];
+        sk += ka[c] * ka[c];
+    }
+    const float rq = inversesqrt(subgroupAdd(sq) / float(D) + EPS);
+    const float rk = inversesqrt(subgroupAdd(sk) / float(D) + EPS);
+    for (uint c = 0; c < EPL; c++) {
+        const uint e = e0 + c, p = rope_partner(e);
+        qa[c] *= rq * qnw[e];
+        qb[c] *= rq * qnw[p];
+        ka[c] *= rk * knw[e];
+        kb[c] *= rk * knw[p];
+    }
+#endif
+    for (uint c = 0; c < EPL; c++) {
+        const uint e = e0 + c;
+        const vec2 cs = rope_cos_sin(pos, rope_index(e));
+        const float sgn = rope_sign(e);
+        qr[c] = (qa[c] * cs.x + sgn * qb[c] * cs.y) * SCALE;
+        kcur[c] = ka[c] * cs.x + sgn * kb[c] * cs.y;
+    }
+    const bool writer = s == 0 && h % (H / KVH) == 0 && sg == 0;
+    if (writer) {  // the very values attention takes from registers for row pos
+        for (uint c = 0; c < EPL; c++) {
+            kc[pos * ROW + kvoff + e0 + c] = kcur[c];
+            vc[pos * ROW + kvoff + e0 + c] = vcur[c];
+        }
+    }
+
+    const uint len = pos + 1;
+    const uint chunk = (len + S - 1) / S;
+    const uint r0 = min(s * chunk, len);
+    const uint n = min(len - r0, chunk);
+    const uint nc = (n > 0 && r0 + n == len) ? n - 1 : n;   // rows from the caches; row n - 1 may be pos
+
+    float m = NEG_INF, l = 0.0, acc[EPL];
+    for (uint c = 0; c < EPL; c++) acc[c] = 0.0;
+    for (uint i0 = sg; i0 < n; i0 += NSG * RB) {   // uniform over the subgroup
+        float kr[RB][EPL], vr[RB][EPL], sc[RB];
+        for (uint r = 0; r < RB; r++) {
+            const uint i = i0 + r * NSG;
+            if (i < nc) {
+                load_row((r0 + i) * ROW + kvoff + e0, kr[r], vr[r]);
+            } else {
+                kr[r] = kcur;
+                vr[r] = vcur;
+            }
+        }
+        float bm = NEG_INF;
+        for (uint r = 0; r < RB; r++) {
+            float d = 0.0;
+            for (uint c = 0; c < EPL; c++) d += qr[c] * kr[r][c];
+            sc[r] = subgroupAdd(d);
+            if (i0 + r * NSG < n) bm = max(bm, sc[r]);
+        }
+        const float mn = max(m, bm);                 // finite: row i0 < n is in the batch
+        const float keep = m == NEG_INF ? 0.0 : exp(m - mn);
+        l *= keep;
+        for (uint c = 0; c < EPL; c++) acc[c] *= keep;
+        for (uint r = 0; r < RB; r++) {
+            if (i0 + r * NSG < n) {
+                const float p = exp(sc[r] - mn);
+                l += p;
+                for (uint c = 0; c < EPL; c++) acc[c] += p * vr[r][c];
+            }
+        }
+        m = mn;
+    }
+
+    // merge the subgroups: o = sum_g e^(m_g - M) o_g, l = sum_g e^(m_g - M) l_g (l_g = 0: no rows)
+    if (lane == 0) {
+        sg_ml[2 * sg] = m;
+        sg_ml[2 * sg + 1] = l;
+    }
+    for (uint c = 0; c < EPL; c++) sg_o[sg * D + e0 + c] = acc[c];
+    barrier();
+    float mx = NEG_INF;
+    for (uint g = 0; g < NSG; g++)
+        if (sg_ml[2 * g + 1] > 0.0) mx = max(mx, sg_ml[2 * g]);
+    float lt = 0.0;
+    for (uint g = 0; g < NSG; g++)
+        if (sg_ml[2 * g + 1] > 0.0) lt += exp(sg_ml[2 * g] - mx) * sg_ml[2 * g + 1];
+    for (uint j = t; j < D; j += gl_WorkGroupSize.x) {
+        float a = 0.0;
+        for (uint g = 0; g < NSG; g++)
+            if (sg_ml[2 * g + 1] > 0.0) a += exp(sg_ml[2 * g] - mx) * sg_o[g * D + j];
+#ifdef SPLIT
+        o[PART_O(s, h, j, H, D)] = a;
+        if (j == 0) {
+            o[PART_ML(s, h, H, D, S)] = mx;
+            o[PART_ML(s, h, H, D, S) + 1] = lt;  // 0 for an empty chunk: the combine skips it
+        }
+#else
+        o[h * D + j] = a / lt;
+#endif
+    }
+}
