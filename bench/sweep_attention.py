@@ -23,6 +23,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--splits", type=int, nargs="+", default=[0, 1, 2, 4, 8, 16], help="0: automatic")
     ap.add_argument("--kernels", nargs="+", default=[""], help="attention kernel: sg, wg ('' automatic)")
+    ap.add_argument("--wg", type=int, nargs="+", default=[0], help="attention workgroup sizes (0: automatic)")
     ap.add_argument("--cx-rows", type=int, nargs="+", default=[0],
                     help="rows per workgroup of the combining o-projection (0: automatic)")
     ap.add_argument("--profile", action="store_true", help="also GPU µs by rule (separate executor)")
@@ -32,12 +33,14 @@ def main() -> None:
     rows = []
     with Device() as dev:
         base = KernelCaps.from_info(dev.info)
-        for kernel, splits, cx_rows in [(k, s, c) for k in a.kernels for s in a.splits for c in a.cx_rows]:
-            caps = replace(base, attn_kernel=kernel, attn_splits=splits, cx_rows=cx_rows)
+        grid = [(k, s, c, w) for k in a.kernels for s in a.splits for c in a.cx_rows for w in a.wg]
+        for kernel, splits, cx_rows, wg in grid:
+            caps = replace(base, attn_kernel=kernel, attn_splits=splits, cx_rows=cx_rows, attn_wg=wg)
             r = bench.timed_fused(dev, model, caps, a.n, a.reps, a.profile)
-            rows.append({"attn_kernel": kernel, "attn_splits": splits, "cx_rows": cx_rows, **r})
+            rows.append({"attn_kernel": kernel, "attn_splits": splits, "cx_rows": cx_rows, "attn_wg": wg, **r})
             tok_s, gpu, n_disp = r["tok_s"], r["gpu_us"], r["dispatches"]
-            print(f"{dev.info.name} {a.shape} {a.quant} ctx {a.ctx} kernel {kernel or 'auto'} splits {splits or 'auto'} "
+            print(f"{dev.info.name} {a.shape} {a.quant} ctx {a.ctx} kernel {kernel or 'auto'} wg {wg or 'auto'} "
+                  f"splits {splits or 'auto'} "
                   f"o-proj rows {cx_rows or 'auto'}: "
                   f"{tok_s['median']:7.1f} tok/s  GPU {gpu['median']:7.1f} us  {n_disp} dispatches", flush=True)
             for rule, e in r.get("region_us", {}).items():

@@ -43,18 +43,26 @@ void cx_weights(uint h, out float w[CX_S]) {
     }
     for (uint s = 0; s < CX_S; s++) w[s] /= l;
 }
+// The weights of the head last asked for: an invocation's unit (8 elements) lies in one head, so
+// its second load reuses the first's weights instead of reloading the (m, l) pairs.
+uint cx_head = 0xffffffffu;
+float cx_w[CX_S];
+void cx_head_weights(uint h) {
+    if (h != cx_head) {
+        cx_weights(h, cx_w);
+        cx_head = h;
+    }
+}
 float cx1(uint i) {
-    float w[CX_S];
-    cx_weights(i / CX_D, w);
+    cx_head_weights(i / CX_D);
     float a = 0.0;
-    for (uint s = 0; s < CX_S; s++) a += w[s] * x1[PART_O(s, 0u, i, CX_H, CX_D)];
+    for (uint s = 0; s < CX_S; s++) a += cx_w[s] * x1[PART_O(s, 0u, i, CX_H, CX_D)];
     return a;
 }
 vec4 cx4(uint i) {  // CX_D % 4 == 0: the four elements share a head
-    float w[CX_S];
-    cx_weights(4u * i / CX_D, w);
+    cx_head_weights(4u * i / CX_D);
     vec4 a = vec4(0.0);
-    for (uint s = 0; s < CX_S; s++) a += w[s] * x4[PART_O(s, 0u, 4u * i, CX_H, CX_D) / 4u];
+    for (uint s = 0; s < CX_S; s++) a += cx_w[s] * x4[PART_O(s, 0u, 4u * i, CX_H, CX_D) / 4u];
     return a;
 }
 #define X1(i) cx1(i)

@@ -9,7 +9,7 @@
 //     the inputs, loading each pair partner itself: no shared q, no barrier after the RoPE;
 //   - rows go in batches of RB: the K and V cache rows of a batch are loaded before any is used,
 //     so a batch costs one memory round trip, and each subgroup keeps an online softmax (m, l, o);
-//   - one barrier at the end merges the subgroups' (m, l, o) in shared memory.
+//   - two barriers at the end merge the subgroups' (m, l, o) in shared memory.
 // The writer workgroup (0, first q head of the kv group) stores the current k, v as cache row pos;
 // attention reads cache rows < pos (written by earlier steps) and takes row pos from registers.
 // Needs subgroup arithmetic and a fixed subgroup size of LANES (fused_attention.py checks).
@@ -52,6 +52,8 @@ layout(binding = 5) readonly buffer VC4 { vec4 vc4[]; };
 
 shared float sg_ml[2 * NSG];
 shared float sg_o[NSG * D];
+shared float sg_w[NSG];
+shared float sg_mx;
 
 // Partner of element e in its RoPE pair, and the sign its term takes: e' = e * c + sign * p * s.
 uint rope_partner(uint e) {
@@ -185,27 +187,30 @@ void main() {
         m = mn;
     }
 
-    // merge the subgroups: o = sum_g e^(m_g - M) o_g, l = sum_g e^(m_g - M) l_g (l_g = 0: no rows)
+    // merge the subgroups: o = sum_g w_g o_g, l = sum_g w_g l_g, w_g = e^(m_g - M) (0: no rows)
     if (lane == 0) {
         sg_ml[2 * sg] = m;
         sg_ml[2 * sg + 1] = l;
     }
     for (uint c = 0; c < EPL; c++) sg_o[sg * D + e0 + c] = acc[c];
     barrier();
-    float mx = NEG_INF;
-    for (uint g = 0; g < NSG; g++)
-        if (sg_ml[2 * g + 1] > 0.0) mx = max(mx, sg_ml[2 * g]);
+    if (t < NSG) {
+        float mx = NEG_INF;
+        for (uint g = 0; g < NSG; g++)
+            if (sg_ml[2 * g + 1] > 0.0) mx = max(mx, sg_ml[2 * g]);
+        sg_w[t] = sg_ml[2 * t + 1] > 0.0 ? exp(sg_ml[2 * t] - mx) : 0.0;
+        if (t == 0) sg_mx = mx;
+    }
+    barrier();
     float lt = 0.0;
-    for (uint g = 0; g < NSG; g++)
-        if (sg_ml[2 * g + 1] > 0.0) lt += exp(sg_ml[2 * g] - mx) * sg_ml[2 * g + 1];
+    for (uint g = 0; g < NSG; g++) lt += sg_w[g] * sg_ml[2 * g + 1];
     for (uint j = t; j < D; j += gl_WorkGroupSize.x) {
         float a = 0.0;
-        for (uint g = 0; g < NSG; g++)
-            if (sg_ml[2 * g + 1] > 0.0) a += exp(sg_ml[2 * g] - mx) * sg_o[g * D + j];
+        for (uint g = 0; g < NSG; g++) a += sg_w[g] * sg_o[g * D + j];
 #ifdef SPLIT
         o[PART_O(s, h, j, H, D)] = a;
         if (j == 0) {
-            o[PART_ML(s, h, H, D, S)] = mx;
+            o[PART_ML(s, h, H, D, S)] = sg_mx;
             o[PART_ML(s, h, H, D, S) + 1] = lt;  // 0 for an empty chunk: the combine skips it
         }
 #else

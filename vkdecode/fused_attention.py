@@ -58,7 +58,7 @@ def rope_kv_write_attention(p: Program, region: Region, caps: KernelCaps) -> lis
     out = r["out"]
     ctx = p.values[r["k_cache"]].shape[0]
     s, maxchunk = attention_grid(ctx, d, caps)
-    wg = _wg(caps, ATTN_WG, cap=256)
+    wg = _wg(caps, caps.attn_wg or ATTN_WG, cap=1024)
     du = d // 4 if d % 4 == 0 else d      # P.V units per row, as the shader's RG
     rg = wg // du if wg >= du else 1
     if 4 * (3 * d + maxchunk + rg * d + 2 * wg) > caps.max_shared:
