@@ -28,10 +28,12 @@ def _lowered(spec="qwen3-0.6b", ctx=256, caps=CAPS, **rules):
 
 
 def test_attention_grid_splits():
-    assert attention_grid(256, 64, CAPS) == (1, 256)
-    assert attention_grid(256, 128, CAPS) == (4, 64)           # wide heads: 4 at least
+    assert attention_grid(256, 64, CAPS) == (4, 64)            # automatic: 256 head elements
+    assert attention_grid(256, 128, CAPS) == (2, 128)
+    assert attention_grid(256, 16, CAPS) == (8, 32)            # at most 8
     assert attention_grid(4096, 64, CAPS) == (16, 256)         # attn_max_chunk rows per split
     assert attention_grid(256, 64, replace(CAPS, attn_splits=8)) == (8, 32)
+    assert attention_grid(256, 128, replace(CAPS, attn_splits=1)) == (1, 256)
     assert attention_grid(5, 64, replace(CAPS, attn_splits=8)) == (5, 1)   # never more than ctx
 
 

@@ -19,23 +19,27 @@ from vkdecode.kernels import (
     partials,
 )
 
-# Decode attention is latency-bound (a few rows per workgroup, chains of dependent loads). Measured
-# on an H200 at pos ~90 of ctx 128, GPU µs per layer: SmolLM2 shape (head_dim 64) 14.5 with 64
-# invocations and 1 split (attention.comp's shape) -> 7.4 with 256 and 1 split (8.5 with 4);
-# Qwen3-0.6B shape (head_dim 128) 100 -> 51 with 256 and 1 split, 32 with 4 splits. More splits
-# cost only a few more partials for the o-projection to combine as it loads (absorb_combines).
-ATTN_WG = 256           # invocations per attention workgroup
-MIN_SPLITS_D128 = 4     # splits (workgroups per head) at least, for head_dim >= 128
+# Decode attention is latency-bound (a few rows per workgroup, chains of dependent loads), so the
+# grid trades workgroups per head (splits, whose partials the o-projection combines as it loads:
+# absorb_combines) against rows per workgroup. H100, tok/s of the whole fused step at ctx 192
+# (bench/sweep_attention.py, bench/results/nvidia-h100-80gb-hbm3/sweep-wg-*.json), subgroup-rows
+# kernel: SmolLM2 shape (head_dim 64) 1417 / 1459 / 1486 with 1 / 2 / 4 splits of 256 invocations,
+# 1496 with 4 of 512; Qwen3-0.6B shape (head_dim 128) f16 916 / 935 / 952 with 1 / 2 / 4 of 256,
+# 956 with 2 of 512; 1024 invocations was slower for both. The workgroup form (the portable
+# fallback) was best at 256 invocations and 4 splits (sweep-kern-*.json).
+ATTN_WG = 256           # invocations per workgroup, workgroup form
+ATTN_WG_SG = 512        # invocations per workgroup, subgroup-rows form
+SPLIT_WIDTH = 256       # automatic splits: about this many head elements per head over all splits
 SG_BATCH = 8            # rows per subgroup batch of the subgroup-rows kernel (registers: 2 x RB x EPL)
 CX_ROWS = 1             # rows per workgroup of an o-projection that combines the partials
 
 
 def attention_grid(ctx: int, head_dim: int, caps: KernelCaps) -> tuple[int, int]:
     """(splits S, max rows per split) of the fused attention: kernels.attention_splits (bounded
-    by attn_max_chunk rows at full context), and at least caps.attn_splits (automatic: more for
-    wide heads)."""
+    by attn_max_chunk rows at full context), and at least caps.attn_splits (automatic: 4 for
+    head_dim 64, 2 for 128)."""
     s, maxchunk = attention_splits(ctx, caps)
-    want = caps.attn_splits or (MIN_SPLITS_D128 if head_dim >= 128 else 1)
+    want = caps.attn_splits or max(1, min(8, SPLIT_WIDTH // head_dim))
     if s < want:
         s = min(want, ctx)
         maxchunk = -(-ctx // s)
@@ -58,23 +62,24 @@ def rope_kv_write_attention(p: Program, region: Region, caps: KernelCaps) -> lis
     out = r["out"]
     ctx = p.values[r["k_cache"]].shape[0]
     s, maxchunk = attention_grid(ctx, d, caps)
-    wg = _wg(caps, caps.attn_wg or ATTN_WG, cap=1024)
-    du = d // 4 if d % 4 == 0 else d      # P.V units per row, as the shader's RG
-    rg = wg // du if wg >= du else 1
-    if 4 * (3 * d + maxchunk + rg * d + 2 * wg) > caps.max_shared:
-        return None
     qk_norm = "q_norm_w" in r
-    spec = (wg, h, kvh, d, s, maxchunk, float(a["scale"]), float(a["theta"]), float(a.get("eps", 0.0)))
     defines = _reduce_defines(caps) + ((("NEOX", "1"),) if a["layout"] == "neox" else ()) \
         + ((("QK_NORM", "1"),) if qk_norm else ())
     shader = "rope_kv_write_attention"
+    wg = _wg(caps, caps.attn_wg or ATTN_WG_SG, cap=1024)
     if _subgroup_rows(d, wg, caps):
         lanes = caps.subgroup_size
         rb = min(SG_BATCH, -(-maxchunk // (wg // lanes)))   # rows a subgroup loads before using them
         shader += "_sg"
         defines += (("LANES", str(lanes)), ("EPL", str(d // lanes)), ("RB", str(rb)))
     else:
+        wg = _wg(caps, caps.attn_wg or ATTN_WG, cap=1024)
+        du = d // 4 if d % 4 == 0 else d      # P.V units per row, as the shader's RG
+        rg = wg // du if wg >= du else 1
+        if 4 * (3 * d + maxchunk + rg * d + 2 * wg) > caps.max_shared:
+            return None
         defines += (("KVEC", "1"),) if d % 4 == 0 else ()
+    spec = (wg, h, kvh, d, s, maxchunk, float(a["scale"]), float(a["theta"]), float(a.get("eps", 0.0)))
     ins = (Binding(r["q"]), Binding(r["k"]), Binding(r["v"]), Binding(r["step"]),
            Binding(r["k_cache"]), Binding(r["v_cache"]))
     norms = (Binding(r["q_norm_w"]), Binding(r["k_norm_w"])) if qk_norm else ()

@@ -62,6 +62,8 @@ class KernelCaps:
             # lavapipe pays per workgroup (each is a coroutine over SIMD lanes) and the fused
             # norm+matvec recomputes the norm per workgroup: 16 rows each is ~2x faster there.
             tuning.setdefault("matvec_rows", 16)
+            # and one attention workgroup per head unless the context needs more (attn_max_chunk)
+            tuning.setdefault("attn_splits", 1)
         return cls(subgroup_size=int(f.get("subgroup_size", 1) or 1),
                    subgroup_arithmetic=bool(f.get("subgroup_arithmetic", False)),
                    subgroup_fixed=f.get("min_subgroup_size") == f.get("max_subgroup_size") == f.get("subgroup_size"),
