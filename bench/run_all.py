@@ -49,7 +49,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"),
                     help="results root; files go to OUT/<device-slug>/ (default bench/results)")
     ap.add_argument("--only", nargs="+", default=None, help="substrings of result names to keep")
-    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES) + [f"fused:k{k}" for k in (2, 4, 8, 16)],
+                    help="fused:kK = fused replay with K tokens per submit")
     ap.add_argument("-n", "--tokens", type=int, default=128)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)

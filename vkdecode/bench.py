@@ -122,12 +122,20 @@ def decode_run(ex, prompt_ids: list[int], n: int, after_step=None) -> dict:
             after_step()
     wall = time.perf_counter() - t0
     steps = ex.token_stats[start:]
-    med = sorted(steps, key=lambda s: s.wall_us)[len(steps) // 2]
+    # counters as a mean per token: with several tokens per submit only a submit's first token has any
+    total = {}
+    for st in steps:
+        for key, v in st.counters.as_dict().items():
+            total[key] = total.get(key, 0) + v
+    counters = {key: v / len(steps) for key, v in total.items()} if steps else {}
+    k = getattr(ex, "tokens_per_submit", 1)
     return {"tokens": tokens, "tok_s": len(steps) / wall if wall > 0 else 0.0,
-            "host_us": statistics.median(s.host_us for s in steps),
+            # host enqueue per token: a submit's cost spread over the tokens it carries
+            "host_us": statistics.median(s.host_us for s in steps) if k == 1
+            else sum(s.host_us for s in steps) / len(steps),
             "gpu_us": statistics.median(s.gpu_us for s in steps),
             "wall_us": statistics.median(s.wall_us for s in steps),
-            "counters": med.counters.as_dict()}
+            "counters": counters}
 
 
 def timed_fused(device, model: BenchModel, caps, n: int, reps: int, profile: bool = False) -> dict:
@@ -161,11 +169,22 @@ def region_profile(ex, prompt_ids: list[int], n: int) -> dict:
     return dict(sorted(by.items(), key=lambda kv: -kv[1]["us"]))
 
 
+def parse_mode(mode: str) -> tuple[str, dict]:
+    """A bench mode: an executor mode, or "fused:k<K>" for fused replay with K tokens per submit."""
+    base, _, k = mode.partition(":k")
+    if k:
+        if base != "fused" or not k.isdigit():
+            raise ValueError(f"bad mode {mode!r}: only fused takes :k<tokens per submit>, e.g. fused:k8")
+        return base, {"tokens_per_submit": int(k)}
+    return base, {}
+
+
 def run_mode(device, model: BenchModel, mode: str, n: int, reps: int, warmup: int,
              profile: bool = False, log=None) -> dict:
     from vkdecode.executors import make_executor
+    base, kw = parse_mode(mode)
     t0 = time.perf_counter()
-    ex = make_executor(mode, device, model.program, model.weights)
+    ex = make_executor(base, device, model.program, model.weights, **kw)
     try:
         build_s = time.perf_counter() - t0
         for _ in range(warmup):
@@ -175,7 +194,7 @@ def run_mode(device, model: BenchModel, mode: str, n: int, reps: int, warmup: in
             runs.append(decode_run(ex, model.prompt_ids, n))
             if log:
                 log(f"{mode}: rep {i + 1}/{reps} {runs[-1]['tok_s']:.1f} tok/s")
-        out = {"mode": ex.mode, "build_s": build_s,
+        out = {"mode": mode, "build_s": build_s,
                "tok_s": spread([r["tok_s"] for r in runs]),
                "host_us": spread([r["host_us"] for r in runs]),
                "gpu_us": spread([r["gpu_us"] for r in runs]),
@@ -187,7 +206,7 @@ def run_mode(device, model: BenchModel, mode: str, n: int, reps: int, warmup: in
                "stable": all(r["tokens"] == runs[0]["tokens"] for r in runs)}
     finally:
         ex.close()
-    if profile and mode != "unfused":
+    if profile and mode in ("fused", "replay-nofuse"):
         # A separate executor: timestamps between regions slow the step (on an H200, SmolLM2-shape
         # replay-nofuse 582 -> 376 tok/s), so the timed repetitions above run without them.
         ex = make_executor(mode, device, model.program, model.weights, profile=True)

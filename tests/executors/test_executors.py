@@ -93,3 +93,33 @@ def test_env_switches_fusion_off(device, tiny, monkeypatch):
     with make_executor("fused", device, m.program, m.weights) as ex:
         assert ex.mode == "replay-nofuse"
         assert all(r.rule is None for r in ex.regions)
+
+
+@pytest.mark.parametrize("k", [3, 8])
+def test_tokens_per_submit_decodes_the_same_tokens(device, tiny, k):
+    """K recorded steps per submit: the same greedy tokens as one step per submit, to the end of
+    the context (47 tokens: whole batches, then the remainder one by one), one submit per K."""
+    m = tiny["qwen2"]
+    out = {}
+    for kk in (1, k):
+        with make_executor("fused", device, m.program, m.weights, tokens_per_submit=kk) as ex:
+            first = ex.step(5, 0)
+            out[kk] = list(ex.decode(first, 1, 100))
+            steps = ex.token_stats[1:]
+            assert len(out[kk]) == len(steps) == m.ctx - 1
+            submits = sum(s.counters.submits for s in steps)
+            assert submits == (m.ctx - 1) // kk + (m.ctx - 1) % kk
+            assert all(s.gpu_us > 0 for s in steps)
+            # closing the generator early waits for the batches in flight and leaves the executor usable
+            gen = ex.decode(first, 1, 100)
+            assert next(gen) == out[kk][0]
+            gen.close()
+            assert ex.step(5, 0) == first
+    assert out[k] == out[1]
+
+
+def test_tokens_per_submit_is_bounded(device, tiny):
+    m = tiny["llama"]
+    for k in (0, 33):
+        with pytest.raises(ValueError, match="tokens_per_submit"):
+            make_executor("fused", device, m.program, m.weights, tokens_per_submit=k)

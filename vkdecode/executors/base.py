@@ -92,22 +92,26 @@ class Executor:
     def _pipeline(self, c: KernelCall):
         return self.device.pipeline(c.shader, c.spec, dict(c.defines), len(c.bindings), len(c.push))
 
-    def _record_items(self, cmd, with_sets, profile: bool = False, ts=None) -> None:
-        """Record the whole step into cmd; with_sets(i, item) returns the descriptor set to bind."""
+    def _record_items(self, cmd, with_sets, profile: bool = False, ts=None, steps: int = 1) -> None:
+        """Record the whole step (`steps` times back to back) into cmd; with_sets(i, item) returns
+        the descriptor set to bind. Timestamps 0 and 1 bracket all of it; region timestamps
+        (profile) only make sense with one step."""
         ts = ts or self.timestamps
         ts.reset_cmd(cmd)
-        cmd.barrier()          # the previous step's writes (and the host's step write) are visible
-        cmd.timestamp(ts, 0)
         last = len(self.items) - 1
-        for i, it in enumerate(self.items):
-            if it.barrier:
-                cmd.compute_barrier()
-            cmd.bind(it.pipeline, with_sets(i, it))
-            if it.call.push:
-                cmd.push(it.pipeline, it.call.push)
-            cmd.dispatch(*it.call.groups)
-            if profile and (i == last or self.items[i + 1].region != it.region):
-                cmd.timestamp(ts, 2 + it.region)
+        for step in range(steps):
+            cmd.barrier()      # the previous step's writes (and the host's step write) are visible
+            if step == 0:
+                cmd.timestamp(ts, 0)
+            for i, it in enumerate(self.items):
+                if it.barrier:
+                    cmd.compute_barrier()
+                cmd.bind(it.pipeline, with_sets(i, it))
+                if it.call.push:
+                    cmd.push(it.pipeline, it.call.push)
+                cmd.dispatch(*it.call.groups)
+                if profile and (i == last or self.items[i + 1].region != it.region):
+                    cmd.timestamp(ts, 2 + it.region)
         cmd.timestamp(ts, 1)
         cmd.host_barrier()     # the next token is read by the host after the fence
 

@@ -10,6 +10,10 @@ import time
 from collections import deque
 
 from vkdecode.executors.base import Executor, TokenStats
+from vkdecode.executors.plan import TOKEN_RING
+
+# steps one submit may carry: two submits in flight must stay within the GPU's token ring
+MAX_TOKENS_PER_SUBMIT = TOKEN_RING // 2
 from vkdecode.vk.descriptors import write_descriptor_set
 
 
@@ -19,7 +23,10 @@ def fusion_disabled() -> bool:
 
 class ReplayExecutor(Executor):
     def __init__(self, device, program, weights, caps=None, progress=None, fuse: bool = True,
-                 rules=None, profile: bool = False):
+                 rules=None, profile: bool = False, tokens_per_submit: int = 1):
+        if not 1 <= tokens_per_submit <= MAX_TOKENS_PER_SUBMIT:
+            raise ValueError(f"tokens_per_submit must be 1..{MAX_TOKENS_PER_SUBMIT}, not {tokens_per_submit}")
+        self.tokens_per_submit = tokens_per_submit
         self.fuse = fuse and not fusion_disabled()
         self.rules = rules
         self.mode = "fused" if self.fuse else "replay-nofuse"
@@ -41,14 +48,20 @@ class ReplayExecutor(Executor):
         # Two identical recordings, each with its own timestamps: pipelined decode resubmits one
         # while the other runs, and a command buffer may not be pending twice.
         self.ts_pools = [self.timestamps, device.timestamp_pool(2 + len(self.regions))]
-        self.cmds = []
-        for ts in self.ts_pools:
-            cmd = device.command_buffer()
-            cmd.begin(one_time=False)
-            self._record_items(cmd, lambda i, it: self.sets[i], profile=profile, ts=ts)
-            cmd.end()
-            self.cmds.append(cmd)
+        self.cmds = [self._record_steps(device, ts, 1, profile) for ts in self.ts_pools]
         self.cmd = self.cmds[0]
+        # tokens_per_submit = K > 1: two more recordings of K steps back to back (each step's last
+        # dispatch feeds the next its token and position), for decode() to submit once per K tokens
+        k = self.tokens_per_submit
+        self.batch_ts = [device.timestamp_pool(2) for _ in range(2)] if k > 1 else []
+        self.batch_cmds = [self._record_steps(device, ts, k, False) for ts in self.batch_ts]
+
+    def _record_steps(self, device, ts, steps: int, profile: bool):
+        cmd = device.command_buffer()
+        cmd.begin(one_time=False)
+        self._record_items(cmd, lambda i, it: self.sets[i], profile=profile, ts=ts, steps=steps)
+        cmd.end()
+        return cmd
 
     def _partition(self):
         from fusion.partition import partition
@@ -71,40 +84,53 @@ class ReplayExecutor(Executor):
     def decode(self, token: int, pos: int, max_steps: int):
         """Pipelined decode: the host writes (token, pos) once; every step's last dispatch feeds its
         token to the next step on the GPU, so step t+1 is submitted before token t is read and the
-        GPU never waits for the host. Two steps are in flight; one submit per token. Closing the
-        generator waits for the step still running (its token is discarded, its KV row rewritten
-        later) and never submits past the end of the context."""
+        GPU never waits for the host. Two submits are in flight, each of one step, or of K steps
+        with tokens_per_submit = K (the host then reads K tokens per fence; the last n % K go one
+        by one). Closing the generator waits for the work still running (its tokens are discarded,
+        its KV rows rewritten later) and never submits past the end of the context."""
         n = max(0, min(max_steps, self.ctx - pos))
+        k = self.tokens_per_submit
+        sizes = [k] * (n // k) + [1] * (n % k)
         dev = self.device
         inflight: deque = deque()
-        submitted = 0
+        submitted = [0, 0]          # submits so far of 1-step and of K-step recordings
         self._write_step(token, pos)
 
-        def submit() -> None:
-            nonlocal submitted
+        def submit(i: int) -> None:
+            size = sizes[i]
+            batch = int(size > 1)
+            j = submitted[batch] % 2
+            cmd, ts = (self.batch_cmds[j], self.batch_ts[j]) if batch else (self.cmds[j], self.ts_pools[j])
             before = dev.counters.snapshot()
             t0 = time.perf_counter()
-            fence = dev.submit([self.cmds[submitted % 2]], wait=False)
+            fence = dev.submit([cmd], wait=False)
             t1 = time.perf_counter()
-            inflight.append((fence, submitted, (t1 - t0) * 1e6, dev.counters.snapshot() - before))
-            submitted += 1
+            inflight.append((fence, ts, size, (t1 - t0) * 1e6, dev.counters.snapshot() - before))
+            submitted[batch] += 1
 
         try:
-            while submitted < min(2, n):
-                submit()
+            first = 0           # token index of the oldest submit in flight
+            nsub = 0
+            while nsub < min(2, len(sizes)):
+                submit(nsub)
+                nsub += 1
             last = time.perf_counter()
             while inflight:
-                fence, k, host_us, counters = inflight.popleft()
+                fence, ts, size, host_us, counters = inflight.popleft()
                 dev.wait_fence(fence)
-                tok = self.plan.ring_token(pos + k)
-                ns = self.ts_pools[k % 2].read_ns(0, 2)     # read before that buffer is resubmitted
-                if submitted < n:
-                    submit()
+                toks = [self.plan.ring_token(pos + first + i) for i in range(size)]
+                ns = ts.read_ns(0, 2)     # read before that recording is resubmitted
+                if nsub < len(sizes):
+                    submit(nsub)
+                    nsub += 1
                 now = time.perf_counter()
-                self.token_stats.append(TokenStats(counters, host_us, (ns[1] - ns[0]) / 1e3,
-                                                   (now - last) * 1e6))
+                gpu_us, wall_us = (ns[1] - ns[0]) / 1e3 / size, (now - last) * 1e6 / size
+                for i in range(size):   # the submit's host work and counters go to its first token
+                    self.token_stats.append(TokenStats(counters if i == 0 else counters - counters,
+                                                       host_us if i == 0 else 0.0, gpu_us, wall_us))
                 last = now
-                yield tok
+                first += size
+                yield from toks
         finally:
             for fence, *_ in inflight:
                 dev.wait_fence(fence)
@@ -122,6 +148,7 @@ class ReplayExecutor(Executor):
         if getattr(self, "plan", None) is not None:
             super().close()
             for obj in [*getattr(self, "cmds", []), *getattr(self, "ts_pools", [])[1:],   # absent when
-                        getattr(self, "pool", None)]:                                   # __init__ failed
+                        *getattr(self, "batch_cmds", []), *getattr(self, "batch_ts", []),  # __init__
+                        getattr(self, "pool", None)]:                                   # failed
                 if obj is not None:
                     obj.close()
