@@ -95,7 +95,7 @@ def test_subgroup_rows_kernel_only_where_it_fits():
 
 
 def test_subgroup_rows_call():
-    p, calls, _ = _lowered(caps=replace(CAPS, subgroup_fixed=True))
+    _, calls, _ = _lowered(caps=replace(CAPS, subgroup_fixed=True))
     att = [c for c in calls if c.shader.startswith("rope_kv")]
     assert {c.shader for c in att} == {"rope_kv_write_attention_sg"}
     d = dict(att[0].defines)
