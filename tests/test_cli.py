@@ -61,6 +61,16 @@ def test_run_json_same_tokens_in_every_mode(capsys, tiny_gguf):
         assert s["mode"] == mode and s["generated_tokens"] == len(d["tokens"])
         got[mode] = d["tokens"]
     assert got["fused"] == got["replay-nofuse"] == got["unfused"]
+    rc, out, _ = cli(capsys, "run", "--model", tiny_gguf, "--chat", "What is the capital of France?",
+                     "--max-tokens", 6, "--ctx", 64, "--tokens-per-submit", 4, "--json")
+    assert rc == 0 and json.loads(out)["tokens"] == got["fused"]
+
+
+@pytest.mark.parametrize("argv", [["--tokens-per-submit", "4", "--mode", "unfused"], ["--tokens-per-submit", "0"],
+                                  ["--tokens-per-submit", "33"]])
+def test_run_tokens_per_submit_errors(capsys, tiny_gguf, argv):
+    rc, _, err = cli(capsys, "run", "--model", tiny_gguf, "--prompt", "Hi", "--max-tokens", 2, *argv)
+    assert rc != 0 and "--tokens-per-submit" in err
 
 
 def test_run_sampling_reproducible_by_seed_across_modes(capsys, tiny_gguf):

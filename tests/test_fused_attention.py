@@ -101,3 +101,12 @@ def test_subgroup_rows_call():
     d = dict(att[0].defines)
     assert (d["LANES"], d["EPL"]) == ("32", "4")                 # head_dim 128 over 32 lanes
     assert 1 <= int(d["RB"]) <= 8 and "QK_NORM" in d and "SPLIT" in d
+
+
+def test_subgroup_rows_workgroup_fits_shared_memory():
+    """lavapipe: 8 lanes, 32 KiB of shared memory; 512 invocations of head_dim 128 would need 33.5 KB."""
+    caps = replace(CAPS, subgroup_fixed=True, subgroup_size=8, max_shared=32768)
+    _, calls, _ = _lowered(caps=caps)
+    att = next(c for c in calls if c.shader == "rope_kv_write_attention_sg")
+    wg, d = att.spec[0], att.spec[3]
+    assert wg == 256 and 4 * ((wg // 8) * (d + 3) + 1) <= 32768

@@ -127,7 +127,8 @@ def decode_run(ex, prompt_ids: list[int], n: int, after_step=None) -> dict:
     for st in steps:
         for key, v in st.counters.as_dict().items():
             total[key] = total.get(key, 0) + v
-    counters = {key: v / len(steps) for key, v in total.items()} if steps else {}
+    n_steps = max(1, len(steps))
+    counters = {key: v // n_steps if v % n_steps == 0 else v / n_steps for key, v in total.items()}
     k = getattr(ex, "tokens_per_submit", 1)
     return {"tokens": tokens, "tok_s": len(steps) / wall if wall > 0 else 0.0,
             # host enqueue per token: a submit's cost spread over the tokens it carries

@@ -67,8 +67,10 @@ def rope_kv_write_attention(p: Program, region: Region, caps: KernelCaps) -> lis
         + ((("QK_NORM", "1"),) if qk_norm else ())
     shader = "rope_kv_write_attention"
     wg = _wg(caps, caps.attn_wg or ATTN_WG_SG, cap=1024)
-    if _subgroup_rows(d, wg, caps):
-        lanes = caps.subgroup_size
+    lanes = caps.subgroup_size
+    while wg > lanes and 4 * ((wg // lanes) * (d + 3) + 1) > caps.max_shared:
+        wg //= 2        # each subgroup keeps (m, l, w, o[D]) in shared memory for the final merge
+    if _subgroup_rows(d, wg, caps) and 4 * ((wg // lanes) * (d + 3) + 1) <= caps.max_shared:
         rb = min(SG_BATCH, -(-maxchunk // (wg // lanes)))   # rows a subgroup loads before using them
         shader += "_sg"
         defines += (("LANES", str(lanes)), ("EPL", str(d // lanes)), ("RB", str(rb)))
