@@ -78,7 +78,7 @@ uint rope_index(uint e) {  // pair index i of rope_cos_sin
 #endif
 }
 
-// Cache row `row` (word offset of this kv head's slice), the lane's EPL elements, into r[at..].
+// The lane's EPL elements of one K and one V cache row, from word `base` (row, kv head, lane).
 void load_row(uint base, out float kr[EPL], out float vr[EPL]) {
 #if EPL % 4 == 0
     for (uint u = 0; u < EPL / 4; u++) {

@@ -31,7 +31,6 @@ ATTN_WG = 256           # invocations per workgroup, workgroup form
 ATTN_WG_SG = 512        # invocations per workgroup, subgroup-rows form
 SPLIT_WIDTH = 256       # automatic splits: about this many head elements per head over all splits
 SG_BATCH = 8            # rows per subgroup batch of the subgroup-rows kernel (registers: 2 x RB x EPL)
-CX_ROWS = 1             # rows per workgroup of an o-projection that combines the partials
 
 
 def attention_grid(ctx: int, head_dim: int, caps: KernelCaps) -> tuple[int, int]:
@@ -54,6 +53,11 @@ def _subgroup_rows(d: int, wg: int, caps: KernelCaps) -> bool:
             and wg % lanes == 0 and d % lanes == 0 and 1 <= d // lanes <= 16)
 
 
+def _sg_shared_bytes(wg: int, lanes: int, d: int) -> int:
+    """Shared memory of the subgroup-rows kernel: (m, l, w, o[D]) per subgroup for the final merge."""
+    return 4 * ((wg // lanes) * (d + 3) + 1)
+
+
 def rope_kv_write_attention(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
     r, a = region.roles, region.attrs
     h, kvh, d = int(a["n_heads"]), int(a["n_kv_heads"]), int(a["head_dim"])
@@ -68,9 +72,9 @@ def rope_kv_write_attention(p: Program, region: Region, caps: KernelCaps) -> lis
     shader = "rope_kv_write_attention"
     wg = _wg(caps, caps.attn_wg or ATTN_WG_SG, cap=1024)
     lanes = caps.subgroup_size
-    while wg > lanes and 4 * ((wg // lanes) * (d + 3) + 1) > caps.max_shared:
-        wg //= 2        # each subgroup keeps (m, l, w, o[D]) in shared memory for the final merge
-    if _subgroup_rows(d, wg, caps) and 4 * ((wg // lanes) * (d + 3) + 1) <= caps.max_shared:
+    while wg > lanes and _sg_shared_bytes(wg, lanes, d) > caps.max_shared:
+        wg //= 2
+    if _subgroup_rows(d, wg, caps) and _sg_shared_bytes(wg, lanes, d) <= caps.max_shared:
         rb = min(SG_BATCH, -(-maxchunk // (wg // lanes)))   # rows a subgroup loads before using them
         shader += "_sg"
         defines += (("LANES", str(lanes)), ("EPL", str(d // lanes)), ("RB", str(rb)))
@@ -129,9 +133,9 @@ def absorb_combines(program: Program, calls: list[KernelCall], owners: list[int]
 def _combining_matmul_add(call: KernelCall, x: int, comb: KernelCall, caps: KernelCaps) -> KernelCall:
     _, h, d, s = comb.spec
     wg, k, m, rows = call.spec
-    # every workgroup combines all of x (S partials per element, from L2): more rows per workgroup
-    # share that work
-    rows = min(wg, caps.cx_rows or max(rows, CX_ROWS))
+    # every workgroup combines all of x, so more rows per workgroup would share that work; measured
+    # slower on an H100 (sweep-cx-*.json), so the matvec's own rows unless caps.cx_rows says
+    rows = min(wg, caps.cx_rows or rows)
     bindings = call.bindings[:x] + (comb.bindings[0],) + call.bindings[x + 1:]
     defines = call.defines + (("COMBINE_X", "1"), ("CX_H", str(h)), ("CX_D", str(d)), ("CX_S", str(s)))
     return replace(call, spec=(wg, k, m, rows), groups=_groups(-(-m // rows)), bindings=bindings, defines=defines,

@@ -49,7 +49,7 @@ class KernelCaps:
     subgroup_fixed: bool = False  # min == max subgroup size: shaders may rely on subgroup_size lanes
     attn_max_chunk: int = 256   # kv rows per attention workgroup at full context (sets the split count)
     attn_splits: int = 0        # fused attention workgroups per head at least (0: fused_attention chooses)
-    attn_wg: int = 0            # fused attention workgroup size (0: fused_attention.ATTN_WG)
+    attn_wg: int = 0            # fused attention workgroup size (0: fused_attention.ATTN_WG[_SG])
     attn_kernel: str = ""       # fused attention: "sg" (subgroup rows) where it fits, "wg" never; "" auto
     cx_rows: int = 0            # rows per workgroup of an o-projection combining attention partials (0: auto)
     matvec_wg: int = 0

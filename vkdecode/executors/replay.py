@@ -11,10 +11,11 @@ from collections import deque
 
 from vkdecode.executors.base import Executor, TokenStats
 from vkdecode.executors.plan import TOKEN_RING
+from vkdecode.stats import Counters
+from vkdecode.vk.descriptors import write_descriptor_set
 
 # steps one submit may carry: two submits in flight must stay within the GPU's token ring
 MAX_TOKENS_PER_SUBMIT = TOKEN_RING // 2
-from vkdecode.vk.descriptors import write_descriptor_set
 
 
 def fusion_disabled() -> bool:
@@ -125,9 +126,10 @@ class ReplayExecutor(Executor):
                     nsub += 1
                 now = time.perf_counter()
                 gpu_us, wall_us = (ns[1] - ns[0]) / 1e3 / size, (now - last) * 1e6 / size
-                for i in range(size):   # the submit's host work and counters go to its first token
-                    self.token_stats.append(TokenStats(counters if i == 0 else counters - counters,
-                                                       host_us if i == 0 else 0.0, gpu_us, wall_us))
+                # the submit's host work and counters go to its first token
+                self.token_stats.append(TokenStats(counters, host_us, gpu_us, wall_us))
+                for _ in range(size - 1):
+                    self.token_stats.append(TokenStats(Counters(), 0.0, gpu_us, wall_us))
                 last = now
                 first += size
                 yield from toks
