@@ -88,11 +88,11 @@ def _barrier_fn(cmd, mode: str):
     return lambda: lib.vkCmdPipelineBarrier(cmd.handle, stage, stage, 0, 1, mb, 0, NULL, 0, NULL)
 
 
-def measure(case: Case, caps: KernelCaps, reps: int = 200, barrier: str = "full") -> dict:
+def measure(case: Case, caps: KernelCaps, reps: int = 200, barrier: str = "full", defines: dict | None = None) -> dict:
     from vkdecode.vk.descriptors import write_descriptor_set
     dev, dtype = case.dev, case.dtype
     (call,) = op_calls(_program(dtype, case.out, case.n_in), 0, caps)  # one binding on real GPUs
-    pipe = dev.pipeline(call.shader, spec=call.spec, defines=dict(call.defines),
+    pipe = dev.pipeline(call.shader, spec=call.spec, defines={**dict(call.defines), **(defines or {})},
                         n_bindings=len(call.bindings), push_size=len(call.push))
     pool = dev.descriptor_pool(case.copies, case.copies * len(call.bindings))
     sets = []
@@ -162,6 +162,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="substring of 'dtype-outxin' to keep")
     ap.add_argument("--copies", type=int, default=0,
                     help="weight copies rotated over (default: enough to exceed L2; 1: weights L2-resident)")
+    ap.add_argument("--ab", default="", help="DEFINE: also time each tuning with -DDEFINE, alternating A, B, A, B")
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
     from vkdecode.vk import Device
@@ -177,12 +178,13 @@ def main(argv=None) -> int:
         if a.only not in f"{dtype}-{out}x{n_in}":
             continue
         case = Case(dev, dtype, out, n_in, a.copies)
-        for t in tunings:
-            r = measure(case, replace(caps, **t), a.reps, a.barrier)
-            r.update(what=what, auto=not t)
+        runs = [(t, d) for t in tunings for d in ([{}, {a.ab: 1}] * 2 if a.ab else [{}])]
+        for t, d in runs:
+            r = measure(case, replace(caps, **t), a.reps, a.barrier, d)
+            r.update(what=what, auto=not t, defines=d)
             res["rows"].append(r)
             print(f"{dtype:5s} {out:6d}x{n_in:<5d} {what:8s} wg {r['wg']:3d} rows {r['rows']} "
-                  f"{r['us']:8.2f} us {r['GBps']:7.0f} GB/s{'  (auto)' if not t else ''}", flush=True)
+                  f"{r['us']:8.2f} us {r['GBps']:7.0f} GB/s{'  (auto)' if not t else ''} {' '.join(d)}", flush=True)
         case.close()
     dev.close()
     if a.out:

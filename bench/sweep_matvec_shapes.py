@@ -23,13 +23,15 @@ def main() -> None:
     ap.add_argument("--quant", default="q4_1")
     ap.add_argument("-n", type=int, default=64)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--grid", nargs="+", default=None, metavar="WG:ROWS", help="shapes (default: GRID)")
     ap.add_argument("--out")
     a = ap.parse_args()
+    grid = [tuple(int(v) for v in g.split(":")) for g in a.grid] if a.grid else GRID
     model = bench.random_model(a.shape, a.quant, 1024, 16)
     rows = []
     with Device() as dev:
         base = KernelCaps.from_info(dev.info)
-        for wg, rpw in GRID:
+        for wg, rpw in grid:
             r = bench.timed_fused(dev, model, replace(base, matvec_wg=wg, matvec_rows=rpw), a.n, a.reps)
             rows.append({"matvec_wg": wg, "matvec_rows": rpw, **r})
             tok_s, gpu = r["tok_s"], r["gpu_us"]
