@@ -4,7 +4,8 @@
 // Pass 1 (default): workgroup g scans logits [g*CHUNK, min(N, (g+1)*CHUNK)) and writes the pair
 //   (max as float bits, its index). Bindings: 0 logits, 1 pairs. Spec: 0 wg size, 1 N, 2 CHUNK.
 // Pass 2 (FINAL): one workgroup reduces the N pairs and writes the token id (u32).
-//   Bindings: 0 pairs, 1 token. Spec: 0 wg size, 1 N (number of pairs).
+//   Bindings: 0 pairs, 1 token. Spec: 0 wg size, 1 N (number of pairs); with ADVANCE (below)
+//   also 2 step, 3 ring, spec 3 ring length.
 #define NO_WG_REDUCE
 #include "common.glsl"
 
@@ -14,6 +15,13 @@ layout(constant_id = 2) const uint CHUNK = 1;
 #ifdef FINAL
 layout(binding = 0) readonly buffer PB { uvec2 pin[]; };
 layout(binding = 1) writeonly buffer TB { uint token[]; };
+#ifdef ADVANCE
+// and the step's hand-off (advance_step.comp's work, here to save its dispatch): the token goes
+// to the next step (step.token, step.pos + 1) and to the host's ring. Bindings 2 step, 3 ring.
+layout(constant_id = 3) const uint RING = 64;
+layout(binding = 2) buffer SB { uint step_buf[]; };
+layout(binding = 3) writeonly buffer RB { uint ring[]; };
+#endif
 #else
 layout(binding = 0) readonly buffer LB { float logits[]; };
 layout(binding = 1) writeonly buffer PB { uvec2 pout[]; };
@@ -68,6 +76,12 @@ void main() {
 #endif
 #ifdef FINAL
         token[0] = si;
+#ifdef ADVANCE
+        const uint pos = step_buf[STEP_POS];
+        ring[pos % RING] = si;
+        step_buf[STEP_TOKEN] = si;
+        step_buf[STEP_POS] = pos + 1u;
+#endif
 #else
         pout[g] = uvec2(floatBitsToUint(sv), si);
 #endif

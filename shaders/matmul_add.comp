@@ -25,45 +25,40 @@ layout(binding = B_Y) writeonly buffer YB { float y[]; };
 #ifdef COMBINE_X
 // x is split-K attention's partials (CX_S splits of CX_H heads of CX_D, attn_partials.glsl), and
 // each element is combined over the splits as it is loaded: the o-projection does the combine, so
-// the attention needs no combine dispatch and no barrier before one. The loads of a unit's splits
-// and (m, l) pairs are independent, so this adds no round trip to the matvec's own.
+// the attention needs no combine dispatch and no barrier before one.
 #include "attn_partials.glsl"
 #define CX_ML(s, h) PART_ML(s, h, CX_H, CX_D, CX_S)
+layout(binding = B_X) readonly buffer X2B { vec2 x2[]; };   // (m, l) pairs: PART_ML is even
 
-// e^(m_s - M) / sum_s' e^(m_s' - M) l_s' for each split s of head h; 0 for an empty split.
-void cx_weights(uint h, out float w[CX_S]) {
-    float mx = NEG_INF;
-    for (uint s = 0; s < CX_S; s++)
-        if (x1[CX_ML(s, h) + 1] > 0.0) mx = max(mx, x1[CX_ML(s, h)]);
-    float l = 0.0;
-    for (uint s = 0; s < CX_S; s++) {
-        const float ls = x1[CX_ML(s, h) + 1];
-        w[s] = ls > 0.0 ? exp(x1[CX_ML(s, h)] - mx) : 0.0;
-        l += w[s] * ls;
-    }
-    for (uint s = 0; s < CX_S; s++) w[s] /= l;
-}
-// The weights of the head last asked for: an invocation's unit (8 elements) lies in one head, so
-// its second load reuses the first's weights instead of reloading the (m, l) pairs.
-uint cx_head = 0xffffffffu;
-float cx_w[CX_S];
-void cx_head_weights(uint h) {
-    if (h != cx_head) {
-        cx_weights(h, cx_w);
-        cx_head = h;
-    }
+// The S splits of x element(s) at i, combined: sum_s e^(m_s - M) p_s / sum_s e^(m_s - M) l_s over
+// the non-empty splits (l_s > 0), M their max. Every load (S partials, S (m, l) pairs) is issued
+// before any is used and none sits behind a branch, so the combine adds no round trip to the
+// matvec's own; a test on a loaded value before the next load made one round trip per split.
+#define CX_COMBINE(T, load) { \
+    T p[CX_S]; \
+    vec2 ml[CX_S]; \
+    for (uint s = 0; s < CX_S; s++) { \
+        p[s] = load; \
+        ml[s] = x2[CX_ML(s, h) / 2u]; \
+    } \
+    float mx = NEG_INF; \
+    for (uint s = 0; s < CX_S; s++) mx = ml[s].y > 0.0 ? max(mx, ml[s].x) : mx; \
+    float l = 0.0; \
+    T a = T(0.0); \
+    for (uint s = 0; s < CX_S; s++) { \
+        const float w = ml[s].y > 0.0 ? exp(ml[s].x - mx) : 0.0; \
+        l += w * ml[s].y; \
+        a += w * p[s]; \
+    } \
+    return a / l; \
 }
 float cx1(uint i) {
-    cx_head_weights(i / CX_D);
-    float a = 0.0;
-    for (uint s = 0; s < CX_S; s++) a += cx_w[s] * x1[PART_O(s, 0u, i, CX_H, CX_D)];
-    return a;
+    const uint h = i / CX_D;
+    CX_COMBINE(float, x1[PART_O(s, 0u, i, CX_H, CX_D)])
 }
 vec4 cx4(uint i) {  // CX_D % 4 == 0: the four elements share a head
-    cx_head_weights(4u * i / CX_D);
-    vec4 a = vec4(0.0);
-    for (uint s = 0; s < CX_S; s++) a += cx_w[s] * x4[PART_O(s, 0u, 4u * i, CX_H, CX_D) / 4u];
-    return a;
+    const uint h = 4u * i / CX_D;
+    CX_COMBINE(vec4, x4[PART_O(s, 0u, 4u * i, CX_H, CX_D) / 4u])
 }
 #define X1(i) cx1(i)
 #define X4(i) cx4(i)

@@ -12,7 +12,8 @@
 // TPR invocations per row (chosen from the row count: enough rows in flight for all of them, one
 // pass), and P.V splits the rows over WG / D row groups; no invocation walks a long chain of loads.
 // Bindings: 0 q, 1 k, 2 v, 3 step, 4 k_cache, 5 v_cache, 6 o (or partials),
-//   QK_NORM: 7 q_norm_w[D], 8 k_norm_w[D].
+//   QK_NORM: 7 q_norm_w[D], 8 k_norm_w[D]; then with PF_N the prefetched weights and the sink
+//   (prefetch.glsl: grid rows H.. are prefetch workgroups).
 // Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK, 6 scale, 7 theta, 8 eps (QK_NORM).
 #include "common.glsl"
 #include "attn_partials.glsl"
@@ -49,6 +50,7 @@ layout(binding = 8) readonly buffer KNB { float knw[]; };
 #endif
 
 #include "fused_rope.glsl"
+#include "prefetch.glsl"
 
 shared float qs[D];
 shared float ks[D];
@@ -70,6 +72,12 @@ float unit_score(uint base, uint u, bool current) {
 }
 
 void main() {
+#ifdef PF_N
+    if (gl_WorkGroupID.y >= H) {   // the grid's prefetch rows (prefetch.glsl); uniform per workgroup
+        prefetch((gl_WorkGroupID.y - H) * gl_NumWorkGroups.x + gl_WorkGroupID.x);
+        return;
+    }
+#endif
     const uint WG = gl_WorkGroupSize.x;
     const uint t = gl_LocalInvocationID.x;
     const uint s = gl_WorkGroupID.x, h = gl_WorkGroupID.y;

@@ -14,7 +14,8 @@
 // attention reads cache rows < pos (written by earlier steps) and takes row pos from registers.
 // Needs subgroup arithmetic and a fixed subgroup size of LANES (fused_attention.py checks).
 // Bindings: 0 q, 1 k, 2 v, 3 step, 4 k_cache, 5 v_cache, 6 o (or partials),
-//   QK_NORM: 7 q_norm_w[D], 8 k_norm_w[D].
+//   QK_NORM: 7 q_norm_w[D], 8 k_norm_w[D]; then with PF_N the prefetched weights and the sink
+//   (prefetch.glsl: grid rows H.. are prefetch workgroups).
 // Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK, 6 scale, 7 theta, 8 eps (QK_NORM).
 // Defines: LANES (subgroup size), EPL (D / LANES), RB (rows per batch), NEOX, QK_NORM, SPLIT.
 #define NO_WG_REDUCE
@@ -49,6 +50,7 @@ layout(binding = 5) readonly buffer VC4 { vec4 vc4[]; };
 #endif
 
 #include "fused_rope.glsl"
+#include "prefetch.glsl"
 
 shared float sg_ml[2 * NSG];
 shared float sg_o[NSG * D];
@@ -97,6 +99,12 @@ void load_row(uint base, out float kr[EPL], out float vr[EPL]) {
 }
 
 void main() {
+#ifdef PF_N
+    if (gl_WorkGroupID.y >= H) {   // the grid's prefetch rows (prefetch.glsl); uniform per workgroup
+        prefetch((gl_WorkGroupID.y - H) * gl_NumWorkGroups.x + gl_WorkGroupID.x);
+        return;
+    }
+#endif
     const uint t = gl_LocalInvocationID.x;
     const uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
     const uint s = gl_WorkGroupID.x, h = gl_WorkGroupID.y;

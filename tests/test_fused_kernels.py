@@ -71,7 +71,7 @@ def decode_and_compare(device, m, caps, prompt=(1, 7, 42)):
             assert got_tok == int(np.argmax(got)), f"pos {pos}: token is not the argmax of the logits"
             assert unfused.step(tok, pos) == got_tok, f"pos {pos}: fused and unfused tokens differ"
             tok = prompt[pos + 1] if pos + 1 < len(prompt) else got_tok
-        # the executor's own per-step dispatch (the next token into the step buffer) is not lowered
+        # the executor's token hand-off, where it takes a dispatch of its own, is not lowered
         return [it for it in fused.items if it.call.shader != "advance_step"], fused.regions
     finally:
         fused.close()
@@ -159,6 +159,46 @@ def test_fused_cases_cover_splits():
     # both attention kernels, split and not, on the subgroup path with lavapipe's 8 lanes
     d = {c: SHAPES[c[2]].get("head_dim", 16) for c in CASES if c[3] == "sg"}
     assert {(dd % 8 == 0, splits(c) > 1) for c, dd in d.items()} == {(True, True), (True, False), (False, True)}
+
+
+@pytest.mark.parametrize("arch,shape,ctx", [("llama", "h64d16", 40), ("qwen3", "h64d128", 36)])
+def test_fused_sg_attention_several_batches(device, models, arch, shape, ctx):
+    """The subgroup-rows attention with more rows per subgroup than one batch holds: a 16-wide
+    workgroup (2 subgroups of lavapipe's 8 lanes, RB = 8) and one split take 16 rows per batch,
+    so the context's later rows come from the loop's later batches, not the prefetched first."""
+    from vkdecode.fused_attention import attention_grid
+    m = _model(models, arch, "f32", ctx, **SHAPES[shape])
+    caps = _caps(device, "sg", attn_wg=16, attn_splits=1, attn_max_chunk=1024)
+    if caps.subgroup_size != 8 or not caps.subgroup_fixed:
+        pytest.skip("sized for 8-lane subgroups (lavapipe)")
+    assert attention_grid(ctx, m.args.head_dim, caps)[0] == 1
+    items, _ = decode_and_compare(device, m, caps)
+    att = [it.call for it in items if it.call.shader.startswith("rope_kv")]
+    assert {c.shader for c in att} == {"rope_kv_write_attention_sg"}
+    assert all(c.spec[0] == 16 and ("RB", "8") in c.defines for c in att)
+
+
+@pytest.mark.parametrize("arch,dtype,path", [("qwen3", "f32", "sg"), ("llama", "q4_1", "smem"),
+                                             ("qwen2", "f16", "sg")])
+def test_fused_attention_prefetch(device, models, monkeypatch, arch, dtype, path):
+    """Prefetch rows appended to every attention grid (on here although lavapipe turns it off by
+    default, and for weights far below the size it skips): same tokens and logits as the
+    reference, a budget cut inside a weight."""
+    from vkdecode import fused_prefetch
+    from vkdecode.fused_prefetch import HOSTS
+    monkeypatch.setattr(fused_prefetch, "MIN_WEIGHT_BYTES", 0)
+    m = _model(models, arch, dtype, 24, **SHAPES["h96d32"])
+    caps = _caps(device, path, prefetch_bytes=40_000, prefetch_groups=3)
+    items, _ = decode_and_compare(device, m, caps)
+    att = [it.call for it in items if it.call.shader in HOSTS]
+    assert len(att) == m.args.n_layers
+    for c in att:
+        d = dict(c.defines)
+        n = int(d["PF_N"])
+        assert c.groups[1] == m.args.n_heads + -(-3 // c.groups[0])
+        assert int(d["PF_G"]) == c.groups[0] * (c.groups[1] - m.args.n_heads)
+        sectors = sum(int(d[f"PF_W{j}"]) for j in range(n))
+        assert 40_000 - 32 < sectors * 32 <= 40_000 or n == 6 or c is att[-1]
 
 
 @pytest.mark.parametrize("path", ["sg", "smem"])

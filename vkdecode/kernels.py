@@ -54,6 +54,8 @@ class KernelCaps:
     cx_rows: int = 0            # rows per workgroup of an o-projection combining attention partials (0: auto)
     matvec_wg: int = 0
     matvec_rows: int = 0
+    prefetch_bytes: int = 0     # weight bytes each fused attention prefetches into L2 (0: auto, < 0: none)
+    prefetch_groups: int = 0    # prefetch workgroups per attention dispatch (0: fused_prefetch default)
 
     @classmethod
     def from_info(cls, info, **tuning) -> KernelCaps:
@@ -64,6 +66,8 @@ class KernelCaps:
             tuning.setdefault("matvec_rows", 16)
             # and one attention workgroup per head unless the context needs more (attn_max_chunk)
             tuning.setdefault("attn_splits", 1)
+            # and no L2 prefetch (fused_prefetch.py): a CPU has no GPU cache to fill, only work to waste
+            tuning.setdefault("prefetch_bytes", -1)
         return cls(subgroup_size=int(f.get("subgroup_size", 1) or 1),
                    subgroup_arithmetic=bool(f.get("subgroup_arithmetic", False)),
                    subgroup_fixed=f.get("min_subgroup_size") == f.get("max_subgroup_size") == f.get("subgroup_size"),

@@ -123,3 +123,34 @@ def test_tokens_per_submit_is_bounded(device, tiny):
     for k in (0, 33):
         with pytest.raises(ValueError, match="tokens_per_submit"):
             make_executor("fused", device, m.program, m.weights, tokens_per_submit=k)
+
+
+@pytest.mark.parametrize("mode", ["fused", "replay-nofuse", "unfused"])
+def test_greedy_steps_hand_off_the_token_in_the_final_argmax(device, tiny, mode, monkeypatch):
+    """Greedy steps end in argmax's final pass, which also advances the step (no advance_step
+    dispatch); pipelined decode then feeds the GPU's tokens on, as the reference chooses them."""
+    m = tiny["llama"]
+    with make_executor(mode, device, m.program, m.weights) as ex:
+        shaders = [it.call.shader for it in ex.items]
+        assert "advance_step" not in shaders and shaders[-1] == "argmax"
+        assert ("ADVANCE", "1") in ex.items[-1].call.defines
+        ref = Reference(m.program, m.weights, dtype=np.float64)
+        want, tok = [], 7
+        for pos in range(12):
+            tok = int(ref.step(tok, pos)["next_token"][0])
+            want.append(tok)
+        assert list(ex.decode(7, 0, 12)) == want
+
+
+def test_sampling_steps_keep_the_advance_dispatch(device, models_dir):
+    from vkdecode.executors.plan import with_advance
+    from vkdecode.kernels import op_calls
+    from vkdecode.models import build_program
+    m = load_model(tiny_hf_model("llama", models_dir), ctx=16)
+    p = build_program(m.args, 16, {n: w.dtype for n, w in m.weights.items()}, sampling=True)
+    from vkdecode.kernels import KernelCaps
+    caps = KernelCaps.from_info(device.info)
+    calls = [c for i in range(len(p.ops)) for c in op_calls(p, i, caps)]
+    assert calls[-1].shader == "sample"
+    out, added = with_advance(calls)
+    assert added and out[-1].shader == "advance_step" and out[:-1] == calls

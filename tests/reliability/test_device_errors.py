@@ -156,14 +156,14 @@ def test_shader_failure_mid_load_frees(tiny, monkeypatch, tmp_path):
     from vkdecode.vk.shaders import shader_dir
     broken = tmp_path / "shaders"
     shutil.copytree(shader_dir(), broken)
-    victim = broken / "advance_step.comp"            # the last kernel of every step: built last
+    victim = broken / "argmax.comp"            # the last kernel of a greedy step: built last
     lines = victim.read_text().splitlines(keepends=True)
     victim.write_text(lines[0] + "this is not glsl;\n" + "".join(lines[1:]))
     monkeypatch.setenv("VKDECODE_SHADER_DIR", str(broken))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     with Device() as dev:       # its own device: the session device has these pipelines cached
         for mode in ("fused", "unfused"):
-            with pytest.raises(ShaderError, match=r"advance_step\.comp:2"):
+            with pytest.raises(ShaderError, match=r"argmax\.comp:2"):
                 vkdecode.load(tiny, device=dev, mode=mode, ctx=32)
             assert held(dev) == {"bytes": 0}
         assert not dev.validation_errors

@@ -2,6 +2,8 @@
 buffer gets a fixed slice at build time, so descriptor sets written once stay valid forever."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fusion.ir import STEP_WORDS, Program
 from vkdecode.kernels import Binding, KernelCall, row_bytes
 
@@ -14,6 +16,22 @@ def advance_call() -> KernelCall:
     """Appended to every step: feeds the chosen token to the next step on the GPU."""
     b = (Binding("next_token"), Binding("step"), Binding("token_ring"))
     return KernelCall("advance_step", (TOKEN_RING,), b, (1, 2), (1, 1, 1), label="advance_step")
+
+
+def with_advance(calls: list[KernelCall]) -> tuple[list[KernelCall], bool]:
+    """The step's calls with the token hand-off at the end, and whether it took a dispatch of its
+    own: a final argmax pass writing next_token does it itself (shaders/argmax.comp ADVANCE: one
+    dispatch and one barrier fewer per token); any other last call gets advance_call() after it."""
+    last = calls[-1] if calls else None
+    if (last is not None and last.shader == "argmax" and ("FINAL", "1") in last.defines
+            and last.bindings[1].value == "next_token" and len(last.spec) == 3):
+        n = len(last.bindings)
+        folded = replace(last, spec=last.spec + (TOKEN_RING,),
+                         bindings=last.bindings + (Binding("step"), Binding("token_ring")),
+                         writes=last.writes + (n, n + 1), defines=last.defines + (("ADVANCE", "1"),),
+                         label=last.label + "+advance")
+        return calls[:-1] + [folded], False
+    return calls + [advance_call()], True
 
 
 def required_bytes(program: Program, weights: dict) -> dict[str, int]:

@@ -76,7 +76,9 @@ class ReplayExecutor(Executor):
         if not self.fuse:
             return calls, owners
         from vkdecode.fused_attention import absorb_combines
-        return absorb_combines(self.program, calls, owners, self.caps)
+        from vkdecode.fused_prefetch import add_prefetch
+        calls, owners = absorb_combines(self.program, calls, owners, self.caps)
+        return add_prefetch(self.program, calls, owners, self.caps)
 
     def _enqueue(self, token: int, pos: int) -> None:
         self._write_step(token, pos)

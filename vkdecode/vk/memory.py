@@ -155,6 +155,7 @@ class Buffer:
             ffi.memmove(staging._ptr, mv[pos:pos + n], n)
             cmd.begin()
             cmd.copy(staging, self, n, 0, offset + pos)
+            cmd.barrier()   # the copy before any later command (recorded steps barrier compute only)
             cmd.end()
             self.device.submit([cmd])
 
@@ -163,6 +164,7 @@ class Buffer:
         for pos in range(0, mv.nbytes, staging.size):
             n = min(staging.size, mv.nbytes - pos)
             cmd.begin()
+            cmd.barrier()   # earlier shader writes before the copy reads them
             cmd.copy(self, staging, n, offset + pos, 0)
             cmd.host_barrier()
             cmd.end()
