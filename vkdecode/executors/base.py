@@ -87,7 +87,8 @@ class Executor:
 
     def _across_regions(self, calls: list[KernelCall], owners: list[int]) -> tuple[list, list]:
         """Rewrites over the whole step's calls (fused replay: the o-projection combines split-K
-        attention); per-op execution keeps every call as lowered."""
+        attention, the attention prefetches the next weights); per-op execution keeps every call
+        as lowered."""
         return calls, owners
 
     def _pipeline(self, c: KernelCall):
