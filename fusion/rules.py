@@ -175,13 +175,24 @@ ROPE_KV_WRITE_ATTENTION = Rule("ROPE_KV_WRITE_ATTENTION", pattern(
     exports=("o", "k_cache", "v_cache")), _lower_attention, _attention_shapes)
 
 
-# -- 5. output / down projection accumulating into the residual --
+# -- 5. output / down projection (+ its bias) accumulating into the residual --
 
 def _lower_matmul_add(m: Match, p: Program) -> Region:
     c = m.captures
-    return _region(m, "MATMUL_ADD",
-                   {"weight": c["w"], "x": c["x"], "residual": c["r"], "out": c["s"]},
+    name = "MATMUL_BIAS_ADD" if "b" in c else "MATMUL_ADD"
+    return _region(m, name,
+                   {"weight": c["w"], "x": c["x"], "residual": c["r"], "out": c["s"], "bias": c.get("b")},
                    {"dtype": p.values[c["w"]].dtype})
+
+
+# Llama / Qwen3 with attention_bias (o-projection), Llama with mlp_bias (down projection): the
+# bias add sits between the matvec and the residual add and is folded into the same epilogue.
+MATMUL_BIAS_ADD = Rule("MATMUL_BIAS_ADD", pattern(
+    "MATMUL_BIAS_ADD",
+    op("matmul", ("w", "x"), ("y",)),
+    op("add", ("y", "b"), ("yb",), kinds={"b": "weight"}, commutative=True),
+    op("add", ("yb", "r"), ("s",), kinds={"r": "activation"}, commutative=True),
+    exports=("s",)), _lower_matmul_add)
 
 
 MATMUL_ADD = Rule("MATMUL_ADD", pattern(
@@ -231,6 +242,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     RMS_NORM_MATMUL,
     QK_NORM_ROPE_KV_WRITE_ATTENTION,
     ROPE_KV_WRITE_ATTENTION,
+    MATMUL_BIAS_ADD,
     MATMUL_ADD,
     MATMUL_SILU_MUL,
     ADD_RMS_NORM,

@@ -22,6 +22,7 @@ class Spec:
     vocab: int
     tied: bool = True        # lm_head is tok_embd
     bias: bool = False       # q/k/v biases (Qwen2)
+    o_bias: bool = False     # o-projection bias (Llama / Qwen3 attention_bias)
     qk_norm: bool = False    # per-head q/k rms_norm (Qwen3)
     theta: float = 10000.0
     eps: float = 1e-5
@@ -90,6 +91,10 @@ def build(s: Spec, n_layers: int | None = None) -> Program:
              head_dim=s.head_dim, scale=s.head_dim ** -0.5)
         ao, x1 = act(n + "ao", d), act(n + "x1", d)
         p.op("matmul", (w(n + "wo", (d, q_dim)), o), (ao,))
+        if s.o_bias:
+            aob = act(n + "aob", d)
+            p.op("add", (ao, w(n + "bo", (d,))), (aob,))
+            ao = aob
         p.op("add", (x, ao), (x1,))
         h2 = act(n + "h2", d)
         p.op("rms_norm", (x1, w(n + "ffn_norm", (d,))), (h2,), eps=s.eps)

@@ -40,6 +40,21 @@ def test_default_rules_on_full_models(spec):
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
+def test_o_projection_bias_fuses(spec):
+    """attention_bias on Llama / Qwen3: wo -> +bo -> +residual is one MATMUL_BIAS_ADD region."""
+    p = build(spec.with_(o_bias=True, bias=True), n_layers=2)
+    regions = _run(p)
+    assert _layer_names(p, regions, 1) == ["RMS_NORM_MATMUL", _attn(spec), "MATMUL_BIAS_ADD",
+                                           "RMS_NORM_MATMUL_SILU_MUL", "MATMUL_ADD"]
+    r = next(r for r in regions if r.name == "MATMUL_BIAS_ADD")
+    assert (r.roles["weight"], r.roles["bias"], r.roles["residual"], r.outputs) == ("l0.wo", "l0.bo", "x0", ["l0.x1"])
+    assert next(r for r in regions if r.name == "MATMUL_ADD").roles["bias"] is None
+    # the bias add's output read elsewhere too: the rule must refuse (legality), the add stays an op
+    p = add_consumer(build(spec.with_(o_bias=True), n_layers=1), "l0.aob")
+    assert "MATMUL_BIAS_ADD" not in summarize(_run(p))
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=IDS)
 def test_roles_of_a_layer(spec):
     p = build(spec, n_layers=1)
     r = {reg.name: reg for reg in _run(p)}

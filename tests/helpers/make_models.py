@@ -46,6 +46,9 @@ def tiny_hf_model(arch: str, tmpdir, tied: bool = False, dtype: str = "f32", see
     """Random HF model dir. Weights get std 0.3 (not the 0.02 default) so logits are not flat;
     norms are 1 + noise and biases nonzero, so every weight matters."""
     extra = "-".join(f"{k}={v}" for k, v in sorted(overrides.items()))
+    if len(extra) > 80 or any(c in extra for c in "/{}[]'\" :,"):   # dict / list values: a short stable name
+        import hashlib
+        extra = "cfg" + hashlib.sha1(extra.encode()).hexdigest()[:12]
     path = Path(tmpdir) / f"hf-{arch}-{'tied' if tied else 'untied'}-{dtype}-{seed}{'-' + extra if extra else ''}"
     if (path / "config.json").exists():
         return path

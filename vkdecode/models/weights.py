@@ -57,6 +57,21 @@ def _check_layers(path: str, args: ModelArgs, n_tensors: int) -> None:
         raise ModelError(f"{path}: {args.n_layers} layers declared, but the file holds only {n_tensors} tensors")
 
 
+def _check_unused(path: str, present, used: set[str], ignorable=()) -> None:
+    """A tensor the program does not read (an MLP bias of a Qwen GGUF, llama.cpp's rope_freqs for
+    Llama 3 rope scaling, ...) would change the math if it were read: refuse the file instead of
+    running without it. `ignorable`: tensors the reference implementation ignores too."""
+    unused = sorted(n for n in present if n not in used and n not in ignorable
+                    and not n.endswith("rotary_emb.inv_freq"))   # old HF checkpoints: a rope cache
+    if not unused:
+        return
+    hint = (" (llama.cpp stores Llama 3 rope scaling there, which is not supported yet)"
+            if "rope_freqs.weight" in unused else "")
+    more = f" and {len(unused) - 3} more" if len(unused) > 3 else ""
+    raise ModelError(f"{path}: tensor(s) {', '.join(repr(n) for n in unused[:3])}{more} are not used by "
+                     f"this architecture's decode step{hint}; refusing rather than ignoring them")
+
+
 def _check_shape(file: str, tensor: str, expected, actual) -> None:
     if tuple(expected) != tuple(actual):
         raise ModelError(f"{file}: tensor {tensor!r} has shape {tuple(actual)}, expected {tuple(expected)}")
@@ -174,6 +189,9 @@ def _load_hf(path: str):
         _check_shape(file, src, shape, a.shape)
         weights[name] = _pack(a, "f16" if dt == "F16" else "f32")
         types[name] = dt
+    # transformers ties lm_head to the embedding, ignoring a stored copy
+    _check_unused(path, where, {source_name(n, "hf") for n in weights},
+                  ("lm_head.weight",) if args.tie_embeddings else ())
     meta = {"format": "safetensors", "path": path, "notes": [], "source_types": types}
     return args, weights, meta
 
@@ -251,5 +269,6 @@ def _load_gguf(path: str):
             raise ModelError(f"{path}: missing tensor {src!r} (expected shape {shape})")
         weights[name] = _gguf_tensor(path, t, shape, notes)
         types[name] = t.tensor_type.name
+    _check_unused(path, tensors, {source_name(n, "gguf") for n in weights})
     meta = {"format": "gguf", "path": path, "notes": notes, "source_types": types, "reader": reader}
     return args, weights, meta

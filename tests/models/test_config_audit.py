@@ -1,0 +1,94 @@
+"""Every HF config key that changes the math: a tiny random model with that key, built and saved by
+transformers, either decodes to transformers' greedy ids or is refused at load with a ModelError
+naming the key. Never a silent run. Adding a key is one line of CASES."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import vkdecode
+from tests.helpers.make_models import hf_logits, tiny_hf_model
+from vkdecode.errors import ModelError
+
+SAME = "same"      # expected: vkdecode's greedy ids == transformers' greedy ids
+ROPE = {"rope_theta": 10000.0}
+
+# (arch, config overrides, SAME or the key the refusal must name)
+CASES = [
+    ("llama", {"attention_bias": True}, SAME),                 # q/k/v/o biases
+    ("qwen3", {"attention_bias": True}, SAME),
+    ("qwen2", {"attention_bias": False}, SAME),                # Qwen2: q/k/v biases whatever it says
+    ("llama", {"mlp_bias": True}, SAME),                       # gate/up/down biases
+    ("qwen3", {"mlp_bias": True}, SAME),                       # transformers' Qwen3 has no MLP bias
+    ("llama", {"attention_bias": True, "mlp_bias": True, "tie_word_embeddings": True}, SAME),
+    ("llama", {"head_dim": 32}, SAME),                         # head_dim != hidden / heads
+    ("qwen3", {"head_dim": 8}, SAME),
+    ("llama", {"tie_word_embeddings": True}, SAME),
+    ("qwen2", {"tie_word_embeddings": False}, SAME),
+    ("llama", {"rms_norm_eps": 0.5}, SAME),                    # eps large enough to matter
+    ("llama", {"rope_theta": 100.0}, SAME),
+    ("llama", {"pretraining_tp": 2}, SAME),                    # transformers' Llama ignores it
+    ("llama", {"attention_dropout": 0.5}, SAME),               # inference: no dropout
+    ("qwen2", {"max_window_layers": 1}, SAME),                 # only with use_sliding_window
+    ("llama", {"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
+    ("llama", {"rope_parameters": {**ROPE, "rope_type": "linear", "factor": 2.0}}, "rope_parameters"),
+    ("llama", {"rope_parameters": {**ROPE, "rope_type": "dynamic", "factor": 2.0}}, "rope_parameters"),
+    ("llama", {"rope_parameters": {**ROPE, "rope_type": "yarn", "factor": 2.0}}, "rope_parameters"),
+    ("llama", {"rope_parameters": {**ROPE, "rope_type": "longrope", "short_factor": [1.0] * 8,
+                                   "long_factor": [2.0] * 8, "original_max_position_embeddings": 128}},
+     "rope_parameters"),
+    ("llama", {"rope_parameters": {**ROPE, "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                   "high_freq_factor": 4.0, "original_max_position_embeddings": 128}},
+     "rope_parameters"),
+    ("qwen3", {"rope_parameters": {**ROPE, "rope_type": "yarn", "factor": 4.0}}, "rope_parameters"),
+    ("llama", {"hidden_act": "gelu"}, "hidden_act"),
+    ("qwen2", {"hidden_act": "relu"}, "hidden_act"),
+    ("llama", {"logits_scaling": 2.0}, "logits_scaling"),
+    ("llama", {"final_logit_softcapping": 30.0}, "final_logit_softcapping"),
+    ("llama", {"attn_logit_softcapping": 50.0}, "attn_logit_softcapping"),
+    ("llama", {"residual_multiplier": 0.5}, "residual_multiplier"),
+    ("qwen2", {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1}, "use_sliding_window"),
+    ("qwen3", {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1}, "use_sliding_window"),
+    ("qwen3", {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 4}, "layer_types"),
+]
+PROMPT = [5, 17, 42, 99, 7, 250, 3, 64]
+NEW = 4
+
+
+def _id(case) -> str:
+    arch, over, _ = case
+    return arch + "-" + "-".join(f"{k}={v if not isinstance(v, dict) else v.get('rope_type')}" for k, v in over.items())
+
+
+def vk_greedy(path, device, mode="fused", prompt=PROMPT, n=NEW) -> list[int]:
+    with vkdecode.load(str(path), device=device, mode=mode, ctx=32) as model:
+        return [r.token for r in model.stream_generate(prompt_ids=list(prompt), max_tokens=n)]
+
+
+def assert_same_as_transformers(path, tokens: list[int]) -> None:
+    """transformers' logits over prompt + tokens, teacher-forced: its greedy choice at every step
+    must be the token vkdecode chose (equal greedy runs, as long as they agree)."""
+    logits = hf_logits(path, PROMPT + tokens[:-1])
+    hf = [int(i) for i in logits.argmax(axis=1)[len(PROMPT) - 1:]]
+    assert hf == tokens
+    top2 = np.sort(logits[len(PROMPT) - 1:], axis=1)[:, -2:]
+    assert (top2[:, 1] - top2[:, 0]).min() > 1e-3, "a near-tie: the comparison would be luck"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
+def test_key_is_implemented_or_refused(device, models_dir, case):
+    arch, overrides, expect = case
+    path = tiny_hf_model(arch, models_dir, **overrides)
+    if expect == SAME:
+        assert_same_as_transformers(path, vk_greedy(path, device))
+    else:
+        with pytest.raises(ModelError) as e:
+            vkdecode.load(str(path), device=device, ctx=32)
+        assert expect in str(e.value) and "config.json" in str(e.value)
+
+
+@pytest.mark.parametrize("mode", ["replay-nofuse", "unfused"])
+def test_biases_agree_in_every_mode(device, models_dir, mode):
+    """q/k/v/o and MLP biases: the per-op paths give the fused path's (= transformers') tokens."""
+    path = tiny_hf_model("llama", models_dir, attention_bias=True, mlp_bias=True)
+    assert vk_greedy(path, device, mode) == vk_greedy(path, device, "fused")
