@@ -107,11 +107,14 @@ def gguf_source(model_dir, name: str, args) -> np.ndarray:
 
 
 def write_gguf(model_dir, path, dtype: str = "f16", pre: str = "smollm", arch: str | None = None,
-               mutate=None) -> Path:
+               mutate=None, metadata: dict | None = None, extra_tensors: dict | None = None,
+               add_bos: bool | None = None) -> Path:
     """GGUF of an HF dir from tiny_hf_model, as llama.cpp's converter writes it: matrices in
     `dtype` (f32/f16/q8_0/q4_0/q4_1/q5_0), norms and biases f32, llama q/k rows permuted.
     For bad-input tests: `arch` overrides general.architecture; mutate(gguf_name, array) returns
-    the array to write instead, or None to leave the tensor out. Cached by `path` only."""
+    the array to write instead, or None to leave the tensor out; `metadata` adds keys (bool, int,
+    float or str; a value None leaves the standard key of that name out); `extra_tensors` adds
+    f32 tensors by GGUF name; add_bos writes tokenizer.ggml.add_bos_token. Cached by `path` only."""
     import gguf
 
     from vkdecode.models.config import ModelArgs
@@ -130,9 +133,18 @@ def write_gguf(model_dir, path, dtype: str = "f16", pre: str = "smollm", arch: s
     w.add_key_length(args.head_dim)
     w.add_value_length(args.head_dim)
     w.add_rope_freq_base(args.rope_theta)
-    w.add_layer_norm_rms_eps(args.rms_eps)
+    metadata = dict(metadata or {})
+    if metadata.pop(f"{args.arch}.attention.layer_norm_rms_epsilon", 0) is not None:
+        w.add_layer_norm_rms_eps(args.rms_eps)
     w.add_vocab_size(args.vocab_size)
     _add_tokenizer(w, model_dir, pre)
+    if add_bos is not None:
+        w.add_add_bos_token(add_bos)
+    for key, v in metadata.items():
+        add = {bool: w.add_bool, int: w.add_uint32, float: w.add_float32, str: w.add_string}[type(v)]
+        add(key, v)
+    for gname, a in (extra_tensors or {}).items():
+        w.add_tensor(gname, np.ascontiguousarray(a, np.float32))
     for name in expected_shapes(args):
         a, gname = gguf_source(model_dir, name, args), source_name(name, "gguf")
         if mutate is not None:

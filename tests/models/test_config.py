@@ -34,8 +34,10 @@ def test_hf_rope_parameters_v5_and_defaults():
                                      ("rope_scaling", {"type": "linear", "factor": 2.0}),
                                      ("rope_parameters", {"rope_type": "yarn", "rope_theta": 1e4})])
 def test_rope_scaling_refused(key, val):
-    with pytest.raises(ModelError, match="not supported yet"):
+    """The refusal names the key the config actually has (transformers 5 writes only rope_parameters)."""
+    with pytest.raises(ModelError, match="not supported yet") as e:
         ModelArgs.from_hf_config(hf("LlamaForCausalLM", **{key: val}))
+    assert f"(key {key!r})" in str(e.value)
 
 
 def test_unknown_architecture_names_it(tmp_path):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import vkdecode
-from tests.helpers.make_models import hf_logits, tiny_hf_model
+from tests.helpers.make_models import hf_logits, tiny_hf_model, write_gguf
 from vkdecode.errors import ModelError
 
 SAME = "same"      # expected: vkdecode's greedy ids == transformers' greedy ids
@@ -92,3 +92,50 @@ def test_biases_agree_in_every_mode(device, models_dir, mode):
     """q/k/v/o and MLP biases: the per-op paths give the fused path's (= transformers') tokens."""
     path = tiny_hf_model("llama", models_dir, attention_bias=True, mlp_bias=True)
     assert vk_greedy(path, device, mode) == vk_greedy(path, device, "fused")
+
+
+# GGUF: (arch, HF overrides, write_gguf metadata, extra f32 tensors, SAME or what the refusal names)
+GGUF_CASES = [
+    ("llama", {"attention_bias": True, "mlp_bias": True}, {}, {}, SAME),   # every bias tensor mapped
+    ("qwen3", {"attention_bias": True}, {}, {}, SAME),
+    ("llama", {}, {"llama.rope.dimension_count": 16}, {}, SAME),          # = head_dim: full rotary
+    ("llama", {}, {"llama.attention.layer_norm_epsilon": 1e-5}, {}, SAME),  # rms eps present too
+    ("llama", {}, {"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 2.0}, {},
+     "llama.rope.scaling.type"),
+    ("llama", {}, {"llama.rope.scaling.factor": 4.0}, {}, "llama.rope.scaling.factor"),
+    ("llama", {}, {}, {"rope_freqs.weight": np.ones(8, np.float32)}, "rope_freqs.weight"),
+    ("llama", {}, {"llama.rope.dimension_count": 8}, {}, "llama.rope.dimension_count"),
+    ("llama", {}, {"llama.attention.layer_norm_rms_epsilon": None,
+                   "llama.attention.layer_norm_epsilon": 1e-5}, {}, "llama.attention.layer_norm_epsilon"),
+    ("llama", {}, {"llama.attention.value_length": 32}, {}, "llama.attention.value_length"),
+    ("llama", {}, {"llama.logit_scale": 2.0}, {}, "llama.logit_scale"),
+    ("qwen2", {}, {"qwen2.final_logit_softcapping": 30.0}, {}, "qwen2.final_logit_softcapping"),
+    ("qwen3", {}, {"qwen3.attn_logit_softcapping": 50.0}, {}, "qwen3.attn_logit_softcapping"),
+    ("qwen2", {}, {"qwen2.attention.sliding_window": 4}, {}, "qwen2.attention.sliding_window"),
+    ("llama", {}, {"llama.expert_count": 4}, {}, "llama.expert_count"),
+    ("qwen2", {}, {}, {f"blk.{i}.ffn_up.bias": np.ones(96, np.float32) for i in range(2)}, "blk.0.ffn_up.bias"),
+    ("qwen3", {}, {}, {"blk.0.attn_output.bias": np.ones(64, np.float32),
+                       "blk.1.attn_output.bias": np.ones(64, np.float32)}, SAME),  # llama.cpp reads bo
+    ("llama", {}, {}, {"blk.1.attn_q.bias": np.ones(64, np.float32)}, "blk.1.attn_q.bias"),
+]
+
+
+def _gid(i, c) -> str:
+    return f"{i}-{c[0]}-" + "-".join(list(c[1]) + [k.split('.', 1)[-1] for k in c[2]] + list(c[3]))[:60]
+
+
+@pytest.mark.parametrize("i", range(len(GGUF_CASES)), ids=[_gid(i, c) for i, c in enumerate(GGUF_CASES)])
+def test_gguf_key_is_implemented_or_refused(device, models_dir, i):
+    arch, overrides, metadata, extra, expect = GGUF_CASES[i]
+    hf = tiny_hf_model(arch, models_dir, **overrides)
+    path = write_gguf(hf, models_dir / f"audit-{i}.f32.gguf", "f32", metadata=metadata,
+                      extra_tensors=extra)
+    if expect == SAME and not extra:
+        assert_same_as_transformers(hf, vk_greedy(path, device))
+    elif expect == SAME:      # a tensor transformers' model does not have: vkdecode reads it as llama.cpp does
+        from vkdecode.models.loader import load_model
+        assert load_model(path, ctx=8).args.o_bias
+    else:
+        with pytest.raises(ModelError) as e:
+            vkdecode.load(str(path), device=device, ctx=32)
+        assert expect in str(e.value) and path.name in str(e.value)
