@@ -85,3 +85,19 @@ def test_errors(device, tiny_gguf, tmp_path):
         vkdecode.load(tmp_path / "missing.gguf", device=device)
     with vkdecode.load(tiny_gguf, device=device, ctx=8) as model, pytest.raises(ContextError, match="--ctx"):
         list(model.stream_generate("the quick brown fox jumps over the lazy dog " * 4, max_tokens=2))
+
+
+def test_chat_needs_a_chat_template(device, tiny_dir, tmp_path):
+    """--chat / chat= on a model without a chat template is an error naming the problem (it used to
+    fall back to ChatML silently); a raw prompt still runs."""
+    import json
+    import shutil
+    d = tmp_path / "no-template"
+    shutil.copytree(tiny_dir, d)
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    del cfg["chat_template"]
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    with vkdecode.load(d, device=device, ctx=16) as model:
+        with pytest.raises(ModelError, match="no chat template"):
+            model.generate(chat="Hi", max_tokens=2)
+        assert len(list(model.stream_generate("Hi", max_tokens=2))) >= 1

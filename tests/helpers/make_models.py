@@ -41,6 +41,54 @@ def write_tiny_tokenizer(path) -> None:
         json.dump({"chat_template": CHATML, "eos_token": "<|im_end|>", "bos_token": None}, f)
 
 
+LLAMA2_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ m['content'] }} [/INST]"
+                   "{% else %}{{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}")
+# tokenizer styles for the BOS / chat-encoding tests: (SentencePiece-like?, post-processor adds BOS?,
+# tokenizer_config.json entries)
+TOKENIZER_STYLES = {
+    "bytelevel": (False, False, {}),                                            # SmolLM2 / Qwen2
+    "bytelevel-bos": (False, True, {"bos_token": "<|endoftext|>"}),               # Llama 3
+    "bytelevel-llamaclass": (False, True, {"bos_token": "<|endoftext|>", "tokenizer_class": "LlamaTokenizer"}),
+    "spm-llama": (True, True, {"tokenizer_class": "LlamaTokenizer"}),            # Llama 2
+    "spm-llama-legacy": (True, True, {"tokenizer_class": "LlamaTokenizerFast", "legacy": True}),
+    "spm-llama-nopost": (True, False, {"tokenizer_class": "LlamaTokenizer", "add_bos_token": True}),
+    "spm-fast": (True, True, {"tokenizer_class": "PreTrainedTokenizerFast", "add_bos_token": False}),
+}
+
+
+def write_tokenizer_style(path, style: str) -> Path:
+    """A tokenizer dir (tokenizer.json + tokenizer_config.json) of one of TOKENIZER_STYLES, trained
+    on TEXT: byte-level BPE or SentencePiece-like BPE (▁ normalizer, byte fallback, <s> </s>),
+    with or without a TemplateProcessing post-processor that adds BOS."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, processors, trainers
+    path = Path(path)
+    if (path / "tokenizer_config.json").exists():
+        return path
+    path.mkdir(parents=True, exist_ok=True)
+    spm, post, extra = TOKENIZER_STYLES[style]
+    if spm:
+        tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+        tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                         decoders.Strip(" ", 1, 0)])
+        specials = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
+        tok.train_from_iterator(TEXT * 4, trainers.BpeTrainer(vocab_size=VOCAB + 50, special_tokens=specials,
+                                                               show_progress=False))
+        cfg = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "chat_template": LLAMA2_TEMPLATE}
+        bos = "<s>"
+    else:
+        write_tiny_tokenizer(path)
+        tok = Tokenizer.from_file(str(path / "tokenizer.json"))
+        cfg = {"chat_template": CHATML, "eos_token": "<|im_end|>", "bos_token": None}
+        bos = "<|endoftext|>"
+    if post:
+        tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
+                                                           special_tokens=[(bos, tok.token_to_id(bos))])
+    tok.save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(json.dumps({**cfg, **extra}))
+    return path
+
+
 def tiny_hf_model(arch: str, tmpdir, tied: bool = False, dtype: str = "f32", seed: int = 0,
                   **overrides) -> Path:
     """Random HF model dir. Weights get std 0.3 (not the 0.02 default) so logits are not flat;
@@ -182,6 +230,7 @@ def _add_tokenizer(w, model_dir, pre: str) -> None:
     w.add_token_types([3 if t in special else 1 for t in tokens])   # 3 = CONTROL
     w.add_token_merges(merges)
     w.add_eos_token_id(vocab["<|im_end|>"])
+    w.add_bos_token_id(vocab["<|endoftext|>"])
     w.add_chat_template(CHATML)
 
 
