@@ -29,13 +29,18 @@ def test_generate_and_stream_agree(device, tiny_gguf):
     with vkdecode.load(tiny_gguf, device=device, ctx=64) as model:
         rs = list(model.stream_generate("Hello, world", max_tokens=5))
         text = model.generate("Hello, world", max_tokens=5)
+        n_items = len(model.executor.items)
     assert all(isinstance(r, GenerationResponse) for r in rs)
     assert len(rs) <= 5 and rs[-1].finish_reason in ("length", "stop")
     assert all(r.finish_reason is None and r.stats is None for r in rs[:-1])
     assert text == "".join(r.text for r in rs)
     s = rs[-1].stats
     assert s["mode"] == "fused" and s["generated_tokens"] == len(rs)
-    assert s["per_token_counters"]["descriptor_writes"] == 0 and s["per_token_counters"]["submits"] == 1
+    h, e = s["host_calls_per_token"], s["executed_per_token"]
+    assert h["descriptor_writes"] == 0 and h["submits"] == 1 and "dispatches" not in h
+    assert e["dispatches"] == n_items > 0        # what `vkdecode stats` calls dispatches, never 0
+    if s["decode_tok_s"] > 0:
+        assert s["gpu_us_per_token"] <= s["wall_us_per_token"] == pytest.approx(1e6 / s["decode_tok_s"])
 
 
 def test_modes_give_the_same_greedy_tokens(device, tiny_gguf):
