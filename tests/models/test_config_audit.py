@@ -139,3 +139,20 @@ def test_gguf_key_is_implemented_or_refused(device, models_dir, i):
         with pytest.raises(ModelError) as e:
             vkdecode.load(str(path), device=device, ctx=32)
         assert expect in str(e.value) and path.name in str(e.value)
+
+
+def test_hf_tensor_the_config_does_not_use_is_refused(models_dir, tmp_path):
+    """o_proj / q_proj biases in the safetensors while config.json says attention_bias: false:
+    transformers would drop them with a warning; vkdecode refuses the directory, naming them."""
+    import json
+    import shutil
+    src = tiny_hf_model("llama", models_dir, attention_bias=True)
+    d = tmp_path / "bias-not-declared"
+    shutil.copytree(src, d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["attention_bias"] = False
+    (d / "config.json").write_text(json.dumps(cfg))
+    from vkdecode.models.loader import load_model
+    with pytest.raises(ModelError, match="not used") as e:
+        load_model(d, ctx=8)
+    assert "model.layers.0.self_attn.k_proj.bias" in str(e.value) and "more" in str(e.value)
