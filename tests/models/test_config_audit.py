@@ -52,7 +52,7 @@ CASES = [
     ("qwen3", {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 4}, "layer_types"),
 ]
 PROMPT = [5, 17, 42, 99, 7, 250, 3, 64]
-NEW = 4
+NEW = 6
 
 
 def _id(case) -> str:
@@ -65,14 +65,29 @@ def vk_greedy(path, device, mode="fused", prompt=PROMPT, n=NEW) -> list[int]:
         return [r.token for r in model.stream_generate(prompt_ids=list(prompt), max_tokens=n)]
 
 
-def assert_same_as_transformers(path, tokens: list[int]) -> None:
+def reference_logits(path, seq: list[int]) -> np.ndarray:
+    """vkdecode's numpy oracle (the program every GPU path is checked against) over seq."""
+    from vkdecode.models import build_program
+    from vkdecode.models.weights import load_weights
+    from vkdecode.reference import Reference
+    args, weights, _ = load_weights(str(path))
+    ref = Reference(build_program(args, len(seq), {k: w.dtype for k, w in weights.items()}), weights)
+    return np.array([ref.step(t, pos)["logits"] for pos, t in enumerate(seq)])
+
+
+def assert_same_as_transformers(hf_dir, tokens: list[int], path=None) -> None:
     """transformers' logits over prompt + tokens, teacher-forced: its greedy choice at every step
-    must be the token vkdecode chose (equal greedy runs, as long as they agree)."""
-    logits = hf_logits(path, PROMPT + tokens[:-1])
+    must be the token vkdecode chose (equal greedy runs, as long as they agree), and vkdecode's
+    program (`path`: the HF dir or a GGUF of it) must give its logits at every position, so a
+    key whose effect is too small to flip a greedy token still cannot pass unimplemented."""
+    seq = PROMPT + tokens[:-1]
+    logits = hf_logits(hf_dir, seq)
     hf = [int(i) for i in logits.argmax(axis=1)[len(PROMPT) - 1:]]
     assert hf == tokens
     top2 = np.sort(logits[len(PROMPT) - 1:], axis=1)[:, -2:]
     assert (top2[:, 1] - top2[:, 0]).min() > 1e-3, "a near-tie: the comparison would be luck"
+    ours = reference_logits(path or hf_dir, seq)
+    assert np.abs(ours - logits).max() <= 1e-4 * np.abs(logits).max()
 
 
 @pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
@@ -131,7 +146,7 @@ def test_gguf_key_is_implemented_or_refused(device, models_dir, i):
     path = write_gguf(hf, models_dir / f"audit-{i}.f32.gguf", "f32", metadata=metadata,
                       extra_tensors=extra)
     if expect == SAME and not extra:
-        assert_same_as_transformers(hf, vk_greedy(path, device))
+        assert_same_as_transformers(hf, vk_greedy(path, device), path)
     elif expect == SAME:      # a tensor transformers' model does not have: vkdecode reads it as llama.cpp does
         from vkdecode.models.loader import load_model
         assert load_model(path, ctx=8).args.o_bias
