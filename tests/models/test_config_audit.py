@@ -41,6 +41,7 @@ CASES = [
                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 128}},
      "rope_parameters"),
     ("qwen3", {"rope_parameters": {**ROPE, "rope_type": "yarn", "factor": 4.0}}, "rope_parameters"),
+    ("llama", {"hidden_act": "swish"}, SAME),                  # the same SiLU in transformers
     ("llama", {"hidden_act": "gelu"}, "hidden_act"),
     ("qwen2", {"hidden_act": "relu"}, "hidden_act"),
     ("llama", {"logits_scaling": 2.0}, "logits_scaling"),

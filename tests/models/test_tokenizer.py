@@ -169,3 +169,12 @@ def test_gguf_add_bos_as_llama_cpp(models_dir, pre, add_bos, want_bos):
     assert (ids[0] == tok.bos_id) == want_bos and ids[want_bos:] == tok.encode("Hello")
     chat = tok.encode_chat(CHAT)
     assert chat == tok.encode(tok.apply_chat_template(CHAT))     # the template decides, no BOS added
+
+
+def test_gguf_add_eos_token(models_dir):
+    """tokenizer.ggml.add_eos_token: llama.cpp appends EOS to a raw prompt (never to a chat)."""
+    g = write_gguf(tiny_hf_model("llama", models_dir), models_dir / "tok-eos.gguf", "f16",
+                   metadata={"tokenizer.ggml.add_eos_token": True})
+    tok = Tokenizer.from_gguf(open_gguf(str(g)), str(g))
+    assert tok.encode_prompt("Hello") == tok.encode("Hello") + [tok.tok.token_to_id("<|im_end|>")]
+    assert tok.encode_chat(CHAT) == tok.encode(tok.apply_chat_template(CHAT))

@@ -38,7 +38,7 @@ def _refuse(where: str, key: str, value, what: str) -> None:
 def audit_hf(cfg: dict, arch: str, where: str) -> None:
     """Refuse every key of an HF config.json that changes the math and is not implemented."""
     act = cfg.get("hidden_act", "silu")
-    if act != "silu":
+    if act not in ("silu", "swish"):      # transformers' ACT2FN maps both to SiLU
         _refuse(where, "hidden_act", act, "only silu is implemented")
     if arch == "llama" and cfg.get("sliding_window") is not None:
         _refuse(where, "sliding_window", cfg["sliding_window"], "sliding-window attention")

@@ -24,10 +24,11 @@ GGUF_BOS_PRES = ("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pix
 
 class Tokenizer:
     def __init__(self, tok, eos_ids=(), bos_id: int | None = None, chat_template: str | None = None,
-                 add_bos: bool = False, source: str = ""):
+                 add_bos: bool = False, source: str = "", add_eos_id: int | None = None):
         self.tok, self.source = tok, source
         self.eos_ids: set[int] = {int(i) for i in eos_ids if i is not None}
         self.bos_id, self.add_bos = bos_id, add_bos
+        self.add_eos_id = add_eos_id     # GGUF tokenizer.ggml.add_eos_token: appended to raw prompts
         self.chat_template = chat_template
 
     # -- construction --
@@ -102,8 +103,10 @@ class Tokenizer:
         eos = field("tokenizer.ggml.eos_token_id")
         eot = field("tokenizer.ggml.eot_token_id")
         add_bos = model == "llama" or field("tokenizer.ggml.pre", "default") in GGUF_BOS_PRES
+        add_eos = bool(field("tokenizer.ggml.add_eos_token", False))
         return cls(tok, [eos, eot], field("tokenizer.ggml.bos_token_id"), field("tokenizer.chat_template"),
-                   add_bos=bool(field("tokenizer.ggml.add_bos_token", add_bos)), source=path)
+                   add_bos=bool(field("tokenizer.ggml.add_bos_token", add_bos)), source=path,
+                   add_eos_id=eos if add_eos else None)
 
     # -- use --
     @property
@@ -117,6 +120,8 @@ class Tokenizer:
         ids = self.tok.encode(text, add_special_tokens=add_special).ids
         if add_special and self.add_bos and self.bos_id is not None and ids[:1] != [self.bos_id]:
             ids = [self.bos_id] + ids
+        if add_special and self.add_eos_id is not None:
+            ids = ids + [self.add_eos_id]
         return ids
 
     def encode_prompt(self, text: str) -> list[int]:
