@@ -23,6 +23,17 @@ def test_hf_families():
     assert q3.arch == "qwen3" and q3.qk_norm and not q3.attention_bias and q3.head_dim == 32
 
 
+def test_hf_biases():
+    """attention_bias: q/k/v/o on Llama and Qwen3; Qwen2 has q/k/v whatever it says and never o;
+    mlp_bias only on Llama (transformers' Qwen MLPs have no bias)."""
+    flags = lambda a: (a.attention_bias, a.o_bias, a.mlp_bias)
+    assert flags(ModelArgs.from_hf_config(hf("LlamaForCausalLM", attention_bias=True, mlp_bias=True))) == (1, 1, 1)
+    assert flags(ModelArgs.from_hf_config(hf("Qwen3ForCausalLM", attention_bias=True, mlp_bias=True))) == (1, 1, 0)
+    assert flags(ModelArgs.from_hf_config(hf("Qwen2ForCausalLM", attention_bias=True, mlp_bias=True))) == (1, 0, 0)
+    assert flags(ModelArgs.from_hf_config(hf("Qwen2ForCausalLM", attention_bias=False))) == (1, 0, 0)
+    assert flags(ModelArgs.from_hf_config(hf("LlamaForCausalLM"))) == (0, 0, 0)
+
+
 def test_hf_rope_parameters_v5_and_defaults():
     cfg = hf("LlamaForCausalLM", rope_parameters={"rope_type": "default", "rope_theta": 1234.0})
     del cfg["rope_theta"], cfg["head_dim"]
