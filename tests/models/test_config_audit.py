@@ -114,6 +114,8 @@ def test_biases_agree_in_every_mode(device, models_dir, mode):
 GGUF_CASES = [
     ("llama", {"attention_bias": True, "mlp_bias": True}, {}, {}, SAME),   # every bias tensor mapped
     ("qwen3", {"attention_bias": True}, {}, {}, SAME),
+    ("llama", {"head_dim": 32}, {"llama.rope.dimension_count": 32}, {}, SAME),   # attention.key_length
+    ("qwen3", {"tie_word_embeddings": True, "rms_norm_eps": 0.5}, {}, {}, SAME),   # no output.weight
     ("llama", {}, {"llama.rope.dimension_count": 16}, {}, SAME),          # = head_dim: full rotary
     ("llama", {}, {"llama.attention.layer_norm_epsilon": 1e-5}, {}, SAME),  # rms eps present too
     ("llama", {}, {"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 2.0}, {},
