@@ -174,6 +174,9 @@ def _load_hf(path: str):
     args = ModelArgs.from_hf_config(path)
     where = _safetensors_index(path)
     _check_layers(path, args, len(where))
+    # before reading any data; transformers ties lm_head to the embedding, ignoring a stored copy
+    _check_unused(path, where, {source_name(n, "hf") for n in expected_shapes(args)},
+                  ("lm_head.weight",) if args.tie_embeddings else ())
     headers: dict[str, dict] = {}
     weights, types = {}, {}
     for name, shape in expected_shapes(args).items():
@@ -189,9 +192,6 @@ def _load_hf(path: str):
         _check_shape(file, src, shape, a.shape)
         weights[name] = _pack(a, "f16" if dt == "F16" else "f32")
         types[name] = dt
-    # transformers ties lm_head to the embedding, ignoring a stored copy
-    _check_unused(path, where, {source_name(n, "hf") for n in weights},
-                  ("lm_head.weight",) if args.tie_embeddings else ())
     meta = {"format": "safetensors", "path": path, "notes": [], "source_types": types}
     return args, weights, meta
 
@@ -261,6 +261,7 @@ def _load_gguf(path: str):
     args = ModelArgs.from_gguf(reader, path)
     tensors = {t.name: t for t in reader.tensors}
     _check_layers(path, args, len(tensors))
+    _check_unused(path, tensors, {source_name(n, "gguf") for n in expected_shapes(args)})
     weights, types, notes = {}, {}, []
     for name, shape in expected_shapes(args).items():
         src = source_name(name, "gguf")
@@ -269,6 +270,5 @@ def _load_gguf(path: str):
             raise ModelError(f"{path}: missing tensor {src!r} (expected shape {shape})")
         weights[name] = _gguf_tensor(path, t, shape, notes)
         types[name] = t.tensor_type.name
-    _check_unused(path, tensors, {source_name(n, "gguf") for n in weights})
     meta = {"format": "gguf", "path": path, "notes": notes, "source_types": types, "reader": reader}
     return args, weights, meta
