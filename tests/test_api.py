@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `tests.helpers`
 
 import vkdecode
 from tests.helpers.make_models import models_dir, tiny_hf_model, write_gguf
-from vkdecode.errors import ContextError, ModelError
+from vkdecode.errors import ContextError, ModelError, UsageError
 from vkdecode.generate import GenerationResponse
 
 
@@ -88,8 +88,12 @@ def test_shared_device_stays_open(device, tiny_gguf):
 def test_errors(device, tiny_gguf, tmp_path):
     with pytest.raises(ModelError, match="no such file"):
         vkdecode.load(tmp_path / "missing.gguf", device=device)
-    with vkdecode.load(tiny_gguf, device=device, ctx=8) as model, pytest.raises(ContextError, match="--ctx"):
-        list(model.stream_generate("the quick brown fox jumps over the lazy dog " * 4, max_tokens=2))
+    with vkdecode.load(tiny_gguf, device=device, ctx=8) as model:
+        with pytest.raises(ContextError, match="--ctx"):
+            list(model.stream_generate("the quick brown fox jumps over the lazy dog " * 4, max_tokens=2))
+        vocab = model.loaded.args.vocab_size
+        with pytest.raises(UsageError, match=f"token id {vocab} is outside"):    # never an OOB embedding row
+            list(model.stream_generate(prompt_ids=[1, vocab], max_tokens=2))
 
 
 def test_chat_needs_a_chat_template(device, tiny_dir, tmp_path):

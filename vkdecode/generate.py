@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from vkdecode.errors import ContextError
+from vkdecode.errors import ContextError, UsageError
 
 
 @dataclass
@@ -51,6 +51,12 @@ def stream_generate(executor, tokenizer, prompt_ids: list[int], max_tokens: int 
     if len(prompt_ids) > ctx:
         raise ContextError(f"the prompt has {len(prompt_ids)} tokens but the context holds {ctx}; "
                            f"raise --ctx or shorten the prompt")
+    # the embedding reads row `token` on the GPU: an id past the table would leave the step's input
+    # stale (a chunked table writes only the rows it holds), so it must never reach a step
+    vocab = getattr(getattr(executor, "program", None), "meta", {}).get("vocab_size")
+    bad = [t for t in prompt_ids if vocab is not None and not 0 <= int(t) < vocab]
+    if bad:
+        raise UsageError(f"prompt token id {bad[0]} is outside the model's vocabulary 0..{vocab - 1}")
     # one generation's stats only: kept across generations they grow without bound (~1 KB/token)
     executor.token_stats.clear()
     first_stat = 0

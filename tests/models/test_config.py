@@ -86,3 +86,15 @@ def test_gguf_unknown_architecture(models_dir):
     with pytest.raises(ModelError) as e:
         ModelArgs.from_gguf(open_gguf(str(g)), g)
     assert "'mamba'" in str(e.value) and "mamba.gguf" in str(e.value) and "general.architecture" in str(e.value)
+
+
+@pytest.mark.parametrize("key,val", [("quantization_config", {"quant_method": "gptq", "bits": 4}),
+                                     ("quantization_config", {"quant_method": "fp8"}),
+                                     ("rope_scaling", {"rope_type": "yarn", "factor": 4.0}),
+                                     ("partial_rotary_factor", 0.5), ("logit_scale", 0.25),
+                                     ("layer_types", ["sliding_attention", "full_attention"])])
+def test_config_level_refusals_name_the_key(key, val):
+    """Keys that need no model to test (transformers 5 rewrites some of them when it saves)."""
+    with pytest.raises(ModelError) as e:
+        ModelArgs.from_hf_config(hf("LlamaForCausalLM", **{key: val}))
+    assert f"'{key}" in str(e.value)

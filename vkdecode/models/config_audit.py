@@ -55,6 +55,10 @@ def audit_hf(cfg: dict, arch: str, where: str) -> None:
         if f is not None and float(f) != 1.0:
             name = key if key == "partial_rotary_factor" else f"{key}.partial_rotary_factor"
             _refuse(where, name, f, "partial rotary embedding")
+    q = cfg.get("quantization_config")
+    if q:   # GPTQ / AWQ / bitsandbytes / fp8 tensors and scales: not the plain weights we read
+        method = q.get("quant_method", "?") if isinstance(q, dict) else q
+        _refuse(where, "quantization_config", method, "quantized safetensors; a GGUF of the model runs")
     for key, neutral in FOREIGN_HF_KEYS.items():
         if key in cfg and cfg[key] not in neutral:
             _refuse(where, key, cfg[key], f"a {arch} model does not use it")
