@@ -144,6 +144,10 @@ def _swiglu(norm: bool):
         s.weight(p, wgate, 0)
         s.weight(p, wup, 1)
         y = s.add("B_Y", Binding(r["out"]))
+        if r.get("b_gate") is not None:     # RMS_NORM_MATMUL_BIAS_SILU_MUL
+            s.add("BB_0", Binding(r["b_gate"]))
+            s.add("BB_1", Binding(r["b_up"]))
+            s.defines.append(("BIAS", "1"))
         eps = float(region.attrs.get("eps", 0.0))
         shader = "rms_norm_matmul_silu_mul" if norm else "matmul_silu_mul"
         return [KernelCall(shader, (wg, k, rpw, eps, m), tuple(s.bindings), (y,), _groups(-(-m // rpw)),

@@ -54,6 +54,19 @@ def test_o_projection_bias_fuses(spec):
     assert "MATMUL_BIAS_ADD" not in summarize(_run(p))
 
 
+def test_mlp_biases_fuse():
+    """Llama mlp_bias: norm + gate/up + their biases + SwiGLU in one region, down + bias + residual."""
+    p = build(SMOLLM2_135M.with_(mlp_bias=True), n_layers=2)
+    regions = _run(p)
+    assert _layer_names(p, regions, 1) == ["RMS_NORM_MATMUL", "ROPE_KV_WRITE_ATTENTION", "MATMUL_ADD",
+                                           "RMS_NORM_MATMUL_BIAS_SILU_MUL", "MATMUL_BIAS_ADD"]
+    r = next(r for r in regions if r.name == "RMS_NORM_MATMUL_BIAS_SILU_MUL")
+    assert (r.roles["b_gate"], r.roles["b_up"], r.rule) == ("l0.b_gate", "l0.b_up", r.name)
+    # without the bias rule the norm still takes gate/up + biases (RMS_NORM_MATMUL), SwiGLU alone
+    rules = [x.name for x in DEFAULT_RULES if x.name != "RMS_NORM_MATMUL_BIAS_SILU_MUL"]
+    assert _layer_names(p, _run(p, rules), 1)[3:] == ["RMS_NORM_MATMUL", "SILU_MUL", "MATMUL_BIAS_ADD"]
+
+
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
 def test_roles_of_a_layer(spec):
     p = build(spec, n_layers=1)
