@@ -124,20 +124,22 @@ def create_app(engine: Engine, api_key: str | None = None, max_body_bytes: int =
         if req.stream:
             return StreamingResponse(sse(job, shape), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        parts = []
+        parts, checked = [], time.monotonic()
         try:
             while True:
                 try:
                     kind, data = await asyncio.wait_for(job.events.get(), 0.25)
                 except asyncio.TimeoutError:
+                    kind = None
+                if time.monotonic() - checked >= 0.25:      # tokens may arrive faster than that
+                    checked = time.monotonic()
                     if await request.is_disconnected():
                         return JSONResponse({}, status_code=499)   # nobody reads it
-                    continue
                 if kind == "text":
                     parts.append(data)
                 elif kind == "error":
                     return error_response(data)
-                else:
+                elif kind == "done":
                     return JSONResponse(shape.whole("".join(parts), data))
         finally:
             job.cancel()        # a no-op once done; stops the generation when the client left
