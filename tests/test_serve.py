@@ -210,6 +210,19 @@ def test_api_key_checked_on_every_request(model):
         assert good.chat.completions.create(model="tiny", messages=QUESTION, max_tokens=2).usage.completion_tokens == 2
 
 
+def test_cors_preflight_passes_before_the_key_check(model):
+    with serving(model, api_key="k", allow_origins=["http://localhost:3000"]) as (_, url):
+        pre = httpx.options(url + "/v1/chat/completions", headers={
+            "Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type"})
+        assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == "http://localhost:3000"
+        r = httpx.get(url + "/v1/models", headers={"Origin": "http://localhost:3000", "Authorization": "Bearer k"})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://localhost:3000"
+        other = httpx.options(url + "/v1/models", headers={"Origin": "http://evil.example",
+                                                           "Access-Control-Request-Method": "GET"})
+        assert "access-control-allow-origin" not in other.headers
+
+
 def _post_all(url, bodies, timeout=120):
     """Posts every body from its own thread at once; -> [(index, status, json)] in completion order."""
     out, lock = [], threading.Lock()

@@ -25,6 +25,9 @@ def add_serve_parser(sub) -> None:
     p.add_argument("--api-key", default=os.environ.get("VKDECODE_API_KEY"),
                    help="require 'Authorization: Bearer KEY' on every request (default: VKDECODE_API_KEY, "
                         "else none)")
+    p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                   help="let web pages from ORIGIN (e.g. http://localhost:3000; '*' = any) call the API from "
+                        "a browser (CORS); repeatable")
     p.add_argument("--max-queue", type=int, default=8,
                    help="requests that may wait for the device; more are refused with 503 (default 8)")
     p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB)")
@@ -87,7 +90,8 @@ def cmd_serve(args) -> int:
         sock.close()
         raise
     engine = Engine(model, args.model_id or default_model_id(path), max_queue=args.max_queue)
-    app = create_app(engine, api_key=args.api_key, max_body_bytes=args.max_body_bytes)
+    app = create_app(engine, api_key=args.api_key, max_body_bytes=args.max_body_bytes,
+                     allow_origins=args.allow_origin)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     print(f"vkdecode serve: {engine.model_id} ({model.mode}, ctx {model.executor.ctx}) on "

@@ -76,8 +76,9 @@ async def read_json(request, limit: int) -> dict:
 
 
 def create_app(engine: Engine, api_key: str | None = None, max_body_bytes: int = MAX_BODY_BYTES,
-               close_engine: bool = True) -> Starlette:
-    """close_engine: the app's shutdown closes the engine (and its model)."""
+               close_engine: bool = True, allow_origins: list[str] | None = None) -> Starlette:
+    """close_engine: the app's shutdown closes the engine (and its model). allow_origins: web pages
+    (origins) whose scripts may call the API from a browser (CORS)."""
 
     def guarded(handler):
         async def endpoint(request):
@@ -182,7 +183,13 @@ def create_app(engine: Engine, api_key: str | None = None, max_body_bytes: int =
               Route("/v1/chat/completions", guarded(chat), methods=["POST"]),
               Route("/v1/completions", guarded(completions), methods=["POST"])]
     from starlette.middleware import Middleware
-    middleware = [Middleware(ApiKeyMiddleware, api_key=api_key)] if api_key else []
+    from starlette.middleware.cors import CORSMiddleware
+    middleware = []
+    if allow_origins:      # outermost: a browser's preflight (OPTIONS) carries no API key
+        middleware.append(Middleware(CORSMiddleware, allow_origins=allow_origins, allow_methods=["GET", "POST"],
+                                     allow_headers=["Authorization", "Content-Type"]))
+    if api_key:
+        middleware.append(Middleware(ApiKeyMiddleware, api_key=api_key))
     return Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
                      exception_handlers={HTTPException: http_error, Exception: internal_error})
 
