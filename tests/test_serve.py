@@ -20,7 +20,6 @@ httpx = pytest.importorskip("httpx", reason="the test extra installs httpx: pip 
 import vkdecode
 from tests.helpers.make_models import models_dir, tiny_hf_model, write_gguf
 from tests.helpers.serving import serving
-from vkdecode.cli import main
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 EOS_ID = 2          # <|im_end|> in the tiny tokenizer
@@ -292,35 +291,3 @@ def test_disconnect_mid_stream_frees_the_device(model):
             assert time.monotonic() - t0 < 20, "the generation went on after the client left"
             time.sleep(0.02)
         assert engine.metrics()["last_request"]["cancelled_after_tokens"] < 500
-
-
-@pytest.mark.parametrize("argv,message", [
-    (["--port", "70000"], "--port"), (["--max-queue", "0"], "--max-queue"), (["--ctx", "1"], "--ctx"),
-    (["--api-key", " "], "--api-key"), (["--max-body-bytes", "10"], "--max-body-bytes"),
-    (["--model", "/nonexistent.gguf", "--port", "0"], "no such file"),
-])
-def test_cli_serve_user_errors(capsys, argv, message):
-    rc = main(["serve", *argv])
-    _, err = capsys.readouterr()
-    assert rc == 1 and err.startswith("error: ") and message in err and "Traceback" not in err
-
-
-def test_cli_serve_port_in_use(capsys, tiny_path):
-    from vkdecode.cli_serve import listen_socket
-    busy = listen_socket("127.0.0.1", 0)
-    busy.listen()
-    try:
-        rc = main(["serve", "--model", tiny_path, "--port", str(busy.getsockname()[1])])
-    finally:
-        busy.close()
-    _, err = capsys.readouterr()
-    assert rc == 1 and err.startswith("error: cannot listen on 127.0.0.1:")
-
-
-def test_run_does_not_import_the_server_stack():
-    import subprocess
-    code = ("import sys; from vkdecode.cli import build_parser; build_parser(); import vkdecode.cli_run; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('starlette', 'uvicorn')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[1]).stdout
-    assert out.strip() == "[]"
