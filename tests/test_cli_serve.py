@@ -2,6 +2,7 @@
 model loads where possible), a busy port, and `vkdecode run` not importing the server stack."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +50,30 @@ def test_run_does_not_import_the_server_stack():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1]).stdout
     assert out.strip() == "[]"
+
+
+def test_serve_process_answers_and_stops_cleanly_on_sigint(tiny_path):
+    import signal
+
+    import httpx
+
+    from tests.helpers.serving import ROOT
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-m", "vkdecode", "serve", "--model", tiny_path, "--ctx", "64",
+                             "--port", "0"], stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = ""
+        while "OpenAI API at" not in line:
+            line = proc.stderr.readline()
+            assert line, "vkdecode serve exited before listening"
+        url = line.split("OpenAI API at ")[1].split()[0]
+        r = httpx.post(url + "/completions", json={"prompt": "Hello", "max_tokens": 3, "temperature": 0}, timeout=60)
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] >= 1
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(60)
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert rc == 0 and "Traceback" not in err, err

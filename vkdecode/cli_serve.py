@@ -103,6 +103,8 @@ def cmd_serve(args) -> int:
     config = uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=5)
     try:
         uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:   # uvicorn shuts down gracefully on Ctrl-C, then re-raises it
+        print("vkdecode serve: stopped", file=sys.stderr)
     finally:
         engine.close()       # idempotent: the app's shutdown has normally closed it already
         sock.close()

@@ -48,6 +48,7 @@ class Engine:
         self.started_order: list[int] = []          # arrival numbers in the order jobs ran (last 1000)
         self.counts = {"completed": 0, "cancelled": 0, "rejected_queue_full": 0, "failed": 0}
         self.tokens = {"prompt": 0, "prompt_cached": 0, "prompt_run": 0, "generated": 0}
+        self.decode = {"tokens": 0, "seconds": 0.0}     # tokens after each request's first, and their time
         self.last: dict = {}
         self.step = _step_summary(model.executor)
         self._thread = threading.Thread(target=self._work, name="vkdecode-serve-worker", daemon=True)
@@ -72,6 +73,7 @@ class Engine:
                     "queue": {"waiting": self.waiting, "running": self.running is not None,
                               "max_queue": self.max_queue},
                     "requests": dict(self.counts), "tokens": dict(self.tokens),
+                    "decode_tok_s": self.decode["tokens"] / self.decode["seconds"] if self.decode["seconds"] else 0.0,
                     "kv_cache_tokens": len(self.model.kv), "last_request": dict(self.last),
                     "step": self.step,
                     "validation_errors": len(getattr(self.model.device, "validation_errors", []))}
@@ -159,6 +161,8 @@ class Engine:
             for k, v in (("prompt", prompt), ("prompt_cached", cached), ("prompt_run", prompt - cached),
                          ("generated", n)):
                 self.tokens[k] += v
+            self.decode["tokens"] += max(0, n - 1)
+            self.decode["seconds"] += decode_s
             self.last = dict(usage, finish_reason=finish, **timings,
                              **{k: stats[k] for k in ("host_us_per_token", "gpu_us_per_token",
                                                       "per_token_counters") if k in stats})
