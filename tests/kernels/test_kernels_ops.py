@@ -10,13 +10,14 @@ import pytest
 from kernel_harness import caps_of, nmse, one_op, run_and_reference, step
 
 from vkdecode.kernels import op_calls
-from vkdecode.quant import quantize
+from vkdecode.models.rope import inv_freq
+from vkdecode.quant import pack_float, quantize
 
 # Element-wise f32 math against float64: one or two roundings per element (~1e-14); exp in
 # silu and inversesqrt in rms_norm are a few ulp on GPUs, still far below 1e-10.
 LIMIT_F32 = 1e-10
-# rope: the angle pos * theta^(-2i/d) is rounded to f32 (and pow is a few ulp), so at position p
-# the phase error is ~p * 6e-8; at p = 5000 that is ~3e-4 rad -> nmse ~1e-7.
+# rope: the angle f32(pos) * freqs[i] is the same f32 product on both sides, but GPU sin/cos of a
+# range-reduced angle are a few ulp of the angle: at p = 5000 the phase error is up to ~3e-4 rad.
 LIMIT_ROPE = 3e-7
 DTYPES = ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0"]
 
@@ -112,9 +113,11 @@ ROPE = [(1, 2, 10000.0), (3, 64, 10000.0), (9, 64, 100000.0), (16, 128, 1000000.
 @pytest.mark.parametrize("layout", ["neox", "pairs"], ids=["rope-neox", "rope-pairs"])
 def test_rope(device, layout, h, d, theta, pos):
     rng = _rng("rope", h, d, pos)
-    p = one_op("rope", {"x": ((h * d,), "f32", "activation"), "step": ((8,), "u32", "step")},
-               {"y": ((h * d,), "f32", "output")}, n_heads=h, head_dim=d, theta=theta, layout=layout)
-    env = {"x": rng.standard_normal(h * d).astype(np.float32), "step": step(5, pos)}
+    p = one_op("rope", {"x": ((h * d,), "f32", "activation"), "step": ((8,), "u32", "step"),
+                        "freqs": ((d // 2,), "f32", "weight")},
+               {"y": ((h * d,), "f32", "output")}, n_heads=h, head_dim=d, layout=layout)
+    env = {"x": rng.standard_normal(h * d).astype(np.float32), "step": step(5, pos),
+           "freqs": pack_float(inv_freq(theta, d), "f32")}
     got, want = run_and_reference(device, p, env, caps_of(device))
     assert nmse(got["y"], want["y"]) <= (LIMIT_F32 if pos <= 1 else LIMIT_ROPE)
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from vkdecode.errors import ModelError, VkDecodeError
 from vkdecode.models.config import ModelArgs
-from vkdecode.models.gguf_names import expected_shapes, source_name
+from vkdecode.models.gguf_names import expected_shapes, is_norm, source_name
 from vkdecode.quant import BLOCK, PackedWeight, pack_float, pack_gguf_blocks
 
 GGUF_KEPT = ("Q8_0", "Q4_0", "Q4_1", "Q5_0")        # repacked, matmul reads them quantized
@@ -162,7 +162,7 @@ def _load_hf(path: str):
     headers: dict[str, dict] = {}
     weights, types = {}, {}
     for name, shape in expected_shapes(args).items():
-        src = source_name(name, "hf")
+        src = source_name(name, "hf", args.arch)
         file = where.get(src)
         if file is None:
             raise ModelError(f"{path}: missing tensor {src!r} (expected shape {shape})")
@@ -172,6 +172,10 @@ def _load_hf(path: str):
             raise ModelError(f"{file}: missing tensor {src!r} (expected shape {shape})")
         a, dt = _read_tensor(file, src, headers[file])
         _check_shape(file, src, shape, a.shape)
+        if args.arch == "gemma3" and is_norm(name):
+            # Gemma's RMSNorm computes x * (1 + w) in f32; fold the 1 in once (llama.cpp's
+            # converter does the same, so GGUF gemma3 norms already hold 1 + w)
+            a = a.astype(np.float32) + np.float32(1.0)
         weights[name] = _pack(a, "f16" if dt == "F16" else "f32")
         types[name] = dt
     meta = {"format": "safetensors", "path": path, "notes": [], "source_types": types}
@@ -245,7 +249,7 @@ def _load_gguf(path: str):
     _check_layers(path, args, len(tensors))
     weights, types, notes = {}, {}, []
     for name, shape in expected_shapes(args).items():
-        src = source_name(name, "gguf")
+        src = source_name(name, "gguf", args.arch)
         t = tensors.get(src)
         if t is None:
             raise ModelError(f"{path}: missing tensor {src!r} (expected shape {shape})")
