@@ -143,7 +143,8 @@ def _hf_rope(cfg: dict, where: str) -> tuple[float, dict | None]:
         if not isinstance(v, dict):
             raise ModelError(f"{where}: key {name!r} must be an object, not {v!r}")
     key = "rope_scaling" if scaling else "rope_parameters"
-    theta = cfg.get("rope_theta", params.get("rope_theta", 10000.0))
+    theta = cfg.get("rope_theta")
+    theta = params.get("rope_theta", 10000.0) if theta is None else theta
     return float(theta), rope_scaling(scaling or params, where, key)
 
 

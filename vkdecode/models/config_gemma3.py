@@ -44,8 +44,8 @@ def _gemma_rope(cfg: dict, where: str):
     scaling = cfg.get("rope_scaling") or params or {}
     if not isinstance(scaling, dict):
         raise ModelError(f"{where}: key 'rope_scaling' must be an object, not {scaling!r}")
-    return (float(cfg.get("rope_theta", 1e6)), rope_scaling(scaling, where, "rope_scaling"),
-            float(cfg.get("rope_local_base_freq", 1e4)))
+    return (float(cfg.get("rope_theta") or 1e6), rope_scaling(scaling, where, "rope_scaling"),
+            float(cfg.get("rope_local_base_freq") or 1e4))
 
 
 def gemma3_from_hf(cfg: dict, where: str):
@@ -91,10 +91,17 @@ def gemma3_gguf_extra(key, n_layers: int, hidden: int, heads: int) -> dict:
     file does not say: every 6th layer global, sliding layers with rope base 10000, attention
     scale 1/sqrt(head_dim) except for the 27B (62 layers: 1/sqrt(hidden / heads))."""
     head_dim = int(key("attention.key_length", hidden // heads))
-    pattern = int(key("attention.sliding_window_pattern", GGUF_SWA_PATTERN))
-    if pattern <= 0:
+    # gguf-py writes the pattern as a period (every n-th layer global) or one bool per layer
+    pattern = key("attention.sliding_window_pattern", GGUF_SWA_PATTERN)
+    if isinstance(pattern, list):
+        if len(pattern) != n_layers:
+            raise ModelError(f"attention.sliding_window_pattern lists {len(pattern)} layers, not {n_layers}")
+        types = tuple(SLIDING if bool(b) else FULL for b in pattern)
+    elif int(pattern) > 0:
+        types = tuple(SLIDING if (i + 1) % int(pattern) else FULL for i in range(n_layers))
+    else:
         raise ModelError(f"attention.sliding_window_pattern = {pattern} must be positive")
     return {"hidden_act": "gelu_tanh", "sliding_window": int(key("attention.sliding_window", 4096)),
-            "layer_types": tuple(SLIDING if (i + 1) % pattern else FULL for i in range(n_layers)),
+            "layer_types": types,
             "rope_local_theta": GGUF_SWA_THETA,
             "query_pre_attn_scalar": float(hidden // heads if n_layers == 62 else head_dim)}
