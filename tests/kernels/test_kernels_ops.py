@@ -1,4 +1,4 @@
-"""embed, rms_norm, add, silu_mul, rope, kv_write and argmax kernels against the float64 reference.
+"""embed, rms_norm, add, silu_mul, gelu_mul, rope, kv_write and argmax kernels against the float64 reference.
 
 Ids read `<op>-<dtype or layout>-<shape>[-<variant>]`, e.g. `-k "rope-neox"`, `-k "embed-q8_0"`.
 """
@@ -45,11 +45,12 @@ EMBED = [(dt, v, d) for dt in DTYPES for v, d in [(50, 32), (7, 64 if dt != "f32
 
 
 @pytest.mark.parametrize("dtype,vocab,dim", [pytest.param(*c, id=f"embed-{c[0]}-{c[1]}x{c[2]}") for c in EMBED])
-def test_embed(device, dtype, vocab, dim):
+@pytest.mark.parametrize("scale", [1.0, 25.298221])   # Gemma: sqrt(hidden) as f32
+def test_embed(device, dtype, vocab, dim, scale):
     rng = _rng("embed", dtype, vocab, dim)
     table = quantize(rng.standard_normal((vocab, dim)).astype(np.float32), dtype)
     p = one_op("embed", {"t": ((vocab, dim), dtype, "weight"), "step": ((8,), "u32", "step")},
-               {"y": ((dim,), "f32", "output")})
+               {"y": ((dim,), "f32", "output")}, **({"scale": scale} if scale != 1.0 else {}))
     for tok in (0, vocab // 2, vocab - 1):
         got, want = run_and_reference(device, p, {"t": table, "step": step(tok, 3)}, caps_of(device))
         assert nmse(got["y"], want["y"]) <= 1e-12, f"token {tok}"
@@ -92,13 +93,15 @@ def test_rms_norm(device, n, d, path):
 
 # ---------------------------------------------------------------- add, silu_mul
 
-@pytest.mark.parametrize("kind", ["add", "silu_mul"])
+@pytest.mark.parametrize("kind", ["add", "silu_mul", "gelu_mul"])
 @pytest.mark.parametrize("n", [1, 31, 33, 65, 1000, 4864])
 def test_elementwise(device, kind, n):
     rng = _rng(kind, n)
     p = one_op(kind, {"a": ((n,), "f32", "activation"), "b": ((n,), "f32", "activation")},
                {"c": ((n,), "f32", "output")})
     env = {"a": (rng.standard_normal(n) * 4).astype(np.float32), "b": rng.standard_normal(n).astype(np.float32)}
+    if kind == "gelu_mul" and n > 8:   # gelu's tails: the tanh clamp must give exactly gelu(x) = x / 0 there, not NaN
+        env["a"][:4] = [-60.0, 60.0, -1e4, 1e4]
     got, want = run_and_reference(device, p, env, caps_of(device))
     assert nmse(got["c"], want["c"]) <= LIMIT_F32
 
