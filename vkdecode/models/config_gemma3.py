@@ -14,6 +14,16 @@ from vkdecode.errors import ModelError
 SLIDING, FULL = "sliding_attention", "full_attention"
 GGUF_SWA_PATTERN = 6       # llama.cpp (and transformers' default): every 6th layer is global
 GGUF_SWA_THETA = 10000.0   # llama.cpp's rope_freq_base_train_swa for gemma3
+END_OF_TURN = "<end_of_turn>"   # Gemma's chat turns end with it: an EOS even where the file names only <eos>
+# Gemma's turn format (its tokenizer_config's template: a system message prefixes the first user
+# turn; no image handling), for GGUF files that carry no tokenizer.chat_template, where ChatML
+# would be wrong for Gemma
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{% set first = messages[0]['content'] + '\n\n' %}"
+    "{% set msgs = messages[1:] %}{% else %}{% set first = '' %}{% set msgs = messages %}{% endif %}"
+    "{% for message in msgs %}{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+    "{{ '<start_of_turn>' + role + '\n' + (first if loop.first else '') + message['content'] | trim"
+    " + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}")
 
 
 def _layer_types(cfg: dict, n_layers: int, where: str) -> tuple[str, ...]:
@@ -105,3 +115,12 @@ def gemma3_gguf_extra(key, n_layers: int, hidden: int, heads: int) -> dict:
             "layer_types": types,
             "rope_local_theta": GGUF_SWA_THETA,
             "query_pre_attn_scalar": float(hidden // heads if n_layers == 62 else head_dim)}
+
+
+def gemma3_tokenizer_defaults(tokenizer) -> None:
+    """<end_of_turn> as an EOS, and Gemma's turn format when the file has no chat template."""
+    eot = tokenizer.tok.token_to_id(END_OF_TURN)
+    if eot is not None:
+        tokenizer.eos_ids.add(eot)
+    if tokenizer.chat_template is None:
+        tokenizer.chat_template = CHAT_TEMPLATE
