@@ -53,10 +53,6 @@ def whole_norm(o, p: Program) -> bool:
     return _shape(p, o.inputs[1])[0] == _shape(p, o.inputs[0])[0]
 
 
-def per_head_norm(o, p: Program) -> bool:
-    return _shape(p, o.inputs[1])[0] < _shape(p, o.inputs[0])[0]
-
-
 def _same_weights(m: Match, p: Program, a: str, b: str) -> bool:
     wa, wb = p.values[m.captures[a]], p.values[m.captures[b]]
     return wa.dtype == wb.dtype and wa.shape == wb.shape
@@ -154,8 +150,12 @@ def _lower_attention(m: Match, p: Program) -> Region:
 
 
 def _attention_shapes(m: Match, p: Program) -> bool:
-    """RoPE of q and k must agree with the attention's heads, one fused kernel reads all three."""
+    """RoPE of q and k must agree with the attention's heads, one fused kernel reads all three;
+    q/k norms (when matched) normalise each head: a weight of head_dim elements."""
     a, rq, rk = (_op_attrs(m, p, n) for n in ("o", "qr", "kr"))
+    norms = [m.captures[w] for w in ("q_norm_w", "k_norm_w") if m.captures.get(w) is not None]
+    if any(_shape(p, w) != (a["head_dim"],) for w in norms):
+        return False
     return (rq["n_heads"] == a["n_heads"] and rk["n_heads"] == a["n_kv_heads"]
             and rq["head_dim"] == rk["head_dim"] == a["head_dim"]
             and rq["layout"] == rk["layout"])   # one table: both ropes capture the same `freqs`
@@ -168,11 +168,13 @@ _ATTN_TAIL = (
 )
 QK_NORM_ROPE_KV_WRITE_ATTENTION = Rule("QK_NORM_ROPE_KV_WRITE_ATTENTION", pattern(
     "QK_NORM_ROPE_KV_WRITE_ATTENTION",
-    op("rms_norm", ("q", "q_norm_w"), ("qn",), where=per_head_norm),
+    # per head, and with a single (kv) head that is the whole vector: _attention_shapes checks
+    # that the weight is one head long
+    op("rms_norm", ("q", "q_norm_w"), ("qn",)),
     op("rope", ("qn", "step", "freqs"), ("qr",)),
     *_ATTN_TAIL,
     op("rope", ("kn", "step", "freqs"), ("kr",)),
-    op("rms_norm", ("k", "k_norm_w"), ("kn",), where=per_head_norm),
+    op("rms_norm", ("k", "k_norm_w"), ("kn",)),
     exports=("o", "k_cache", "v_cache")), _lower_attention, _attention_shapes)
 
 ROPE_KV_WRITE_ATTENTION = Rule("ROPE_KV_WRITE_ATTENTION", pattern(
