@@ -11,14 +11,13 @@ import os
 from dataclasses import dataclass, field
 
 from vkdecode.errors import ModelError
-from vkdecode.models.rope import LLAMA3_KEYS
+from vkdecode.models.config_rope import gguf_rope_factors, gguf_rope_scaling, hf_rope
 
 ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
 # HF `architectures` entries -> our family name.
 HF_ARCHS = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
             "Gemma3ForCausalLM": "gemma3"}
 HF_MODEL_TYPES = {"gemma3_text": "gemma3"}
-ROPE_TYPES = ("default", "llama3", "linear")   # the ones rope.py builds a table for
 
 
 @dataclass
@@ -67,6 +66,12 @@ class ModelArgs:
             raise ModelError(f"rope_freqs has {len(self.rope_freq_factors)} entries, expected {self.head_dim // 2}")
         if self.layer_types and len(self.layer_types) != self.n_layers:
             raise ModelError(f"layer_types lists {len(self.layer_types)} layers, the model has {self.n_layers}")
+        if "sliding_attention" in self.layer_types and not 0 < self.sliding_window < 1 << 31:
+            raise ModelError(f"sliding_window = {self.sliding_window} is out of range")
+        if self.arch == "gemma3" and not self.query_pre_attn_scalar > 0:
+            raise ModelError(f"query_pre_attn_scalar = {self.query_pre_attn_scalar} must be positive")
+        if self.rope_freq_factors is not None and not all(f > 0 for f in self.rope_freq_factors):
+            raise ModelError("rope_freqs holds a factor that is not positive")
 
     @property
     def q_dim(self) -> int:
@@ -117,37 +122,6 @@ def _hf_arch(cfg: dict, where: str) -> str:
                      f"(supported: {', '.join(HF_ARCHS)})")
 
 
-def rope_scaling(params: dict, where: str, key: str) -> dict | None:
-    """A rope_scaling / rope_parameters object -> None (plain rope) or a normalised scaling dict;
-    a type we build no table for (yarn, dynamic, longrope, ...) is refused."""
-    kind = params.get("rope_type") or params.get("type") or "default"
-    if kind not in ROPE_TYPES:
-        raise ModelError(f"{where}: rope scaling {kind!r} (key {key!r}) is not supported "
-                         f"(supported: {', '.join(ROPE_TYPES)})")
-    if kind == "default":
-        return None
-    need = ("factor",) if kind == "linear" else LLAMA3_KEYS
-    missing = [k for k in need if not isinstance(params.get(k), (int, float)) or isinstance(params.get(k), bool)]
-    if missing:
-        raise ModelError(f"{where}: rope scaling {kind!r} (key {key!r}) needs numbers for {', '.join(missing)}")
-    if params.get("attention_factor") not in (None, 1, 1.0):
-        raise ModelError(f"{where}: rope attention_factor {params['attention_factor']!r} is not supported")
-    return {"rope_type": kind, **{k: float(params[k]) for k in need}}
-
-
-def _hf_rope(cfg: dict, where: str) -> tuple[float, dict | None]:
-    # transformers < 5 writes rope_theta + rope_scaling; >= 5 writes rope_parameters.
-    params = cfg.get("rope_parameters") or {}
-    scaling = cfg.get("rope_scaling") or {}
-    for name, v in (("rope_parameters", params), ("rope_scaling", scaling)):
-        if not isinstance(v, dict):
-            raise ModelError(f"{where}: key {name!r} must be an object, not {v!r}")
-    key = "rope_scaling" if scaling else "rope_parameters"
-    theta = cfg.get("rope_theta")
-    theta = params.get("rope_theta", 10000.0) if theta is None else theta
-    return float(theta), rope_scaling(scaling or params, where, key)
-
-
 def _from_hf(cfg: dict, where: str) -> ModelArgs:
     arch = _hf_arch(cfg, where)
 
@@ -169,7 +143,7 @@ def _from_hf(cfg: dict, where: str) -> ModelArgs:
         raise ModelError(f"{where}: key 'use_sliding_window' = true is not supported")
     hidden, heads = int(key("hidden_size")), int(key("num_attention_heads"))
     bos, eos_ids = hf_token_ids(cfg, where)
-    theta, scaling = _hf_rope(cfg, where)
+    theta, scaling = hf_rope(cfg, where)
     return ModelArgs(
         arch=arch,
         vocab_size=int(key("vocab_size")),
@@ -240,7 +214,7 @@ def _from_gguf(reader, path: str) -> ModelArgs:
         return v
 
     names = {t.name for t in reader.tensors}
-    scaling = gguf_rope_scaling(reader, arch, path)
+    scaling = gguf_rope_scaling(lambda k: _gguf_field(reader, k, path), arch, path)
     hidden, heads = int(key("embedding_length")), int(key("attention.head_count"))
     vocab = _gguf_field(reader, f"{arch}.vocab_size", path)
     if vocab is None:
@@ -277,28 +251,3 @@ def _from_gguf(reader, path: str) -> ModelArgs:
         eos_ids=[] if eos is None else [int(eos)],
         **extra,
     )
-
-
-def gguf_rope_scaling(reader, arch: str, path: str) -> dict | None:
-    """`{arch}.rope.scaling.type`: none, or linear with its factor; others are refused. (Llama 3's
-    scaling comes as the `rope_freqs.weight` tensor instead: gguf_rope_factors.)"""
-    kind = _gguf_field(reader, f"{arch}.rope.scaling.type", path)
-    if kind in (None, "none"):
-        return None
-    if kind != "linear":
-        raise ModelError(f"{path}: rope scaling {kind!r} (key '{arch}.rope.scaling.type') is not supported "
-                         "(supported: none, linear, and llama.cpp's rope_freqs tensor)")
-    factor = _gguf_field(reader, f"{arch}.rope.scaling.factor", path)
-    if factor is None:
-        raise ModelError(f"{path}: linear rope scaling without key '{arch}.rope.scaling.factor'")
-    return {"rope_type": "linear", "factor": float(factor)}
-
-
-def gguf_rope_factors(reader, path: str) -> tuple[float, ...] | None:
-    """llama.cpp's per-frequency divisors (Llama 3.1+ files): angle = pos * base^(-2i/d) / f[i]."""
-    t = next((t for t in reader.tensors if t.name == "rope_freqs.weight"), None)
-    if t is None:
-        return None
-    if t.tensor_type.name != "F32":
-        raise ModelError(f"{path}: tensor 'rope_freqs.weight' has type {t.tensor_type.name}, expected F32")
-    return tuple(float(x) for x in t.data.reshape(-1))

@@ -41,7 +41,7 @@ def _layer_types(cfg: dict, n_layers: int, where: str) -> tuple[str, ...]:
 def _gemma_rope(cfg: dict, where: str):
     """-> (global theta, global scaling, local theta). transformers >= 5 writes rope_parameters per
     layer type; older configs rope_theta, rope_local_base_freq and a rope_scaling for global layers."""
-    from vkdecode.models.config import rope_scaling
+    from vkdecode.models.config_rope import rope_scaling
     params = cfg.get("rope_parameters")
     if isinstance(params, dict) and (FULL in params or SLIDING in params):
         full, local = params.get(FULL) or {}, params.get(SLIDING) or {}
