@@ -62,6 +62,9 @@ class ModelArgs:
             raise ModelError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
         if self.head_dim % 2:
             raise ModelError(f"head_dim {self.head_dim} is odd (rope rotates pairs)")
+        for name in ("rope_theta",) + (("rope_local_theta",) if self.layer_types else ()):
+            if not 0 < getattr(self, name) < float("inf"):   # 0 or inf would make a table of inf / nan
+                raise ModelError(f"{name} = {getattr(self, name)} is out of range")
         if self.rope_freq_factors is not None and len(self.rope_freq_factors) != self.head_dim // 2:
             raise ModelError(f"rope_freqs has {len(self.rope_freq_factors)} entries, expected {self.head_dim // 2}")
         if self.layer_types and len(self.layer_types) != self.n_layers:
