@@ -4,8 +4,8 @@ from __future__ import annotations
 from fusion.ir import QUANT_BLOCK, STEP_WORDS, WEIGHT_DTYPES, IRError, Program
 
 ARITY = {  # kind -> (number of inputs, number of outputs)
-    "embed": (2, 1), "rms_norm": (2, 1), "matmul": (2, 1), "add": (2, 1), "rope": (2, 1),
-    "kv_write": (3, 2), "attention": (4, 1), "silu_mul": (2, 1), "argmax": (1, 1),
+    "embed": (2, 1), "rms_norm": (2, 1), "matmul": (2, 1), "add": (2, 1), "rope": (3, 1),
+    "kv_write": (3, 2), "attention": (4, 1), "silu_mul": (2, 1), "gelu_mul": (2, 1), "argmax": (1, 1),
     "sample": (2, 1),
 }
 
@@ -69,7 +69,7 @@ def _check_shapes(p: Program, op, fail) -> None:
         need(outs[0].shape == (w.shape[0],), f"output {outs[0].name} {outs[0].shape} != ({w.shape[0]},)")
         if w.dtype.startswith("q"):
             need(w.shape[1] % QUANT_BLOCK == 0, f"{w.name}: in-dim {w.shape[1]} not a multiple of {QUANT_BLOCK}")
-    elif k in ("add", "silu_mul"):
+    elif k in ("add", "silu_mul", "gelu_mul"):
         need(ins[0].shape == ins[1].shape == outs[0].shape,
              f"shapes differ: {[v.shape for v in ins + outs]}")
     elif k == "rope":
@@ -78,6 +78,9 @@ def _check_shapes(p: Program, op, fail) -> None:
         need(x.shape == (a["n_heads"] * a["head_dim"],) and outs[0].shape == x.shape,
              f"{x.name} {x.shape} != n_heads*head_dim {a['n_heads']}*{a['head_dim']}")
         need(a["head_dim"] % 2 == 0, "head_dim must be even")
+        f = ins[2]
+        need(f.kind == "weight" and f.dtype == "f32" and f.shape == (a["head_dim"] // 2,),
+             f"freqs {f.name} must be an f32 weight of shape ({a['head_dim'] // 2},)")
     elif k == "kv_write":
         kk, vv, _ = ins
         kc, vc = outs
@@ -92,5 +95,6 @@ def _check_shapes(p: Program, op, fail) -> None:
         need(kc.shape[1] == kvh * d and vc.shape == kc.shape, f"cache {kc.shape} != (ctx, {kvh * d})")
         need(outs[0].shape == (h * d,), f"output {outs[0].shape} != ({h * d},)")
         need("scale" in a, "missing attr scale")
+        need(int(a.get("window", 0)) >= 0, f"window {a.get('window')} must be >= 0")
     elif k in ("argmax", "sample"):
         need(outs[0].shape == (1,) and outs[0].dtype == "u32", "output must be u32[1]")

@@ -6,7 +6,8 @@
 // never depends on the token. With SPLIT defined it writes (unnormalised o, max, sum) partials for
 // attention_combine; without it (S == 1) it writes o directly.
 // Bindings: 0 q, 1 k_cache, 2 v_cache, 3 step, 4 o (or partials, attn_partials.glsl).
-// Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK (= ceil(ctx / S)), 6 scale (float).
+// Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK (= ceil(rows / S)), 6 scale (float),
+// 7 WINDOW (0: all rows; else rows [len - WINDOW, len), attn_partials.glsl's window_start).
 #include "common.glsl"
 #include "attn_partials.glsl"
 
@@ -16,6 +17,7 @@ layout(constant_id = 3) const uint D = 1;
 layout(constant_id = 4) const uint S = 1;
 layout(constant_id = 5) const uint MAXCHUNK = 1;
 layout(constant_id = 6) const float SCALE = 1.0;
+layout(constant_id = 7) const uint WINDOW = 0;   // keys a sliding-window layer sees (0: all)
 // Row groups of the P.V phase: with more invocations than D, each row group sums a slice of rows.
 const uint RG = gl_WorkGroupSize.x >= D ? gl_WorkGroupSize.x / D : 1;
 
@@ -37,8 +39,9 @@ void main() {
     const uint ROW = KVH * D;
     const uint kvoff = (h / (H / KVH)) * D;
     uint len = step[STEP_POS] + 1;
-    uint chunk = (len + S - 1) / S;
-    uint r0 = min(s * chunk, len);
+    uint lo = window_start(len, WINDOW);
+    uint chunk = (len - lo + S - 1) / S;
+    uint r0 = lo + min(s * chunk, len - lo);
     uint n = min(len - r0, chunk);
 
     for (uint j = t; j < D; j += WG) qs[j] = q[h * D + j] * SCALE;

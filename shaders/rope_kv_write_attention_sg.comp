@@ -16,7 +16,8 @@
 // Bindings: 0 q, 1 k, 2 v, 3 step, 4 k_cache, 5 v_cache, 6 o (or partials),
 //   QK_NORM: 7 q_norm_w[D], 8 k_norm_w[D]; then with PF_N the prefetched weights and the sink
 //   (prefetch.glsl: grid rows H.. are prefetch workgroups).
-// Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK, 6 scale, 7 theta, 8 eps (QK_NORM).
+// Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK, 6 scale, 7 (unused), 8 eps (QK_NORM),
+// 9 WINDOW (0: all rows). Define B_FREQ: the binding of the rope inverse-frequency table.
 // Defines: LANES (subgroup size), EPL (D / LANES), RB (rows per batch), NEOX, QK_NORM, SPLIT.
 #define NO_WG_REDUCE
 #include "common.glsl"
@@ -28,8 +29,8 @@ layout(constant_id = 3) const uint D = 2;
 layout(constant_id = 4) const uint S = 1;
 layout(constant_id = 5) const uint MAXCHUNK = 1;
 layout(constant_id = 6) const float SCALE = 1.0;
-layout(constant_id = 7) const float THETA = 10000.0;
 layout(constant_id = 8) const float EPS = 1e-6;
+layout(constant_id = 9) const uint WINDOW = 0;   // keys a sliding-window layer sees (0: all)
 const uint NSG = gl_WorkGroupSize.x / LANES;
 
 layout(binding = 0) readonly buffer QB { float q[]; };
@@ -156,8 +157,9 @@ void main() {
     }
 
     const uint len = pos + 1;
-    const uint chunk = (len + S - 1) / S;
-    const uint r0 = min(s * chunk, len);
+    const uint lo = window_start(len, WINDOW);
+    const uint chunk = (len - lo + S - 1) / S;
+    const uint r0 = lo + min(s * chunk, len - lo);
     const uint n = min(len - r0, chunk);
     const uint nc = (n > 0 && r0 + n == len) ? n - 1 : n;   // rows from the caches; row n - 1 may be pos
 

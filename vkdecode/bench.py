@@ -82,7 +82,7 @@ def weight_bytes_per_token(program, weights: dict) -> int:
         for v in op.inputs:
             if program.values[v].kind != "weight":
                 continue
-            nb = weights[v].nbytes
+            nb = weights[v].nbytes if v in weights else program.constants[v].nbytes
             total += nb // program.values[v].shape[0] if op.kind == "embed" else nb
     return total
 

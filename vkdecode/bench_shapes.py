@@ -20,6 +20,13 @@ SHAPES = {
     "qwen3-0.6b": {"arch": "qwen3", "n_layers": 28, "hidden_size": 1024, "n_heads": 16, "n_kv_heads": 8,
                    "head_dim": 128, "intermediate_size": 3072, "vocab_size": 151936, "tie_embeddings": True,
                    "qk_norm": True, "rope_theta": 1000000.0, "rope_layout": "neox"},
+    # Gemma-3-270M: every 6th layer global, the others a 512-row sliding window
+    "gemma3-270m": {"arch": "gemma3", "n_layers": 18, "hidden_size": 640, "n_heads": 4, "n_kv_heads": 1,
+                    "head_dim": 256, "intermediate_size": 2048, "vocab_size": 262144, "tie_embeddings": True,
+                    "qk_norm": True, "rope_theta": 1000000.0, "rope_layout": "neox", "hidden_act": "gelu_tanh",
+                    "sliding_window": 512, "rope_local_theta": 10000.0, "query_pre_attn_scalar": 256.0,
+                    "layer_types": tuple("full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
+                                         for i in range(18))},
     "tiny": {"arch": "llama", "n_layers": 2, "hidden_size": 64, "n_heads": 4, "n_kv_heads": 2, "head_dim": 16,
              "intermediate_size": 128, "vocab_size": 512, "tie_embeddings": True, "rope_theta": 10000.0,
              "rope_layout": "pairs"},

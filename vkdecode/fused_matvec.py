@@ -150,8 +150,10 @@ def _swiglu(norm: bool):
             s.defines.append(("BIAS", "1"))
         eps = float(region.attrs.get("eps", 0.0))
         shader = "rms_norm_matmul_silu_mul" if norm else "matmul_silu_mul"
+        # the GeGLU rules (*_GELU_MUL) run the same kernel with gelu_tanh in the epilogue
+        act = (("GELU", "1"),) if region.attrs.get("act") == "gelu" else ()
         return [KernelCall(shader, (wg, k, rpw, eps, m), tuple(s.bindings), (y,), _groups(-(-m // rpw)),
-                           defines=_mv_defines(dtype, wvec, caps) + tuple(s.defines), label=r["out"])]
+                           defines=_mv_defines(dtype, wvec, caps) + tuple(s.defines) + act, label=r["out"])]
     return build
 
 

@@ -149,7 +149,8 @@ def _embed(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     for r0, rows in chunks:
         b = _wbindings(table, tv.dtype, r0, None if len(chunks) == 1 else rows)
         b += (Binding(step), Binding(op.outputs[0]))
-        calls.append(KernelCall("embed", (wg, dim, rows), b, (len(b) - 1,), _groups(-(-dim // wg)),
+        calls.append(KernelCall("embed", (wg, dim, rows, float(op.attrs.get("scale", 1.0))), b, (len(b) - 1,),
+                                _groups(-(-dim // wg)),
                                 push=struct.pack("<I", r0), defines=(_dtype_define(tv.dtype),),
                                 label=op.outputs[0] + (f"[{r0}:]" if len(chunks) > 1 else "")))
     return calls
@@ -214,8 +215,8 @@ def _rope(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     a = op.attrs
     h, d = int(a["n_heads"]), int(a["head_dim"])
     wg = _wg(caps, h * d // 2)
-    b = (Binding(op.inputs[0]), Binding(op.inputs[1]), Binding(op.outputs[0]))
-    return [KernelCall("rope", (wg, h, d, float(a["theta"])), b, (2,), _groups(-(-(h * d // 2) // wg)),
+    b = (Binding(op.inputs[0]), Binding(op.inputs[1]), Binding(op.inputs[2]), Binding(op.outputs[0]))
+    return [KernelCall("rope", (wg, h, d), b, (3,), _groups(-(-(h * d // 2) // wg)),
                        defines=(("NEOX", "1"),) if a["layout"] == "neox" else (), label=op.outputs[0])]
 
 
@@ -238,14 +239,15 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     a = op.attrs
     h, kvh, d = int(a["n_heads"]), int(a["n_kv_heads"]), int(a["head_dim"])
     ctx = p.values[kc].shape[0]
-    s, maxchunk = attention_splits(ctx, caps)
+    window = int(a.get("window", 0))
+    s, maxchunk = attention_splits(min(ctx, window) if window else ctx, caps)   # rows it can see
     wg = _wg(caps, 64, cap=128)
     rg = wg // d if wg >= d else 1
     shared = 4 * (d + maxchunk + rg * d + wg)
     if shared > caps.max_shared:
         raise ValueError(f"attention {out}: {shared} bytes of shared memory > {caps.max_shared}; "
                          f"lower attn_max_chunk")
-    spec = (wg, h, kvh, d, s, maxchunk, float(a["scale"]))
+    spec = (wg, h, kvh, d, s, maxchunk, float(a["scale"]), window)
     defines = _reduce_defines(caps) + ((("KVEC", "1"),) if d % 4 == 0 else ())
     ins = (Binding(q), Binding(kc), Binding(vc), Binding(step))
     if s == 1:
@@ -298,7 +300,7 @@ def _sample(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
 BUILDERS = {
     "embed": _embed, "rms_norm": _rms_norm, "matmul": _matmul, "add": _elementwise("add"),
     "rope": _rope, "kv_write": _kv_write, "attention": _attention,
-    "silu_mul": _elementwise("silu_mul"), "argmax": _argmax, "sample": _sample,
+    "silu_mul": _elementwise("silu_mul"), "gelu_mul": _elementwise("gelu_mul"), "argmax": _argmax, "sample": _sample,
 }
 
 

@@ -4,19 +4,23 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.helpers.make_models import tiny_hf_model
+from tests.helpers.make_models import LLAMA3_ROPE, tiny_hf_model
 from vkdecode.errors import ContextError
 from vkdecode.executors import make_executor
 from vkdecode.models.loader import load_model
 from vkdecode.reference import Reference
 
-ARCHS = ("llama", "qwen2", "qwen3")
+# name -> (family, tiny_hf_model overrides); llama3-rope: Llama 3.1 rope scaling; gemma3: GeGLU,
+# sandwich norms, sliding window 6 < STEPS on layer 0, a global layer 1 with another rope base
+MODELS = {"llama": ("llama", {}), "qwen2": ("qwen2", {}), "qwen3": ("qwen3", {}),
+          "llama3-rope": ("llama", {"rope_scaling": LLAMA3_ROPE}), "gemma3": ("gemma3", {})}
+ARCHS = tuple(MODELS)
 STEPS = 32
 
 
 @pytest.fixture(scope="module")
 def tiny(models_dir):
-    return {a: load_model(tiny_hf_model(a, models_dir), ctx=48) for a in ARCHS}
+    return {a: load_model(tiny_hf_model(f, models_dir, **over), ctx=48) for a, (f, over) in MODELS.items()}
 
 
 def _run(ex, ref, steps: int, first: int = 7):

@@ -51,3 +51,36 @@ def test_attention(device, h, kvh, d, n, grid, path):
     assert err <= LIMIT, f"nmse {err:.3g}"
     s, _ = attention_splits(CTX, caps)
     assert len(op_calls(p, 0, caps)) == (1 if s == 1 else 2)
+
+
+def _window_params():
+    for h, kvh, d in ((4, 2, 64), (3, 1, 6)):
+        for n, window in ((5, 1), (33, 4), (100, 32), (20, 64)):   # the last: window longer than len
+            for grid in ("direct", "split3"):
+                for path in ("sg", "smem"):
+                    yield pytest.param(h, kvh, d, n, window, grid, path,
+                                       id=f"attention-window{window}-h{h}kv{kvh}d{d}-len{n}-{grid}-{path}")
+
+
+@pytest.mark.parametrize("h,kvh,d,n,window,grid,path", list(_window_params()))
+def test_attention_window(device, h, kvh, d, n, window, grid, path):
+    """Sliding window: rows older than len - window hold garbage the kernel must not read."""
+    caps = caps_of(device)
+    if path == "sg" and not caps.subgroup_arithmetic:
+        pytest.skip("device has no subgroup arithmetic")
+    caps = replace(caps, subgroup_arithmetic=(path == "sg"), attn_max_chunk=GRIDS[grid] // 8 or 1)
+    rng = np.random.default_rng(zlib.crc32(f"w{h},{kvh},{d},{n},{window}".encode()))
+    p = one_op("attention", {"q": ((h * d,), "f32", "activation"), "kc": ((CTX, kvh * d), "f32", "state"),
+                             "vc": ((CTX, kvh * d), "f32", "state"), "step": ((8,), "u32", "step")},
+               {"o": ((h * d,), "f32", "output")}, n_heads=h, n_kv_heads=kvh, head_dim=d, scale=d ** -0.5,
+               window=window)
+    env = {"q": (rng.standard_normal(h * d) * 2).astype(np.float32),
+           "kc": rng.standard_normal((CTX, kvh * d)).astype(np.float32),
+           "vc": rng.standard_normal((CTX, kvh * d)).astype(np.float32), "step": step(0, n - 1)}
+    env["kc"][n:] = 1e4
+    env["kc"][:max(0, n - window)] = 1e4      # outside the window: would dominate if read
+    env["vc"][:max(0, n - window)] = 1e4
+    got, want = run_and_reference(device, p, env, caps)
+    assert np.abs(want["o"]).max() < 100       # the reference itself stays inside the window
+    err = nmse(got["o"], want["o"])
+    assert err <= LIMIT, f"nmse {err:.3g}"

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from fusion.ir import STEP_WORDS, Program
 from vkdecode.kernels import Binding, KernelCall, row_bytes
+from vkdecode.quant import pack_float
 
 CHUNK = 256 << 20          # arena buffer size; larger tensors get their own buffer
 SMALL_OUTPUT_BYTES = 4096  # outputs this small (next_token) live in host-visible memory
@@ -85,9 +88,12 @@ class MemoryPlan:
         self.slices[("token_ring", "data")] = self.ring
         for v in program.values.values():
             if v.kind == "weight":
-                if v.name not in weights:
+                if v.name in program.constants:   # the builder's tables (rope frequencies)
+                    pw = pack_float(np.ascontiguousarray(program.constants[v.name], np.float32), "f32")
+                elif v.name not in weights:
                     raise KeyError(f"weight {v.name} missing from the loaded weights")
-                pw = weights[v.name]
+                else:
+                    pw = weights[v.name]
                 for part, arr in pw.parts.items():
                     s = self._weights.alloc(arr.nbytes, f"{v.name}.{part}")
                     s.write(arr)

@@ -44,5 +44,8 @@ def _load_model(path: str, ctx: int | None, sampling: bool) -> LoadedModel:
     else:
         tokenizer = Tokenizer.from_gguf(meta.pop("reader"), path)
         tokenizer.eos_ids.update(args.eos_ids)
+    if args.arch == "gemma3":
+        from vkdecode.models.config_gemma3 import gemma3_tokenizer_defaults
+        gemma3_tokenizer_defaults(tokenizer)
     meta.pop("reader", None)   # the memory-mapped reader is not needed past loading
     return LoadedModel(args, program, weights, tokenizer, path, ctx, meta)

@@ -18,7 +18,7 @@ import numpy as np
 
 from vkdecode.errors import ModelError, VkDecodeError
 from vkdecode.models.config import ModelArgs
-from vkdecode.models.gguf_names import expected_shapes, source_name
+from vkdecode.models.gguf_names import expected_shapes, is_norm, source_name
 from vkdecode.quant import BLOCK, PackedWeight, pack_float, pack_gguf_blocks
 
 GGUF_KEPT = ("Q8_0", "Q4_0", "Q4_1", "Q5_0")        # repacked, matmul reads them quantized
@@ -65,11 +65,9 @@ def _check_unused(path: str, present, used: set[str], ignorable=()) -> None:
                     and not n.endswith("rotary_emb.inv_freq"))   # old HF checkpoints: a rope cache
     if not unused:
         return
-    hint = (" (llama.cpp stores Llama 3 rope scaling there, which is not supported yet)"
-            if "rope_freqs.weight" in unused else "")
     more = f" and {len(unused) - 3} more" if len(unused) > 3 else ""
     raise ModelError(f"{path}: tensor(s) {', '.join(repr(n) for n in unused[:3])}{more} are not used by "
-                     f"this architecture's decode step{hint}; refusing rather than ignoring them")
+                     f"this architecture's decode step; refusing rather than ignoring them")
 
 
 def _check_shape(file: str, tensor: str, expected, actual) -> None:
@@ -175,12 +173,12 @@ def _load_hf(path: str):
     where = _safetensors_index(path)
     _check_layers(path, args, len(where))
     # before reading any data; transformers ties lm_head to the embedding, ignoring a stored copy
-    _check_unused(path, where, {source_name(n, "hf") for n in expected_shapes(args)},
+    _check_unused(path, where, {source_name(n, "hf", args.arch) for n in expected_shapes(args)},
                   ("lm_head.weight",) if args.tie_embeddings else ())
     headers: dict[str, dict] = {}
     weights, types = {}, {}
     for name, shape in expected_shapes(args).items():
-        src = source_name(name, "hf")
+        src = source_name(name, "hf", args.arch)
         file = where.get(src)
         if file is None:
             raise ModelError(f"{path}: missing tensor {src!r} (expected shape {shape})")
@@ -190,6 +188,10 @@ def _load_hf(path: str):
             raise ModelError(f"{file}: missing tensor {src!r} (expected shape {shape})")
         a, dt = _read_tensor(file, src, headers[file])
         _check_shape(file, src, shape, a.shape)
+        if args.arch == "gemma3" and is_norm(name):
+            # Gemma's RMSNorm computes x * (1 + w) in f32; fold the 1 in once (llama.cpp's
+            # converter does the same, so GGUF gemma3 norms already hold 1 + w)
+            a = a.astype(np.float32) + np.float32(1.0)
         weights[name] = _pack(a, "f16" if dt == "F16" else "f32")
         types[name] = dt
     meta = {"format": "safetensors", "path": path, "notes": [], "source_types": types}
@@ -261,10 +263,12 @@ def _load_gguf(path: str):
     args = ModelArgs.from_gguf(reader, path)
     tensors = {t.name: t for t in reader.tensors}
     _check_layers(path, args, len(tensors))
-    _check_unused(path, tensors, {source_name(n, "gguf") for n in expected_shapes(args)})
+    # rope_freqs.weight is read into args.rope_freq_factors (config_rope.gguf_rope_factors)
+    _check_unused(path, tensors, {source_name(n, "gguf", args.arch) for n in expected_shapes(args)},
+                  ignorable=("rope_freqs.weight",))
     weights, types, notes = {}, {}, []
     for name, shape in expected_shapes(args).items():
-        src = source_name(name, "gguf")
+        src = source_name(name, "gguf", args.arch)
         t = tensors.get(src)
         if t is None:
             raise ModelError(f"{path}: missing tensor {src!r} (expected shape {shape})")
