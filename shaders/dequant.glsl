@@ -1,7 +1,8 @@
 // Weight access for every weight dtype in vkdecode/quant.py's GPU word layout, shared by the
 // matvec, embed and (later) fused kernels so they all decode blocks the same way.
 //
-// The includer defines one of DT_F32 DT_F16 DT_Q8_0 DT_Q4_0 DT_Q4_1 DT_Q5_0, the binding numbers
+// The includer defines one of DT_F32 DT_F16 DT_Q8_0 DT_Q4_0 DT_Q4_1 DT_Q5_0 DT_Q5_1 DT_IQ4_NL DT_Q4_K
+// DT_Q5_K DT_Q6_K, the binding numbers
 // B_W (data, or q words) and B_S (quant scales), and, for load_x, the activation fetches
 // X1(i) (float at element i) and X4(i) (vec4 at vec4 index i). WVEC selects 16-byte weight loads
 // for f32/f16 (kernels.py sets it when a row is a whole number of uvec4s).
@@ -12,6 +13,10 @@
 // the weight and the activation loads of a subgroup are contiguous: with a whole block per
 // invocation the 8 vec4 loads of x each touched a different cache line per invocation, and on an
 // H100 the L1 wavefronts of x, not DRAM, capped quantised matvecs near 1/3 of bandwidth.
+// K-quants keep that: a q4_k/q5_k unit is one qs word of a 64-element chunk c (elements
+// 64c+4w.. low nibbles, 64c+32+4w.. high nibbles), a q6_k unit one ql word of a 128-element half
+// (elements 4w.. and 64+4w..), so 8 (q6_k: 16) adjacent invocations load contiguous x.
+// ROW_WORDS(k) / ROW_SCALES(k): q and s words per row of in-dim k.
 
 #if defined(DT_F32)
 layout(binding = B_W) readonly buffer WF { float w_f[]; };
@@ -36,21 +41,39 @@ layout(binding = B_W) readonly buffer WU4 { uvec4 w_u4[]; };
 #endif
 #endif
 
-#if defined(DT_Q8_0) || defined(DT_Q4_0) || defined(DT_Q4_1) || defined(DT_Q5_0)
+#if defined(DT_Q4_K) || defined(DT_Q5_K) || defined(DT_Q6_K)
+#define KQUANT 1
+#endif
+#if defined(DT_Q8_0) || defined(DT_Q4_0) || defined(DT_Q4_1) || defined(DT_Q5_0) || defined(DT_Q5_1) || defined(DT_IQ4_NL) || defined(KQUANT)
 #define QUANT 1
 #define UNIT_ELEMS 8
 layout(binding = B_S) readonly buffer WS { uint w_s[]; };
+layout(binding = B_S) readonly buffer WS4 { uvec4 w_s4[]; };
 layout(binding = B_W) readonly buffer WU2 { uvec2 w_u2[]; };
 #if defined(DT_Q8_0)
 #define ROW_WORDS(k) ((k) / 4)
 #define BLOCK_WORDS 8
-#elif defined(DT_Q5_0)
+#elif defined(DT_Q5_0) || defined(DT_Q5_1)
 #define ROW_WORDS(k) ((k) / 32 * 5)
 #define BLOCK_WORDS 5
+#elif defined(DT_Q4_K)
+#define ROW_WORDS(k) ((k) / 8)
+#define ROW_SCALES(k) ((k) / 64)
+#elif defined(DT_Q5_K)
+#define ROW_WORDS(k) ((k) / 256 * 40)
+#define ROW_SCALES(k) ((k) / 64)
+#elif defined(DT_Q6_K)
+#define ROW_WORDS(k) ((k) / 256 * 48)
+#define ROW_SCALES(k) ((k) / 256 * 5)
 #else
 #define ROW_WORDS(k) ((k) / 8)
 #define BLOCK_WORDS 4
 #endif
+#ifndef ROW_SCALES
+#define ROW_SCALES(k) ((k) / 32)
+#endif
+#else
+#define ROW_SCALES(k) 0u
 #endif
 
 vec4 i8x4(uint w) {
@@ -61,6 +84,26 @@ vec4 lo4(uint w) { return vec4(uvec4(w, w >> 8, w >> 16, w >> 24) & 0xFu); }
 vec4 hi4(uint w) { return vec4(uvec4(w >> 4, w >> 12, w >> 20, w >> 28) & 0xFu); }
 // Fifth bits of elements b..b+3 of a q5_0 block, already scaled to 16.
 vec4 q5hi(uint qh, uint b) { return vec4(uvec4(qh >> b, qh >> (b + 1), qh >> (b + 2), qh >> (b + 3)) & 1u) * 16.0; }
+// Bits sh..sh+nb-1 of each byte of w, as a vec4 (byte 0 first).
+vec4 bytebits(uint w, uint sh, uint mask) { return vec4(uvec4(w >> sh, w >> (sh + 8), w >> (sh + 16), w >> (sh + 24)) & mask); }
+#ifdef DT_IQ4_NL
+const float IQ4NL[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,
+                                  1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
+vec4 iq4lo(uint w) { return vec4(IQ4NL[w & 0xFu], IQ4NL[(w >> 8) & 0xFu], IQ4NL[(w >> 16) & 0xFu], IQ4NL[(w >> 24) & 0xFu]); }
+vec4 iq4hi(uint w) { return iq4lo(w >> 4); }
+#endif
+#if defined(DT_Q4_K) || defined(DT_Q5_K)
+// Scales (x) and mins (y) of sub-blocks 2c (low byte) and 2c+1 (next byte), 6 bits each, from a
+// superblock's s words (d|dmin, then the 12 packed bytes): sub-block j < 4 keeps its 6 bits in
+// byte j (scale) / 4+j (min); j >= 4 has 4 low bits in byte 4+j and 2 high bits atop byte j-4 / j.
+uvec2 k4_scale_min(uvec4 sw, uint c) {
+    const uint sh = 16u * (c & 1u);
+    const uint a = sw.y >> sh, b = sw.z >> sh;
+    if (c < 2u) return uvec2(a & 0x3F3Fu, b & 0x3F3Fu);
+    const uint e = sw.w >> sh;
+    return uvec2((e & 0x0F0Fu) | ((a >> 2) & 0x3030u), ((e >> 4) & 0x0F0Fu) | ((b >> 2) & 0x3030u));
+}
+#endif
 
 #if defined(QUANT) || (defined(DT_F16) && defined(WVEC))
 #define XU_VEC4 2
@@ -72,7 +115,15 @@ vec4 q5hi(uint qh, uint b) { return vec4(uvec4(qh >> b, qh >> (b + 1), qh >> (b 
 // The activations unit u multiplies, loaded once and reused for every row a thread handles.
 // Scalar units fill only the leading components.
 void load_x(uint u, out vec4 xv[XU_VEC4]) {
-#if defined(QUANT) && !defined(DT_Q8_0)
+#if defined(DT_Q4_K) || defined(DT_Q5_K)
+    uint b = u / 32, c = (u % 32) / 8, w = u % 8;   // qs word w of chunk c: 64c+4w.., 64c+32+4w..
+    xv[0] = X4(64 * b + 16 * c + w);
+    xv[1] = X4(64 * b + 16 * c + 8 + w);
+#elif defined(DT_Q6_K)
+    uint b = u / 32, n = (u % 32) / 16, w = u % 16;  // ql word w of half n: 128n+4w.., 128n+64+4w..
+    xv[0] = X4(64 * b + 32 * n + w);
+    xv[1] = X4(64 * b + 32 * n + 16 + w);
+#elif defined(QUANT) && !defined(DT_Q8_0)
     uint b = u / 4, k = u % 4;   // nibble word k of block b: elements 4k.. and 16+4k..
     xv[0] = X4(8 * b + k);
     xv[1] = X4(8 * b + 4 + k);
@@ -102,30 +153,71 @@ float unit_dot(uint rw, uint rs, uint u, vec4 xv[XU_VEC4]) {
 #else
     return dot(unpackHalf2x16(w_u[rw + u]), xv[0].xy);
 #endif
+#elif defined(KQUANT)
+    // The x sums are the same for every row, so the compiler keeps one copy per unit.
+    const float xs0 = (xv[0].x + xv[0].y) + (xv[0].z + xv[0].w);
+    const float xs1 = (xv[1].x + xv[1].y) + (xv[1].z + xv[1].w);
+    const uint b = u / 32;
+#if defined(DT_Q6_K)
+    const uint n = (u % 32) / 16, w = u % 16;
+    const uint q = w_u[rw + 48 * b + u % 32];
+    const uint qh = w_u[rw + 48 * b + 32 + 8 * n + w % 8];
+    const uint sh = w < 8u ? 0u : 2u;          // ql bytes 32.. pair with qh bits 2-3 / 6-7
+    const uint sb = rs + 5 * b + 2 * n;        // int8 scales of this half: word 2n (low), 2n+1 (high)
+    const float d = unpackHalf2x16(w_s[rs + 5 * b + 4]).x;
+    const float s0 = float(bitfieldExtract(int(w_s[sb]), int(8 * (w / 4)), 8));
+    const float s1 = float(bitfieldExtract(int(w_s[sb + 1]), int(8 * (w / 4)), 8));
+    const float a0 = dot(lo4(q) + 16.0 * bytebits(qh, sh, 3u), xv[0]) - 32.0 * xs0;
+    const float a1 = dot(hi4(q) + 16.0 * bytebits(qh, sh + 4, 3u), xv[1]) - 32.0 * xs1;
+    return d * (s0 * a0 + s1 * a1);
+#else
+    const uint c = (u % 32) / 8;
+    const uvec4 sw = w_s4[rs / 4 + b];
+    const vec2 dm = unpackHalf2x16(sw.x);
+    const uvec2 scm = k4_scale_min(sw, c);
+#if defined(DT_Q5_K)
+    const uint q = w_u[rw + 40 * b + u % 32];
+    const uint qh = w_u[rw + 40 * b + 32 + u % 8];
+    const float a0 = dot(lo4(q) + 16.0 * bytebits(qh, 2 * c, 1u), xv[0]);
+    const float a1 = dot(hi4(q) + 16.0 * bytebits(qh, 2 * c + 1, 1u), xv[1]);
+#else
+    const uint q = w_u[rw + u];
+    const float a0 = dot(lo4(q), xv[0]), a1 = dot(hi4(q), xv[1]);
+#endif
+    return dm.x * (float(scm.x & 0xFFu) * a0 + float(scm.x >> 8) * a1)
+         - dm.y * (float(scm.y & 0xFFu) * xs0 + float(scm.y >> 8) * xs1);
+#endif
 #else
     vec2 dm = unpackHalf2x16(w_s[rs + u / 4]);
 #if defined(DT_Q8_0)
     uvec2 q = w_u2[rw / 2 + u];
     return dm.x * (dot(i8x4(q.x), xv[0]) + dot(i8x4(q.y), xv[1]));
 #else
-#if defined(DT_Q5_0)
+#if defined(DT_Q5_0) || defined(DT_Q5_1)
     uint b = u / 4, k = u % 4;
     uint q = w_u[rw + 5 * b + k];
     uint qh = w_u[rw + 5 * b + 4];
     float s = dot(lo4(q) + q5hi(qh, 4 * k), xv[0]) + dot(hi4(q) + q5hi(qh, 16 + 4 * k), xv[1]);
+#elif defined(DT_IQ4_NL)
+    uint q = w_u[rw + u];
+    float s = dot(iq4lo(q), xv[0]) + dot(iq4hi(q), xv[1]);
 #else
     uint q = w_u[rw + u];
     float s = dot(lo4(q), xv[0]) + dot(hi4(q), xv[1]);
 #endif
+#if defined(DT_IQ4_NL)
+    return dm.x * s;
+#else
     // The x sum is the same for every row, so the compiler keeps one copy per unit.
     vec4 x2 = xv[0] + xv[1];
     float xs = (x2.x + x2.y) + (x2.z + x2.w);
 #if defined(DT_Q4_0)
     return dm.x * (s - 8.0 * xs);
-#elif defined(DT_Q4_1)
+#elif defined(DT_Q4_1) || defined(DT_Q5_1)
     return dm.x * s + dm.y * xs;
 #else
     return dm.x * (s - 16.0 * xs);
+#endif
 #endif
 #endif
 #endif
@@ -138,6 +230,25 @@ float dequant_elem(uint rw, uint rs, uint i) {
 #elif defined(DT_F16)
     vec2 h = unpackHalf2x16(w_u[rw + i / 2]);
     return (i & 1u) == 0u ? h.x : h.y;
+#elif defined(DT_Q6_K)
+    const uint b = i / 256, e = i % 256, n = e / 128, r = e % 128, l = r % 64, hi = r / 64;
+    const uint q = (w_u[rw + 48 * b + 16 * n + l / 4] >> (8 * (l % 4) + 4 * hi)) & 0xFu;
+    const uint h = (w_u[rw + 48 * b + 32 + 8 * n + (l % 32) / 4] >> (8 * (l % 4) + 2 * (l / 32) + 4 * hi)) & 3u;
+    const uint sc = 8 * n + r / 16;
+    const float d = unpackHalf2x16(w_s[rs + 5 * b + 4]).x;
+    return d * float(bitfieldExtract(int(w_s[rs + 5 * b + sc / 4]), int(8 * (sc % 4)), 8)) * (float(q | (h << 4)) - 32.0);
+#elif defined(KQUANT)
+    const uint b = i / 256, e = i % 256, c = e / 64, hi = (e % 64) / 32, l = e % 32;
+    const uvec4 sw = w_s4[rs / 4 + b];
+    const vec2 dm = unpackHalf2x16(sw.x);
+    const uvec2 scm = k4_scale_min(sw, c) >> (8 * hi);
+#if defined(DT_Q5_K)
+    uint q = (w_u[rw + 40 * b + 8 * c + l / 4] >> (8 * (l % 4) + 4 * hi)) & 0xFu;
+    q |= ((w_u[rw + 40 * b + 32 + l / 4] >> (8 * (l % 4) + 2 * c + hi)) & 1u) << 4;
+#else
+    const uint q = (w_u[rw + 32 * b + 8 * c + l / 4] >> (8 * (l % 4) + 4 * hi)) & 0xFu;
+#endif
+    return dm.x * float(scm.x & 0xFFu) * float(q) - dm.y * float(scm.y & 0xFFu);
 #else
     uint b = i / 32, e = i % 32;
     vec2 dm = unpackHalf2x16(w_s[rs + b]);
@@ -150,9 +261,15 @@ float dequant_elem(uint rw, uint rs, uint i) {
     return dm.x * (float(n) - 8.0);
 #elif defined(DT_Q4_1)
     return dm.x * float(n) + dm.y;
+#elif defined(DT_IQ4_NL)
+    return dm.x * IQ4NL[n];
 #else
     n |= ((w_u[rw + 5 * b + 4] >> e) & 1u) << 4;
+#if defined(DT_Q5_1)
+    return dm.x * float(n) + dm.y;
+#else
     return dm.x * (float(n) - 16.0);
+#endif
 #endif
 #endif
 #endif

@@ -19,6 +19,13 @@
 #define WU4 FW_CAT(WU4_, SLOT)
 #define WU2 FW_CAT(WU2_, SLOT)
 #define WS FW_CAT(WS_, SLOT)
+#define WS4 FW_CAT(WS4_, SLOT)
+#define w_s4 FW_CAT(w_s4_, SLOT)
+#define bytebits FW_CAT(bytebits_, SLOT)
+#define IQ4NL FW_CAT(IQ4NL_, SLOT)
+#define iq4lo FW_CAT(iq4lo_, SLOT)
+#define iq4hi FW_CAT(iq4hi_, SLOT)
+#define k4_scale_min FW_CAT(k4_scale_min_, SLOT)
 #define w_f FW_CAT(w_f_, SLOT)
 #define w_f4 FW_CAT(w_f4_, SLOT)
 #define w_u FW_CAT(w_u_, SLOT)
@@ -38,6 +45,8 @@
 
 // GLSL forbids redefining a macro with another body: drop the previous slot's definitions.
 #undef ROW_WORDS
+#undef ROW_SCALES
+#undef KQUANT
 #undef UNIT_ELEMS
 #undef QUANT
 #undef BLOCK_WORDS
@@ -52,7 +61,7 @@ void FW_CAT(fmv_rows_, SLOT)(uint first, uint m, uint base) {
         load_x(u, xv);
         for (uint i = 0; i < ROWS; i++) {
             uint r = min(first + i, m - 1);
-            fmv_acc[base + i] += unit_dot(r * ROW_WORDS(K), r * (K / 32), u, xv);
+            fmv_acc[base + i] += unit_dot(r * ROW_WORDS(K), r * ROW_SCALES(K), u, xv);
         }
     }
 }

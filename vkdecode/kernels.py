@@ -11,9 +11,9 @@ import struct
 from dataclasses import dataclass
 
 from fusion.ir import Op, Program
+from vkdecode.quant import QUANT_TYPES, row_words
 
 MAX_GROUPS_X = 65535  # the minimum maxComputeWorkGroupCount[0]; larger grids go 2-D
-QUANT_TYPES = ("q8_0", "q4_0", "q4_1", "q5_0")
 
 
 @dataclass(frozen=True)
@@ -107,10 +107,9 @@ def weight_parts(dtype: str) -> tuple[str, ...]:
 
 def row_bytes(dtype: str, n_in: int, part: str) -> int:
     """Bytes per row of one part of a weight in vkdecode/quant.py's layout."""
-    if part == "s":
-        return n_in // 32 * 4
-    return {"f32": n_in * 4, "f16": n_in * 2, "q8_0": n_in, "q4_0": n_in // 2, "q4_1": n_in // 2,
-            "q5_0": n_in // 32 * 20}[dtype]
+    if dtype in QUANT_TYPES:
+        return row_words(dtype, n_in, part) * 4
+    return {"f32": n_in * 4, "f16": n_in * 2}[dtype]
 
 
 def row_chunks(dtype: str, n_rows: int, n_in: int, caps: KernelCaps) -> list[tuple[int, int]]:
