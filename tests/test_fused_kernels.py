@@ -88,6 +88,9 @@ SHAPES = {  # name -> tiny_hf_model overrides (hidden, heads, head_dim, ffn)
                "head_dim": 32, "intermediate_size": 96},
     # head_dim not a multiple of 4: the scalar (non-vec4) attention paths; f32/f16 only (wo's
     # in-dim 72 is no whole number of quant blocks)
+    # whole 256-superblocks for every in-dim: the K-quant cases
+    "h256d64": {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "head_dim": 64, "intermediate_size": 512},
     "h64d18": {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
                "head_dim": 18, "intermediate_size": 96},
 }
@@ -112,6 +115,12 @@ CASES = [
     ("llama", "f32", "h64d18", "sg", 20, 8),
     ("qwen3", "f16", "h64d18", "smem", 20, 256),
     ("qwen2", "f32", "h96d32", "sg", 32, 16),     # 2 splits
+    ("llama", "q4_k", "h256d64", "sg", 20, 8),
+    ("qwen3", "q5_k", "h256d64", "smem", 20, 256),
+    ("qwen2", "q6_k", "h256d64", "sg", 20, 256),
+    ("qwen3", "q6_k", "h256d64", "smem", 17, 8),
+    ("llama", "q5_1", "h96d32", "smem", 24, 8),
+    ("qwen3", "iq4_nl", "h64d16", "sg", 24, 256),
 ]
 
 

@@ -106,7 +106,9 @@ def gguf_source(model_dir, name: str, args) -> np.ndarray:
 def write_gguf(model_dir, path, dtype: str = "f16", pre: str = "smollm", arch: str | None = None,
                mutate=None) -> Path:
     """GGUF of an HF dir from tiny_hf_model, as llama.cpp's converter writes it: matrices in
-    `dtype` (f32/f16/q8_0/q4_0/q4_1/q5_0), norms and biases f32, llama q/k rows permuted.
+    `dtype` (f32/f16/q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q4_k/q5_k/q6_k, or q4_k_m: llama.cpp's mix,
+    vkdecode.bench_shapes.weight_dtypes), norms and biases f32, llama q/k rows permuted. K-quants
+    and iq4_nl use vkdecode.quant_k's simple quantizer (gguf.quants has none for them).
     For bad-input tests: `arch` overrides general.architecture; mutate(gguf_name, array) returns
     the array to write instead, or None to leave the tensor out. Cached by `path` only."""
     import gguf
@@ -130,6 +132,9 @@ def write_gguf(model_dir, path, dtype: str = "f16", pre: str = "smollm", arch: s
     w.add_layer_norm_rms_eps(args.rms_eps)
     w.add_vocab_size(args.vocab_size)
     _add_tokenizer(w, model_dir, pre)
+    from vkdecode.bench_shapes import weight_dtypes
+    from vkdecode.quant_k import quantize_raw
+    mats = weight_dtypes(args, dtype) if dtype not in ("f32", "f16") else {}
     for name in expected_shapes(args):
         a, gname = gguf_source(model_dir, name, args), source_name(name, "gguf")
         if mutate is not None:
@@ -141,8 +146,9 @@ def write_gguf(model_dir, path, dtype: str = "f16", pre: str = "smollm", arch: s
         elif dtype == "f16":
             w.add_tensor(gname, a.astype(np.float16))
         else:
-            qt = gguf.GGMLQuantizationType[dtype.upper()]
-            w.add_tensor(gname, gguf.quants.quantize(a, qt), raw_dtype=qt)
+            dt = mats.get(name, dtype) if dtype == "q4_k_m" or dtype.endswith("_k") else dtype
+            qt = gguf.GGMLQuantizationType[dt.upper()]
+            w.add_tensor(gname, quantize_raw(a, dt), raw_dtype=qt)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
