@@ -121,9 +121,11 @@ def _quantize_kmin(x: np.ndarray, levels: int):
 def quantize_raw(a: np.ndarray, dtype: str) -> np.ndarray:
     """f32 [out, in] -> GGUF block bytes uint8 [out, in / n * bytes] (simple quantizer, see top)."""
     a = np.ascontiguousarray(a, np.float32)
+    if dtype not in LAYOUTS:
+        import gguf
+        return gguf.quants.quantize(a, gguf.GGMLQuantizationType[dtype.upper()])
     out, n_in = a.shape
-    n = LAYOUTS[dtype][0]
-    nb = n_in // n
+    nb = n_in // LAYOUTS[dtype][0]
     if dtype in ("q4_k", "q5_k"):
         x = a.reshape(out, nb, 8, 32)
         d, dmin, sc, m, q = _quantize_kmin(x, 15 if dtype == "q4_k" else 31)
@@ -162,4 +164,4 @@ def quantize_raw(a: np.ndarray, dtype: str) -> np.ndarray:
         qs = _nibbles(q[..., :16], q[..., 16:])
         return np.concatenate([_f16(d[..., None]), qs], axis=2).reshape(out, -1)
     import gguf
-    return gguf.quants.quantize(a, gguf.GGMLQuantizationType[dtype.upper()])
+    return gguf.quants.quantize(a, gguf.GGMLQuantizationType[dtype.upper()])   # q5_1

@@ -18,7 +18,8 @@ LIMIT_F32 = 1e-10
 # rope: the angle pos * theta^(-2i/d) is rounded to f32 (and pow is a few ulp), so at position p
 # the phase error is ~p * 6e-8; at p = 5000 that is ~3e-4 rad -> nmse ~1e-7.
 LIMIT_ROPE = 3e-7
-DTYPES = ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0"]
+DTYPES = ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"]
+K_TYPES = ["q4_k", "q5_k", "q6_k"]   # in-dims of whole 256-superblocks
 
 
 def _paths(device):
@@ -41,6 +42,7 @@ def _rng(*key):
 # ---------------------------------------------------------------- embed
 
 EMBED = [(dt, v, d) for dt in DTYPES for v, d in [(50, 32), (7, 64 if dt != "f32" else 33), (40, 576)]]
+EMBED += [(dt, v, d) for dt in K_TYPES for v, d in [(33, 256), (7, 768), (40, 1024)]]
 
 
 @pytest.mark.parametrize("dtype,vocab,dim", [pytest.param(*c, id=f"embed-{c[0]}-{c[1]}x{c[2]}") for c in EMBED])
@@ -54,16 +56,16 @@ def test_embed(device, dtype, vocab, dim):
         assert nmse(got["y"], want["y"]) <= 1e-12, f"token {tok}"
 
 
-@pytest.mark.parametrize("dtype", ["f16", "q8_0"])
+@pytest.mark.parametrize("dtype", ["f16", "q8_0", "q6_k"])
 def test_embed_row_split(device, dtype):
     """A table beyond maxStorageBufferRange (faked) is bound as row ranges; only the call whose
     range holds the token writes."""
-    vocab, dim = 700, 64
+    vocab, dim = 700, 256 if dtype in K_TYPES else 64
     rng = _rng("embed-split", dtype)
     table = quantize(rng.standard_normal((vocab, dim)).astype(np.float32), dtype)
     p = one_op("embed", {"t": ((vocab, dim), dtype, "weight"), "step": ((8,), "u32", "step")},
                {"y": ((dim,), "f32", "output")})
-    caps = replace(caps_of(device), max_storage_range=table.row_bytes(table.dtype == "f16" and "data" or "q") * 300)
+    caps = replace(caps_of(device), max_storage_range=max(table.row_bytes(p) for p in table.parts) * 300)
     assert len(op_calls(p, 0, caps)) == 3
     for tok in (0, 255, 256, 511, 699):
         got, want = run_and_reference(device, p, {"t": table, "step": step(tok, 0)}, caps)
