@@ -49,12 +49,9 @@ def q4_k_m_dtype(name: str, shape: tuple, args: ModelArgs) -> str:
     for rows that are no whole number of superblocks."""
     layer = int(name.split(".")[1]) if name.startswith("layers.") else -1
     kind = name.rsplit(".", 1)[-1]
-    if name == "lm_head" or (name == "tok_embd" and args.tie_embeddings):
-        dt = "q6_k"
-    elif kind in ("wv", "w_down") and _more_bits(layer, args.n_layers):
-        dt = "q6_k"
-    else:
-        dt = "q4_k"
+    head = name == "lm_head" or (name == "tok_embd" and args.tie_embeddings)
+    more = kind in ("wv", "w_down") and _more_bits(layer, args.n_layers)
+    dt = "q6_k" if head or more else "q4_k"
     return dt if shape[1] % block_elems(dt) == 0 else K_FALLBACK[dt]
 
 

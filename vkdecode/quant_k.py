@@ -58,7 +58,7 @@ def pack(raw: np.ndarray, dtype: str, shape: tuple[int, int]) -> dict[str, np.nd
 
 def to_raw(parts: dict[str, np.ndarray], dtype: str, shape: tuple[int, int]) -> np.ndarray:
     """The inverse of pack: the GGUF bytes, uint8 [out, nblocks * block bytes]."""
-    n, nbytes, qr, sr, pad = LAYOUTS[dtype]
+    n, nbytes, qr, sr, _ = LAYOUTS[dtype]
     out, n_in = shape
     nb = n_in // n
     q = parts["q"].view(np.uint8).reshape(out, nb, -1)
