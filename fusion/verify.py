@@ -84,6 +84,8 @@ def _check_shapes(p: Program, op, fail) -> None:
         kc, vc = outs
         need(kc.kind == "state" and vc.kind == "state", "caches must be state values")
         need(len(kc.shape) == 2 and kc.shape == vc.shape, f"cache shapes {kc.shape} {vc.shape}")
+        need(kc.dtype in ("f32", "f16") and vc.dtype == kc.dtype, f"cache dtypes {kc.dtype} {vc.dtype}")
+        need(kc.dtype == "f32" or kc.shape[1] % 2 == 0, f"f16 cache rows {kc.shape[1]} must be even (word pairs)")
         need(kk.shape == vv.shape == (kc.shape[1],), f"k/v {kk.shape} do not match cache rows {kc.shape}")
     elif k == "attention":
         q, kc, vc, _ = ins

@@ -34,6 +34,11 @@ def with_advance(calls: list[KernelCall]) -> tuple[list[KernelCall], bool]:
     return calls + [advance_call()], True
 
 
+def value_bytes(v) -> int:
+    """Device bytes of a non-weight value: f32 and u32 4 per element, f16 (KV caches) 2, in words."""
+    return v.numel * 4 if v.dtype != "f16" else -(-v.numel // 2) * 4
+
+
 def required_bytes(program: Program, weights: dict) -> dict[str, int]:
     """Device bytes the plan will allocate, by kind (scratch and alignment padding are small)."""
     need = {"weights": 0, "kv_cache": 0, "activations": 0}
@@ -41,7 +46,7 @@ def required_bytes(program: Program, weights: dict) -> dict[str, int]:
         if v.kind == "weight" and v.name in weights:
             need["weights"] += sum(a.nbytes for a in weights[v.name].parts.values())
         elif v.kind == "state":
-            need["kv_cache"] += v.numel * 4
+            need["kv_cache"] += value_bytes(v)
         elif v.kind in ("activation", "output"):
             need["activations"] += v.numel * 4
     return need
@@ -96,7 +101,7 @@ class MemoryPlan:
                         progress.update(arr.nbytes)
                 self.weight_bytes[v.name] = pw.nbytes
             elif v.kind in ("activation", "state", "output"):
-                nbytes = v.numel * 4   # f32 and u32 alike
+                nbytes = value_bytes(v)
                 arena = self._host if v.kind == "output" and nbytes <= SMALL_OUTPUT_BYTES else self._acts
                 self.slices[(v.name, "data")] = arena.alloc(nbytes, v.name)
 
