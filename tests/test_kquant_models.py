@@ -41,7 +41,7 @@ def test_q4_k_m_device_bytes_equal_file_bytes(device, models_dir, arch, tied):
     assert on_device * 5 < f32_bytes, (on_device, f32_bytes)
 
 
-def _run(ex, ref, steps):
+def _run(ex, ref, steps, limit):
     toks, tok = [], 1
     ref.reset()
     for pos in range(steps):
@@ -49,19 +49,21 @@ def _run(ex, ref, steps):
         nxt = ex.step(tok, pos)
         got = ex.read_logits()
         rel = np.abs(got - r["logits"]).max() / np.abs(r["logits"]).max()
-        assert rel <= 1e-4, f"{ex.mode} step {pos}: logits rel err {rel:.2e}"
+        assert rel <= limit, f"{ex.mode} step {pos}: logits rel err {rel:.2e}"
         assert nxt == int(r["next_token"][0]), f"{ex.mode} step {pos}: token {nxt} != reference"
         toks.append(nxt)
         tok = nxt
     return toks
 
 
+@pytest.mark.parametrize("kv", ["f16", "f32"])
 @pytest.mark.parametrize("arch,tied", [("llama", False), ("qwen3", True)])
-def test_q4_k_m_modes_match_reference(device, models_dir, arch, tied):
-    m = load_model(_gguf(models_dir, arch, tied), ctx=STEPS)
+def test_q4_k_m_modes_match_reference(device, models_dir, arch, tied, kv):
+    m = load_model(_gguf(models_dir, arch, tied), ctx=STEPS, kv_dtype=kv)
     ref = Reference(m.program, m.weights)
     out = {mode: None for mode in ("fused", "replay-nofuse", "unfused")}
     for mode in out:
         with make_executor(mode, device, m.program, m.weights) as ex:
-            out[mode] = _run(ex, ref, STEPS)
+            # f16 caches: see tests/test_fused_kernels.py LIMIT_F16_KV
+            out[mode] = _run(ex, ref, STEPS, 2e-3 if kv == "f16" else 1e-4)
     assert out["fused"] == out["replay-nofuse"] == out["unfused"]

@@ -127,8 +127,9 @@ def _random_split(dtype: str, shape: tuple, rng) -> PackedWeight:
     return PackedWeight(dtype, shape, {"q": q, "s": s})
 
 
-def shape_model(shape: str, quant: str, ctx: int, seed: int = 0):
-    """-> (ModelArgs, Program, {name: PackedWeight}) of a random model of `shape` in `quant`."""
+def shape_model(shape: str, quant: str, ctx: int, seed: int = 0, kv_dtype: str = "f16"):
+    """-> (ModelArgs, Program, {name: PackedWeight}) of a random model of `shape` in `quant`, its
+    KV cache in kv_dtype."""
     quant = quant.lower()
     if quant not in QUANTS:
         raise ValueError(f"unknown quant {quant!r} (choose from {', '.join(QUANTS)})")
@@ -137,4 +138,4 @@ def shape_model(shape: str, quant: str, ctx: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     weights = {name: random_weight(dtypes.get(name, "f32"), shape, rng)
                for name, shape in expected_shapes(args).items()}
-    return args, build_program(args, ctx, dtypes), weights
+    return args, build_program(args, ctx, dtypes, kv_dtype=kv_dtype), weights
