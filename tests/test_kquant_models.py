@@ -67,3 +67,14 @@ def test_q4_k_m_modes_match_reference(device, models_dir, arch, tied, kv):
             # f16 caches: see tests/test_fused_kernels.py LIMIT_F16_KV
             out[mode] = _run(ex, ref, STEPS, 2e-3 if kv == "f16" else 1e-4)
     assert out["fused"] == out["replay-nofuse"] == out["unfused"]
+
+
+def test_f16_kv_cache_halves_kv_memory():
+    """No GPU: the plan's KV bytes for f16 caches are half those of f32 (ctx 4096, SmolLM2's shape)."""
+    from vkdecode.bench_shapes import shape_args, weight_dtypes
+    from vkdecode.executors.plan import required_bytes
+    from vkdecode.models import build_program
+    args = shape_args("smollm2-135m")
+    kv = {d: required_bytes(build_program(args, 4096, weight_dtypes(args, "q8_0"), kv_dtype=d), {})["kv_cache"]
+          for d in ("f16", "f32")}
+    assert kv["f32"] == 2 * kv["f16"] == 2 * 2 * 30 * 4096 * 192 * 2
