@@ -87,9 +87,15 @@ vec4 q5hi(uint qh, uint b) { return vec4(uvec4(qh >> b, qh >> (b + 1), qh >> (b 
 // Bits sh..sh+nb-1 of each byte of w, as a vec4 (byte 0 first).
 vec4 bytebits(uint w, uint sh, uint mask) { return vec4(uvec4(w >> sh, w >> (sh + 8), w >> (sh + 16), w >> (sh + 24)) & mask); }
 #ifdef DT_IQ4_NL
-const float IQ4NL[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,
-                                  1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
-vec4 iq4lo(uint w) { return vec4(IQ4NL[w & 0xFu], IQ4NL[(w >> 8) & 0xFu], IQ4NL[(w >> 16) & 0xFu], IQ4NL[(w >> 24) & 0xFu]); }
+// iq4_nl's 16 levels (-127, -104, ..., 89, 113) as int8 bytes of 4 words, picked by selects and
+// a byte extract: a dynamically indexed const array goes through local memory (lavapipe, matvec_bench
+// --preset dtypes: 2-4x slower than this, on a noisy shared CPU).
+float IQ4NL(uint n) {
+    const uint w = (n & 8u) != 0u ? ((n & 4u) != 0u ? 0x71594535u : 0x26190D01u)
+                                  : ((n & 4u) != 0u ? 0xF6EADDCFu : 0xBFAD9881u);
+    return float(bitfieldExtract(int(w), int(8u * (n & 3u)), 8));
+}
+vec4 iq4lo(uint w) { return vec4(IQ4NL(w & 0xFu), IQ4NL((w >> 8) & 0xFu), IQ4NL((w >> 16) & 0xFu), IQ4NL((w >> 24) & 0xFu)); }
 vec4 iq4hi(uint w) { return iq4lo(w >> 4); }
 #endif
 #if defined(DT_Q4_K) || defined(DT_Q5_K)
@@ -262,7 +268,7 @@ float dequant_elem(uint rw, uint rs, uint i) {
 #elif defined(DT_Q4_1)
     return dm.x * float(n) + dm.y;
 #elif defined(DT_IQ4_NL)
-    return dm.x * IQ4NL[n];
+    return dm.x * IQ4NL(n);
 #else
     n |= ((w_u[rw + 5 * b + 4] >> e) & 1u) << 4;
 #if defined(DT_Q5_1)
