@@ -84,7 +84,7 @@ vec4 lo4(uint w) { return vec4(uvec4(w, w >> 8, w >> 16, w >> 24) & 0xFu); }
 vec4 hi4(uint w) { return vec4(uvec4(w >> 4, w >> 12, w >> 20, w >> 28) & 0xFu); }
 // Fifth bits of elements b..b+3 of a q5_0 block, already scaled to 16.
 vec4 q5hi(uint qh, uint b) { return vec4(uvec4(qh >> b, qh >> (b + 1), qh >> (b + 2), qh >> (b + 3)) & 1u) * 16.0; }
-// Bits sh..sh+nb-1 of each byte of w, as a vec4 (byte 0 first).
+// (byte >> sh) & mask for each byte of w, as a vec4 (byte 0 first).
 vec4 bytebits(uint w, uint sh, uint mask) { return vec4(uvec4(w >> sh, w >> (sh + 8), w >> (sh + 16), w >> (sh + 24)) & mask); }
 #ifdef DT_IQ4_NL
 // iq4_nl's 16 levels (-127, -104, ..., 89, 113) as int8 bytes of 4 words, picked by selects and
