@@ -96,6 +96,8 @@ SHAPES = {  # name -> tiny_hf_model overrides (hidden, heads, head_dim, ffn)
     # whole 256-superblocks for every in-dim: the K-quant cases
     "h256d64": {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
                 "head_dim": 64, "intermediate_size": 512},
+    "h96d24": {"hidden_size": 96, "num_attention_heads": 4, "num_key_value_heads": 2,
+               "head_dim": 24, "intermediate_size": 96},
     "h64d18": {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
                "head_dim": 18, "intermediate_size": 96},
 }
@@ -166,6 +168,7 @@ CASES_F16_KV = [
     ("qwen3", "f32", "h64d18", "smem", 20, 8),
     ("llama", "f32", "h64d18", "sg", 20, 256),
     ("qwen3", "q4_k_m", "h256d64", "sg", 20, 8),
+    ("llama", "f32", "h96d24", "sg", 20, 256),    # 3 elements per lane (8 lanes): no sg kernel with f16
 ]
 
 
@@ -174,8 +177,16 @@ CASES_F16_KV = [
 def test_fused_model_f16_kv(device, models, arch, dtype, shape, path, ctx, chunk):
     m = _model(models, arch, dtype, ctx, kv="f16", **SHAPES[shape])
     assert {m.program.values[n].dtype for n in m.program.values if n.endswith("_cache")} == {"f16"}
-    items, _ = decode_and_compare(device, m, _caps(device, path, attn_max_chunk=chunk), limit=LIMIT_F16_KV)
+    caps = _caps(device, path, attn_max_chunk=chunk)
+    items, _ = decode_and_compare(device, m, caps, limit=LIMIT_F16_KV)
+    att = {it.call.shader for it in items if it.call.shader.startswith("rope_kv")}
     assert all(("KV_F16", "1") in it.call.defines for it in items if it.call.shader.startswith("rope_kv"))
+    # the subgroup-rows kernel wherever it fits and each lane writes whole f16 words (even EPL)
+    from vkdecode.fused_attention import ATTN_WG_SG, _subgroup_rows
+    from vkdecode.kernels import _wg
+    d, lanes = m.args.head_dim, caps.subgroup_size
+    sg = _subgroup_rows(d, _wg(caps, ATTN_WG_SG, cap=1024), caps) and (d // lanes) % 2 == 0
+    assert att == {"rope_kv_write_attention" + "_sg" * sg}
 
 
 def test_fused_cases_cover_splits():
