@@ -80,12 +80,23 @@ vec4 i8x4(uint w) {
     int s = int(w);
     return vec4(bitfieldExtract(s, 0, 8), bitfieldExtract(s, 8, 8), bitfieldExtract(s, 16, 8), bitfieldExtract(s, 24, 8));
 }
-vec4 lo4(uint w) { return vec4(uvec4(w, w >> 8, w >> 16, w >> 24) & 0xFu); }
-vec4 hi4(uint w) { return vec4(uvec4(w >> 4, w >> 12, w >> 20, w >> 28) & 0xFu); }
+// Small unsigned ints (< 2^23) to floats. NIBBLE_MAGIC: as the float bits of 2^23 + n minus 2^23
+// (an OR and a subtract) instead of an int-to-float conversion, which runs at a fraction of the
+// FP32 rate on some GPUs (NVIDIA's throughput tables); an A/B switch for bench/matvec_bench.py
+// --ab NIBBLE_MAGIC, off until measured.
+#ifdef NIBBLE_MAGIC
+vec4 u2f4(uvec4 u) { return uintBitsToFloat(u | 0x4B000000u) - 8388608.0; }
+float u2f(uint u) { return uintBitsToFloat(u | 0x4B000000u) - 8388608.0; }
+#else
+vec4 u2f4(uvec4 u) { return vec4(u); }
+float u2f(uint u) { return float(u); }
+#endif
+// (byte >> sh) & mask for each byte of w (byte 0 first).
+uvec4 bytebits(uint w, uint sh, uint mask) { return uvec4(w >> sh, w >> (sh + 8), w >> (sh + 16), w >> (sh + 24)) & mask; }
+vec4 lo4(uint w) { return u2f4(bytebits(w, 0u, 0xFu)); }
+vec4 hi4(uint w) { return u2f4(bytebits(w, 4u, 0xFu)); }
 // Fifth bits of elements b..b+3 of a q5_0 block, already scaled to 16.
 vec4 q5hi(uint qh, uint b) { return vec4(uvec4(qh >> b, qh >> (b + 1), qh >> (b + 2), qh >> (b + 3)) & 1u) * 16.0; }
-// (byte >> sh) & mask for each byte of w, as a vec4 (byte 0 first).
-vec4 bytebits(uint w, uint sh, uint mask) { return vec4(uvec4(w >> sh, w >> (sh + 8), w >> (sh + 16), w >> (sh + 24)) & mask); }
 #ifdef DT_IQ4_NL
 // iq4_nl's 16 levels (-127, -104, ..., 89, 113) as int8 bytes of 4 words, picked by selects and
 // a byte extract: a dynamically indexed const array goes through local memory (lavapipe, matvec_bench
@@ -173,8 +184,9 @@ float unit_dot(uint rw, uint rs, uint u, vec4 xv[XU_VEC4]) {
     const float d = unpackHalf2x16(w_s[rs + 5 * b + 4]).x;
     const float s0 = float(bitfieldExtract(int(w_s[sb]), int(8 * (w / 4)), 8));
     const float s1 = float(bitfieldExtract(int(w_s[sb + 1]), int(8 * (w / 4)), 8));
-    const float a0 = dot(lo4(q) + 16.0 * bytebits(qh, sh, 3u), xv[0]) - 32.0 * xs0;
-    const float a1 = dot(hi4(q) + 16.0 * bytebits(qh, sh + 4, 3u), xv[1]) - 32.0 * xs1;
+    // 6-bit quants assembled as integers, one conversion per element
+    const float a0 = dot(u2f4(bytebits(q, 0u, 0xFu) | (bytebits(qh, sh, 3u) << 4)), xv[0]) - 32.0 * xs0;
+    const float a1 = dot(u2f4(bytebits(q, 4u, 0xFu) | (bytebits(qh, sh + 4, 3u) << 4)), xv[1]) - 32.0 * xs1;
     return d * (s0 * a0 + s1 * a1);
 #else
     const uint c = (u % 32) / 8;
@@ -184,14 +196,14 @@ float unit_dot(uint rw, uint rs, uint u, vec4 xv[XU_VEC4]) {
 #if defined(DT_Q5_K)
     const uint q = w_u[rw + 40 * b + u % 32];
     const uint qh = w_u[rw + 40 * b + 32 + u % 8];
-    const float a0 = dot(lo4(q) + 16.0 * bytebits(qh, 2 * c, 1u), xv[0]);
-    const float a1 = dot(hi4(q) + 16.0 * bytebits(qh, 2 * c + 1, 1u), xv[1]);
+    const float a0 = dot(u2f4(bytebits(q, 0u, 0xFu) | (bytebits(qh, 2 * c, 1u) << 4)), xv[0]);
+    const float a1 = dot(u2f4(bytebits(q, 4u, 0xFu) | (bytebits(qh, 2 * c + 1, 1u) << 4)), xv[1]);
 #else
     const uint q = w_u[rw + u];
     const float a0 = dot(lo4(q), xv[0]), a1 = dot(hi4(q), xv[1]);
 #endif
-    return dm.x * (float(scm.x & 0xFFu) * a0 + float(scm.x >> 8) * a1)
-         - dm.y * (float(scm.y & 0xFFu) * xs0 + float(scm.y >> 8) * xs1);
+    return dm.x * (u2f(scm.x & 0xFFu) * a0 + u2f(scm.x >> 8) * a1)
+         - dm.y * (u2f(scm.y & 0xFFu) * xs0 + u2f(scm.y >> 8) * xs1);
 #endif
 #else
     vec2 dm = unpackHalf2x16(w_s[rs + u / 4]);

@@ -121,3 +121,19 @@ def test_matmul_2d_grid(device):
     caps = replace(caps_of(device), matvec_rows=1)
     p = _check(device, "f16", 70001, 32, caps, seed=5)
     assert op_calls(p, 0, caps)[0].groups[1] == 2
+
+
+@pytest.mark.parametrize("dtype", ["q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k"])
+def test_matmul_nibble_magic(device, dtype):
+    """The NIBBLE_MAGIC A/B switch (int -> float by float bits, bench/matvec_bench.py --ab) gives
+    the same results as the default conversion."""
+    from kernel_harness import OpRun
+
+    from vkdecode.reference import run_op
+    out, n_in = 33, 512
+    p, env = _case(dtype, out, n_in, seed=9)
+    run = OpRun(device, p, env, caps_of(device))
+    run.calls = [replace(c, defines=c.defines + (("NIBBLE_MAGIC", "1"),)) for c in run.calls]
+    got = run.run()
+    want = run_op(p.ops[0], p, dict(env), dtype=np.float64)
+    assert nmse(got["y"], want["y"]) <= LIMIT[dtype]
