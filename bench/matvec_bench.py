@@ -32,7 +32,7 @@ PRESETS["all"] = PRESETS["smollm2"] + PRESETS["qwen3"]
 # bytes/s per weight dtype on one shape (Qwen3-0.6B's gate/up and down): the K-quants' matvec should
 # read its bytes at no worse a rate than q4_1's (issue 13)
 PRESETS["dtypes"] = [(dt, o, i, w) for o, i, w in [(3072, 1024, "gate/up"), (1024, 3072, "down")]
-                     for dt in ("q4_1", "q4_k", "q5_k", "q6_k", "q8_0", "q5_0", "iq4_nl", "f16")]
+                     for dt in ("q4_1", "q4_k", "q5_k", "q6_k", "q8_0", "q5_0", "q3_k", "q2_k", "iq4_nl", "f16")]
 COPY_SET_BYTES = 256 << 20   # > the H100's 50 MB L2
 
 

@@ -42,9 +42,9 @@ STEP_TOP_P = 5     # f32 bits, 1.0 = no top-p cut
 STEP_WORDS = 8
 
 VALUE_KINDS = ("weight", "activation", "state", "step", "output")
-WEIGHT_DTYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q4_k", "q5_k", "q6_k")
+WEIGHT_DTYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q4_k", "q5_k", "q6_k", "q2_k", "q3_k")
 QUANT_BLOCK = 32   # elements per block of the q* / iq* dtypes, except the K-quants:
-K_QUANT_BLOCK = 256  # q4_k / q5_k / q6_k superblocks
+K_QUANT_BLOCK = 256  # q2_k .. q6_k superblocks
 
 
 class IRError(ValueError):

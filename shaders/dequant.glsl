@@ -2,7 +2,7 @@
 // matvec, embed and (later) fused kernels so they all decode blocks the same way.
 //
 // The includer defines one of DT_F32 DT_F16 DT_Q8_0 DT_Q4_0 DT_Q4_1 DT_Q5_0 DT_Q5_1 DT_IQ4_NL DT_Q4_K
-// DT_Q5_K DT_Q6_K, the binding numbers
+// DT_Q5_K DT_Q6_K DT_Q2_K DT_Q3_K, the binding numbers
 // B_W (data, or q words) and B_S (quant scales), and, for load_x, the activation fetches
 // X1(i) (float at element i) and X4(i) (vec4 at vec4 index i). WVEC selects 16-byte weight loads
 // for f32/f16 (kernels.py sets it when a row is a whole number of uvec4s).
@@ -41,7 +41,7 @@ layout(binding = B_W) readonly buffer WU4 { uvec4 w_u4[]; };
 #endif
 #endif
 
-#if defined(DT_Q4_K) || defined(DT_Q5_K) || defined(DT_Q6_K)
+#if defined(DT_Q4_K) || defined(DT_Q5_K) || defined(DT_Q6_K) || defined(DT_Q2_K) || defined(DT_Q3_K)
 #define KQUANT 1
 #endif
 #if defined(DT_Q8_0) || defined(DT_Q4_0) || defined(DT_Q4_1) || defined(DT_Q5_0) || defined(DT_Q5_1) || defined(DT_IQ4_NL) || defined(KQUANT)
@@ -65,6 +65,12 @@ layout(binding = B_W) readonly buffer WU2 { uvec2 w_u2[]; };
 #elif defined(DT_Q6_K)
 #define ROW_WORDS(k) ((k) / 256 * 48)
 #define ROW_SCALES(k) ((k) / 256 * 5)
+#elif defined(DT_Q2_K)
+#define ROW_WORDS(k) ((k) / 16)
+#define ROW_SCALES(k) ((k) / 256 * 5)
+#elif defined(DT_Q3_K)
+#define ROW_WORDS(k) ((k) / 256 * 24)
+#define ROW_SCALES(k) ((k) / 64)
 #else
 #define ROW_WORDS(k) ((k) / 8)
 #define BLOCK_WORDS 4
@@ -109,6 +115,15 @@ float IQ4NL(uint n) {
 vec4 iq4lo(uint w) { return vec4(IQ4NL(w & 0xFu), IQ4NL((w >> 8) & 0xFu), IQ4NL((w >> 16) & 0xFu), IQ4NL((w >> 24) & 0xFu)); }
 vec4 iq4hi(uint w) { return iq4lo(w >> 4); }
 #endif
+#ifdef DT_Q3_K
+// Signed 6-bit scale of sub-block i from a superblock's s words (the 12 packed bytes, then d): low 4
+// bits in nibble i / 8 of byte i % 8, high 2 bits at bit 2 (i / 4) of byte 8 + i % 4; stored + 32.
+int k3_scale(uvec4 sw, uint i) {
+    const uint lo = (((i & 4u) != 0u ? sw.y : sw.x) >> (8u * (i & 3u) + 4u * (i >> 3))) & 0xFu;
+    const uint hi = (sw.z >> (8u * (i & 3u) + 2u * (i >> 2))) & 3u;
+    return int(lo | (hi << 4)) - 32;
+}
+#endif
 #if defined(DT_Q4_K) || defined(DT_Q5_K)
 // Scales (x) and mins (y) of sub-blocks 2c (low byte) and 2c+1 (next byte), 6 bits each, from a
 // superblock's s words (d|dmin, then the 12 packed bytes): sub-block j < 4 keeps its 6 bits in
@@ -136,6 +151,11 @@ void load_x(uint u, out vec4 xv[XU_VEC4]) {
     uint b = u / 32, c = (u % 32) / 8, w = u % 8;   // qs word w of chunk c: 64c+4w.., 64c+32+4w..
     xv[0] = X4(64 * b + 16 * c + w);
     xv[1] = X4(64 * b + 16 * c + 8 + w);
+#elif defined(DT_Q2_K) || defined(DT_Q3_K)
+    // qs word w of half h holds 4 two-bit planes j (elements 128h+32j+4w..); unit: planes 2p, 2p+1
+    uint b = u / 32, h = (u % 32) / 16, p = (u % 16) / 8, w = u % 8;
+    xv[0] = X4(64 * b + 32 * h + 16 * p + w);
+    xv[1] = X4(64 * b + 32 * h + 16 * p + 8 + w);
 #elif defined(DT_Q6_K)
     uint b = u / 32, n = (u % 32) / 16, w = u % 16;  // ql word w of half n: 128n+4w.., 128n+64+4w..
     xv[0] = X4(64 * b + 32 * n + w);
@@ -175,7 +195,26 @@ float unit_dot(uint rw, uint rs, uint u, vec4 xv[XU_VEC4]) {
     const float xs0 = (xv[0].x + xv[0].y) + (xv[0].z + xv[0].w);
     const float xs1 = (xv[1].x + xv[1].y) + (xv[1].z + xv[1].w);
     const uint b = u / 32;
-#if defined(DT_Q6_K)
+#if defined(DT_Q2_K) || defined(DT_Q3_K)
+    const uint h = (u % 32) / 16, p = (u % 16) / 8, w = u % 8;
+#if defined(DT_Q2_K)
+    const uint q = w_u[rw + 16 * b + 8 * h + w];
+    const uint sw = w_s[rs + 5 * b + 2 * h + p];   // bytes: sub-blocks 8h+4p.. (scale | min << 4)
+    const vec2 dm = unpackHalf2x16(w_s[rs + 5 * b + 4]);
+    const uint s0 = (sw >> (8 * (w / 4))) & 0xFFu, s1 = (sw >> (8 * (2 + w / 4))) & 0xFFu;
+    const float a0 = dot(u2f4(bytebits(q, 4 * p, 3u)), xv[0]);
+    const float a1 = dot(u2f4(bytebits(q, 4 * p + 2, 3u)), xv[1]);
+    return dm.x * (u2f(s0 & 0xFu) * a0 + u2f(s1 & 0xFu) * a1) - dm.y * (u2f(s0 >> 4) * xs0 + u2f(s1 >> 4) * xs1);
+#else
+    const uint q = w_u[rw + 24 * b + 8 + 8 * h + w];
+    const uint hm = w_u[rw + 24 * b + w];          // hmask bytes 4w..: bit k is element 32k + l's
+    const uvec4 sw = w_s4[rs / 4 + b];
+    const uint k = 4 * h + 2 * p, i = 8 * h + 4 * p + w / 4;
+    const float a0 = dot(u2f4(bytebits(q, 4 * p, 3u) | (bytebits(hm, k, 1u) << 2)), xv[0]) - 4.0 * xs0;
+    const float a1 = dot(u2f4(bytebits(q, 4 * p + 2, 3u) | (bytebits(hm, k + 1, 1u) << 2)), xv[1]) - 4.0 * xs1;
+    return unpackHalf2x16(sw.w).x * (float(k3_scale(sw, i)) * a0 + float(k3_scale(sw, i + 2)) * a1);
+#endif
+#elif defined(DT_Q6_K)
     const uint n = (u % 32) / 16, w = u % 16;
     const uint q = w_u[rw + 48 * b + u % 32];
     const uint qh = w_u[rw + 48 * b + 32 + 8 * n + w % 8];
@@ -248,6 +287,19 @@ float dequant_elem(uint rw, uint rs, uint i) {
 #elif defined(DT_F16)
     vec2 h = unpackHalf2x16(w_u[rw + i / 2]);
     return (i & 1u) == 0u ? h.x : h.y;
+#elif defined(DT_Q2_K) || defined(DT_Q3_K)
+    const uint b = i / 256, e = i % 256, h = e / 128, j = (e % 128) / 32, l = e % 32, sub = e / 16;
+#if defined(DT_Q2_K)
+    const uint q = (w_u[rw + 16 * b + 8 * h + l / 4] >> (8 * (l % 4) + 2 * j)) & 3u;
+    const uint sb = (w_s[rs + 5 * b + sub / 4] >> (8 * (sub % 4))) & 0xFFu;
+    const vec2 dm = unpackHalf2x16(w_s[rs + 5 * b + 4]);
+    return dm.x * float(sb & 0xFu) * float(q) - dm.y * float(sb >> 4);
+#else
+    const uint q = (w_u[rw + 24 * b + 8 + 8 * h + l / 4] >> (8 * (l % 4) + 2 * j)) & 3u;
+    const uint hb = (w_u[rw + 24 * b + l / 4] >> (8 * (l % 4) + e / 32)) & 1u;
+    const uvec4 sw = w_s4[rs / 4 + b];
+    return unpackHalf2x16(sw.w).x * float(k3_scale(sw, sub)) * (float(q | (hb << 2)) - 4.0);
+#endif
 #elif defined(DT_Q6_K)
     const uint b = i / 256, e = i % 256, n = e / 128, r = e % 128, l = r % 64, hi = r / 64;
     const uint q = (w_u[rw + 48 * b + 16 * n + l / 4] >> (8 * (l % 4) + 4 * hi)) & 0xFu;

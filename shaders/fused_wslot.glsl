@@ -28,6 +28,7 @@
 #define iq4lo FW_CAT(iq4lo_, SLOT)
 #define iq4hi FW_CAT(iq4hi_, SLOT)
 #define k4_scale_min FW_CAT(k4_scale_min_, SLOT)
+#define k3_scale FW_CAT(k3_scale_, SLOT)
 #define w_f FW_CAT(w_f_, SLOT)
 #define w_f4 FW_CAT(w_f4_, SLOT)
 #define w_u FW_CAT(w_u_, SLOT)

@@ -11,7 +11,8 @@ from vkdecode.quant import dequantize, pack_gguf_blocks, quantize, row_words
 
 TYPES = list(quant_k.LAYOUTS)
 # byte offsets of the f16 fields a random block must hold as finite values
-F16_FIELDS = {"q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,), "q5_1": (0, 2), "iq4_nl": (0,)}
+F16_FIELDS = {"q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,), "q2_k": (80, 82), "q3_k": (108,), "q5_1": (0, 2),
+              "iq4_nl": (0,)}
 
 
 def _random_raw(dtype: str, out: int, n_in: int, seed: int = 0) -> np.ndarray:
@@ -51,7 +52,8 @@ def test_quantizer_is_close(dtype):
     a = (np.random.default_rng(1).standard_normal((5, 512)) * 0.1).astype(np.float32)
     w = quantize(a, dtype)
     err = np.sqrt(np.mean((dequantize(w) - a) ** 2)) / 0.1
-    assert err < {"q4_k": 0.12, "q5_k": 0.06, "q6_k": 0.03, "q5_1": 0.06, "iq4_nl": 0.12}[dtype], err
+    limit = {"q4_k": 0.12, "q5_k": 0.06, "q6_k": 0.03, "q2_k": 0.4, "q3_k": 0.25, "q5_1": 0.06, "iq4_nl": 0.12}
+    assert err < limit[dtype], err
 
 
 def test_in_dim_must_fit_blocks():

@@ -24,10 +24,11 @@ SHAPES = {
              "intermediate_size": 128, "vocab_size": 512, "tie_embeddings": True, "rope_theta": 10000.0,
              "rope_layout": "pairs"},
 }
-QUANTS = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q4_k", "q5_k", "q6_k", "q4_k_m")
+QUANTS = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
+          "q4_k_m")
 # llama.cpp's fallback for a tensor whose rows are no whole number of 256-superblocks
 # (llama_tensor_get_type: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0)
-K_FALLBACK = {"q4_k": "q5_0", "q5_k": "q5_1", "q6_k": "q8_0"}
+K_FALLBACK = {"q4_k": "q5_0", "q5_k": "q5_1", "q6_k": "q8_0", "q2_k": "iq4_nl", "q3_k": "iq4_nl"}
 # Target std of a weight; with RMSNorm between layers the activations stay O(1).
 STD = 0.02
 
@@ -65,7 +66,7 @@ def weight_dtypes(args: ModelArgs, quant: str) -> dict[str, str]:
             if quant == "q4_k_m":
                 out[name] = q4_k_m_dtype(name, shape, args)
                 continue
-            low_bit = quant in ("q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q4_k", "q5_k")
+            low_bit = quant in ("q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q2_k", "q3_k", "q4_k", "q5_k")
             dt = "q8_0" if name == "tok_embd" and args.tie_embeddings and low_bit else quant
             out[name] = dt if dt not in K_FALLBACK or shape[1] % block_elems(dt) == 0 else K_FALLBACK[dt]
     return out
@@ -118,6 +119,12 @@ def _random_split(dtype: str, shape: tuple, rng) -> PackedWeight:
     elif dtype == "q6_k":           # d * sc * (n - 32), n - 32 std ~18; sc kept in 0..15 (rms ~9) so
         sw[:, :, :4] &= np.uint32(0x0F0F0F0F)   # d stays a normal f16
         sw[:, :, 4] = (_halves(rng, out * nb, STD / 9 / 18) & np.uint16(0x7FFF)).reshape(out, nb)
+    elif dtype == "q2_k":           # d * sc * n - dmin * m, sc and m ~7.5, n ~1.5: dmin = 1.5 d centres
+        d = _halves(rng, out * nb, STD / 7.5 / 1.1) & np.uint16(0x7FFF)
+        dmin = (d.view(np.float16).astype(np.float32) * 1.5).astype(np.float16).view(np.uint16)
+        sw[:, :, 4] = (d.astype(np.uint32) | (dmin.astype(np.uint32) << 16)).reshape(out, nb)
+    elif dtype == "q3_k":           # d * sc * (n - 4), 6-bit signed sc (rms ~18), n - 4 std ~2.3
+        sw[:, :, 3] = (_halves(rng, out * nb, STD / 18 / 2.3) & np.uint16(0x7FFF)).reshape(out, nb)
     elif dtype == "q5_1":           # d * n + m, m = -16 d
         d = _halves(rng, out * nb, STD / 9.2) & np.uint16(0x7FFF)
         m = (-16 * d.view(np.float16).astype(np.float32)).astype(np.float16).view(np.uint16)

@@ -19,8 +19,12 @@ K-quants keep the file's 256-element superblock, split into q and s words (quant
                              element 32j+l);  s as q4_k
   q6_k  q: [out, in/256*48]  ql[128] then qh[64], as the file;  s: [out, in/256*5] the 16 int8
                              sub-block scales, then d (f16) and a 2-byte pad
+  q2_k  q: [out, in/256*16]  qs[64]: byte 32h+l holds elements 128h+32j+l in bits 2j..2j+1;
+                             s: [out, in/256*5] the 16 scale|min<<4 bytes, then d | dmin << 16
+  q3_k  q: [out, in/256*24]  hmask[32] (byte l, bit k: third bit of element 32k+l), then qs as q2_k;
+                             s: [out, in/256*4] the 12 bytes of packed 6-bit scales, d, a 2-byte pad
 Values: q8_0 d*q; q4_0 d*(n-8); q4_1 d*n+m; q5_0 d*(n-16); q5_1 d*n+m; iq4_nl d*table[n];
-q4_k/q5_k d*sc_j*n - dmin*m_j; q6_k d*sc_j*(n-32).
+q4_k/q5_k d*sc_j*n - dmin*m_j; q6_k d*sc_j*(n-32); q2_k d*sc_j*n - dmin*m_j; q3_k d*(sc_j-32)*(n-4).
 A shader reads d, m with unpackHalf2x16(s) (core GLSL 4.50, no 16-bit storage needed).
 
 Why K-quants are split and not expanded: the bytes a matvec reads per token are the model's size,
@@ -42,9 +46,9 @@ from vkdecode import quant_k
 BLOCK = 32
 GGUF_BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20, "q5_0": 22}
 WORDS_PER_BLOCK = {"q8_0": 8, "q4_0": 4, "q4_1": 4, "q5_0": 5}
-SPLIT_TYPES = tuple(quant_k.LAYOUTS)        # q4_k q5_k q6_k q5_1 iq4_nl (quant_k.py)
+SPLIT_TYPES = tuple(quant_k.LAYOUTS)        # q4_k q5_k q6_k q2_k q3_k q5_1 iq4_nl (quant_k.py)
 QUANT_TYPES = tuple(WORDS_PER_BLOCK) + SPLIT_TYPES
-K_TYPES = ("q4_k", "q5_k", "q6_k")
+K_TYPES = ("q4_k", "q5_k", "q6_k", "q2_k", "q3_k")
 
 
 def block_elems(dtype: str) -> int:

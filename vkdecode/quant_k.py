@@ -1,4 +1,4 @@
-"""GPU word layout of the 256-element K-quant superblocks (q4_k, q5_k, q6_k) and of the extra
+"""GPU word layout of the 256-element K-quant superblocks (q2_k .. q6_k) and of the extra
 32-element blocks (q5_1, iq4_nl); see quant.py's header for the whole layout and the why.
 
 Each dtype is a list of byte ranges of the GGUF block that go to the q words and to the s words,
@@ -23,6 +23,10 @@ LAYOUTS = {
     "q5_k": (QK, 176, [(48, 176), (16, 48)], [(0, 16)], 0),
     # ql[128], qh[64], scales[16] (int8), d  ->  q: ql, qh (48 words); s: scales, d, 2-byte pad (5 words)
     "q6_k": (QK, 210, [(0, 192)], [(192, 210)], 2),
+    # scales[16] (4-bit scale | 4-bit min << 4), qs[64], d, dmin  ->  q: qs (16 words); s: scales, d|dmin
+    "q2_k": (QK, 84, [(16, 80)], [(0, 16), (80, 84)], 0),
+    # hmask[32], qs[64], scales[12] (6-bit, packed), d  ->  q: hmask, qs (24 words); s: scales, d, pad
+    "q3_k": (QK, 110, [(0, 96)], [(96, 110)], 2),
     # d, m, qh[4], qs[16]  ->  q: qs, qh (5 words, as q5_0); s: d|m
     "q5_1": (32, 24, [(8, 24), (4, 8)], [(0, 4)], 0),
     # d, qs[16]  ->  q: qs (4 words, as q4_0); s: d (2-byte pad)
@@ -154,6 +158,41 @@ def quantize_raw(a: np.ndarray, dtype: str) -> np.ndarray:
         parts = [ql.reshape(out, nb, 128), qh.reshape(out, nb, 64), sc.astype(np.int8).view(np.uint8),
                  _f16(d[..., None])]
         return np.concatenate(parts, axis=2).reshape(out, -1)
+    if dtype == "q2_k":
+        x = a.reshape(out, nb, 16, 16)
+        lo = np.minimum(x.min(axis=-1), 0.0)
+        scale = (x.max(axis=-1) - lo) / 3
+        d = (scale.max(axis=-1) / 15).astype(np.float16)
+        dmin = ((-lo).max(axis=-1) / 15).astype(np.float16)
+        df, mf = d.astype(np.float32)[..., None], dmin.astype(np.float32)[..., None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sc = np.clip(np.rint(np.where(df > 0, scale / df, 0)), 0, 15)
+            m = np.clip(np.rint(np.where(mf > 0, -lo / mf, 0)), 0, 15)
+            step = (df * sc)[..., None]
+            q = np.where(step > 0, np.rint((x + (mf * m)[..., None]) / step), 0)
+        q = np.clip(q, 0, 3).astype(np.uint8).reshape(out, nb, 2, 4, 32)      # half, shift j, l
+        qs = sum(q[:, :, :, j] << (2 * j) for j in range(4)).astype(np.uint8).reshape(out, nb, 64)
+        scales = (sc.astype(np.uint8) | (m.astype(np.uint8) << 4))
+        return np.concatenate([scales, qs, _f16(d[..., None]), _f16(dmin[..., None])], axis=2).reshape(out, -1)
+    if dtype == "q3_k":
+        x = a.reshape(out, nb, 16, 16)
+        amax = np.abs(x).max(axis=-1)
+        d = (amax.max(axis=-1) / 4 / 31).astype(np.float16)
+        df = d.astype(np.float32)[..., None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sc = np.clip(np.rint(np.where(df > 0, amax / 4 / df, 0)), -32, 31)
+            step = (df * sc)[..., None]
+            q = np.where(step > 0, np.rint(x / step), 0)
+        u = (np.clip(q, -4, 3) + 4).astype(np.uint8).reshape(out, nb, 8, 32)   # element 32k + l
+        hmask = sum((u[:, :, k] >> 2) << k for k in range(8)).astype(np.uint8)
+        ql = (u & 3).reshape(out, nb, 2, 4, 32)
+        qs = sum(ql[:, :, :, j] << (2 * j) for j in range(4)).astype(np.uint8).reshape(out, nb, 64)
+        s6 = (sc + 32).astype(np.uint8)                                        # scale i: 6 bits
+        sb = np.zeros((out, nb, 12), np.uint8)
+        for i in range(16):
+            sb[:, :, i % 8] |= (s6[:, :, i] & 15) << (4 * (i // 8))
+            sb[:, :, 8 + i % 4] |= (s6[:, :, i] >> 4) << (2 * (i // 4))
+        return np.concatenate([hmask, qs, sb, _f16(d[..., None])], axis=2).reshape(out, -1)
     if dtype == "iq4_nl":
         x = a.reshape(out, nb, 32)
         d = (np.abs(x).max(axis=-1) / 127).astype(np.float16)

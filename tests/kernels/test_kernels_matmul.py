@@ -18,9 +18,9 @@ from vkdecode.quant import quantize
 # 4864-long rows. The limits leave a margin for drivers that reassociate or contract to FMA;
 # f16 / q* inputs are not rounded again on the GPU, so they share the f32 bound.
 LIMIT = {"f32": 1e-8, "f16": 1e-8, "q8_0": 1e-8, "q4_0": 1e-8, "q4_1": 1e-8, "q5_0": 1e-8,
-         "q5_1": 1e-8, "iq4_nl": 1e-8, "q4_k": 1e-8, "q5_k": 1e-8, "q6_k": 1e-8}
+         "q5_1": 1e-8, "iq4_nl": 1e-8, "q4_k": 1e-8, "q5_k": 1e-8, "q6_k": 1e-8, "q2_k": 1e-8, "q3_k": 1e-8}
 DTYPES = list(LIMIT)
-K_TYPES = ("q4_k", "q5_k", "q6_k")
+K_TYPES = ("q4_k", "q5_k", "q6_k", "q2_k", "q3_k")
 
 STRADDLE = {  # (out, in) around 8 / 32 / 64 and both load paths (wide uvec4 and scalar)
     "f32": [(1, 32), (31, 33), (32, 64), (33, 31), (63, 65), (64, 63), (65, 128), (9, 1)],

@@ -19,7 +19,7 @@ LIMIT_F32 = 1e-10
 # the phase error is ~p * 6e-8; at p = 5000 that is ~3e-4 rad -> nmse ~1e-7.
 LIMIT_ROPE = 3e-7
 DTYPES = ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"]
-K_TYPES = ["q4_k", "q5_k", "q6_k"]   # in-dims of whole 256-superblocks
+K_TYPES = ["q4_k", "q5_k", "q6_k", "q2_k", "q3_k"]   # in-dims of whole 256-superblocks
 
 
 def _paths(device):

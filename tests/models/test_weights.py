@@ -88,7 +88,7 @@ def single_tensor_gguf(path, name, data, raw_dtype=None):
     return open_gguf(str(path)).tensors[0]
 
 
-@pytest.mark.parametrize("kind", ["Q4_K", "Q5_K", "Q6_K", "Q5_1", "IQ4_NL"])
+@pytest.mark.parametrize("kind", ["Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K", "Q5_1", "IQ4_NL"])
 def test_gguf_kquant_kept_quantized(tmp_path, kind):
     """K-quants (and q5_1, iq4_nl) keep their blocks: the packed weight holds the file's bytes and
     dequantizes exactly as the gguf package does."""
@@ -96,7 +96,7 @@ def test_gguf_kquant_kept_quantized(tmp_path, kind):
     n, nbytes, _, _, pad = LAYOUTS[kind.lower()]
     raw = np.random.default_rng(0).integers(0, 256, (4, 512 // n * nbytes), dtype=np.uint8)
     blocks = raw.reshape(4, -1, nbytes)
-    for off in {"Q6_K": (208,), "IQ4_NL": (0,)}.get(kind, (0, 2)):    # finite f16 scales
+    for off in {"Q6_K": (208,), "IQ4_NL": (0,), "Q2_K": (80, 82), "Q3_K": (108,)}.get(kind, (0, 2)):
         blocks[:, :, off:off + 2] = np.array([0.01], np.float16).view(np.uint8)
     qt = gguf.GGMLQuantizationType[kind]
     t = single_tensor_gguf(tmp_path / "k.gguf", "blk.0.ffn_up.weight", raw, qt)
@@ -107,15 +107,15 @@ def test_gguf_kquant_kept_quantized(tmp_path, kind):
     assert np.array_equal(pw.dequantize(), gguf.quants.dequantize(raw, qt).reshape(4, 512))
 
 
-def test_gguf_q3_k_dequantized_at_load(tmp_path):
-    # no Q3_K kernel: f32 at load, said in the notes; random blocks (110 bytes / 256) with a sane d
-    raw = np.random.default_rng(0).integers(0, 256, (4, 110), dtype=np.uint8)
-    raw[:, 108:110] = np.array([0.01], np.float16).view(np.uint8)
-    t = single_tensor_gguf(tmp_path / "k.gguf", "blk.0.ffn_up.weight", raw, gguf.GGMLQuantizationType.Q3_K)
+def test_gguf_iq4_xs_dequantized_at_load(tmp_path):
+    # no IQ4_XS kernel: f32 at load, said in the notes; random blocks (136 bytes / 256) with a sane d
+    raw = np.random.default_rng(0).integers(0, 256, (4, 136), dtype=np.uint8)
+    raw[:, 0:2] = np.array([0.01], np.float16).view(np.uint8)
+    t = single_tensor_gguf(tmp_path / "k.gguf", "blk.0.ffn_up.weight", raw, gguf.GGMLQuantizationType.IQ4_XS)
     notes = []
     pw = _gguf_tensor(str(tmp_path / "k.gguf"), t, (4, 256), notes)
-    assert pw.dtype == "f32" and "Q3_K" in notes[0] and "blk.0.ffn_up.weight" in notes[0]
-    want = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q3_K)
+    assert pw.dtype == "f32" and "IQ4_XS" in notes[0] and "blk.0.ffn_up.weight" in notes[0]
+    want = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.IQ4_XS)
     assert np.array_equal(pw.dequantize(), want)
 
 

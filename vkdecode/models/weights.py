@@ -2,8 +2,8 @@
 
 Keys of the returned dict are the Program's weight value names (gguf_names.py). Matrices keep
 f32 / f16 / q8_0 / q4_0 / q4_1 / q5_0 / q5_1 / iq4_nl / q4_k / q5_k / q6_k as stored (repacked to
-32-bit words, quant.py); bf16 becomes f32; Q2_K / Q3_K (no kernel) are dequantized to f32 at load,
-and say so in the notes. Norm weights and biases are always 1-D f32.
+32-bit words, quant.py), and so do q2_k / q3_k; bf16 becomes f32; the IQ* / TQ* types (no kernel)
+are dequantized to f32 at load and say so in the notes. Norm weights and biases are always 1-D f32.
 """
 from __future__ import annotations
 
@@ -22,8 +22,10 @@ from vkdecode.models.gguf_names import expected_shapes, source_name
 from vkdecode.quant import PackedWeight, block_elems, pack_float, pack_gguf_blocks
 
 # repacked, matmul and embed read them quantized
-GGUF_KEPT = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q4_K", "Q5_K", "Q6_K")
-GGUF_DEQUANT = ("Q2_K", "Q3_K", "BF16")     # no native kernel: f32 at load
+GGUF_KEPT = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+# no native kernel: f32 at load, through gguf's dequantize (listed in the load notes)
+GGUF_DEQUANT = ("BF16", "IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_M", "IQ1_S",
+                "TQ1_0", "TQ2_0")
 
 
 def load_weights(path) -> tuple[ModelArgs, dict[str, PackedWeight], dict]:
@@ -237,7 +239,7 @@ def _gguf_tensor(path: str, t, shape, notes: list[str]) -> PackedWeight:
         a = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
         return _pack(np.asarray(a, dtype=np.float32).reshape(shape), "f32")
     raise ModelError(f"{path}: tensor {t.name!r} has type {kind}, which is not supported "
-                     f"(supported: F32, F16, BF16, {', '.join(GGUF_KEPT + GGUF_DEQUANT[:2])})")
+                     f"(supported: F32, F16, {', '.join(GGUF_KEPT + GGUF_DEQUANT)})")
 
 
 def _load_gguf(path: str):
