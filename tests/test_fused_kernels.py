@@ -258,19 +258,31 @@ def test_fused_lm_head_row_chunks(device, models, path):
     assert [it.call.shader for it in items].count("rms_norm_matmul_argmax") == 2
 
 
+@pytest.mark.parametrize("v_dtype,dispatches", [("q8_0", 1), ("f16", 2)])
 @pytest.mark.parametrize("path", ["sg", "smem"])
-def test_fused_mixed_dtypes(device, models, path):
-    """q/k/v of different dtypes (GGUF mixes do this): one rms_norm_matmul dispatch per dtype."""
+def test_fused_mixed_dtypes(device, models, path, v_dtype, dispatches):
+    """q/k/v of different dtypes (GGUF mixes do this): quant dtypes share one rms_norm_matmul
+    dispatch, each slot decoding its own (SLOT_DTYPES); a float dtype takes a dispatch of its own."""
     from vkdecode.models import build_program
     from vkdecode.quant import quantize
     base = _model(models, "qwen2", "f32", 16, **SHAPES["h96d32"])
-    dtypes = {n: ("q8_0" if n.endswith((".wv", ".w_down")) else "q4_1")
+    dtypes = {n: (v_dtype if n.endswith((".wv", ".w_down")) else "q4_1")
               for n, w in base.weights.items() if len(w.shape) == 2}
     weights = {n: quantize(w.dequantize(), dtypes[n]) if n in dtypes else w for n, w in base.weights.items()}
     program = build_program(base.args, base.ctx, {n: w.dtype for n, w in weights.items()})
     m = replace(base, program=program, weights=weights)
     items, _ = decode_and_compare(device, m, _caps(device, path))
-    assert [it.call.shader for it in items].count("rms_norm_matmul") == 2 * m.args.n_layers
+    assert [it.call.shader for it in items].count("rms_norm_matmul") == dispatches * m.args.n_layers
+
+
+def test_slot_dtype_codes_match_quant_types():
+    """No GPU: fused_wslot.glsl's DTS_<slot> codes are the indices of vkdecode.quant.QUANT_TYPES."""
+    import re
+
+    from vkdecode.quant import QUANT_TYPES
+    src = (Path(__file__).resolve().parents[1] / "shaders" / "fused_wslot.glsl").read_text()
+    codes = re.findall(r"SLOT_DT == (\d+)\n#define DT_(\w+) 1", src)
+    assert [(int(i), n.lower()) for i, n in codes] == list(enumerate(QUANT_TYPES))
 
 
 # rules that only fire when the default ones before them are left out
