@@ -15,7 +15,8 @@
 // H100 the L1 wavefronts of x, not DRAM, capped quantised matvecs near 1/3 of bandwidth.
 // K-quants keep that: a q4_k/q5_k unit is one qs word of a 64-element chunk c (elements
 // 64c+4w.. low nibbles, 64c+32+4w.. high nibbles), a q6_k unit one ql word of a 128-element half
-// (elements 4w.. and 64+4w..), so 8 (q6_k: 16) adjacent invocations load contiguous x.
+// (elements 4w.. and 64+4w..), a q2_k/q3_k unit two 2-bit planes of one qs word (elements
+// 128h+64p+4w.. and 128h+64p+32+4w..), so 8 (q6_k: 16) adjacent invocations load contiguous x.
 // ROW_WORDS(k) / ROW_SCALES(k): q and s words per row of in-dim k.
 
 #if defined(DT_F32)
@@ -130,10 +131,10 @@ int k3_scale(uvec4 sw, uint i) {
 // byte j (scale) / 4+j (min); j >= 4 has 4 low bits in byte 4+j and 2 high bits atop byte j-4 / j.
 uvec2 k4_scale_min(uvec4 sw, uint c) {
     const uint sh = 16u * (c & 1u);
-    const uint a = sw.y >> sh, b = sw.z >> sh;
-    if (c < 2u) return uvec2(a & 0x3F3Fu, b & 0x3F3Fu);
-    const uint e = sw.w >> sh;
-    return uvec2((e & 0x0F0Fu) | ((a >> 2) & 0x3030u), ((e >> 4) & 0x0F0Fu) | ((b >> 2) & 0x3030u));
+    const uint a = sw.y >> sh, b = sw.z >> sh, e = sw.w >> sh;
+    // a select, not a branch: c differs between the 8-lane groups of one subgroup
+    return c < 2u ? uvec2(a & 0x3F3Fu, b & 0x3F3Fu)
+                  : uvec2((e & 0x0F0Fu) | ((a >> 2) & 0x3030u), ((e >> 4) & 0x0F0Fu) | ((b >> 2) & 0x3030u));
 }
 #endif
 
