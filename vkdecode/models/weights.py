@@ -25,7 +25,7 @@ from vkdecode.quant import PackedWeight, block_elems, pack_float, pack_gguf_bloc
 GGUF_KEPT = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 # no native kernel: f32 at load, through gguf's dequantize (listed in the load notes)
 GGUF_DEQUANT = ("BF16", "IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_M", "IQ1_S",
-                "TQ1_0", "TQ2_0")
+                "TQ1_0", "TQ2_0", "MXFP4", "NVFP4")
 
 
 def load_weights(path) -> tuple[ModelArgs, dict[str, PackedWeight], dict]:
