@@ -66,6 +66,10 @@ def test_q4_k_m_modes_match_reference(device, models_dir, arch, tied, kv):
         with make_executor(mode, device, m.program, m.weights) as ex:
             # f16 caches: see tests/test_fused_kernels.py LIMIT_F16_KV
             out[mode] = _run(ex, ref, STEPS, 2e-3 if kv == "f16" else 1e-4)
+            if mode == "fused":   # q4_k q, k and a q6_k v (the last layer) still share one dispatch
+                calls = [it.call for it in ex.items if it.call.shader == "rms_norm_matmul"]
+                assert len(calls) == m.args.n_layers
+                assert any(("SLOT_DTYPES", "1") in c.defines for c in calls)
     assert out["fused"] == out["replay-nofuse"] == out["unfused"]
 
 
