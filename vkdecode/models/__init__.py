@@ -1,6 +1,8 @@
 """Model families (one file each), weights, tokenizer and the loader."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from vkdecode.models import llama, qwen2, qwen3
 
 FAMILIES = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3}
@@ -19,7 +21,6 @@ def build_program(args, ctx: int, weight_dtypes: dict[str, str] | None = None, s
 def set_kv_dtype(program, kv_dtype: str):
     """The caches every kv_write writes are stored as kv_dtype (f16 halves the attention's bytes and
     the KV memory; math stays f32). Done on the built program, so every family gets it alike."""
-    from dataclasses import replace
     if kv_dtype not in KV_DTYPES:
         raise ValueError(f"unknown KV cache dtype {kv_dtype!r} (choose from {', '.join(KV_DTYPES)})")
     for op in program.ops:

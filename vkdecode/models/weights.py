@@ -1,9 +1,9 @@
 """Load weights from an HF safetensors directory or a GGUF file into GPU-layout PackedWeights.
 
 Keys of the returned dict are the Program's weight value names (gguf_names.py). Matrices keep
-f32 / f16 / q8_0 / q4_0 / q4_1 / q5_0 / q5_1 / iq4_nl / q4_k / q5_k / q6_k as stored (repacked to
-32-bit words, quant.py), and so do q2_k / q3_k; bf16 becomes f32; the IQ* / TQ* types (no kernel)
-are dequantized to f32 at load and say so in the notes. Norm weights and biases are always 1-D f32.
+f32 / f16 / q8_0 / q4_0 / q4_1 / q5_0 / q5_1 / iq4_nl / q2_k .. q6_k as stored (repacked to 32-bit
+words, quant.py); bf16 becomes f32; the other IQ* / TQ* / MXFP4 types (no kernel) are dequantized
+to f32 at load and say so in the notes. Norm weights and biases are always 1-D f32.
 """
 from __future__ import annotations
 
