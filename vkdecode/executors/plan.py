@@ -77,6 +77,13 @@ class MemoryPlan:
         self._weights = device.arena(CHUNK)
         self._acts = device.arena(CHUNK)
         self._host = device.arena(1 << 20, host_visible=True)
+        # every weight, cache and activation is known now (scratch comes later): chunks sized to
+        # them, so device memory ~ the weights' bytes + KV + activations, not whole 256 MiB chunks
+        vals = program.values.values()
+        self._weights.expect(sum(self._weights.padded(a.nbytes) for v in vals
+                                 if v.kind == "weight" and v.name in weights for a in weights[v.name].parts.values()))
+        self._acts.expect(sum(self._acts.padded(value_bytes(v)) for v in vals if v.kind in ("activation", "state")
+                              or (v.kind == "output" and value_bytes(v) > SMALL_OUTPUT_BYTES)))
         try:
             self._build(program, weights, progress)
         except BaseException:   # out of memory or Ctrl-C half way: free what was allocated
