@@ -1,7 +1,7 @@
 """Program.verify(): shapes and dtypes per op kind, SSA form, step values read only."""
 from __future__ import annotations
 
-from fusion.ir import QUANT_BLOCK, STEP_WORDS, WEIGHT_DTYPES, IRError, Program
+from fusion.ir import K_QUANT_BLOCK, QUANT_BLOCK, STEP_WORDS, WEIGHT_DTYPES, IRError, Program
 
 ARITY = {  # kind -> (number of inputs, number of outputs)
     "embed": (2, 1), "rms_norm": (2, 1), "matmul": (2, 1), "add": (2, 1), "rope": (3, 1),
@@ -67,8 +67,9 @@ def _check_shapes(p: Program, op, fail) -> None:
         need(w.dtype in WEIGHT_DTYPES, f"{w.name}: unsupported weight dtype {w.dtype}")
         need(x.shape == (w.shape[1],), f"input {x.name} {x.shape} does not match weight {w.name} {w.shape}")
         need(outs[0].shape == (w.shape[0],), f"output {outs[0].name} {outs[0].shape} != ({w.shape[0]},)")
-        if w.dtype.startswith("q"):
-            need(w.shape[1] % QUANT_BLOCK == 0, f"{w.name}: in-dim {w.shape[1]} not a multiple of {QUANT_BLOCK}")
+        if w.dtype.startswith(("q", "iq")):
+            blk = K_QUANT_BLOCK if w.dtype.endswith("_k") else QUANT_BLOCK
+            need(w.shape[1] % blk == 0, f"{w.name}: in-dim {w.shape[1]} not a multiple of {blk}")
     elif k in ("add", "silu_mul", "gelu_mul"):
         need(ins[0].shape == ins[1].shape == outs[0].shape,
              f"shapes differ: {[v.shape for v in ins + outs]}")
@@ -86,6 +87,8 @@ def _check_shapes(p: Program, op, fail) -> None:
         kc, vc = outs
         need(kc.kind == "state" and vc.kind == "state", "caches must be state values")
         need(len(kc.shape) == 2 and kc.shape == vc.shape, f"cache shapes {kc.shape} {vc.shape}")
+        need(kc.dtype in ("f32", "f16") and vc.dtype == kc.dtype, f"cache dtypes {kc.dtype} {vc.dtype}")
+        need(kc.dtype == "f32" or kc.shape[1] % 2 == 0, f"f16 cache rows {kc.shape[1]} must be even (word pairs)")
         need(kk.shape == vv.shape == (kc.shape[1],), f"k/v {kk.shape} do not match cache rows {kc.shape}")
     elif k == "attention":
         q, kc, vc, _ = ins

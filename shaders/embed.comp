@@ -29,5 +29,5 @@ void main() {
     uint i = flat_group_id() * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
     uint r = step[STEP_TOKEN] - pc.row0;  // wraps to a huge value below row0
     if (i >= DIM || r >= ROWS_BOUND) return;
-    y[i] = dequant_elem(r * ROW_WORDS(DIM), r * (DIM / 32), i) * SCALE;
+    y[i] = dequant_elem(r * ROW_WORDS(DIM), r * ROW_SCALES(DIM), i) * SCALE;
 }

@@ -34,8 +34,8 @@ void fmv_rows_gate_up(uint first) {
         load_x_0(u, xv);
         for (uint i = 0; i < ROWS; i++) {
             uint r = min(first + i, M - 1);
-            fmv_acc[i] += unit_dot_0(r * ROW_WORDS(K), r * (K / 32), u, xv);
-            fmv_acc[ROWS + i] += unit_dot_1(r * ROW_WORDS(K), r * (K / 32), u, xv);
+            fmv_acc[i] += unit_dot_0(r * ROW_WORDS(K), r * ROW_SCALES(K), u, xv);
+            fmv_acc[ROWS + i] += unit_dot_1(r * ROW_WORDS(K), r * ROW_SCALES(K), u, xv);
         }
     }
 }

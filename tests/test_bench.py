@@ -57,7 +57,7 @@ def test_shape_model_covers_every_weight():
     with pytest.raises(ValueError, match="unknown shape"):
         shape_model("gpt-5", "f16", 32)
     with pytest.raises(ValueError, match="unknown quant"):
-        shape_model("tiny", "q3_k", 32)
+        shape_model("tiny", "iq2_xs", 32)
 
 
 def test_weight_bytes_per_token_reads_one_embedding_row():

@@ -16,6 +16,7 @@ from vkdecode.kernels import (
     _wg,
     attention_splits,
     combine_call,
+    kv_defines,
     partials,
 )
 
@@ -69,13 +70,16 @@ def rope_kv_write_attention(p: Program, region: Region, caps: KernelCaps) -> lis
     s, maxchunk = attention_grid(min(ctx, window) if window else ctx, d, caps)   # rows it can see
     qk_norm = "q_norm_w" in r
     defines = _reduce_defines(caps) + ((("NEOX", "1"),) if a["layout"] == "neox" else ()) \
-        + ((("QK_NORM", "1"),) if qk_norm else ())
+        + ((("QK_NORM", "1"),) if qk_norm else ()) + kv_defines(p, r["k_cache"])
+    f16 = p.values[r["k_cache"]].dtype == "f16"
     shader = "rope_kv_write_attention"
     wg = _wg(caps, caps.attn_wg or ATTN_WG_SG, cap=1024)
     lanes = caps.subgroup_size
     while wg > lanes and _sg_shared_bytes(wg, lanes, d) > caps.max_shared:
         wg //= 2
-    if _subgroup_rows(d, wg, caps) and _sg_shared_bytes(wg, lanes, d) <= caps.max_shared:
+    # an f16 cache word is two elements: a lane writes whole words only with an even EPL
+    if (_subgroup_rows(d, wg, caps) and _sg_shared_bytes(wg, lanes, d) <= caps.max_shared
+            and not (f16 and (d // lanes) % 2)):
         rb = min(SG_BATCH, -(-maxchunk // (wg // lanes)))   # rows a subgroup loads before using them
         shader += "_sg"
         defines += (("LANES", str(lanes)), ("EPL", str(d // lanes)), ("RB", str(rb)))

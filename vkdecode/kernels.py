@@ -11,9 +11,9 @@ import struct
 from dataclasses import dataclass
 
 from fusion.ir import Op, Program
+from vkdecode.quant import QUANT_TYPES, row_words
 
 MAX_GROUPS_X = 65535  # the minimum maxComputeWorkGroupCount[0]; larger grids go 2-D
-QUANT_TYPES = ("q8_0", "q4_0", "q4_1", "q5_0")
 
 
 @dataclass(frozen=True)
@@ -107,10 +107,9 @@ def weight_parts(dtype: str) -> tuple[str, ...]:
 
 def row_bytes(dtype: str, n_in: int, part: str) -> int:
     """Bytes per row of one part of a weight in vkdecode/quant.py's layout."""
-    if part == "s":
-        return n_in // 32 * 4
-    return {"f32": n_in * 4, "f16": n_in * 2, "q8_0": n_in, "q4_0": n_in // 2, "q4_1": n_in // 2,
-            "q5_0": n_in // 32 * 20}[dtype]
+    if dtype in QUANT_TYPES:
+        return row_words(dtype, n_in, part) * 4
+    return {"f32": n_in * 4, "f16": n_in * 2}[dtype]
 
 
 def row_chunks(dtype: str, n_rows: int, n_in: int, caps: KernelCaps) -> list[tuple[int, int]]:
@@ -220,11 +219,18 @@ def _rope(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
                        defines=(("NEOX", "1"),) if a["layout"] == "neox" else (), label=op.outputs[0])]
 
 
+def kv_defines(p: Program, cache: str) -> tuple[tuple[str, str], ...]:
+    """KV_F16 where the cache is stored as f16 (shaders/kv_cache.glsl)."""
+    return (("KV_F16", "1"),) if p.values[cache].dtype == "f16" else ()
+
+
 def _kv_write(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     row = p.values[op.outputs[0]].shape[1]
-    wg = _wg(caps, row)
+    n = row // 2 if kv_defines(p, op.outputs[0]) else row   # f16: one invocation per word
+    wg = _wg(caps, n)
     b = tuple(Binding(v) for v in op.inputs + op.outputs)
-    return [KernelCall("kv_write", (wg, row), b, (3, 4), _groups(-(-row // wg)), label=op.outputs[0])]
+    return [KernelCall("kv_write", (wg, row), b, (3, 4), _groups(-(-n // wg)),
+                       defines=kv_defines(p, op.outputs[0]), label=op.outputs[0])]
 
 
 def attention_splits(ctx: int, caps: KernelCaps) -> tuple[int, int]:
@@ -248,7 +254,7 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
         raise ValueError(f"attention {out}: {shared} bytes of shared memory > {caps.max_shared}; "
                          f"lower attn_max_chunk")
     spec = (wg, h, kvh, d, s, maxchunk, float(a["scale"]), window)
-    defines = _reduce_defines(caps) + ((("KVEC", "1"),) if d % 4 == 0 else ())
+    defines = _reduce_defines(caps) + ((("KVEC", "1"),) if d % 4 == 0 else ()) + kv_defines(p, kc)
     ins = (Binding(q), Binding(kc), Binding(vc), Binding(step))
     if s == 1:
         return [KernelCall("attention", spec, ins + (Binding(out),), (4,), (1, h, 1),

@@ -86,6 +86,8 @@ def run_op(op: Op, program: Program, env: dict, dtype=np.float32) -> dict[str, n
             c = env.get(name)
             if c is None:
                 c = np.zeros(program.values[name].shape, dtype=dt)
+            if program.values[name].dtype == "f16":   # stored as f16, read back as such
+                row = np.asarray(row).astype(np.float16)
             c[int(step[STEP_POS])] = row
             caches.append(c)
         out = caches

@@ -169,7 +169,9 @@ def write_gguf(model_dir, path, dtype: str = "f16", pre: str = "smollm", arch: s
                mutate=None, metadata: dict | None = None, extra_tensors: dict | None = None,
                add_bos: bool | None = None) -> Path:
     """GGUF of an HF dir from tiny_hf_model, as llama.cpp's converter writes it: matrices in
-    `dtype` (f32/f16/q8_0/q4_0/q4_1/q5_0), norms and biases f32, llama q/k rows permuted.
+    `dtype` (f32/f16/q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q4_k/q5_k/q6_k, or q4_k_m: llama.cpp's mix,
+    vkdecode.bench_shapes.weight_dtypes), norms and biases f32, llama q/k rows permuted. K-quants
+    and iq4_nl use vkdecode.quant_k's simple quantizer (gguf.quants has none for them).
     For bad-input tests: `arch` overrides general.architecture; mutate(gguf_name, array) returns
     the array to write instead, or None to leave the tensor out; `metadata` adds keys (bool, int,
     float or str; a value None leaves the standard key of that name out); `extra_tensors` adds
@@ -208,12 +210,17 @@ def write_gguf(model_dir, path, dtype: str = "f16", pre: str = "smollm", arch: s
     for key, v in metadata.items():
         add = {bool: w.add_bool, int: w.add_uint32, float: w.add_float32, str: w.add_string}[type(v)]
         add(key, v)
-    tensors = {source_name(n, "gguf", args.arch): gguf_source(model_dir, n, args) for n in expected_shapes(args)}
+    from vkdecode.bench_shapes import weight_dtypes
+    from vkdecode.quant_k import quantize_raw
+    mats = weight_dtypes(args, dtype) if dtype not in ("f32", "f16") else {}
+    names = {source_name(n, "gguf", args.arch): n for n in expected_shapes(args)}
+    tensors = {g: gguf_source(model_dir, n, args) for g, n in names.items()}
     if (args.rope_scaling or {}).get("rope_type") == "llama3":
         tensors["rope_freqs.weight"] = llama3_rope_factors(args)
     for gname, a in (extra_tensors or {}).items():
         w.add_tensor(gname, np.ascontiguousarray(a, np.float32))
     for gname, a in tensors.items():
+        name = names.get(gname, gname)
         if mutate is not None:
             a = mutate(gname, a)
             if a is None:
@@ -223,8 +230,9 @@ def write_gguf(model_dir, path, dtype: str = "f16", pre: str = "smollm", arch: s
         elif dtype == "f16":
             w.add_tensor(gname, a.astype(np.float16))
         else:
-            qt = gguf.GGMLQuantizationType[dtype.upper()]
-            w.add_tensor(gname, gguf.quants.quantize(a, qt), raw_dtype=qt)
+            dt = mats.get(name, dtype) if dtype == "q4_k_m" or dtype.endswith("_k") else dtype
+            qt = gguf.GGMLQuantizationType[dt.upper()]
+            w.add_tensor(gname, quantize_raw(a, dt), raw_dtype=qt)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -1,9 +1,9 @@
 """Load weights from an HF safetensors directory or a GGUF file into GPU-layout PackedWeights.
 
 Keys of the returned dict are the Program's weight value names (gguf_names.py). Matrices keep
-f32 / f16 / q8_0 / q4_0 / q4_1 / q5_0 as stored (repacked to 32-bit words); bf16 becomes f32;
-Q4_K / Q5_K / Q6_K are dequantized to f32 at load until native kernels exist. Norm weights and
-biases are always 1-D f32.
+f32 / f16 / q8_0 / q4_0 / q4_1 / q5_0 / q5_1 / iq4_nl / q2_k .. q6_k as stored (repacked to 32-bit
+words, quant.py); bf16 becomes f32; the other IQ* / TQ* / MXFP4 types (no kernel) are dequantized
+to f32 at load and say so in the notes. Norm weights and biases are always 1-D f32.
 """
 from __future__ import annotations
 
@@ -19,10 +19,13 @@ import numpy as np
 from vkdecode.errors import ModelError, VkDecodeError
 from vkdecode.models.config import ModelArgs
 from vkdecode.models.gguf_names import expected_shapes, is_norm, source_name
-from vkdecode.quant import BLOCK, PackedWeight, pack_float, pack_gguf_blocks
+from vkdecode.quant import PackedWeight, block_elems, pack_float, pack_gguf_blocks
 
-GGUF_KEPT = ("Q8_0", "Q4_0", "Q4_1", "Q5_0")        # repacked, matmul reads them quantized
-GGUF_DEQUANT = ("Q4_K", "Q5_K", "Q6_K", "BF16")     # no native kernel yet: f32 at load
+# repacked, matmul and embed read them quantized
+GGUF_KEPT = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+# no native kernel: f32 at load, through gguf's dequantize (listed in the load notes)
+GGUF_DEQUANT = ("BF16", "IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_M", "IQ1_S",
+                "TQ1_0", "TQ2_0", "MXFP4", "NVFP4")
 
 
 def load_weights(path) -> tuple[ModelArgs, dict[str, PackedWeight], dict]:
@@ -247,15 +250,16 @@ def _gguf_tensor(path: str, t, shape, notes: list[str]) -> PackedWeight:
         return _pack(np.asarray(t.data, dtype=np.float32).reshape(shape), "f32")
     if kind == "F16":
         return _pack(np.asarray(t.data).reshape(shape), "f16")
-    if kind in GGUF_KEPT and len(shape) == 2 and shape[1] % BLOCK == 0:
+    if kind in GGUF_KEPT and len(shape) == 2 and shape[1] % block_elems(kind.lower()) == 0:
         return pack_gguf_blocks(np.asarray(t.data), kind.lower(), shape)
     if kind in GGUF_KEPT or kind in GGUF_DEQUANT:
         if kind != "BF16":
-            notes.append(f"{t.name}: {kind} dequantized to f32 at load (no native kernel yet)")
+            why = "no native kernel" if kind in GGUF_DEQUANT else f"shape {shape} does not fit its blocks"
+            notes.append(f"{t.name}: {kind} dequantized to f32 at load ({why})")
         a = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
         return _pack(np.asarray(a, dtype=np.float32).reshape(shape), "f32")
     raise ModelError(f"{path}: tensor {t.name!r} has type {kind}, which is not supported "
-                     f"(supported: F32, F16, BF16, {', '.join(GGUF_KEPT + GGUF_DEQUANT[:3])})")
+                     f"(supported: F32, F16, {', '.join(GGUF_KEPT + GGUF_DEQUANT)})")
 
 
 def _load_gguf(path: str):
