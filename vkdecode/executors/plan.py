@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fusion.ir import STEP_WORDS, Program
-from vkdecode.kernels import Binding, KernelCall, row_bytes
+from vkdecode.kernels import QUANT_TYPES, Binding, KernelCall, row_bytes
 
 CHUNK = 256 << 20          # arena buffer size; larger tensors get their own buffer
 SMALL_OUTPUT_BYTES = 4096  # outputs this small (next_token) live in host-visible memory
@@ -63,8 +63,15 @@ def check_fits(device, program: Program, weights: dict) -> None:
 
 
 class MemoryPlan:
-    def __init__(self, device, program: Program, weights: dict, progress=None):
-        check_fits(device, program, weights)
+    """share: plans whose slices this one uses by name instead of allocating (a prompt chunk's
+    plan takes the decode plan's weights, KV caches and step buffer, and a narrower chunk the
+    activations of the widest). Only slices at least as large are taken; runs never overlap
+    (one queue, each chunk waited for), so sharing activations between programs is safe."""
+
+    def __init__(self, device, program: Program, weights: dict, progress=None, share=()):
+        self.share = tuple(share)
+        if not self.share:
+            check_fits(device, program, weights)
         self.device = device
         self.program = program
         self.slices: dict[tuple[str, str], object] = {}
@@ -78,13 +85,31 @@ class MemoryPlan:
             self.close()
             raise
 
+    def _take_shared(self, v) -> bool:
+        """Use a shared plan's slices (every part) of value v, if one has them large enough."""
+        part = "q" if v.kind == "weight" and v.dtype in QUANT_TYPES else "data"
+        need = 0 if v.kind == "weight" else v.numel * 4
+        for plan in self.share:
+            s = plan.slices.get((v.name, part))
+            if s is not None and s.size >= need:
+                self.slices.update({k: x for k, x in plan.slices.items() if k[0] == v.name})
+                if v.kind == "weight":
+                    self.weight_bytes[v.name] = plan.weight_bytes[v.name]
+                return True
+        return False
+
     def _build(self, program: Program, weights: dict, progress) -> None:
-        self.step = self._host.alloc(STEP_WORDS * 4, "step")
-        self.slices[("step", "data")] = self.step
-        self.ring = self._host.alloc(TOKEN_RING * 4, "token_ring")
-        self.slices[("token_ring", "data")] = self.ring
+        for name, nbytes in (("step", STEP_WORDS * 4), ("token_ring", TOKEN_RING * 4)):
+            shared = [p.slices[(name, "data")] for p in self.share[:1]]
+            self.slices[(name, "data")] = shared[0] if shared else self._host.alloc(nbytes, name)
+        self.step, self.ring = self.slices[("step", "data")], self.slices[("token_ring", "data")]
         for v in program.values.values():
-            if v.kind == "weight":
+            if v.name == "step" or self._take_shared(v):
+                continue
+            if v.kind == "step" and v.name != "step":
+                # chunk token ids: written by the host once per chunk
+                self.slices[(v.name, "data")] = self._host.alloc(v.numel * 4, v.name)
+            elif v.kind == "weight":
                 if v.name not in weights:
                     raise KeyError(f"weight {v.name} missing from the loaded weights")
                 pw = weights[v.name]

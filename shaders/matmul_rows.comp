@@ -1,0 +1,78 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// matmul over a prompt chunk: Y[t, row0 + m] = W[m, :] . X[t, :] for T rows of X, W of any weight
+// dtype (define DT_*, decoded by dequant.glsl's dequant_elem), math in f32. Tiled: a workgroup
+// owns BM weight rows x BN chunk rows; per BK-wide slice of K it decodes its weight tile once
+// into shared memory and uses every weight for all BN rows (the point of batching the prompt:
+// each weight is read once per tile of tokens, not once per token). Each invocation keeps a
+// TM x TN block of outputs, strided so that shared reads and global writes are contiguous.
+// Bindings: f32/f16: 0 W, 1 X, 2 Y; quant: 0 q words, 1 scales, 2 X, 3 Y.
+// Spec: 0 wg size (= BM/TM * BN/TN), 1 K, 2 M (rows bound), 3 T, 4 MTOT (Y row stride), 5 BN.
+// Push: row0 (first output row of a row-split weight).
+#define NO_WG_REDUCE
+#include "common.glsl"
+
+#define B_W 0
+#if defined(DT_F32) || defined(DT_F16)
+#define B_X 1
+#else
+#define B_S 1
+#define B_X 2
+#endif
+#define B_Y (B_X + 1)
+#include "dequant.glsl"
+
+layout(constant_id = 1) const uint K = 32;
+layout(constant_id = 2) const uint M = 1;
+layout(constant_id = 3) const uint T = 1;
+layout(constant_id = 4) const uint MTOT = 1;
+layout(constant_id = 5) const uint BN = 16;
+layout(push_constant) uniform Push { uint row0; } pc;
+layout(binding = B_X) readonly buffer XB { float x[]; };
+layout(binding = B_Y) writeonly buffer YB { float y[]; };
+
+const uint BM = 64, BK = 16, TM = 4, TN = 4;
+const uint MSTRIDE = BM / TM;          // invocations along the weight rows
+const uint NSTRIDE = BN / TN;          // and along the chunk rows
+shared float ws[BK * BM];
+shared float xs[BK * BN];
+
+void main() {
+    const uint WG = gl_WorkGroupSize.x;
+    const uint tid = gl_LocalInvocationID.x;
+    const uint m0 = gl_WorkGroupID.x * BM, n0 = gl_WorkGroupID.y * BN;
+    const uint tm = tid % MSTRIDE, tn = tid / MSTRIDE;
+    float acc[TM * TN];
+    for (uint i = 0; i < TM * TN; i++) acc[i] = 0.0;
+
+    for (uint k0 = 0; k0 < K; k0 += BK) {
+        // adjacent invocations take adjacent k: contiguous weight and activation reads
+        for (uint e = tid; e < BM * BK; e += WG) {
+            uint r = e / BK, kk = e % BK;
+            uint m = m0 + r, k = k0 + kk;
+            ws[kk * BM + r] = (m < M && k < K) ? dequant_elem(m * ROW_WORDS(K), m * (K / 32), k) : 0.0;
+        }
+        for (uint e = tid; e < BN * BK; e += WG) {
+            uint c = e / BK, kk = e % BK;
+            uint n = n0 + c, k = k0 + kk;
+            xs[kk * BN + c] = (n < T && k < K) ? x[n * K + k] : 0.0;
+        }
+        barrier();
+        for (uint kk = 0; kk < BK; kk++) {
+            float a[TM], b[TN];
+            for (uint i = 0; i < TM; i++) a[i] = ws[kk * BM + tm + i * MSTRIDE];
+            for (uint j = 0; j < TN; j++) b[j] = xs[kk * BN + tn + j * NSTRIDE];
+            for (uint i = 0; i < TM; i++)
+                for (uint j = 0; j < TN; j++) acc[i * TN + j] += a[i] * b[j];
+        }
+        barrier();
+    }
+    for (uint j = 0; j < TN; j++) {
+        uint n = n0 + tn + j * NSTRIDE;
+        if (n >= T) continue;
+        for (uint i = 0; i < TM; i++) {
+            uint m = m0 + tm + i * MSTRIDE;
+            if (m < M) y[n * MTOT + pc.row0 + m] = acc[i * TN + j];
+        }
+    }
+}
