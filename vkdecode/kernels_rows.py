@@ -11,8 +11,17 @@ from __future__ import annotations
 import struct
 
 from fusion.ir import Op, Program
-from vkdecode.kernels import (Binding, KernelCall, KernelCaps, _dtype_define, _groups, _reduce_defines,
-                              _wbindings, _wg, row_chunks)
+from vkdecode.kernels import (
+    Binding,
+    KernelCall,
+    KernelCaps,
+    _dtype_define,
+    _groups,
+    _reduce_defines,
+    _wbindings,
+    _wg,
+    row_chunks,
+)
 
 MATMUL_BM = 64      # weight rows per workgroup (shaders/matmul_rows.comp BM)
 
