@@ -56,6 +56,9 @@ def add_run_parser(sub) -> None:
                    help="fused mode: record K steps per command buffer, one submit and one readback per "
                         "K tokens (faster on GPUs where the submit gap shows; tokens stream K at a time)")
     add_sampling_options(p)
+    p.add_argument("--prefill", default="auto", metavar="WIDTHS",
+                   help="prompt chunk widths, comma separated (e.g. 128,32,8), 'auto' for the device's "
+                        "default, 'off' for token-by-token prompt processing")
     p.add_argument("--json", action="store_true", help="print one JSON object (text + summary) at the end")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar while weights upload (default: when stderr is a terminal)")
@@ -78,6 +81,7 @@ def cmd_run(args) -> int:
             raise VkDecodeError(f"--tokens-per-submit must be 1..{MAX_TOKENS_PER_SUBMIT}")
         extra["tokens_per_submit"] = args.tokens_per_submit
     sampling = sampling_kwargs(args)     # refuse bad sampling flags before loading anything
+    extra["prefill"] = prefill_widths(args.prefill)
     path = resolve_model(args.model)
     progress = sys.stderr.isatty() if args.progress is None else args.progress
     # Greedy loads the step that ends in argmax (fused into the lm_head); only sampling needs the sampler.
@@ -112,6 +116,21 @@ def cmd_run(args) -> int:
             sys.stdout.flush()
             print(format_summary(summary), file=sys.stderr)
     return 0
+
+
+def prefill_widths(text: str):
+    """--prefill: True (auto), False (off) or a tuple of chunk widths."""
+    if text == "auto":
+        return True
+    if text == "off":
+        return False
+    try:
+        widths = tuple(int(w) for w in text.split(",") if w.strip())
+    except ValueError:
+        widths = ()
+    if not widths or min(widths) < 1:
+        raise VkDecodeError(f"--prefill takes 'auto', 'off' or positive widths like 128,32,8, not {text!r}")
+    return widths
 
 
 def format_summary(s: dict) -> str:

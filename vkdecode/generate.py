@@ -1,5 +1,6 @@
-"""The generation loop: prompt tokens through the decode step one at a time, then decode until EOS,
-max_tokens or the end of the context. Greedy decoding is argmax on the GPU."""
+"""The generation loop: the prompt through executor.prefill (chunks of batched prompt work when the
+executor has them, executors/prefill.py; the last prompt token through the decode step), then
+decode until EOS, max_tokens or the end of the context. Greedy decoding is argmax on the GPU."""
 from __future__ import annotations
 
 import statistics
@@ -50,8 +51,7 @@ def stream_generate(executor, tokenizer, prompt_ids: list[int], max_tokens: int 
     executor.token_stats.clear()
     first_stat = 0
     t0 = time.perf_counter()
-    for pos, tok in enumerate(prompt_ids):
-        nxt = executor.step(tok, pos)
+    nxt = executor.prefill(prompt_ids, 0)
     ttft = time.perf_counter() - t0
     decode_start = len(executor.token_stats)
     t1 = time.perf_counter()
