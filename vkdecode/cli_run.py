@@ -59,6 +59,9 @@ def add_run_parser(sub) -> None:
     p.add_argument("--prefill", default="auto", metavar="WIDTHS",
                    help="prompt chunk widths, comma separated (e.g. 128,32,8), 'auto' for the device's "
                         "default, 'off' for token-by-token prompt processing")
+    p.add_argument("--speculative", type=int, default=0, metavar="K",
+                   help="greedy speculative decoding: K prompt-lookup draft tokens checked per step "
+                        "(best on text that repeats its prompt: code edits, summaries; 0 = off)")
     p.add_argument("--json", action="store_true", help="print one JSON object (text + summary) at the end")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar while weights upload (default: when stderr is a terminal)")
@@ -82,6 +85,14 @@ def cmd_run(args) -> int:
         extra["tokens_per_submit"] = args.tokens_per_submit
     sampling = sampling_kwargs(args)     # refuse bad sampling flags before loading anything
     extra["prefill"] = prefill_widths(args.prefill)
+    if args.speculative:
+        if args.speculative < 0:
+            raise VkDecodeError("--speculative takes K >= 1 draft tokens (0 = off)")
+        if sampling:
+            raise VkDecodeError("--speculative is greedy only: drop --temp (or use --temp 0)")
+        if args.tokens_per_submit != 1:
+            raise VkDecodeError("--speculative and --tokens-per-submit do not combine")
+        extra["speculative"] = args.speculative
     path = resolve_model(args.model)
     progress = sys.stderr.isatty() if args.progress is None else args.progress
     # Greedy loads the step that ends in argmax (fused into the lm_head); only sampling needs the sampler.
@@ -107,6 +118,8 @@ def cmd_run(args) -> int:
         text = "".join(parts)
         summary = dict(last.stats, device=device, finish_reason=last.finish_reason,
                        sampling=sampling or {"temp": 0.0})
+        if model.executor.speculative is not None:
+            summary["speculative"] = dict(model.executor.speculative.stats.as_dict(), k=args.speculative)
         if args.json:
             print(json.dumps({"text": text, "tokens": tokens, "finish_reason": last.finish_reason,
                               "model": path, "device": device, "summary": summary}, indent=2))
@@ -142,4 +155,6 @@ def format_summary(s: dict) -> str:
          f"wall {s['wall_us_per_token']:.0f} µs/token"),
         (f"   mode {s['mode']} on {s['device']}: per token {c.get('descriptor_writes', 0)} descriptor writes, "
          f"{c.get('command_buffer_recordings', 0)} recordings, {c.get('submits', 0)} submit(s)"),
-    ])
+    ] + ([(f"   speculative K={sp['k']}: {sp['accepted']}/{sp['drafted']} drafts accepted "
+          f"({100 * sp['acceptance_rate']:.0f}%), {sp['tokens_per_verify']:.2f} tokens per verify step, "
+          f"{sp['plain_steps']} plain steps")] if (sp := s.get("speculative")) else []))

@@ -51,7 +51,11 @@ def stream_generate(executor, tokenizer, prompt_ids: list[int], max_tokens: int 
     executor.token_stats.clear()
     first_stat = 0
     t0 = time.perf_counter()
-    nxt = executor.prefill(prompt_ids, 0)
+    if hasattr(executor, "prefill"):
+        nxt = executor.prefill(prompt_ids, 0)
+    else:      # an executor without prompt chunks (test doubles): the prompt through step()
+        for pos, tok in enumerate(prompt_ids):
+            nxt = executor.step(tok, pos)
     ttft = time.perf_counter() - t0
     decode_start = len(executor.token_stats)
     t1 = time.perf_counter()
@@ -59,7 +63,12 @@ def stream_generate(executor, tokenizer, prompt_ids: list[int], max_tokens: int 
     pos, generated = len(prompt_ids), 0
     # every later token comes from decode(): replay pipelines it (the GPU feeds each step the
     # previous token), so the loop below never waits on the GPU for the next submit
-    steps = executor.decode(nxt, pos, max(0, min(max_tokens - 1, ctx - pos)))
+    n_steps = max(0, min(max_tokens - 1, ctx - pos))
+    spec = getattr(executor, "speculative", None)
+    if spec is not None:     # greedy only (Speculative refuses a sampling program)
+        steps = spec.run(list(prompt_ids), nxt, pos, n_steps)
+    else:
+        steps = executor.decode(nxt, pos, n_steps)
     while True:
         generated += 1
         eos = nxt in tokenizer.eos_ids

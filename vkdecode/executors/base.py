@@ -47,6 +47,7 @@ class Executor:
                  share=()):
         self.device = device
         self.prefill_set = None
+        self.speculative = None
         self.program = program
         self.ctx = _ctx_of(program)
         self.caps = caps or KernelCaps.from_info(device.info)
@@ -156,6 +157,15 @@ class Executor:
             self.prefill_set.close()
         self.prefill_set = Prefill(self, widths)
 
+    def enable_speculative(self, k: int) -> None:
+        """Greedy speculative decoding: K prompt-lookup drafts checked per replayed verify step
+        (vkdecode/speculative.py); generation then decodes through it."""
+        from vkdecode.speculative import Speculative
+        if self.speculative is not None:
+            self.speculative.close()
+            self.speculative = None
+        self.speculative = Speculative(self, k)
+
     def prefill(self, tokens, pos0: int = 0) -> int:
         """Run prompt tokens at positions pos0.. and return the next token: all but the last in
         chunks (when enabled), the last through the decode step."""
@@ -214,9 +224,13 @@ class Executor:
         return rows
 
     def close(self) -> None:
-        if getattr(self, "prefill_set", None) is not None:   # uses this plan's slices: first
+        if getattr(self, "speculative", None) is not None:   # uses this plan's slices: first
+            self.speculative.close()
+            self.speculative = None
+        if getattr(self, "prefill_set", None) is not None:
             self.prefill_set.close()
             self.prefill_set = None
+        self.speculative = None
         if getattr(self, "plan", None) is not None:
             self.device.wait_idle()
             if getattr(self, "timestamps", None) is not None:   # None when __init__ failed early
