@@ -82,6 +82,5 @@ def test_speculative_near_the_end_of_the_context(device, tiny):
 
 def test_speculative_refuses_sampling(device, models_dir):
     m = load_model(tiny_hf_model("llama", models_dir), ctx=32, sampling=True)
-    with make_executor("fused", device, m.program, m.weights) as ex:
-        with pytest.raises(UsageError, match="greedy"):
-            ex.enable_speculative(3)
+    with make_executor("fused", device, m.program, m.weights) as ex, pytest.raises(UsageError, match="greedy"):
+        ex.enable_speculative(3)
