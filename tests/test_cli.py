@@ -151,8 +151,17 @@ def test_stats_table_and_json(capsys, tiny_gguf):
     assert unfused["host_calls_per_token"]["command_buffer_recordings"] == 1
     assert fused["executed_per_token"]["dispatches"] < nofuse["executed_per_token"]["dispatches"]
     assert nofuse["executed_per_token"] == unfused["executed_per_token"]
+    # prompt chunks: recorded once per width in replay modes, re-recorded per chunk unfused
+    assert s["prefill_width"] == 32 and s["prefill_regions"]
+    for m in (fused, nofuse):
+        assert m["prefill"]["host_calls_per_chunk"] == {
+            "descriptor_writes": 0, "descriptor_set_allocations": 0, "command_buffer_recordings": 0,
+            "recorded_commands": 0, "submits": 1}
+    assert unfused["prefill"]["host_calls_per_chunk"]["command_buffer_recordings"] == 1
+    assert unfused["prefill"]["executed_per_chunk"] == nofuse["prefill"]["executed_per_chunk"]
     rc, out, _ = cli(capsys, "stats", "--model", tiny_gguf, "--ctx", 64)
     assert rc == 0 and "×2" in out and "descriptor writes" in out and "replay-nofuse" in out
+    assert "prompt chunk of 32 tokens" in out
 
 
 def test_stats_executed_counts_match_the_unfused_host_recording(device, tiny_gguf):
