@@ -107,6 +107,25 @@ RMS_NORM_MATMUL_SILU_MUL = Rule("RMS_NORM_MATMUL_SILU_MUL", pattern(
     exports=("a",)), _lower_norm_swiglu, lambda m, p: _same_weights(m, p, "w_gate", "w_up"))
 
 
+def _lower_norm_bias_swiglu(m: Match, p: Program) -> Region:
+    region = _lower_norm_swiglu(m, p)
+    region.name = region.rule = "RMS_NORM_MATMUL_BIAS_SILU_MUL"
+    region.roles.update(b_gate=m.captures["b_gate"], b_up=m.captures["b_up"])
+    return region
+
+
+# Llama mlp_bias: the gate and up biases sit between the matvecs and SwiGLU, added in its epilogue
+RMS_NORM_MATMUL_BIAS_SILU_MUL = Rule("RMS_NORM_MATMUL_BIAS_SILU_MUL", pattern(
+    "RMS_NORM_MATMUL_BIAS_SILU_MUL",
+    op("rms_norm", ("x", "norm_w"), ("h",), where=whole_norm),
+    op("matmul", ("w_gate", "h"), ("g",)),
+    op("add", ("g", "b_gate"), ("gb",), kinds={"b_gate": "weight"}, commutative=True),
+    op("matmul", ("w_up", "h"), ("u",)),
+    op("add", ("u", "b_up"), ("ub",), kinds={"b_up": "weight"}, commutative=True),
+    op("silu_mul", ("gb", "ub"), ("a",)),
+    exports=("a",)), _lower_norm_bias_swiglu, lambda m, p: _same_weights(m, p, "w_gate", "w_up"))
+
+
 # -- 3. norm feeding every projection that reads it (q/k/v), each with its optional bias --
 
 def _lower_norm_matmul(m: Match, p: Program) -> Region:
@@ -175,13 +194,24 @@ ROPE_KV_WRITE_ATTENTION = Rule("ROPE_KV_WRITE_ATTENTION", pattern(
     exports=("o", "k_cache", "v_cache")), _lower_attention, _attention_shapes)
 
 
-# -- 5. output / down projection accumulating into the residual --
+# -- 5. output / down projection (+ its bias) accumulating into the residual --
 
 def _lower_matmul_add(m: Match, p: Program) -> Region:
     c = m.captures
-    return _region(m, "MATMUL_ADD",
-                   {"weight": c["w"], "x": c["x"], "residual": c["r"], "out": c["s"]},
+    name = "MATMUL_BIAS_ADD" if "b" in c else "MATMUL_ADD"
+    return _region(m, name,
+                   {"weight": c["w"], "x": c["x"], "residual": c["r"], "out": c["s"], "bias": c.get("b")},
                    {"dtype": p.values[c["w"]].dtype})
+
+
+# Llama / Qwen3 with attention_bias (o-projection), Llama with mlp_bias (down projection): the
+# bias add sits between the matvec and the residual add and is folded into the same epilogue.
+MATMUL_BIAS_ADD = Rule("MATMUL_BIAS_ADD", pattern(
+    "MATMUL_BIAS_ADD",
+    op("matmul", ("w", "x"), ("y",)),
+    op("add", ("y", "b"), ("yb",), kinds={"b": "weight"}, commutative=True),
+    op("add", ("yb", "r"), ("s",), kinds={"r": "activation"}, commutative=True),
+    exports=("s",)), _lower_matmul_add)
 
 
 MATMUL_ADD = Rule("MATMUL_ADD", pattern(
@@ -228,9 +258,11 @@ ADD_RMS_NORM = Rule("ADD_RMS_NORM", pattern(
 DEFAULT_RULES: tuple[Rule, ...] = (
     RMS_NORM_MATMUL_ARGMAX,
     RMS_NORM_MATMUL_SILU_MUL,
+    RMS_NORM_MATMUL_BIAS_SILU_MUL,
     RMS_NORM_MATMUL,
     QK_NORM_ROPE_KV_WRITE_ATTENTION,
     ROPE_KV_WRITE_ATTENTION,
+    MATMUL_BIAS_ADD,
     MATMUL_ADD,
     MATMUL_SILU_MUL,
     ADD_RMS_NORM,

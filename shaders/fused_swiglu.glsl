@@ -17,6 +17,11 @@ layout(constant_id = 4) const uint M = 1;
 #define SLOT 1
 #include "fused_wslot.glsl"
 layout(binding = B_Y) writeonly buffer YB { float y[]; };
+#ifdef BIAS
+// RMS_NORM_MATMUL_BIAS_SILU_MUL (Llama mlp_bias): gate and up biases, bindings BB_0 and BB_1
+layout(binding = BB_0) readonly buffer BGB { float b_gate[]; };
+layout(binding = BB_1) readonly buffer BUB { float b_up[]; };
+#endif
 
 // Gate and up rows first..first+ROWS-1 in one loop: x is loaded once per unit and the 2 * ROWS
 // weight loads of a unit are in flight together (one loop per weight: 5.6 vs 5.4 µs per layer on
@@ -44,5 +49,9 @@ void main() {
     if (t >= ROWS || first + t >= M) return;
     float inv = fmv_inv_rms(fmv_total(2 * ROWS));
     float g = fmv_total(t) * inv, u = fmv_total(ROWS + t) * inv;
+#ifdef BIAS
+    g += b_gate[first + t];
+    u += b_up[first + t];
+#endif
     y[first + t] = g / (1.0 + exp(-g)) * u;
 }

@@ -3,6 +3,7 @@
 // MATMUL_ADD: y = r + W @ x (output / down projection accumulating into the residual stream), the
 // add done in the matvec epilogue: one dispatch and no intermediate W @ x buffer.
 // Bindings: f32/f16: 0 W data, 1 x, 2 r, 3 y; quant: 0 q words, 1 scales, 2 x, 3 r, 4 y.
+// BIAS (MATMUL_BIAS_ADD): y = r + (W @ x + b), b bound after y.
 // COMBINE_X (defines CX_H, CX_D, CX_S): x is split-K attention partials, combined on load.
 // Spec and push as matmul.comp (matvec.glsl): 0 wg size, 1 K, 2 M, 3 ROWS; push row0.
 #define NO_WG_REDUCE
@@ -22,6 +23,9 @@ layout(binding = B_X) readonly buffer X1B { float x1[]; };
 layout(binding = B_X) readonly buffer X4B { vec4 x4[]; };
 layout(binding = B_R) readonly buffer RB { float r[]; };
 layout(binding = B_Y) writeonly buffer YB { float y[]; };
+#ifdef BIAS
+layout(binding = B_X + 3) readonly buffer BB { float bias[]; };
+#endif
 #ifdef COMBINE_X
 // x is split-K attention's partials (CX_S splits of CX_H heads of CX_D, attn_partials.glsl), and
 // each element is combined over the splits as it is loaded: the o-projection does the combine, so
@@ -66,7 +70,11 @@ vec4 cx4(uint i) {  // CX_D % 4 == 0: the four elements share a head
 #define X1(i) x1[i]
 #define X4(i) x4[i]
 #endif
+#ifdef BIAS
+#define MV_STORE(row, v) y[row] = r[row] + ((v) + bias[row])
+#else
 #define MV_STORE(row, v) y[row] = r[row] + (v)
+#endif
 
 #include "dequant.glsl"
 #include "matvec.glsl"

@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `tests.helpers`
 
 import vkdecode
 from tests.helpers.make_models import models_dir, tiny_hf_model, write_gguf
-from vkdecode.errors import ContextError, ModelError
+from vkdecode.errors import ContextError, ModelError, UsageError
 from vkdecode.generate import GenerationResponse
 
 
@@ -29,13 +29,18 @@ def test_generate_and_stream_agree(device, tiny_gguf):
     with vkdecode.load(tiny_gguf, device=device, ctx=64) as model:
         rs = list(model.stream_generate("Hello, world", max_tokens=5))
         text = model.generate("Hello, world", max_tokens=5)
+        n_items = len(model.executor.items)
     assert all(isinstance(r, GenerationResponse) for r in rs)
     assert len(rs) <= 5 and rs[-1].finish_reason in ("length", "stop")
     assert all(r.finish_reason is None and r.stats is None for r in rs[:-1])
     assert text == "".join(r.text for r in rs)
     s = rs[-1].stats
     assert s["mode"] == "fused" and s["generated_tokens"] == len(rs)
-    assert s["per_token_counters"]["descriptor_writes"] == 0 and s["per_token_counters"]["submits"] == 1
+    h, e = s["host_calls_per_token"], s["executed_per_token"]
+    assert h["descriptor_writes"] == 0 and h["submits"] == 1 and "dispatches" not in h
+    assert e["dispatches"] == n_items > 0        # what `vkdecode stats` calls dispatches, never 0
+    if s["decode_tok_s"] > 0:
+        assert s["gpu_us_per_token"] <= s["wall_us_per_token"] == pytest.approx(1e6 / s["decode_tok_s"])
 
 
 def test_modes_give_the_same_greedy_tokens(device, tiny_gguf):
@@ -83,5 +88,25 @@ def test_shared_device_stays_open(device, tiny_gguf):
 def test_errors(device, tiny_gguf, tmp_path):
     with pytest.raises(ModelError, match="no such file"):
         vkdecode.load(tmp_path / "missing.gguf", device=device)
-    with vkdecode.load(tiny_gguf, device=device, ctx=8) as model, pytest.raises(ContextError, match="--ctx"):
-        list(model.stream_generate("the quick brown fox jumps over the lazy dog " * 4, max_tokens=2))
+    with vkdecode.load(tiny_gguf, device=device, ctx=8) as model:
+        with pytest.raises(ContextError, match="--ctx"):
+            list(model.stream_generate("the quick brown fox jumps over the lazy dog " * 4, max_tokens=2))
+        vocab = model.loaded.args.vocab_size
+        with pytest.raises(UsageError, match=f"token id {vocab} is outside"):    # never an OOB embedding row
+            list(model.stream_generate(prompt_ids=[1, vocab], max_tokens=2))
+
+
+def test_chat_needs_a_chat_template(device, tiny_dir, tmp_path):
+    """--chat / chat= on a model without a chat template is an error naming the problem (it used to
+    fall back to ChatML silently); a raw prompt still runs."""
+    import json
+    import shutil
+    d = tmp_path / "no-template"
+    shutil.copytree(tiny_dir, d)
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    del cfg["chat_template"]
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    with vkdecode.load(d, device=device, ctx=16) as model:
+        with pytest.raises(ModelError, match="no chat template"):
+            model.generate(chat="Hi", max_tokens=2)
+        assert len(list(model.stream_generate("Hi", max_tokens=2))) >= 1

@@ -56,8 +56,10 @@ def test_run_json_same_tokens_in_every_mode(capsys, tiny_gguf):
         assert set(d) >= {"text", "tokens", "finish_reason", "model", "device", "summary"}
         s = d["summary"]
         for key in ("mode", "prompt_tokens", "generated_tokens", "load_s", "ttft_s", "decode_tok_s",
-                    "host_us_per_token", "gpu_us_per_token", "per_token_counters", "device"):
+                    "host_us_per_token", "gpu_us_per_token", "executed_per_token", "host_calls_per_token",
+                    "device"):
             assert key in s
+        assert s["executed_per_token"]["dispatches"] > 0 and "dispatches" not in s["host_calls_per_token"]
         assert s["mode"] == mode and s["generated_tokens"] == len(d["tokens"])
         got[mode] = d["tokens"]
     assert got["fused"] == got["replay-nofuse"] == got["unfused"]

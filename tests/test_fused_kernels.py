@@ -298,3 +298,32 @@ def test_fused_smollm2_greedy(device):
     finally:
         fused.close()
         unfused.close()
+
+
+# (arch, dtype, shape, path, ctx, attn_max_chunk, biases): o-projection bias with split-K partials
+# combined by the o-projection (llama sg, 4 splits), quantized (qwen3 q8_0), MLP biases too (smem,
+# and a quantized sg case)
+BIAS_CASES = [
+    ("llama", "f32", "h96d32", "sg", 32, 8, {"attention_bias": True}),
+    ("qwen3", "q8_0", "h96d32", "smem", 24, 256, {"attention_bias": True}),
+    ("llama", "f16", "h64d16", "smem", 24, 8, {"attention_bias": True, "mlp_bias": True}),
+    ("llama", "q4_1", "h96d32", "sg", 20, 256, {"mlp_bias": True}),
+]
+
+
+@pytest.mark.parametrize("arch,dtype,shape,path,ctx,chunk,bias", [
+    pytest.param(*c, id=f"bias-{c[0]}-{c[1]}-{'-'.join(c[6])}") for c in BIAS_CASES])
+def test_fused_biases(device, models, arch, dtype, shape, path, ctx, chunk, bias):
+    """attention_bias (q/k/v/o) and mlp_bias: the o- and down-projection biases are added in the
+    matmul_add epilogue with the residual (MATMUL_BIAS_ADD), the gate/up biases in the SwiGLU
+    epilogue (RMS_NORM_MATMUL_BIAS_SILU_MUL): still 5 dispatches per layer."""
+    m = _model(models, arch, dtype, ctx, **SHAPES[shape], **bias)
+    items, regions = decode_and_compare(device, m, _caps(device, path, attn_max_chunk=chunk))
+    rules = [r.rule for r in regions]
+    mlp, o = bias.get("mlp_bias", False), bias.get("attention_bias", False)
+    assert rules.count("MATMUL_BIAS_ADD") == (o + mlp) * m.args.n_layers
+    assert rules.count("RMS_NORM_MATMUL_BIAS_SILU_MUL") == mlp * m.args.n_layers
+    assert len(items) == m.args.n_layers * 5 + 3, [it.call.shader for it in items]
+    biased = [it.call.shader for it in items if ("BIAS", "1") in it.call.defines]
+    assert sorted(biased) == sorted(["matmul_add"] * (o + mlp) * m.args.n_layers
+                                    + ["rms_norm_matmul_silu_mul"] * mlp * m.args.n_layers)

@@ -99,17 +99,27 @@ def test_summary_on_last_response_only():
     assert all(r.stats is None for r in rs[:-1])
     s = rs[-1].stats
     for key in ("mode", "prompt_tokens", "generated_tokens", "load_s", "ttft_s", "decode_tok_s",
-                "host_us_per_token", "gpu_us_per_token", "wall_us_per_token", "per_token_counters"):
+                "host_us_per_token", "gpu_us_per_token", "wall_us_per_token", "executed_per_token",
+                "host_calls_per_token"):
         assert key in s
     assert (s["mode"], s["prompt_tokens"], s["generated_tokens"], s["load_s"]) == ("fake", 3, 3, 1.5)
-    assert s["gpu_us_per_token"] == 20.0 and s["per_token_counters"]["submits"] == 1
+    assert s["gpu_us_per_token"] == 20.0 and s["host_calls_per_token"]["submits"] == 1
+    # wall per token is the decode wall time over the decode tokens: 1e6 / decode_tok_s
+    assert s["wall_us_per_token"] == pytest.approx(1e6 / s["decode_tok_s"])
     assert s["decode_tok_s"] > 0
 
 
-@pytest.mark.parametrize("prompt,ctx,match", [((), 64, "empty"), (tuple(range(8)), 8, "raise --ctx")])
+@pytest.mark.parametrize("prompt,ctx,match", [((), 64, "empty"), (tuple(range(9)), 8, "raise --ctx")])
 def test_context_errors(prompt, ctx, match):
     with pytest.raises(ContextError, match=match):
         run([1], prompt=prompt, ctx=ctx)
+
+
+def test_prompt_as_long_as_the_context_gives_one_token():
+    """ctx tokens of prompt: the last prompt step runs at position ctx - 1 and its token is returned."""
+    ex, rs = run([4, 4, 4, 4, 4, 4, 4, 4, 7], prompt=tuple(range(9)), max_tokens=5, ctx=9)
+    assert [r.token for r in rs] == [7] and rs[-1].finish_reason == "length"
+    assert max(pos for _, pos in ex.calls) == 8 and len(ex.calls) == 9
 
 
 def test_real_executor_matches_step_by_step(device, tiny_gguf):

@@ -48,14 +48,12 @@ class Model:
         return self.executor.mode
 
     def encode_prompt(self, prompt: str | None = None, chat: str | None = None) -> list[int]:
+        """chat: the model's chat template (an error if it has none); prompt: raw text with the
+        special tokens the model's tokenizer adds (BOS for Llama-style tokenizers)."""
         tok = self.tokenizer
         if chat is not None:
-            text = tok.apply_chat_template([{"role": "user", "content": chat}], add_generation_prompt=True)
-            return tok.encode(text)
-        ids = tok.encode(prompt or "")
-        if tok.add_bos and tok.bos_id is not None:
-            ids = [tok.bos_id] + ids
-        return ids
+            return tok.encode_chat([{"role": "user", "content": chat}])
+        return tok.encode_prompt(prompt or "")
 
     def stream_generate(self, prompt: str | None = None, chat: str | None = None, max_tokens: int = 256,
                         prompt_ids: list[int] | None = None, temp: float = 0.0, top_k: int = 0,

@@ -15,6 +15,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vkdecode.bench_shapes import SHAPES, shape_model  # noqa: F401  (re-exported for the CLI/scripts)
+from vkdecode.stats import (  # noqa: F401  (re-exported)
+    HOST_KEYS,
+    executed_per_token,
+    host_calls_per_token,
+    mean_counters,
+)
 
 BASELINE = "unfused"
 PROMPT_TEXT = "The quick brown fox jumps over the lazy dog, and the capital of France is Paris. "
@@ -81,22 +87,6 @@ def weight_bytes_per_token(program, weights: dict) -> int:
     return total
 
 
-def executed_per_token(ex) -> dict:
-    """What the GPU executes per step, from the recording (replay issues no per-token vkCmd* calls,
-    so the host counters cannot show it). Same formula as Executor._record_items: a barrier before
-    the step, the data-flow barriers, and the host-visibility barrier at the end."""
-    return {"dispatches": len(ex.items), "pipeline_binds": len(ex.items),
-            "barriers": sum(bool(it.barrier) for it in ex.items) + 2, "regions": len(ex.regions)}
-
-
-HOST_KEYS = ("descriptor_writes", "descriptor_set_allocations", "command_buffer_recordings",
-             "recorded_commands", "submits")
-
-
-def host_calls_per_token(counters: dict) -> dict:
-    return {k: counters.get(k, 0) for k in HOST_KEYS}
-
-
 def spread(xs: list[float]) -> dict:
     return {"median": statistics.median(xs), "sd": statistics.stdev(xs) if len(xs) > 1 else 0.0,
             "min": min(xs), "max": max(xs), "n": len(xs)}
@@ -122,13 +112,7 @@ def decode_run(ex, prompt_ids: list[int], n: int, after_step=None) -> dict:
             after_step()
     wall = time.perf_counter() - t0
     steps = ex.token_stats[start:]
-    # counters as a mean per token: with several tokens per submit only a submit's first token has any
-    total = {}
-    for st in steps:
-        for key, v in st.counters.as_dict().items():
-            total[key] = total.get(key, 0) + v
-    n_steps = max(1, len(steps))
-    counters = {key: v // n_steps if v % n_steps == 0 else v / n_steps for key, v in total.items()}
+    counters = mean_counters(steps)
     k = getattr(ex, "tokens_per_submit", 1)
     return {"tokens": tokens, "tok_s": len(steps) / wall if wall > 0 else 0.0,
             # host enqueue per token: a submit's cost spread over the tokens it carries

@@ -147,13 +147,14 @@ def prefill_widths(text: str):
 
 
 def format_summary(s: dict) -> str:
-    c = s.get("per_token_counters", {})
+    c, e = s.get("host_calls_per_token", {}), s.get("executed_per_token", {})
     return "\n".join([
         f"-- {s['prompt_tokens']} prompt tokens, {s['generated_tokens']} generated ({s['finish_reason']})",
         f"   load {s['load_s']:.2f} s, time to first token {s['ttft_s']:.2f} s, {s['decode_tok_s']:.1f} tok/s",
         (f"   host {s['host_us_per_token']:.0f} µs/token, GPU {s['gpu_us_per_token']:.0f} µs/token, "
          f"wall {s['wall_us_per_token']:.0f} µs/token"),
-        (f"   mode {s['mode']} on {s['device']}: per token {c.get('descriptor_writes', 0)} descriptor writes, "
+        (f"   mode {s['mode']} on {s['device']}: per token the GPU executes {e.get('dispatches', 0)} dispatches; "
+         f"the host makes {c.get('descriptor_writes', 0)} descriptor writes, "
          f"{c.get('command_buffer_recordings', 0)} recordings, {c.get('submits', 0)} submit(s)"),
     ] + ([(f"   speculative K={sp['k']}: {sp['accepted']}/{sp['drafted']} drafts accepted "
           f"({100 * sp['acceptance_rate']:.0f}%), {sp['tokens_per_verify']:.2f} tokens per verify step, "

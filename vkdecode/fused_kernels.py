@@ -13,8 +13,10 @@ from vkdecode.lowering import FUSED
 
 FUSED.update({
     "MATMUL_ADD": mv.matmul_add,
+    "MATMUL_BIAS_ADD": mv.matmul_add,
     "RMS_NORM_MATMUL": mv.rms_norm_matmul,
     "RMS_NORM_MATMUL_SILU_MUL": mv.rms_norm_matmul_silu_mul,
+    "RMS_NORM_MATMUL_BIAS_SILU_MUL": mv.rms_norm_matmul_silu_mul,
     "MATMUL_SILU_MUL": mv.matmul_silu_mul,
     "RMS_NORM_MATMUL_ARGMAX": mv.rms_norm_matmul_argmax,
     "ROPE_KV_WRITE_ATTENTION": att.rope_kv_write_attention,

@@ -1,4 +1,4 @@
-"""Fused matvec regions -> kernel calls: MATMUL_ADD, RMS_NORM_MATMUL, (RMS_NORM_)MATMUL_SILU_MUL and
+"""Fused matvec regions -> kernel calls: MATMUL_(BIAS_)ADD, RMS_NORM_MATMUL, (RMS_NORM_)MATMUL_SILU_MUL and
 RMS_NORM_MATMUL_ARGMAX. Each builder returns None (the region's own per-op kernels) for shapes its
 shader does not cover, so a fused region always runs correctly.
 
@@ -61,11 +61,12 @@ class _Slots:
             self.add(f"{'SB' if part == 's' else 'WB'}_{slot}", Binding(w, part))
 
 
-# ---------------------------------------------------------------- MATMUL_ADD
+# ---------------------------------------------------------------- MATMUL_(BIAS_)ADD
 
 def matmul_add(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
+    """y = r + W @ x (+ bias), the bias binding after y (shaders/matmul_add.comp, BIAS)."""
     r = region.roles
-    w, x, res, out = r["weight"], r["x"], r["residual"], r["out"]
+    w, x, res, out, bias = r["weight"], r["x"], r["residual"], r["out"], r.get("bias")
     wv = p.values[w]
     n_out, n_in = wv.shape
     chunks = row_chunks(wv.dtype, n_out, n_in, caps)
@@ -74,9 +75,11 @@ def matmul_add(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall]
         wg, rpw, wvec = matvec_shape(wv.dtype, n_in, rows, caps)
         b = _wbindings(w, wv.dtype, r0, None if len(chunks) == 1 else rows)
         b += (Binding(x), Binding(res), Binding(out))
-        calls.append(KernelCall("matmul_add", (wg, n_in, rows, rpw), b, (len(b) - 1,),
+        y = len(b) - 1
+        b += (Binding(bias),) if bias is not None else ()
+        calls.append(KernelCall("matmul_add", (wg, n_in, rows, rpw), b, (y,),
                                 _groups(-(-rows // rpw)), push=struct.pack("<I", r0),
-                                defines=_mv_defines(wv.dtype, wvec, caps),
+                                defines=_mv_defines(wv.dtype, wvec, caps) + ((("BIAS", "1"),) if bias else ()),
                                 label=out + (f"[{r0}:]" if len(chunks) > 1 else "")))
     return calls
 
@@ -141,6 +144,10 @@ def _swiglu(norm: bool):
         s.weight(p, wgate, 0)
         s.weight(p, wup, 1)
         y = s.add("B_Y", Binding(r["out"]))
+        if r.get("b_gate") is not None:     # RMS_NORM_MATMUL_BIAS_SILU_MUL
+            s.add("BB_0", Binding(r["b_gate"]))
+            s.add("BB_1", Binding(r["b_up"]))
+            s.defines.append(("BIAS", "1"))
         eps = float(region.attrs.get("eps", 0.0))
         shader = "rms_norm_matmul_silu_mul" if norm else "matmul_silu_mul"
         return [KernelCall(shader, (wg, k, rpw, eps, m), tuple(s.bindings), (y,), _groups(-(-m // rpw)),

@@ -3,12 +3,11 @@ executor has them, executors/prefill.py; the last prompt token through the decod
 decode until EOS, max_tokens or the end of the context. Greedy decoding is argmax on the GPU."""
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from vkdecode.errors import ContextError
+from vkdecode.errors import ContextError, UsageError
 
 
 @dataclass
@@ -28,10 +27,15 @@ class RunSummary:
     load_s: float
     ttft_s: float                 # first prompt token submitted -> first new token read back
     decode_tok_s: float           # generated tokens after the first, per second of wall time
-    host_us_per_token: float      # median over decode steps: token known -> submit returned
-    gpu_us_per_token: float       # median over decode steps, from timestamp queries
+    # Per token, over the decode steps (the prompt steps when there are none), all means so that
+    # they add up: wall = decode wall time / tokens (= 1e6 / decode_tok_s); GPU = the timestamp
+    # span of the steps / tokens (spans on one queue never overlap, so GPU <= wall); host = the
+    # host's enqueue time (token known -> submit returned) / tokens.
+    host_us_per_token: float
+    gpu_us_per_token: float
     wall_us_per_token: float
-    per_token_counters: dict = field(default_factory=dict)   # median decode step's counters
+    executed_per_token: dict = field(default_factory=dict)     # as `vkdecode stats` (vkdecode/stats.py)
+    host_calls_per_token: dict = field(default_factory=dict)   # as `vkdecode stats`, mean per token
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -44,9 +48,16 @@ def stream_generate(executor, tokenizer, prompt_ids: list[int], max_tokens: int 
     executor.set_sampling(sampling or SamplingParams())
     if not prompt_ids:
         raise ContextError("the prompt is empty: nothing to decode from")
-    if len(prompt_ids) >= ctx:
+    # a prompt of exactly ctx tokens fits: its last step runs at position ctx - 1 and gives one token
+    if len(prompt_ids) > ctx:
         raise ContextError(f"the prompt has {len(prompt_ids)} tokens but the context holds {ctx}; "
                            f"raise --ctx or shorten the prompt")
+    # the embedding reads row `token` on the GPU: an id past the table would leave the step's input
+    # stale (a chunked table writes only the rows it holds), so it must never reach a step
+    vocab = getattr(getattr(executor, "program", None), "meta", {}).get("vocab_size")
+    bad = [t for t in prompt_ids if vocab is not None and not 0 <= int(t) < vocab]
+    if bad:
+        raise UsageError(f"prompt token id {bad[0]} is outside the model's vocabulary 0..{vocab - 1}")
     # one generation's stats only: kept across generations they grow without bound (~1 KB/token)
     executor.token_stats.clear()
     first_stat = 0
@@ -79,9 +90,9 @@ def stream_generate(executor, tokenizer, prompt_ids: list[int], max_tokens: int 
             reason = "length"     # the KV cache is full: never write past it
         text = "" if reason == "stop" else stream.add(nxt)
         if reason is not None:
+            wall = time.perf_counter() - t1     # before close(): it waits for discarded steps
             steps.close()
             text += stream.flush()
-            wall = time.perf_counter() - t1
             decode = executor.token_stats[decode_start:]
             summary = _summary(executor, len(prompt_ids), generated, load_s, ttft, wall, decode,
                                executor.token_stats[first_stat:])
@@ -93,12 +104,14 @@ def stream_generate(executor, tokenizer, prompt_ids: list[int], max_tokens: int 
 
 
 def _summary(executor, n_prompt, n_gen, load_s, ttft, wall, decode, all_steps) -> RunSummary:
+    from vkdecode.stats import executed_per_token, host_calls_per_token, mean_counters
     steps = decode or all_steps
-    med = steps[len(steps) // 2]
+    n = max(1, len(steps))
     return RunSummary(
         mode=executor.mode, prompt_tokens=n_prompt, generated_tokens=n_gen, load_s=load_s, ttft_s=ttft,
         decode_tok_s=(len(decode) / wall) if decode and wall > 0 else 0.0,
-        host_us_per_token=statistics.median(s.host_us for s in steps),
-        gpu_us_per_token=statistics.median(s.gpu_us for s in steps),
-        wall_us_per_token=statistics.median(s.wall_us for s in steps),
-        per_token_counters=med.counters.as_dict())
+        host_us_per_token=sum(s.host_us for s in steps) / n,
+        gpu_us_per_token=sum(s.gpu_us for s in steps) / n,
+        wall_us_per_token=wall * 1e6 / len(decode) if decode else sum(s.wall_us for s in steps) / n,
+        executed_per_token=executed_per_token(executor) if hasattr(executor, "items") else {},
+        host_calls_per_token=host_calls_per_token(mean_counters(steps)))

@@ -22,6 +22,8 @@ class Spec:
     vocab: int
     tied: bool = True        # lm_head is tok_embd
     bias: bool = False       # q/k/v biases (Qwen2)
+    o_bias: bool = False     # o-projection bias (Llama / Qwen3 attention_bias)
+    mlp_bias: bool = False   # gate/up/down biases (Llama mlp_bias)
     qk_norm: bool = False    # per-head q/k rms_norm (Qwen3)
     theta: float = 10000.0
     eps: float = 1e-5
@@ -90,15 +92,31 @@ def build(s: Spec, n_layers: int | None = None) -> Program:
              head_dim=s.head_dim, scale=s.head_dim ** -0.5)
         ao, x1 = act(n + "ao", d), act(n + "x1", d)
         p.op("matmul", (w(n + "wo", (d, q_dim)), o), (ao,))
+        if s.o_bias:
+            aob = act(n + "aob", d)
+            p.op("add", (ao, w(n + "bo", (d,))), (aob,))
+            ao = aob
         p.op("add", (x, ao), (x1,))
         h2 = act(n + "h2", d)
         p.op("rms_norm", (x1, w(n + "ffn_norm", (d,))), (h2,), eps=s.eps)
         g, u, a = act(n + "g", s.ffn), act(n + "u", s.ffn), act(n + "a", s.ffn)
         p.op("matmul", (w(n + "w_gate", (s.ffn, d)), h2), (g,))
+        if s.mlp_bias:
+            gb = act(n + "gb", s.ffn)
+            p.op("add", (g, w(n + "b_gate", (s.ffn,))), (gb,))
+            g = gb
         p.op("matmul", (w(n + "w_up", (s.ffn, d)), h2), (u,))
+        if s.mlp_bias:
+            ub = act(n + "ub", s.ffn)
+            p.op("add", (u, w(n + "b_up", (s.ffn,))), (ub,))
+            u = ub
         p.op("silu_mul", (g, u), (a,))
         dn, x2 = act(n + "dn", d), act(n + "x2", d)
         p.op("matmul", (w(n + "w_down", (d, s.ffn)), a), (dn,))
+        if s.mlp_bias:
+            dnb = act(n + "dnb", d)
+            p.op("add", (dn, w(n + "b_down", (d,))), (dnb,))
+            dn = dnb
         p.op("add", (x1, dn), (x2,))
         x = x2
     hf = act("hf", d)

@@ -40,6 +40,34 @@ def test_default_rules_on_full_models(spec):
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
+def test_o_projection_bias_fuses(spec):
+    """attention_bias on Llama / Qwen3: wo -> +bo -> +residual is one MATMUL_BIAS_ADD region."""
+    p = build(spec.with_(o_bias=True, bias=True), n_layers=2)
+    regions = _run(p)
+    assert _layer_names(p, regions, 1) == ["RMS_NORM_MATMUL", _attn(spec), "MATMUL_BIAS_ADD",
+                                           "RMS_NORM_MATMUL_SILU_MUL", "MATMUL_ADD"]
+    r = next(r for r in regions if r.name == "MATMUL_BIAS_ADD")
+    assert (r.roles["weight"], r.roles["bias"], r.roles["residual"], r.outputs) == ("l0.wo", "l0.bo", "x0", ["l0.x1"])
+    assert next(r for r in regions if r.name == "MATMUL_ADD").roles["bias"] is None
+    # the bias add's output read elsewhere too: the rule must refuse (legality), the add stays an op
+    p = add_consumer(build(spec.with_(o_bias=True), n_layers=1), "l0.aob")
+    assert "MATMUL_BIAS_ADD" not in summarize(_run(p))
+
+
+def test_mlp_biases_fuse():
+    """Llama mlp_bias: norm + gate/up + their biases + SwiGLU in one region, down + bias + residual."""
+    p = build(SMOLLM2_135M.with_(mlp_bias=True), n_layers=2)
+    regions = _run(p)
+    assert _layer_names(p, regions, 1) == ["RMS_NORM_MATMUL", "ROPE_KV_WRITE_ATTENTION", "MATMUL_ADD",
+                                           "RMS_NORM_MATMUL_BIAS_SILU_MUL", "MATMUL_BIAS_ADD"]
+    r = next(r for r in regions if r.name == "RMS_NORM_MATMUL_BIAS_SILU_MUL")
+    assert (r.roles["b_gate"], r.roles["b_up"], r.rule) == ("l0.b_gate", "l0.b_up", r.name)
+    # without the bias rule the norm still takes gate/up + biases (RMS_NORM_MATMUL), SwiGLU alone
+    rules = [x.name for x in DEFAULT_RULES if x.name != "RMS_NORM_MATMUL_BIAS_SILU_MUL"]
+    assert _layer_names(p, _run(p, rules), 1)[3:] == ["RMS_NORM_MATMUL", "SILU_MUL", "MATMUL_BIAS_ADD"]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=IDS)
 def test_roles_of_a_layer(spec):
     p = build(spec, n_layers=1)
     r = {reg.name: reg for reg in _run(p)}

@@ -41,11 +41,62 @@ def write_tiny_tokenizer(path) -> None:
         json.dump({"chat_template": CHATML, "eos_token": "<|im_end|>", "bos_token": None}, f)
 
 
+LLAMA2_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ m['content'] }} [/INST]"
+                   "{% else %}{{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}")
+# tokenizer styles for the BOS / chat-encoding tests: (SentencePiece-like?, post-processor adds BOS?,
+# tokenizer_config.json entries)
+TOKENIZER_STYLES = {
+    "bytelevel": (False, False, {}),                                            # SmolLM2 / Qwen2
+    "bytelevel-bos": (False, True, {"bos_token": "<|endoftext|>"}),               # Llama 3
+    "bytelevel-llamaclass": (False, True, {"bos_token": "<|endoftext|>", "tokenizer_class": "LlamaTokenizer"}),
+    "spm-llama": (True, True, {"tokenizer_class": "LlamaTokenizer"}),            # Llama 2
+    "spm-llama-legacy": (True, True, {"tokenizer_class": "LlamaTokenizerFast", "legacy": True}),
+    "spm-llama-nopost": (True, False, {"tokenizer_class": "LlamaTokenizer", "add_bos_token": True}),
+    "spm-fast": (True, True, {"tokenizer_class": "PreTrainedTokenizerFast", "add_bos_token": False}),
+}
+
+
+def write_tokenizer_style(path, style: str) -> Path:
+    """A tokenizer dir (tokenizer.json + tokenizer_config.json) of one of TOKENIZER_STYLES, trained
+    on TEXT: byte-level BPE or SentencePiece-like BPE (▁ normalizer, byte fallback, <s> </s>),
+    with or without a TemplateProcessing post-processor that adds BOS."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, processors, trainers
+    path = Path(path)
+    if (path / "tokenizer_config.json").exists():
+        return path
+    path.mkdir(parents=True, exist_ok=True)
+    spm, post, extra = TOKENIZER_STYLES[style]
+    if spm:
+        tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+        tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                         decoders.Strip(" ", 1, 0)])
+        specials = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
+        tok.train_from_iterator(TEXT * 4, trainers.BpeTrainer(vocab_size=VOCAB + 50, special_tokens=specials,
+                                                               show_progress=False))
+        cfg = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "chat_template": LLAMA2_TEMPLATE}
+        bos = "<s>"
+    else:
+        write_tiny_tokenizer(path)
+        tok = Tokenizer.from_file(str(path / "tokenizer.json"))
+        cfg = {"chat_template": CHATML, "eos_token": "<|im_end|>", "bos_token": None}
+        bos = "<|endoftext|>"
+    if post:
+        tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
+                                                           special_tokens=[(bos, tok.token_to_id(bos))])
+    tok.save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(json.dumps({**cfg, **extra}))
+    return path
+
+
 def tiny_hf_model(arch: str, tmpdir, tied: bool = False, dtype: str = "f32", seed: int = 0,
                   **overrides) -> Path:
     """Random HF model dir. Weights get std 0.3 (not the 0.02 default) so logits are not flat;
     norms are 1 + noise and biases nonzero, so every weight matters."""
     extra = "-".join(f"{k}={v}" for k, v in sorted(overrides.items()))
+    if len(extra) > 80 or any(c in extra for c in "/{}[]'\" :,"):   # dict / list values: a short stable name
+        import hashlib
+        extra = "cfg" + hashlib.sha1(extra.encode()).hexdigest()[:12]
     path = Path(tmpdir) / f"hf-{arch}-{'tied' if tied else 'untied'}-{dtype}-{seed}{'-' + extra if extra else ''}"
     if (path / "config.json").exists():
         return path
@@ -104,11 +155,14 @@ def gguf_source(model_dir, name: str, args) -> np.ndarray:
 
 
 def write_gguf(model_dir, path, dtype: str = "f16", pre: str = "smollm", arch: str | None = None,
-               mutate=None) -> Path:
+               mutate=None, metadata: dict | None = None, extra_tensors: dict | None = None,
+               add_bos: bool | None = None) -> Path:
     """GGUF of an HF dir from tiny_hf_model, as llama.cpp's converter writes it: matrices in
     `dtype` (f32/f16/q8_0/q4_0/q4_1/q5_0), norms and biases f32, llama q/k rows permuted.
     For bad-input tests: `arch` overrides general.architecture; mutate(gguf_name, array) returns
-    the array to write instead, or None to leave the tensor out. Cached by `path` only."""
+    the array to write instead, or None to leave the tensor out; `metadata` adds keys (bool, int,
+    float or str; a value None leaves the standard key of that name out); `extra_tensors` adds
+    f32 tensors by GGUF name; add_bos writes tokenizer.ggml.add_bos_token. Cached by `path` only."""
     import gguf
 
     from vkdecode.models.config import ModelArgs
@@ -127,9 +181,18 @@ def write_gguf(model_dir, path, dtype: str = "f16", pre: str = "smollm", arch: s
     w.add_key_length(args.head_dim)
     w.add_value_length(args.head_dim)
     w.add_rope_freq_base(args.rope_theta)
-    w.add_layer_norm_rms_eps(args.rms_eps)
+    metadata = dict(metadata or {})
+    if metadata.pop(f"{args.arch}.attention.layer_norm_rms_epsilon", 0) is not None:
+        w.add_layer_norm_rms_eps(args.rms_eps)
     w.add_vocab_size(args.vocab_size)
     _add_tokenizer(w, model_dir, pre)
+    if add_bos is not None:
+        w.add_add_bos_token(add_bos)
+    for key, v in metadata.items():
+        add = {bool: w.add_bool, int: w.add_uint32, float: w.add_float32, str: w.add_string}[type(v)]
+        add(key, v)
+    for gname, a in (extra_tensors or {}).items():
+        w.add_tensor(gname, np.ascontiguousarray(a, np.float32))
     for name in expected_shapes(args):
         a, gname = gguf_source(model_dir, name, args), source_name(name, "gguf")
         if mutate is not None:
@@ -167,6 +230,7 @@ def _add_tokenizer(w, model_dir, pre: str) -> None:
     w.add_token_types([3 if t in special else 1 for t in tokens])   # 3 = CONTROL
     w.add_token_merges(merges)
     w.add_eos_token_id(vocab["<|im_end|>"])
+    w.add_bos_token_id(vocab["<|endoftext|>"])
     w.add_chat_template(CHATML)
 
 

@@ -23,6 +23,17 @@ def test_hf_families():
     assert q3.arch == "qwen3" and q3.qk_norm and not q3.attention_bias and q3.head_dim == 32
 
 
+def test_hf_biases():
+    """attention_bias: q/k/v/o on Llama and Qwen3; Qwen2 has q/k/v whatever it says and never o;
+    mlp_bias only on Llama (transformers' Qwen MLPs have no bias)."""
+    flags = lambda a: (a.attention_bias, a.o_bias, a.mlp_bias)
+    assert flags(ModelArgs.from_hf_config(hf("LlamaForCausalLM", attention_bias=True, mlp_bias=True))) == (1, 1, 1)
+    assert flags(ModelArgs.from_hf_config(hf("Qwen3ForCausalLM", attention_bias=True, mlp_bias=True))) == (1, 1, 0)
+    assert flags(ModelArgs.from_hf_config(hf("Qwen2ForCausalLM", attention_bias=True, mlp_bias=True))) == (1, 0, 0)
+    assert flags(ModelArgs.from_hf_config(hf("Qwen2ForCausalLM", attention_bias=False))) == (1, 0, 0)
+    assert flags(ModelArgs.from_hf_config(hf("LlamaForCausalLM"))) == (0, 0, 0)
+
+
 def test_hf_rope_parameters_v5_and_defaults():
     cfg = hf("LlamaForCausalLM", rope_parameters={"rope_type": "default", "rope_theta": 1234.0})
     del cfg["rope_theta"], cfg["head_dim"]
@@ -34,8 +45,10 @@ def test_hf_rope_parameters_v5_and_defaults():
                                      ("rope_scaling", {"type": "linear", "factor": 2.0}),
                                      ("rope_parameters", {"rope_type": "yarn", "rope_theta": 1e4})])
 def test_rope_scaling_refused(key, val):
-    with pytest.raises(ModelError, match="not supported yet"):
+    """The refusal names the key the config actually has (transformers 5 writes only rope_parameters)."""
+    with pytest.raises(ModelError, match="not supported yet") as e:
         ModelArgs.from_hf_config(hf("LlamaForCausalLM", **{key: val}))
+    assert f"(key {key!r})" in str(e.value)
 
 
 def test_unknown_architecture_names_it(tmp_path):
@@ -73,3 +86,15 @@ def test_gguf_unknown_architecture(models_dir):
     with pytest.raises(ModelError) as e:
         ModelArgs.from_gguf(open_gguf(str(g)), g)
     assert "'mamba'" in str(e.value) and "mamba.gguf" in str(e.value) and "general.architecture" in str(e.value)
+
+
+@pytest.mark.parametrize("key,val", [("quantization_config", {"quant_method": "gptq", "bits": 4}),
+                                     ("quantization_config", {"quant_method": "fp8"}),
+                                     ("rope_scaling", {"rope_type": "yarn", "factor": 4.0}),
+                                     ("partial_rotary_factor", 0.5), ("logit_scale", 0.25),
+                                     ("layer_types", ["sliding_attention", "full_attention"])])
+def test_config_level_refusals_name_the_key(key, val):
+    """Keys that need no model to test (transformers 5 rewrites some of them when it saves)."""
+    with pytest.raises(ModelError) as e:
+        ModelArgs.from_hf_config(hf("LlamaForCausalLM", **{key: val}))
+    assert f"'{key}" in str(e.value)

@@ -1,10 +1,18 @@
 """tokenizer.py: tokenizer.json and GGUF vocabularies, chat templates, streaming detokenization."""
+import json
 import shutil
 
 import gguf
 import pytest
 
-from tests.helpers.make_models import CHATML, TEXT, load_smollm2, tiny_hf_model, write_gguf
+from tests.helpers.make_models import (
+    TEXT,
+    TOKENIZER_STYLES,
+    load_smollm2,
+    tiny_hf_model,
+    write_gguf,
+    write_tokenizer_style,
+)
 from vkdecode.errors import ModelError
 from vkdecode.models.tokenizer import Tokenizer
 from vkdecode.models.weights import open_gguf
@@ -69,9 +77,9 @@ def test_chat_template_conventions(hf_tok):
     t.chat_template = "{{ raise_exception('no system role') }}"
     with pytest.raises(ModelError, match="no system role"):
         t.apply_chat_template(CHAT)
-    t.chat_template = None       # ChatML fallback
-    from jinja2 import Template
-    assert t.apply_chat_template(CHAT) == Template(CHATML).render(messages=CHAT, add_generation_prompt=True)
+    t.chat_template = None       # no silent ChatML fallback: an error naming the problem
+    with pytest.raises(ModelError, match="no chat template"):
+        t.apply_chat_template(CHAT)
 
 
 def spm_gguf(path, with_tokenizer=True):
@@ -114,3 +122,59 @@ def test_missing_tokenizer(models_dir, tmp_path):
     (d / "tokenizer.json").unlink()
     with pytest.raises(ModelError, match="tokenizer.json"):
         Tokenizer.from_hf_dir(str(d))
+
+
+PROMPTS = ["Hello, world", " leading space", "The capital of France is", "naïve café 東京", ""]
+
+
+@pytest.mark.parametrize("style", sorted(TOKENIZER_STYLES))
+def test_prompt_and_chat_ids_equal_transformers(tmp_path_factory, style):
+    """A raw prompt encodes to transformers' tokenizer(prompt)["input_ids"] (the post-processor's BOS
+    included: Llama 2 / 3 style), a chat to apply_chat_template(tokenize=True,
+    add_generation_prompt=True) (the template's own BOS, never a second one)."""
+    import transformers
+    d = write_tokenizer_style(tmp_path_factory.getbasetemp() / f"tok-{style}", style)
+    hf = transformers.AutoTokenizer.from_pretrained(str(d))
+    tok = Tokenizer.from_hf_dir(str(d))
+    for p in PROMPTS:
+        assert tok.encode_prompt(p) == hf(p)["input_ids"], p
+    for msgs in (CHAT[1:], [{"role": "user", "content": "What is the capital of France?"}]):
+        want = hf.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True)
+        want = want["input_ids"] if hasattr(want, "keys") else want
+        assert tok.encode_chat(msgs) == list(want)
+    if TOKENIZER_STYLES[style][1]:
+        assert tok.encode_prompt("Hi")[0] == hf.bos_token_id     # the case that used to lose its BOS
+
+
+def test_chat_without_a_template_is_an_error(tmp_path):
+    d = write_tokenizer_style(tmp_path / "t", "bytelevel")
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    del cfg["chat_template"]
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    tok = Tokenizer.from_hf_dir(str(d))
+    assert tok.encode_prompt("Hi") == tok.encode("Hi")
+    with pytest.raises(ModelError, match="no chat template") as e:
+        tok.encode_chat(CHAT)
+    assert "--prompt" in str(e.value) and str(d) in str(e.value)
+
+
+@pytest.mark.parametrize("pre,add_bos,want_bos", [("smollm", None, False), ("llama-bpe", None, True),
+                                                  ("smollm", True, True), ("llama-bpe", False, False)])
+def test_gguf_add_bos_as_llama_cpp(models_dir, pre, add_bos, want_bos):
+    """tokenizer.ggml.add_bos_token when present, else llama.cpp's default for the pre-tokenizer."""
+    g = write_gguf(tiny_hf_model("llama", models_dir), models_dir / f"tok-bos-{pre}-{add_bos}.gguf", "f16",
+                   pre=pre, add_bos=add_bos)
+    tok = Tokenizer.from_gguf(open_gguf(str(g)), str(g))
+    ids = tok.encode_prompt("Hello")
+    assert (ids[0] == tok.bos_id) == want_bos and ids[want_bos:] == tok.encode("Hello")
+    chat = tok.encode_chat(CHAT)
+    assert chat == tok.encode(tok.apply_chat_template(CHAT))     # the template decides, no BOS added
+
+
+def test_gguf_add_eos_token(models_dir):
+    """tokenizer.ggml.add_eos_token: llama.cpp appends EOS to a raw prompt (never to a chat)."""
+    g = write_gguf(tiny_hf_model("llama", models_dir), models_dir / "tok-eos.gguf", "f16",
+                   metadata={"tokenizer.ggml.add_eos_token": True})
+    tok = Tokenizer.from_gguf(open_gguf(str(g)), str(g))
+    assert tok.encode_prompt("Hello") == tok.encode("Hello") + [tok.tok.token_to_id("<|im_end|>")]
+    assert tok.encode_chat(CHAT) == tok.encode(tok.apply_chat_template(CHAT))

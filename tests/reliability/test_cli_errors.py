@@ -96,6 +96,17 @@ def test_missing_tokenizer(capsys, tiny, tmp_path_factory, tmp_path):
     assert rc == 1 and "no tokenizer.json" in err
 
 
+def test_chat_without_chat_template(capsys, tiny, tmp_path):
+    """--chat on a GGUF without tokenizer.chat_template: an error naming the problem (it used to
+    fall back to ChatML silently); --prompt still runs."""
+    bad = tmp_path / "notemplate.gguf"
+    bad.write_bytes(tiny.read_bytes().replace(b"tokenizer.chat_template", b"tokenizer.chat_templat_"))
+    rc, err = cli(capsys, "run", "--model", bad, "--chat", "Hi", "--max-tokens", 2, "--ctx", 32, "--no-progress")
+    assert rc == 1 and "no chat template" in err and "--prompt" in err and "notemplate.gguf" in err
+    rc, _ = cli(capsys, *run_args(bad))
+    assert rc == 0
+
+
 def test_prompt_longer_than_context_in_a_subprocess(tiny):
     r = subprocess_run("run", "--model", tiny, "--ctx", 8, "--prompt", "the quick brown fox jumps " * 4,
                        "--max-tokens", 4)

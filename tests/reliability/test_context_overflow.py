@@ -86,3 +86,19 @@ def test_same_tokens_up_to_the_end_in_every_mode(device, tiny):
             got[mode] = [r.token for r in stream_generate(model.executor, model.tokenizer, PROMPT, 100,
                                                           stop_at_eos=False)]
     assert got["fused"] == got["replay-nofuse"] == got["unfused"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_prompt_filling_the_context_gives_one_token(device, tiny, monkeypatch, mode):
+    """A prompt of exactly ctx tokens fits (it used to be refused): one token, from the step at
+    ctx - 1, then "length"; one token more is a ContextError before any step runs."""
+    from vkdecode.errors import ContextError
+    prompt = list(range(20, 20 + CTX))
+    with vkdecode.load(tiny, device=device, mode=mode, ctx=CTX) as model:
+        submits = count_submits(monkeypatch, device)
+        rs = list(stream_generate(model.executor, model.tokenizer, prompt, max_tokens=100, stop_at_eos=False))
+        assert len(rs) == 1 and rs[0].finish_reason == "length" and rs[0].stats["generated_tokens"] == 1
+        assert submits[0] == CTX and gpu_pos(model.executor) == CTX
+        with pytest.raises(ContextError, match="raise --ctx"):
+            list(stream_generate(model.executor, model.tokenizer, prompt + [5], max_tokens=1))
+        assert submits[0] == CTX

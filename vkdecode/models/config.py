@@ -1,7 +1,8 @@
 """ModelArgs: the few numbers a decode Program needs, read from an HF config.json or GGUF metadata.
 
-Anything we cannot run exactly (rope scaling, sliding windows, MLP biases) is refused with a
-ModelError instead of being ignored, because ignoring it gives plausible but wrong tokens.
+Anything we cannot run exactly (rope scaling, sliding windows, logit scaling, ...) is refused with a
+ModelError instead of being ignored, because ignoring it gives plausible but wrong tokens; the
+audit of such keys lives in config_audit.py.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 
 from vkdecode.errors import ModelError
+from vkdecode.models import config_audit
 
 ARCHS = ("llama", "qwen2", "qwen3")
 # HF `architectures` entries -> our family name.
@@ -30,7 +32,9 @@ class ModelArgs:
     rope_theta: float
     max_position: int
     tie_embeddings: bool
-    attention_bias: bool = False
+    attention_bias: bool = False       # q/k/v projection biases
+    o_bias: bool = False               # o-projection bias (Llama / Qwen3 `attention_bias`; not Qwen2)
+    mlp_bias: bool = False             # gate/up/down biases (Llama `mlp_bias`)
     qk_norm: bool = False
     rope_layout: str = "neox"          # "pairs" for GGUF llama (converter permuted q/k rows)
     bos_id: int | None = None
@@ -103,9 +107,14 @@ def _hf_rope(cfg: dict, where: str) -> float:
     for name, v in (("rope_parameters", params), ("rope_scaling", scaling)):
         if not isinstance(v, dict):
             raise ModelError(f"{where}: key {name!r} must be an object, not {v!r}")
-    kind = scaling.get("rope_type") or scaling.get("type") or params.get("rope_type") or "default"
+    kind, key = "default", None
+    for name, v in (("rope_scaling", scaling), ("rope_parameters", params)):
+        k = v.get("rope_type") or v.get("type")
+        if k not in (None, "default"):
+            kind, key = k, name
+            break
     if kind != "default":
-        raise ModelError(f"{where}: rope scaling {kind!r} (key 'rope_scaling') is not supported yet")
+        raise ModelError(f"{where}: rope scaling {kind!r} (key {key!r}) is not supported yet")
     theta = cfg.get("rope_theta", params.get("rope_theta", 10000.0))
     return float(theta)
 
@@ -120,12 +129,7 @@ def _from_hf(cfg: dict, where: str) -> ModelArgs:
             raise ModelError(f"{where}: missing key {name!r}")
         return default
 
-    if cfg.get("hidden_act", "silu") != "silu":
-        raise ModelError(f"{where}: hidden_act {cfg['hidden_act']!r} is not supported (only silu)")
-    if cfg.get("mlp_bias"):
-        raise ModelError(f"{where}: key 'mlp_bias' = true is not supported")
-    if cfg.get("use_sliding_window"):
-        raise ModelError(f"{where}: key 'use_sliding_window' = true is not supported")
+    config_audit.audit_hf(cfg, arch, where)
     hidden, heads = int(key("hidden_size")), int(key("num_attention_heads"))
     eos, bos = cfg.get("eos_token_id"), cfg.get("bos_token_id")
     eos_ids = [] if eos is None else ([eos] if isinstance(eos, int) else eos)
@@ -144,8 +148,11 @@ def _from_hf(cfg: dict, where: str) -> ModelArgs:
         rope_theta=_hf_rope(cfg, where),
         max_position=int(key("max_position_embeddings", 4096)),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),   # transformers' default
-        # Qwen2 always has q/k/v biases; Llama and Qwen3 only when the config says so.
+        # Qwen2 always has q/k/v biases and never an o bias (whatever the config says); Llama and
+        # Qwen3 have q/k/v/o biases when `attention_bias` is true; only Llama reads `mlp_bias`.
         attention_bias=True if arch == "qwen2" else bool(cfg.get("attention_bias", False)),
+        o_bias=arch != "qwen2" and bool(cfg.get("attention_bias", False)),
+        mlp_bias=arch == "llama" and bool(cfg.get("mlp_bias", False)),
         qk_norm=arch == "qwen3",
         rope_layout="neox",
         bos_id=bos,
@@ -194,6 +201,7 @@ def _from_gguf(reader, path: str) -> ModelArgs:
     scaling = _gguf_field(reader, f"{arch}.rope.scaling.type", path)
     if scaling not in (None, "none"):
         raise ModelError(f"{path}: rope scaling {scaling!r} (key '{arch}.rope.scaling.type') is not supported yet")
+    config_audit.audit_gguf(lambda name: _gguf_field(reader, name, path), arch, path)
     names = {t.name for t in reader.tensors}
     hidden, heads = int(key("embedding_length")), int(key("attention.head_count"))
     vocab = _gguf_field(reader, f"{arch}.vocab_size", path)
@@ -217,7 +225,10 @@ def _from_gguf(reader, path: str) -> ModelArgs:
         rope_theta=float(key("rope.freq_base", 10000.0)),
         max_position=int(key("context_length", 4096)),
         tie_embeddings="output.weight" not in names,
+        # llama.cpp loads each of these biases when its tensor is present (qwen2: q/k/v always)
         attention_bias=arch == "qwen2" or "blk.0.attn_q.bias" in names,
+        o_bias="blk.0.attn_output.bias" in names,
+        mlp_bias=arch == "llama" and "blk.0.ffn_gate.bias" in names,
         qk_norm=arch == "qwen3",
         # llama.cpp's converter permutes llama q/k rows into adjacent pairs; qwen stays NEOX.
         rope_layout="pairs" if arch == "llama" else "neox",

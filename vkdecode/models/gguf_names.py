@@ -1,8 +1,8 @@
 """Tensor names for both formats in one place: program weight name <-> HF safetensors <-> GGUF.
 
 Program weight names (the keys of the weights dict and the Program's weight values):
-  tok_embd, layers.{i}.attn_norm, wq, wk, wv, wo, bq, bk, bv (biases), q_norm, k_norm (qwen3),
-  ffn_norm, w_gate, w_up, w_down, out_norm, lm_head (absent when tied).
+  tok_embd, layers.{i}.attn_norm, wq, wk, wv, wo, bq, bk, bv, bo (biases), q_norm, k_norm (qwen3),
+  ffn_norm, w_gate, w_up, w_down, b_gate, b_up, b_down (biases), out_norm, lm_head (absent when tied).
 """
 from __future__ import annotations
 
@@ -18,12 +18,16 @@ LAYER_NAMES = {
     "bq": ("self_attn.q_proj.bias", "attn_q.bias"),
     "bk": ("self_attn.k_proj.bias", "attn_k.bias"),
     "bv": ("self_attn.v_proj.bias", "attn_v.bias"),
+    "bo": ("self_attn.o_proj.bias", "attn_output.bias"),
     "q_norm": ("self_attn.q_norm.weight", "attn_q_norm.weight"),
     "k_norm": ("self_attn.k_norm.weight", "attn_k_norm.weight"),
     "ffn_norm": ("post_attention_layernorm.weight", "ffn_norm.weight"),
     "w_gate": ("mlp.gate_proj.weight", "ffn_gate.weight"),
     "w_up": ("mlp.up_proj.weight", "ffn_up.weight"),
     "w_down": ("mlp.down_proj.weight", "ffn_down.weight"),
+    "b_gate": ("mlp.gate_proj.bias", "ffn_gate.bias"),
+    "b_up": ("mlp.up_proj.bias", "ffn_up.bias"),
+    "b_down": ("mlp.down_proj.bias", "ffn_down.bias"),
 }
 GLOBAL_NAMES = {
     "tok_embd": ("model.embed_tokens.weight", "token_embd.weight"),
@@ -42,6 +46,10 @@ def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
                  "ffn_norm": (h,), "w_gate": (f, h), "w_up": (f, h), "w_down": (h, f)}
         if args.attention_bias:
             layer.update(bq=(q,), bk=(kv,), bv=(kv,))
+        if args.o_bias:
+            layer.update(bo=(h,))
+        if args.mlp_bias:
+            layer.update(b_gate=(f,), b_up=(f,), b_down=(h,))
         if args.qk_norm:
             layer.update(q_norm=(args.head_dim,), k_norm=(args.head_dim,))
         shapes.update({p + k: v for k, v in layer.items()})

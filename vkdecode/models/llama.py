@@ -2,7 +2,8 @@
 
 Op order per layer is fixed (the fusion matcher relies on plain program order):
   rms_norm -> wq [+bq] -> wk [+bk] -> wv [+bv] -> [q_norm, k_norm] -> rope q -> rope k ->
-  kv_write -> attention -> wo -> add -> rms_norm -> w_gate -> w_up -> silu_mul -> w_down -> add
+  kv_write -> attention -> wo [+bo] -> add -> rms_norm -> w_gate [+b_gate] -> w_up [+b_up] ->
+  silu_mul -> w_down [+b_down] -> add
 """
 from __future__ import annotations
 
@@ -37,6 +38,10 @@ class Builder:
         if not self.args.attention_bias:
             return x
         return self.add(f"layers.{i}.{which}_b", x, f"layers.{i}.b{which}", n)
+
+    def bias(self, flag: bool, i: int, which: str, x: str, n: int) -> str:
+        """x + layers.{i}.{which} when `flag` (the o-projection and MLP biases), else x."""
+        return self.add(f"layers.{i}.{which}_out", x, f"layers.{i}.{which}", n) if flag else x
 
     def qk_norm(self, i: int, q: str, k: str) -> tuple[str, str]:
         """Between the projections and rope (Qwen3 normalises each head of q and k here)."""
@@ -77,14 +82,17 @@ class Builder:
         o = self.act(L + "attn_out", a.q_dim)
         self.p.op("attention", [qr, kc, vc, "step"], [o], n_heads=a.n_heads, n_kv_heads=a.n_kv_heads,
                   head_dim=a.head_dim, scale=1.0 / math.sqrt(a.head_dim))
-        x1 = self.add(L + "x_mid", x, self.matmul(L + "wo_out", L + "wo", o), a.hidden_size)
+        wo = self.bias(a.o_bias, i, "bo", self.matmul(L + "wo_out", L + "wo", o), a.hidden_size)
+        x1 = self.add(L + "x_mid", x, wo, a.hidden_size)
         h2 = self.act(L + "ffn_in", a.hidden_size)
         self.p.op("rms_norm", [x1, L + "ffn_norm"], [h2], eps=a.rms_eps)
-        g = self.matmul(L + "gate", L + "w_gate", h2)
-        u = self.matmul(L + "up", L + "w_up", h2)
-        act = self.act(L + "act", a.intermediate_size)
+        f = a.intermediate_size
+        g = self.bias(a.mlp_bias, i, "b_gate", self.matmul(L + "gate", L + "w_gate", h2), f)
+        u = self.bias(a.mlp_bias, i, "b_up", self.matmul(L + "up", L + "w_up", h2), f)
+        act = self.act(L + "act", f)
         self.p.op("silu_mul", [g, u], [act])
-        return self.add(L + "x_out", x1, self.matmul(L + "ffn_out", L + "w_down", act), a.hidden_size)
+        down = self.bias(a.mlp_bias, i, "b_down", self.matmul(L + "ffn_out", L + "w_down", act), a.hidden_size)
+        return self.add(L + "x_out", x1, down, a.hidden_size)
 
     def build(self) -> Program:
         a = self.args

@@ -8,10 +8,6 @@ import os
 
 from vkdecode.errors import ModelError
 
-CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content']"
-          " + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}"
-          "{{ '<|im_start|>assistant\n' }}{% endif %}")
-
 # llama.cpp's pre-tokenizer regexes (llama-vocab.cpp) for the byte-level BPE `pre` types we know.
 _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 _LLAMA3 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|"
@@ -20,14 +16,19 @@ _QWEN2 = _LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
 PRE_REGEX = {"gpt2": [_GPT2], "default": [_GPT2], "smollm": [r"\p{N}", _GPT2],
              "llama-bpe": [_LLAMA3], "llama3": [_LLAMA3], "qwen2": [_QWEN2], "deepseek-r1-qwen": [_QWEN2]}
 TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_BYTE = 3, 4, 6
+# llama.cpp's defaults for tokenizer.ggml.add_bos_token when the key is absent (llama-vocab.cpp):
+# SentencePiece ("llama") adds BOS; byte-level BPE only for the Llama-3 group of pre-tokenizers.
+GGUF_BOS_PRES = ("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
+                 "jina-v5-nano")
 
 
 class Tokenizer:
     def __init__(self, tok, eos_ids=(), bos_id: int | None = None, chat_template: str | None = None,
-                 add_bos: bool = False, source: str = ""):
+                 add_bos: bool = False, source: str = "", add_eos_id: int | None = None):
         self.tok, self.source = tok, source
         self.eos_ids: set[int] = {int(i) for i in eos_ids if i is not None}
         self.bos_id, self.add_bos = bos_id, add_bos
+        self.add_eos_id = add_eos_id     # GGUF tokenizer.ggml.add_eos_token: appended to raw prompts
         self.chat_template = chat_template
 
     # -- construction --
@@ -43,6 +44,7 @@ class Tokenizer:
             raise ModelError(f"{file}: cannot load tokenizer: {e}") from None
         cfg = _read_json(os.path.join(path, "tokenizer_config.json"))
         gen = _read_json(os.path.join(path, "generation_config.json"))
+        _as_transformers_llama(tok, cfg)
         eos = set(extra_eos)
         name = cfg.get("eos_token")
         name = name.get("content") if isinstance(name, dict) else name
@@ -100,8 +102,11 @@ class Tokenizer:
         tok.add_tokens([a for a in added if not a.special])
         eos = field("tokenizer.ggml.eos_token_id")
         eot = field("tokenizer.ggml.eot_token_id")
+        add_bos = model == "llama" or field("tokenizer.ggml.pre", "default") in GGUF_BOS_PRES
+        add_eos = bool(field("tokenizer.ggml.add_eos_token", False))
         return cls(tok, [eos, eot], field("tokenizer.ggml.bos_token_id"), field("tokenizer.chat_template"),
-                   add_bos=bool(field("tokenizer.ggml.add_bos_token", model == "llama")), source=path)
+                   add_bos=bool(field("tokenizer.ggml.add_bos_token", add_bos)), source=path,
+                   add_eos_id=eos if add_eos else None)
 
     # -- use --
     @property
@@ -109,10 +114,24 @@ class Tokenizer:
         return self.tok.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, add_special: bool = False) -> list[int]:
+        """add_special: what a raw prompt gets, as transformers' tokenizer(text) and llama.cpp do:
+        tokenizer.json's post-processor (e.g. a Llama-style TemplateProcessing adding BOS), or for
+        GGUF the BOS that tokenizer.ggml.add_bos_token asks for. Chat text is encoded without."""
         ids = self.tok.encode(text, add_special_tokens=add_special).ids
         if add_special and self.add_bos and self.bos_id is not None and ids[:1] != [self.bos_id]:
             ids = [self.bos_id] + ids
+        if add_special and self.add_eos_id is not None:
+            ids = ids + [self.add_eos_id]
         return ids
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """A raw prompt's ids (special tokens added as the model's tokenizer says)."""
+        return self.encode(text, add_special=True)
+
+    def encode_chat(self, messages: list[dict]) -> list[int]:
+        """The chat template rendered with a generation prompt, then encoded as-is: the template
+        writes any BOS itself (transformers' apply_chat_template(tokenize=True) does the same)."""
+        return self.encode(self.apply_chat_template(messages, add_generation_prompt=True))
 
     def decode(self, ids, skip_special: bool = False) -> str:
         return self.tok.decode([int(i) for i in ids], skip_special_tokens=skip_special)
@@ -124,6 +143,11 @@ class Tokenizer:
         return StreamDecoder(self, skip_special)
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, **kwargs) -> str:
+        if not self.chat_template:
+            raise ModelError(f"{self.source}: the model has no chat template (tokenizer_config.json "
+                             "'chat_template', chat_template.jinja, or GGUF 'tokenizer.chat_template'), so a "
+                             "chat message cannot be formatted for it; pass raw text as a prompt instead "
+                             "(--prompt)")
         from jinja2 import TemplateError
         from jinja2.ext import loopcontrols
         from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -138,7 +162,7 @@ class Tokenizer:
         name = lambda i: self.tok.id_to_token(i) if i is not None else ""
         eos = min(self.eos_ids) if self.eos_ids else None
         try:
-            template = env.from_string(self.chat_template or CHATML)
+            template = env.from_string(self.chat_template)
             return template.render(messages=messages, add_generation_prompt=add_generation_prompt,
                                    bos_token=name(self.bos_id), eos_token=name(eos), **kwargs)
         except TemplateError as e:
@@ -169,6 +193,26 @@ class StreamDecoder:
         now = self.t.decode(self.tokens[self.prefix:], self.skip)
         self.prefix = self.read = len(self.tokens)
         return now[len(before):]
+
+
+def _as_transformers_llama(tok, cfg: dict) -> None:
+    """transformers (5.x) loads a SentencePiece-style tokenizer.json declared as LlamaTokenizer
+    with its own pipeline, not the file's normalizer: no normalizer, a Metaspace pre-tokenizer that
+    prefixes "▁" to the first text segment only (legacy=False; every segment with legacy=True, none
+    with add_prefix_space=False), the file's post-processor kept. Without this, text after a special
+    token (a chat template's "<s>[INST]") gets a "▁" transformers does not put there."""
+    from tokenizers import decoders, pre_tokenizers
+    if str(cfg.get("tokenizer_class") or "").removesuffix("Fast") != "LlamaTokenizer":
+        return
+    if "ByteLevel" in str(tok.pre_tokenizer) + str(tok.decoder):   # transformers uses the file as is
+        return
+    prefix = cfg.get("add_prefix_space")
+    prefix = True if prefix is None else bool(prefix)
+    scheme = ("always" if cfg.get("legacy", False) else "first") if prefix else "never"
+    tok.normalizer = None
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme=scheme, split=False)
+    dec = [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
+    tok.decoder = decoders.Sequence(dec + ([decoders.Strip(" ", 1, 0)] if prefix else []))
 
 
 def _read_json(file: str) -> dict:

@@ -57,6 +57,21 @@ def _check_layers(path: str, args: ModelArgs, n_tensors: int) -> None:
         raise ModelError(f"{path}: {args.n_layers} layers declared, but the file holds only {n_tensors} tensors")
 
 
+def _check_unused(path: str, present, used: set[str], ignorable=()) -> None:
+    """A tensor the program does not read (an MLP bias of a Qwen GGUF, llama.cpp's rope_freqs for
+    Llama 3 rope scaling, ...) would change the math if it were read: refuse the file instead of
+    running without it. `ignorable`: tensors the reference implementation ignores too."""
+    unused = sorted(n for n in present if n not in used and n not in ignorable
+                    and not n.endswith("rotary_emb.inv_freq"))   # old HF checkpoints: a rope cache
+    if not unused:
+        return
+    hint = (" (llama.cpp stores Llama 3 rope scaling there, which is not supported yet)"
+            if "rope_freqs.weight" in unused else "")
+    more = f" and {len(unused) - 3} more" if len(unused) > 3 else ""
+    raise ModelError(f"{path}: tensor(s) {', '.join(repr(n) for n in unused[:3])}{more} are not used by "
+                     f"this architecture's decode step{hint}; refusing rather than ignoring them")
+
+
 def _check_shape(file: str, tensor: str, expected, actual) -> None:
     if tuple(expected) != tuple(actual):
         raise ModelError(f"{file}: tensor {tensor!r} has shape {tuple(actual)}, expected {tuple(expected)}")
@@ -159,6 +174,9 @@ def _load_hf(path: str):
     args = ModelArgs.from_hf_config(path)
     where = _safetensors_index(path)
     _check_layers(path, args, len(where))
+    # before reading any data; transformers ties lm_head to the embedding, ignoring a stored copy
+    _check_unused(path, where, {source_name(n, "hf") for n in expected_shapes(args)},
+                  ("lm_head.weight",) if args.tie_embeddings else ())
     headers: dict[str, dict] = {}
     weights, types = {}, {}
     for name, shape in expected_shapes(args).items():
@@ -243,6 +261,7 @@ def _load_gguf(path: str):
     args = ModelArgs.from_gguf(reader, path)
     tensors = {t.name: t for t in reader.tensors}
     _check_layers(path, args, len(tensors))
+    _check_unused(path, tensors, {source_name(n, "gguf") for n in expected_shapes(args)})
     weights, types, notes = {}, {}, []
     for name, shape in expected_shapes(args).items():
         src = source_name(name, "gguf")
