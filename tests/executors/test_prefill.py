@@ -119,3 +119,13 @@ def test_prefill_regions_reported(device, tiny):
         rs = ex.prefill_set.region_stats()[8]
         assert rs and sum(r["ops"] for r in rs) == len(ex.prefill_set.runners[8].program.ops)
         assert any(r["weight_bytes"] > 0 for r in rs)
+
+
+def test_prefill_with_every_bias(device, models_dir):
+    """attention_bias (q/k/v/o) and mlp_bias: a bias weight is added to every row of a chunk."""
+    m = load_model(tiny_hf_model("llama", models_dir, attention_bias=True, mlp_bias=True), ctx=CTX)
+    toks = prompt(19, seed=5)
+    want = reference_path(m, toks)
+    with make_executor("fused", device, m.program, m.weights) as ex:
+        ex.enable_prefill((8, 3))
+        check_against(ex, toks, *want, what="biases")
