@@ -22,10 +22,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # run from anywhere
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from vkdecode import bench  # noqa: E402
-from vkdecode.executors import MODES, make_executor  # noqa: E402
+from vkdecode import bench
+from vkdecode.executors import MODES, make_executor
 
 
 def time_prompt(ex, ids: list[int], reps: int, warmup: int) -> dict:
