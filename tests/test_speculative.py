@@ -23,7 +23,7 @@ def test_prompt_lookup_drafts_what_followed_the_latest_match():
     assert look.draft() == [5, 9, 2]                # "2 3 4" (3-gram) at 1..3
     short = PromptLookup(4)
     short.extend([5, 6, 5])
-    assert short.draft() == [6, 5]                  # near the end: fewer than K
+    assert short.draft() == [6, 5, 6, 5]            # reaches the end: continues periodically
 
 
 def plain_tokens(ex, toks, n):

@@ -11,7 +11,8 @@ and attention reads only rows up to each query's own position.
 
 Drafts come from prompt lookup (no second model): the longest of the last 3, 2, 1 tokens that
 occurred earlier in the prompt or the generated text proposes the K tokens that followed its most
-recent occurrence. No match: the plain decode step runs instead (one row is cheaper than K+1).
+recent occurrence (continued periodically where it reaches the end of the text). No match: the
+plain decode step runs instead (one row is cheaper than K+1).
 """
 from __future__ import annotations
 
@@ -46,7 +47,12 @@ class PromptLookup:
         for n in range(min(self.max_ngram, len(self.tokens)), 0, -1):
             start = self.after.get(tuple(self.tokens[-n:]))
             if start is not None:
-                return self.tokens[start:start + self.k]
+                # a continuation that runs into the end of the text continues with itself: the
+                # repetition it matched is periodic (a loop of one token drafts K copies)
+                out: list[int] = []
+                for j in range(start, start + self.k):
+                    out.append(self.tokens[j] if j < len(self.tokens) else out[j - len(self.tokens)])
+                return out
         return []
 
 
