@@ -1,7 +1,8 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // matmul over a prompt chunk: Y[t, row0 + m] = W[m, :] . X[t, :] for T rows of X, W of any weight
-// dtype (define DT_*, decoded by dequant.glsl's dequant_elem), math in f32. Tiled: a workgroup
+// dtype (define DT_*, decoded by dequant.glsl: unit_weights a unit at a time with UNITS defined,
+// which needs K % 32 == 0 and, for f32/f16, WVEC; dequant_elem an element at a time otherwise). Tiled: a workgroup
 // owns BM weight rows x BN chunk rows; per BK-wide slice of K it decodes its weight tile once
 // into shared memory and uses every weight for all BN rows (the point of batching the prompt:
 // each weight is read once per tile of tokens, not once per token). Each invocation keeps a
@@ -31,11 +32,18 @@ layout(push_constant) uniform Push { uint row0; } pc;
 layout(binding = B_X) readonly buffer XB { float x[]; };
 layout(binding = B_Y) writeonly buffer YB { float y[]; };
 
-const uint BM = 64, BK = 16, TM = 4, TN = 4;
+#ifdef UNITS
+const uint BK = 32;        // a whole quant block: a q4/q5 unit spans its block's two halves
+#else
+const uint BK = 16;
+#endif
+const uint BM = 64, TM = 4, TN = 4;
 const uint MSTRIDE = BM / TM;          // invocations along the weight rows
 const uint NSTRIDE = BN / TN;          // and along the chunk rows
-shared float ws[BK * BM];
-shared float xs[BK * BN];
+// rows padded by one float: the tile stores (adjacent invocations, adjacent k) hit distinct banks
+const uint WS_STRIDE = BM + 1, XS_STRIDE = BN + 1;
+shared float ws[BK * WS_STRIDE];
+shared float xs[BK * XS_STRIDE];
 
 void main() {
     const uint WG = gl_WorkGroupSize.x;
@@ -46,22 +54,38 @@ void main() {
     for (uint i = 0; i < TM * TN; i++) acc[i] = 0.0;
 
     for (uint k0 = 0; k0 < K; k0 += BK) {
+#ifdef UNITS
+        // a unit (4 or 8 weights, dequant.glsl) per invocation step, decoded once; adjacent
+        // invocations take adjacent units of a row: contiguous weight reads
+        const uint UPR = BK / UNIT_ELEMS;
+        for (uint e = tid; e < BM * UPR; e += WG) {
+            uint r = e / UPR, u = k0 / UNIT_ELEMS + e % UPR;
+            uint m = min(m0 + r, M - 1);    // rows past M decode the last row; never stored
+            vec4 w[XU_VEC4];
+            unit_weights(m * ROW_WORDS(K), m * (K / 32), u, w);
+            for (uint j = 0; j < XU_VEC4; j++) {
+                uint kk = 4 * unit_vec4(u, j) - k0;
+                for (uint c = 0; c < 4; c++) ws[(kk + c) * WS_STRIDE + r] = w[j][c];
+            }
+        }
+#else
         // adjacent invocations take adjacent k: contiguous weight and activation reads
         for (uint e = tid; e < BM * BK; e += WG) {
             uint r = e / BK, kk = e % BK;
             uint m = m0 + r, k = k0 + kk;
-            ws[kk * BM + r] = (m < M && k < K) ? dequant_elem(m * ROW_WORDS(K), m * (K / 32), k) : 0.0;
+            ws[kk * WS_STRIDE + r] = (m < M && k < K) ? dequant_elem(m * ROW_WORDS(K), m * (K / 32), k) : 0.0;
         }
+#endif
         for (uint e = tid; e < BN * BK; e += WG) {
             uint c = e / BK, kk = e % BK;
             uint n = n0 + c, k = k0 + kk;
-            xs[kk * BN + c] = (n < T && k < K) ? x[n * K + k] : 0.0;
+            xs[kk * XS_STRIDE + c] = (n < T && k < K) ? x[n * K + k] : 0.0;
         }
         barrier();
         for (uint kk = 0; kk < BK; kk++) {
             float a[TM], b[TN];
-            for (uint i = 0; i < TM; i++) a[i] = ws[kk * BM + tm + i * MSTRIDE];
-            for (uint j = 0; j < TN; j++) b[j] = xs[kk * BN + tn + j * NSTRIDE];
+            for (uint i = 0; i < TM; i++) a[i] = ws[kk * WS_STRIDE + tm + i * MSTRIDE];
+            for (uint j = 0; j < TN; j++) b[j] = xs[kk * XS_STRIDE + tn + j * NSTRIDE];
             for (uint i = 0; i < TM; i++)
                 for (uint j = 0; j < TN; j++) acc[i * TN + j] += a[i] * b[j];
         }

@@ -59,13 +59,16 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     bn = matmul_tile_rows(rows)
     wg = (MATMUL_BM // 4) * (bn // 4)
     chunks = row_chunks(wv.dtype, n_out, n_in, caps)
+    defines = (_dtype_define(wv.dtype),)
+    if n_in % 32 == 0:      # whole 32-wide k tiles: decode a unit (4 / 8 weights) at a time
+        defines += (("UNITS", "1"),) + ((("WVEC", "1"),) if wv.dtype in ("f32", "f16") else ())
     calls = []
     for r0, n in chunks:
         b = _wbindings(w, wv.dtype, r0, None if len(chunks) == 1 else n)
         b += (Binding(x), Binding(op.outputs[0]))
         calls.append(KernelCall("matmul_rows", (wg, n_in, n, rows, n_out, bn), b, (len(b) - 1,),
                                 (-(-n // MATMUL_BM), -(-rows // bn), 1), push=struct.pack("<I", r0),
-                                defines=(_dtype_define(wv.dtype),),
+                                defines=defines,
                                 label=op.outputs[0] + (f"[{r0}:]" if len(chunks) > 1 else "")))
     return calls
 

@@ -30,6 +30,19 @@ def test_matmul_rows(device, dtype, rows, out, n_in):
     assert err <= LIMIT, f"matmul rows={rows} {dtype} [{out}, {n_in}]: nmse {err:.3g}"
 
 
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("rows,out,n_in", [(5, 40, 48), (9, 70, 20)])
+def test_matmul_rows_element_path(device, dtype, rows, out, n_in):
+    """In-dims that are not whole 32-wide tiles decode element by element (dequant_elem)."""
+    rng = np.random.default_rng(rows + out + n_in)
+    w = quantize((rng.standard_normal((out, n_in)) * 0.1).astype(np.float32), dtype)
+    x = rng.standard_normal(rows * n_in).astype(np.float32)
+    p = one_op("matmul", {"w": ((out, n_in), dtype, "weight"), "x": ((rows * n_in,), "f32", "activation")},
+               {"y": ((rows * out,), "f32", "output")}, rows=rows)
+    got, want = run_and_reference(device, p, {"w": w, "x": x}, caps_of(device))
+    assert nmse(got["y"], want["y"]) <= LIMIT
+
+
 def test_matmul_rows_split_weight(device):
     """A weight bound in row ranges (beyond maxStorageBufferRange) writes each range's columns."""
     rng = np.random.default_rng(1)
