@@ -158,8 +158,9 @@ float dequant_elem(uint rw, uint rs, uint i) {
 #endif
 }
 
-#if defined(QUANT) || defined(WVEC)
-// Tiled matmuls (matmul_rows.comp) decode a weight tile once into shared memory, a unit at a time:
+#if defined(UNIT_WEIGHTS) && (defined(QUANT) || defined(WVEC))
+// Tiled matmuls (matmul_rows.comp defines UNIT_WEIGHTS: fused kernels include this file once per
+// weight slot, so the functions below exist only where asked for) decode a weight tile once into shared memory, a unit at a time:
 // unit_weights returns the weights of unit u laid out as load_x lays out the activations they
 // multiply (unit_dot(rw, rs, u, xv) == sum over j of dot(w[j], xv[j])), and unit_vec4(u, j) the
 // index, in vec4s of the row, of component j (the elements 4 * unit_vec4(u, j) + 0..3).

@@ -57,7 +57,7 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     n_out, n_in = wv.shape
     rows = int(op.attrs.get("rows", 1))
     bn = matmul_tile_rows(rows)
-    wg = (MATMUL_BM // 4) * (bn // 4)
+    wg = (MATMUL_BM // 8) * (bn // 4)      # 8 x 4 outputs per invocation
     chunks = row_chunks(wv.dtype, n_out, n_in, caps)
     defines = (_dtype_define(wv.dtype),)
     if n_in % 32 == 0:      # whole 32-wide k tiles: decode a unit (4 / 8 weights) at a time
