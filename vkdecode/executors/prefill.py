@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from fusion.chunk import TOKENS, chunk_program
 
-# widths by device kind: a CPU (lavapipe) gains little past 64 rows and pays for every padded
-# tile row; a GPU needs wide chunks to turn the weight reads into matrix work
-WIDTHS_GPU = (512, 128, 32, 8)
-WIDTHS_CPU = (64, 16, 4)
+# widths by device kind: a GPU needs wide chunks to turn the weight reads into matrix work; a CPU
+# (lavapipe) gains little past 32-64 rows. Width 2 keeps the tokens left to the decode step (each
+# as costly as a whole chunk on lavapipe: ~0.7 s for SmolLM2) at one or two.
+WIDTHS_GPU = (512, 128, 32, 8, 2)
+WIDTHS_CPU = (64, 32, 8, 2)
 
 
 def default_widths(device) -> tuple[int, ...]:
