@@ -197,9 +197,11 @@ void unit_weights(uint rw, uint rs, uint u, out vec4 w[XU_VEC4]) {
 #if defined(DT_Q4_0)
     w[0] = dm.x * (lo4(q) - 8.0);
     w[1] = dm.x * (hi4(q) - 8.0);
-#else
+#elif defined(DT_Q4_1)
     w[0] = dm.x * lo4(q) + dm.y;
     w[1] = dm.x * hi4(q) + dm.y;
+#else
+#error "unit_weights: no unit decode for this dtype (kernels_rows.UNIT_DTYPES lists the ones with one)"
 #endif
 #endif
 #endif

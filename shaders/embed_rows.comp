@@ -18,6 +18,9 @@
 #endif
 #define B_Y (B_TOK + 1)
 #include "dequant.glsl"
+#ifndef ROW_SCALES
+#define ROW_SCALES(k) ((k) / 32)    // scale words per row of the 32-element block dtypes
+#endif
 
 layout(constant_id = 1) const uint DIM = 1;
 layout(constant_id = 2) const uint ROWS_BOUND = 1;
@@ -32,5 +35,5 @@ void main() {
     uint t = g / DIM, i = g % DIM;
     uint r = tokens[t] - pc.row0;  // wraps to a huge value below row0
     if (r >= ROWS_BOUND) return;
-    y[g] = dequant_elem(r * ROW_WORDS(DIM), r * (DIM / 32), i);
+    y[g] = dequant_elem(r * ROW_WORDS(DIM), r * ROW_SCALES(DIM), i);
 }

@@ -25,6 +25,9 @@
 #define UNIT_WEIGHTS 1
 #endif
 #include "dequant.glsl"
+#ifndef ROW_SCALES
+#define ROW_SCALES(k) ((k) / 32)    // scale words per row of the 32-element block dtypes
+#endif
 
 layout(constant_id = 1) const uint K = 32;
 layout(constant_id = 2) const uint M = 1;
@@ -67,7 +70,7 @@ void main() {
             uint r = e / UPR, u = k0 / UNIT_ELEMS + e % UPR;
             uint m = min(m0 + r, M - 1);    // rows past M decode the last row; never stored
             vec4 w[XU_VEC4];
-            unit_weights(m * ROW_WORDS(K), m * (K / 32), u, w);
+            unit_weights(m * ROW_WORDS(K), m * ROW_SCALES(K), u, w);
             for (uint j = 0; j < XU_VEC4; j++) {
                 uint kk = 4 * unit_vec4(u, j) - k0;
                 for (uint c = 0; c < 4; c++) ws[(kk + c) * WS_STRIDE + r] = w[j][c];
@@ -78,7 +81,7 @@ void main() {
         for (uint e = tid; e < BM * BK; e += WG) {
             uint r = e / BK, kk = e % BK;
             uint m = m0 + r, k = k0 + kk;
-            ws[kk * WS_STRIDE + r] = (m < M && k < K) ? dequant_elem(m * ROW_WORDS(K), m * (K / 32), k) : 0.0;
+            ws[kk * WS_STRIDE + r] = (m < M && k < K) ? dequant_elem(m * ROW_WORDS(K), m * ROW_SCALES(K), k) : 0.0;
         }
 #endif
         for (uint e = tid; e < BN * BK; e += WG) {

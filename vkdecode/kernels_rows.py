@@ -24,6 +24,9 @@ from vkdecode.kernels import (
 )
 
 MATMUL_BM = 64      # weight rows per workgroup (shaders/matmul_rows.comp BM)
+# dtypes dequant.glsl's unit_weights decodes a unit at a time; any other dtype it reads through
+# dequant_elem, an element at a time (correct for every dtype dequant.glsl knows, only slower)
+UNIT_DTYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0")
 
 
 def _embed(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
@@ -60,7 +63,7 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     wg = (MATMUL_BM // 8) * (bn // 4)      # 8 x 4 outputs per invocation
     chunks = row_chunks(wv.dtype, n_out, n_in, caps)
     defines = (_dtype_define(wv.dtype),)
-    if n_in % 32 == 0:      # whole 32-wide k tiles: decode a unit (4 / 8 weights) at a time
+    if n_in % 32 == 0 and wv.dtype in UNIT_DTYPES:   # whole 32-wide k tiles: a unit at a time
         defines += (("UNITS", "1"),) + ((("WVEC", "1"),) if wv.dtype in ("f32", "f16") else ())
     calls = []
     for r0, n in chunks:

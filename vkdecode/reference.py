@@ -66,6 +66,8 @@ def _rows_op(op: Op, program: Program, env: dict, ins: list, rows: int, dt) -> l
             c = env.get(name)
             if c is None:
                 c = np.zeros(program.values[name].shape, dtype=dt)
+            if program.values[name].dtype == "f16":   # an f16 cache stores (and returns) halves
+                x = np.asarray(x).astype(np.float16)
             c[pos0:pos0 + rows] = x.reshape(rows, -1)
             caches.append(c)
         return caches
