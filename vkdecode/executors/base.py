@@ -166,9 +166,10 @@ class Executor:
             self.speculative = None
         self.speculative = Speculative(self, k)
 
-    def prefill(self, tokens, pos0: int = 0) -> int:
+    def prefill(self, tokens, pos0: int = 0, should_stop=None) -> int | None:
         """Run prompt tokens at positions pos0.. and return the next token: all but the last in
-        chunks (when enabled), the last through the decode step."""
+        chunks (when enabled), the last through the decode step. should_stop() is checked before
+        each chunk and step; True returns None at once (rows written so far stay written)."""
         tokens = list(tokens)
         if not tokens:
             raise ContextError("the prompt is empty: nothing to decode from")
@@ -177,9 +178,13 @@ class Executor:
                                f"of {self.ctx}")
         done = 0
         if self.prefill_set is not None:
-            done = self.prefill_set.run(tokens[:-1], pos0)
+            done = self.prefill_set.run(tokens[:-1], pos0, should_stop)
+            if done is None:
+                return None
         nxt = -1
         for i in range(done, len(tokens)):
+            if should_stop is not None and should_stop():
+                return None
             nxt = self.step(tokens[i], pos0 + i)
         return nxt
 

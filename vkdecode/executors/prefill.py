@@ -69,11 +69,14 @@ class Prefill:
             raise
         self.chunks: list[tuple[int, object]] = []     # (width, TokenStats) of every chunk run
 
-    def run(self, tokens, pos0: int) -> int:
+    def run(self, tokens, pos0: int, should_stop=None) -> int | None:
         """Fill the KV cache for tokens at positions pos0..; returns how many were covered (a
-        prefix: the caller runs the rest through the decode step)."""
+        prefix: the caller runs the rest through the decode step), or None when should_stop()
+        turned true before a chunk."""
         done = 0
         for w in split_prompt(len(tokens), self.widths):
+            if should_stop is not None and should_stop():
+                return None
             ex = self.runners[w]
             ids = ex.plan.slices[(TOKENS, "data")]
             ids.buffer.write_u32(ids.offset // 4, [int(t) for t in tokens[done:done + w]])
