@@ -27,7 +27,7 @@ from __future__ import annotations
 from fusion.ir import Program
 
 ROW_KINDS = {"embed", "matmul", "rope", "kv_write", "attention", "argmax"}
-FLAT_KINDS = {"rms_norm", "silu_mul", "add"}
+FLAT_KINDS = {"rms_norm", "silu_mul", "gelu_mul", "add"}
 TOKENS = "chunk_tokens"
 
 
@@ -52,6 +52,9 @@ def chunk_program(decode: Program, rows: int, tail: str = "kv") -> Program:
         else:
             p.value(v.name, v.shape, v.dtype, v.kind)
     p.value(TOKENS, (rows,), "u32", "step")
+    consts = getattr(decode, "constants", None)     # builder-computed weights (rope tables)
+    if consts:
+        p.constants = {n: a for n, a in consts.items() if n in p.values}
     for i in ops:
         op = decode.ops[i]
         if op.kind in FLAT_KINDS:

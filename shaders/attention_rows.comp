@@ -1,12 +1,13 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // attention over a prompt chunk (GQA, causal): workgroup (h, t) computes row t of head h,
-// softmax(scale * q_t,h . K[0..pos+t]) V[0..pos+t] over kv head h / (H / KVH), pos = step.pos.
+// softmax(scale * q_t,h . K[lo..pos+t]) V[lo..pos+t] over kv head h / (H / KVH), pos = step.pos,
+// lo = max(0, pos + t - WINDOW + 1) on a sliding-window layer (WINDOW > 0), else 0.
 // One pass with an online softmax over tiles of WG keys (one key per invocation), so shared
 // memory does not grow with the context. Rows past pos + t (later chunk rows, stale entries of
 // rejected draft tokens) are never read.
 // Bindings: 0 q, 1 k_cache, 2 v_cache, 3 step, 4 o. Spec: 0 wg size (>= D), 1 H, 2 KVH, 3 D,
-// 4 T, 5 scale (float).
+// 4 T, 5 scale (float), 6 WINDOW (0 = none).
 #include "common.glsl"
 
 layout(constant_id = 1) const uint H = 1;
@@ -14,6 +15,7 @@ layout(constant_id = 2) const uint KVH = 1;
 layout(constant_id = 3) const uint D = 1;
 layout(constant_id = 4) const uint T = 1;
 layout(constant_id = 5) const float SCALE = 1.0;
+layout(constant_id = 6) const uint WINDOW = 0;
 
 layout(binding = 0) readonly buffer QB { float q[]; };
 layout(binding = 1) readonly buffer KCB { float kc[]; };
@@ -32,11 +34,12 @@ void main() {
     const uint kvoff = (h / (H / KVH)) * D;
     const uint qoff = (t * H + h) * D;
     const uint len = step[STEP_POS] + t + 1;
+    const uint lo = (WINDOW > 0 && len > WINDOW) ? len - WINDOW : 0;
 
     for (uint j = tid; j < D; j += WG) qs[j] = q[qoff + j] * SCALE;
     barrier();
     float m = NEG_INF, l = 0.0, acc = 0.0;
-    for (uint base = 0; base < len; base += WG) {
+    for (uint base = lo; base < len; base += WG) {
         uint i = base + tid;
         float s = NEG_INF;
         if (i < len) {

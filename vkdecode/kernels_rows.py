@@ -40,7 +40,8 @@ def _embed(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     for r0, n in chunks:
         b = _wbindings(table, tv.dtype, r0, None if len(chunks) == 1 else n)
         b += (Binding(ids), Binding(op.outputs[0]))
-        calls.append(KernelCall("embed_rows", (wg, dim, n, rows), b, (len(b) - 1,),
+        spec = (wg, dim, n, rows, float(op.attrs.get("scale", 1.0)))
+        calls.append(KernelCall("embed_rows", spec, b, (len(b) - 1,),
                                 _groups(-(-rows * dim // wg)), push=struct.pack("<I", r0),
                                 defines=(_dtype_define(tv.dtype),), label=op.outputs[0]))
     return calls
@@ -81,9 +82,10 @@ def _rope(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     h, d, rows = int(a["n_heads"]), int(a["head_dim"]), int(a["rows"])
     n = rows * h * d // 2
     wg = _wg(caps, n)
-    b = (Binding(op.inputs[0]), Binding(op.inputs[1]), Binding(op.outputs[0]))
-    return [KernelCall("rope_rows", (wg, h, d, float(a["theta"]), rows), b, (2,), _groups(-(-n // wg)),
-                       defines=(("NEOX", "1"),) if a["layout"] == "neox" else (), label=op.outputs[0])]
+    b = tuple(Binding(v) for v in op.inputs + op.outputs)     # x, step[, freqs table], y
+    defines = ((("NEOX", "1"),) if a["layout"] == "neox" else ()) + ((("FREQS", "1"),) if len(op.inputs) == 3 else ())
+    return [KernelCall("rope_rows", (wg, h, d, float(a.get("theta", 0.0)), rows), b, (len(b) - 1,),
+                       _groups(-(-n // wg)), defines=defines, label=op.outputs[0])]
 
 
 def _kv_write(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
@@ -103,7 +105,8 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     if wg < d:
         raise ValueError(f"attention {op.outputs[0]}: head_dim {d} > workgroup size {wg}")
     b = (Binding(q), Binding(kc), Binding(vc), Binding(step), Binding(op.outputs[0]))
-    return [KernelCall("attention_rows", (wg, h, kvh, d, rows, float(a["scale"])), b, (4,), (h, rows, 1),
+    spec = (wg, h, kvh, d, rows, float(a["scale"]), int(a.get("window", 0)))
+    return [KernelCall("attention_rows", spec, b, (4,), (h, rows, 1),
                        defines=_reduce_defines(caps), label=op.outputs[0])]
 
 
