@@ -75,6 +75,29 @@ def test_run_tokens_per_submit_errors(capsys, tiny_gguf, argv):
     assert rc != 0 and "--tokens-per-submit" in err
 
 
+def test_run_prefill_and_speculative_same_tokens(capsys, tiny_gguf):
+    """--prefill widths / off and --speculative K change how the tokens are computed, not which."""
+    got = {}
+    for name, extra in (("off", ["--prefill", "off"]), ("chunks", ["--prefill", "8,3"]),
+                        ("spec", ["--speculative", "3"])):
+        rc, out, err = cli(capsys, "run", "--model", tiny_gguf, "--chat", "What is the capital of France?",
+                           "--max-tokens", 12, "--ctx", 64, "--json", *extra)
+        assert rc == 0, err
+        d = json.loads(out)
+        got[name] = d["tokens"]
+    assert got["off"] == got["chunks"] == got["spec"]
+    sp = d["summary"]["speculative"]
+    assert sp["k"] == 3 and sp["emitted"] == len(got["spec"]) - 1
+
+
+@pytest.mark.parametrize("argv,message", [(["--prefill", "0,8"], "--prefill"), (["--prefill", "x"], "--prefill"),
+                                          (["--speculative", "2", "--temp", "0.5"], "greedy"),
+                                          (["--speculative", "-1"], "--speculative")])
+def test_run_prefill_speculative_errors(capsys, tiny_gguf, argv, message):
+    rc, _, err = cli(capsys, "run", "--model", tiny_gguf, "--prompt", "Hi", "--max-tokens", 2, *argv)
+    assert rc != 0 and message in err
+
+
 def test_run_sampling_reproducible_by_seed_across_modes(capsys, tiny_gguf):
     got = {}
     for mode in MODES:
