@@ -22,7 +22,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 from vkdecode.bench_shapes import STD, shape_args, weight_dtypes
 from vkdecode.models.gguf_names import expected_shapes, source_name
-from vkdecode.models.tokenizer import CHATML
+
+# ChatML (vkdecode.models.tokenizer no longer exports a default template since --chat without one
+# became an error)
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content']"
+          " + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}"
+          "{{ '<|im_start|>assistant\n' }}{% endif %}")
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 QUANTS = ("f16", "q8_0", "q4_0", "q4_1")
