@@ -14,14 +14,18 @@ from vkdecode.speculative import PromptLookup
 
 
 def test_prompt_lookup_drafts_what_followed_the_latest_match():
-    look = PromptLookup(3)
+    look = PromptLookup(3, min_ngram=1)
     look.extend([1, 2, 3, 4, 5, 9, 2, 3, 7, 8])
     assert look.draft() == []                       # 8 never occurred before
     look.extend([2, 3])
     assert look.draft() == [7, 8, 2]                # "2 3" latest at 6..7, followed by 7 8 2
     look.extend([4])
     assert look.draft() == [5, 9, 2]                # "2 3 4" (3-gram) at 1..3
-    short = PromptLookup(4)
+    assert PromptLookup(3).draft() == []             # default: no 1-token matches
+    two = PromptLookup(3)
+    two.extend([1, 2, 3, 4, 5, 9, 2, 3, 7, 8, 5])
+    assert two.draft() == []                         # only "5" matched: not drafted by default
+    short = PromptLookup(4, min_ngram=1)
     short.extend([5, 6, 5])
     assert short.draft() == [6, 5, 6, 5]            # reaches the end: continues periodically
 
