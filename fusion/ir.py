@@ -5,21 +5,27 @@ there is no reshape op. Anything that changes per token (token id, position, kv 
 lives in the single `step` value (u32 words, layout below), never in attrs.
 
 Op semantics (the reference executor and every kernel implement exactly these):
-  embed      (table[vocab, dim] weight, step)          -> x[dim]      x = table[step.token]
+  embed      (table[vocab, dim] weight, step)          -> x[dim]      x = table[step.token] * scale
+             (attr scale, default 1.0; Gemma scales by sqrt(dim), rounded to f32)
   rms_norm   (x[n], w[d])                               -> y[n]        attrs eps; d == n normalises
              the whole vector, d < n normalises each of the n // d heads with the same w
   matmul     (w[out, in] weight, x[in])                 -> y[out]      y = w @ x (w's dtype: f32,
-             f16, q8_0, q4_0, q4_1, q5_0; math in f32)
+             f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_k, q5_k, q6_k; math in f32)
   add        (a[n], b[n])                               -> c[n]        residual and bias adds
-  rope       (x[h*d], step)                             -> y[h*d]      attrs n_heads, head_dim,
-             theta, layout "neox" (rotate halves i, i+d/2) or "pairs" (rotate 2i, 2i+1); angle of
-             pair i at position p is p * theta ** (-2i/d)
+  rope       (x[h*d], step, freqs[d/2] weight)          -> y[h*d]      attrs n_heads, head_dim,
+             layout "neox" (rotate halves i, i+d/2) or "pairs" (rotate 2i, 2i+1); angle of pair i
+             at position p is f32(p) * freqs[i] (rounded to f32, as transformers computes it).
+             freqs is the inverse-frequency table (theta ** (-2i/d), with llama3 scaling applied,
+             ...), usually a Program constant that the builder computed (vkdecode/models/rope.py)
   kv_write   (k[kvh*d], v[kvh*d], step)                 -> k_cache, v_cache  (state values of
              shape [ctx, kvh*d], f32): row step.pos := k / v; rows < pos are kept from earlier steps
   attention  (q[h*d], k_cache, v_cache, step)           -> o[h*d]      attrs n_heads, n_kv_heads,
-             head_dim, scale; causal over rows 0 .. step.pos (inclusive); head i reads kv head
-             i // (n_heads // n_kv_heads)
+             head_dim, scale, window (0 = none); causal over rows lo .. step.pos (inclusive),
+             lo = max(0, pos - window + 1) with a window (a sliding-window layer sees `window`
+             keys, itself included), else 0; head i reads kv head i // (n_heads // n_kv_heads)
   silu_mul   (g[n], u[n])                               -> y[n]        y = g * sigmoid(g) * u
+  gelu_mul   (g[n], u[n])                               -> y[n]        y = gelu_tanh(g) * u, gelu_tanh(g) =
+             0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (PyTorch's gelu approximate="tanh")
   argmax     (logits[n])                                -> token[1] u32 (first index of the max)
   sample     (logits[n], step)                          -> token[1] u32: with step.temp <= 0 the
              argmax; else the kept set is the top_k largest logits (ties kept; top_k 0 = all),
@@ -42,8 +48,9 @@ STEP_TOP_P = 5     # f32 bits, 1.0 = no top-p cut
 STEP_WORDS = 8
 
 VALUE_KINDS = ("weight", "activation", "state", "step", "output")
-WEIGHT_DTYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0")
-QUANT_BLOCK = 32   # elements per block for every q* dtype
+WEIGHT_DTYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q4_k", "q5_k", "q6_k", "q2_k", "q3_k")
+QUANT_BLOCK = 32   # elements per block of the q* / iq* dtypes, except the K-quants:
+K_QUANT_BLOCK = 256  # q2_k .. q6_k superblocks
 
 
 class IRError(ValueError):
@@ -85,6 +92,9 @@ class Program:
         self.values: dict[str, Value] = {}
         self.ops: list[Op] = []
         self.meta: dict = {}     # free-form facts for users of the program (arch, ctx, ...)
+        # weight values whose data the builder computed, not read from the model file (the rope
+        # frequency tables): name -> f32 array; executors upload them with the loaded weights
+        self.constants: dict = {}
 
     def value(self, name: str, shape, dtype: str = "f32", kind: str = "activation") -> str:
         if kind not in VALUE_KINDS:
@@ -92,6 +102,13 @@ class Program:
         if name in self.values:
             raise IRError(f"value {name}: defined twice")
         self.values[name] = Value(name, tuple(int(s) for s in shape), dtype, kind)
+        return name
+
+    def constant(self, name: str, array) -> str:
+        """A 1-D f32 weight value whose data (a numpy array) the program carries itself."""
+        if name not in self.values:
+            self.value(name, array.shape, "f32", "weight")
+            self.constants[name] = array
         return name
 
     def op(self, kind: str, inputs, outputs, **attrs) -> Op:

@@ -53,10 +53,6 @@ def whole_norm(o, p: Program) -> bool:
     return _shape(p, o.inputs[1])[0] == _shape(p, o.inputs[0])[0]
 
 
-def per_head_norm(o, p: Program) -> bool:
-    return _shape(p, o.inputs[1])[0] < _shape(p, o.inputs[0])[0]
-
-
 def _same_weights(m: Match, p: Program, a: str, b: str) -> bool:
     wa, wb = p.values[m.captures[a]], p.values[m.captures[b]]
     return wa.dtype == wb.dtype and wa.shape == wb.shape
@@ -88,28 +84,36 @@ RMS_NORM_MATMUL_ARGMAX = Rule("RMS_NORM_MATMUL_ARGMAX", pattern(
     exports=("logits", "token")), _lower_norm_matmul_argmax)
 
 
-# -- 2. norm folded into the gate/up matvec, SwiGLU in the epilogue: one kernel --
+# -- 2. norm folded into the gate/up matvec, SwiGLU (or Gemma's GeGLU) in the epilogue: one kernel --
 
-def _lower_norm_swiglu(m: Match, p: Program) -> Region:
-    c = m.captures
-    return _region(m, "RMS_NORM_MATMUL_SILU_MUL",
-                   {"x": c["x"], "norm_w": c["norm_w"], "w_gate": c["w_gate"], "w_up": c["w_up"],
-                    "out": c["a"]},
-                   {"eps": _eps(m, p, "h"), "dtype": p.values[c["w_gate"]].dtype})
+def _lower_norm_glu(name: str, act: str):
+    def lower(m: Match, p: Program) -> Region:
+        c = m.captures
+        return _region(m, name,
+                       {"x": c["x"], "norm_w": c["norm_w"], "w_gate": c["w_gate"], "w_up": c["w_up"],
+                        "out": c["a"]},
+                       {"eps": _eps(m, p, "h"), "dtype": p.values[c["w_gate"]].dtype, "act": act})
+    return lower
 
 
-RMS_NORM_MATMUL_SILU_MUL = Rule("RMS_NORM_MATMUL_SILU_MUL", pattern(
-    "RMS_NORM_MATMUL_SILU_MUL",
-    op("rms_norm", ("x", "norm_w"), ("h",), where=whole_norm),
-    op("matmul", ("w_gate", "h"), ("g",)),
-    op("matmul", ("w_up", "h"), ("u",)),
-    op("silu_mul", ("g", "u"), ("a",)),
-    exports=("a",)), _lower_norm_swiglu, lambda m, p: _same_weights(m, p, "w_gate", "w_up"))
+def _norm_glu_rule(act: str) -> Rule:
+    """RMS_NORM_MATMUL_SILU_MUL, and its GeGLU variant RMS_NORM_MATMUL_GELU_MUL (same kernel, one define)."""
+    name = f"RMS_NORM_MATMUL_{act.upper()}_MUL"
+    return Rule(name, pattern(
+        name,
+        op("rms_norm", ("x", "norm_w"), ("h",), where=whole_norm),
+        op("matmul", ("w_gate", "h"), ("g",)),
+        op("matmul", ("w_up", "h"), ("u",)),
+        op(f"{act}_mul", ("g", "u"), ("a",)),
+        exports=("a",)), _lower_norm_glu(name, act), lambda m, p: _same_weights(m, p, "w_gate", "w_up"))
+
+
+RMS_NORM_MATMUL_SILU_MUL = _norm_glu_rule("silu")
+RMS_NORM_MATMUL_GELU_MUL = _norm_glu_rule("gelu")
 
 
 def _lower_norm_bias_swiglu(m: Match, p: Program) -> Region:
-    region = _lower_norm_swiglu(m, p)
-    region.name = region.rule = "RMS_NORM_MATMUL_BIAS_SILU_MUL"
+    region = _lower_norm_glu("RMS_NORM_MATMUL_BIAS_SILU_MUL", "silu")(m, p)
     region.roles.update(b_gate=m.captures["b_gate"], b_up=m.captures["b_up"])
     return region
 
@@ -153,10 +157,9 @@ def _lower_attention(m: Match, p: Program) -> Region:
     c = m.captures
     qk_norm = "q_norm_w" in c
     roles = {"q": c["q"], "k": c["k"], "v": c["v"], "step": c["step"], "k_cache": c["k_cache"],
-             "v_cache": c["v_cache"], "out": c["o"]}
-    attrs = _op_attrs(m, p, "o")
-    rope = _op_attrs(m, p, "qr")
-    attrs.update(theta=rope["theta"], layout=rope["layout"])
+             "v_cache": c["v_cache"], "out": c["o"], "freqs": c["freqs"]}
+    attrs = _op_attrs(m, p, "o")      # window (sliding layers) comes with the attention's attrs
+    attrs.update(layout=_op_attrs(m, p, "qr")["layout"])
     if qk_norm:
         roles.update(q_norm_w=c["q_norm_w"], k_norm_w=c["k_norm_w"])
         attrs["eps"] = _eps(m, p, "qn")
@@ -165,11 +168,15 @@ def _lower_attention(m: Match, p: Program) -> Region:
 
 
 def _attention_shapes(m: Match, p: Program) -> bool:
-    """RoPE of q and k must agree with the attention's heads, one fused kernel reads all three."""
+    """RoPE of q and k must agree with the attention's heads, one fused kernel reads all three;
+    q/k norms (when matched) normalise each head: a weight of head_dim elements."""
     a, rq, rk = (_op_attrs(m, p, n) for n in ("o", "qr", "kr"))
+    norms = [m.captures[w] for w in ("q_norm_w", "k_norm_w") if m.captures.get(w) is not None]
+    if any(_shape(p, w) != (a["head_dim"],) for w in norms):
+        return False
     return (rq["n_heads"] == a["n_heads"] and rk["n_heads"] == a["n_kv_heads"]
             and rq["head_dim"] == rk["head_dim"] == a["head_dim"]
-            and (rq["theta"], rq["layout"]) == (rk["theta"], rk["layout"]))
+            and rq["layout"] == rk["layout"])   # one table: both ropes capture the same `freqs`
 
 
 # written state is exported: the caches live on across steps
@@ -179,18 +186,20 @@ _ATTN_TAIL = (
 )
 QK_NORM_ROPE_KV_WRITE_ATTENTION = Rule("QK_NORM_ROPE_KV_WRITE_ATTENTION", pattern(
     "QK_NORM_ROPE_KV_WRITE_ATTENTION",
-    op("rms_norm", ("q", "q_norm_w"), ("qn",), where=per_head_norm),
-    op("rope", ("qn", "step"), ("qr",)),
+    # per head, and with a single (kv) head that is the whole vector: _attention_shapes checks
+    # that the weight is one head long
+    op("rms_norm", ("q", "q_norm_w"), ("qn",)),
+    op("rope", ("qn", "step", "freqs"), ("qr",)),
     *_ATTN_TAIL,
-    op("rope", ("kn", "step"), ("kr",)),
-    op("rms_norm", ("k", "k_norm_w"), ("kn",), where=per_head_norm),
+    op("rope", ("kn", "step", "freqs"), ("kr",)),
+    op("rms_norm", ("k", "k_norm_w"), ("kn",)),
     exports=("o", "k_cache", "v_cache")), _lower_attention, _attention_shapes)
 
 ROPE_KV_WRITE_ATTENTION = Rule("ROPE_KV_WRITE_ATTENTION", pattern(
     "ROPE_KV_WRITE_ATTENTION",
-    op("rope", ("q", "step"), ("qr",)),
+    op("rope", ("q", "step", "freqs"), ("qr",)),
     *_ATTN_TAIL,
-    op("rope", ("k", "step"), ("kr",)),
+    op("rope", ("k", "step", "freqs"), ("kr",)),
     exports=("o", "k_cache", "v_cache")), _lower_attention, _attention_shapes)
 
 
@@ -222,21 +231,28 @@ MATMUL_ADD = Rule("MATMUL_ADD", pattern(
     exports=("s",)), _lower_matmul_add)
 
 
-# -- 6. gate and up projections + SwiGLU in one matvec, when the norm could not be folded in --
+# -- 6. gate and up projections + SwiGLU / GeGLU in one matvec, when the norm could not be folded in --
 
-def _lower_swiglu(m: Match, p: Program) -> Region:
-    c = m.captures
-    return _region(m, "MATMUL_SILU_MUL",
-                   {"x": c["x"], "w_gate": c["w_gate"], "w_up": c["w_up"], "out": c["a"]},
-                   {"dtype": p.values[c["w_gate"]].dtype})
+def _lower_glu(name: str, act: str):
+    def lower(m: Match, p: Program) -> Region:
+        c = m.captures
+        return _region(m, name, {"x": c["x"], "w_gate": c["w_gate"], "w_up": c["w_up"], "out": c["a"]},
+                       {"dtype": p.values[c["w_gate"]].dtype, "act": act})
+    return lower
 
 
-MATMUL_SILU_MUL = Rule("MATMUL_SILU_MUL", pattern(
-    "MATMUL_SILU_MUL",
-    op("matmul", ("w_gate", "x"), ("g",)),
-    op("matmul", ("w_up", "x"), ("u",)),
-    op("silu_mul", ("g", "u"), ("a",)),
-    exports=("a",)), _lower_swiglu, lambda m, p: _same_weights(m, p, "w_gate", "w_up"))
+def _glu_rule(act: str) -> Rule:
+    name = f"MATMUL_{act.upper()}_MUL"
+    return Rule(name, pattern(
+        name,
+        op("matmul", ("w_gate", "x"), ("g",)),
+        op("matmul", ("w_up", "x"), ("u",)),
+        op(f"{act}_mul", ("g", "u"), ("a",)),
+        exports=("a",)), _lower_glu(name, act), lambda m, p: _same_weights(m, p, "w_gate", "w_up"))
+
+
+MATMUL_SILU_MUL = _glu_rule("silu")
+MATMUL_GELU_MUL = _glu_rule("gelu")
 
 
 # -- 7. residual add and the next norm in one pass (new residual and normed output) --
@@ -255,17 +271,38 @@ ADD_RMS_NORM = Rule("ADD_RMS_NORM", pattern(
     exports=("s", "n")), _lower_add_norm)
 
 
+# -- 8. Gemma's sandwich norm: the block output normed, then added to the residual (one pass).
+# Anchored at the norm, which comes before the add in program order, so ADD_RMS_NORM (anchored at
+# the add) cannot take the add and leave the next pre-norm unfoldable into its matvec.
+
+def _lower_norm_add(m: Match, p: Program) -> Region:
+    c = m.captures
+    return _region(m, "RMS_NORM_ADD",
+                   {"x": c["x"], "norm_w": c["norm_w"], "residual": c["r"], "sum": c["s"]},
+                   {"eps": _eps(m, p, "n")})
+
+
+RMS_NORM_ADD = Rule("RMS_NORM_ADD", pattern(
+    "RMS_NORM_ADD",
+    op("rms_norm", ("x", "norm_w"), ("n",), where=whole_norm),
+    op("add", ("n", "r"), ("s",), kinds={"r": "activation"}, commutative=True),
+    exports=("s",)), _lower_norm_add)
+
+
 DEFAULT_RULES: tuple[Rule, ...] = (
     RMS_NORM_MATMUL_ARGMAX,
     RMS_NORM_MATMUL_SILU_MUL,
     RMS_NORM_MATMUL_BIAS_SILU_MUL,
+    RMS_NORM_MATMUL_GELU_MUL,
     RMS_NORM_MATMUL,
     QK_NORM_ROPE_KV_WRITE_ATTENTION,
     ROPE_KV_WRITE_ATTENTION,
     MATMUL_BIAS_ADD,
     MATMUL_ADD,
     MATMUL_SILU_MUL,
+    MATMUL_GELU_MUL,
     ADD_RMS_NORM,
+    RMS_NORM_ADD,
 )
 
 

@@ -1,11 +1,11 @@
 """Program.verify(): shapes and dtypes per op kind, SSA form, step values read only."""
 from __future__ import annotations
 
-from fusion.ir import QUANT_BLOCK, STEP_WORDS, WEIGHT_DTYPES, IRError, Program
+from fusion.ir import K_QUANT_BLOCK, QUANT_BLOCK, STEP_WORDS, WEIGHT_DTYPES, IRError, Program
 
 ARITY = {  # kind -> (number of inputs, number of outputs)
-    "embed": (2, 1), "rms_norm": (2, 1), "matmul": (2, 1), "add": (2, 1), "rope": (2, 1),
-    "kv_write": (3, 2), "attention": (4, 1), "silu_mul": (2, 1), "argmax": (1, 1),
+    "embed": (2, 1), "rms_norm": (2, 1), "matmul": (2, 1), "add": (2, 1), "rope": (3, 1),
+    "kv_write": (3, 2), "attention": (4, 1), "silu_mul": (2, 1), "gelu_mul": (2, 1), "argmax": (1, 1),
     "sample": (2, 1),
 }
 
@@ -71,9 +71,10 @@ def _check_shapes(p: Program, op, fail) -> None:
         need(w.dtype in WEIGHT_DTYPES, f"{w.name}: unsupported weight dtype {w.dtype}")
         need(x.shape == (r * w.shape[1],), f"input {x.name} {x.shape} does not match weight {w.name} {w.shape}")
         need(outs[0].shape == (r * w.shape[0],), f"output {outs[0].name} {outs[0].shape} != ({r * w.shape[0]},)")
-        if w.dtype.startswith("q"):
-            need(w.shape[1] % QUANT_BLOCK == 0, f"{w.name}: in-dim {w.shape[1]} not a multiple of {QUANT_BLOCK}")
-    elif k in ("add", "silu_mul"):
+        if w.dtype.startswith(("q", "iq")):
+            blk = K_QUANT_BLOCK if w.dtype.endswith("_k") else QUANT_BLOCK
+            need(w.shape[1] % blk == 0, f"{w.name}: in-dim {w.shape[1]} not a multiple of {blk}")
+    elif k in ("add", "silu_mul", "gelu_mul"):
         # a chunk adds a bias (a weight) to every row
         bias = k == "add" and ins[1].kind == "weight" and ins[0].numel % ins[1].numel == 0
         need(ins[0].shape == outs[0].shape and (ins[1].shape == ins[0].shape or bias),
@@ -84,11 +85,16 @@ def _check_shapes(p: Program, op, fail) -> None:
         need(x.shape == (r * a["n_heads"] * a["head_dim"],) and outs[0].shape == x.shape,
              f"{x.name} {x.shape} != n_heads*head_dim {a['n_heads']}*{a['head_dim']}")
         need(a["head_dim"] % 2 == 0, "head_dim must be even")
+        f = ins[2]
+        need(f.kind == "weight" and f.dtype == "f32" and f.shape == (a["head_dim"] // 2,),
+             f"freqs {f.name} must be an f32 weight of shape ({a['head_dim'] // 2},)")
     elif k == "kv_write":
         kk, vv, _ = ins
         kc, vc = outs
         need(kc.kind == "state" and vc.kind == "state", "caches must be state values")
         need(len(kc.shape) == 2 and kc.shape == vc.shape, f"cache shapes {kc.shape} {vc.shape}")
+        need(kc.dtype in ("f32", "f16") and vc.dtype == kc.dtype, f"cache dtypes {kc.dtype} {vc.dtype}")
+        need(kc.dtype == "f32" or kc.shape[1] % 2 == 0, f"f16 cache rows {kc.shape[1]} must be even (word pairs)")
         need(kk.shape == vv.shape == (r * kc.shape[1],), f"k/v {kk.shape} do not match cache rows {kc.shape}")
     elif k == "attention":
         q, kc, vc, _ = ins
@@ -98,6 +104,7 @@ def _check_shapes(p: Program, op, fail) -> None:
         need(kc.shape[1] == kvh * d and vc.shape == kc.shape, f"cache {kc.shape} != (ctx, {kvh * d})")
         need(outs[0].shape == (r * h * d,), f"output {outs[0].shape} != ({r * h * d},)")
         need("scale" in a, "missing attr scale")
+        need(int(a.get("window", 0)) >= 0, f"window {a.get('window')} must be >= 0")
     elif k in ("argmax", "sample"):
         need(outs[0].shape == (r,) and outs[0].dtype == "u32", f"output must be u32[{r}]")
         need(ins[0].numel % r == 0, f"{ins[0].name} {ins[0].shape} is not {r} rows")

@@ -5,8 +5,10 @@
 // (s, h) takes rows [s*c, min(len, (s+1)*c)) with c = ceil(len / S), len = pos + 1, so the grid
 // never depends on the token. With SPLIT defined it writes (unnormalised o, max, sum) partials for
 // attention_combine; without it (S == 1) it writes o directly.
-// Bindings: 0 q, 1 k_cache, 2 v_cache, 3 step, 4 o (or partials, attn_partials.glsl).
-// Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK (= ceil(ctx / S)), 6 scale (float).
+// Bindings: 0 q, 1 k_cache, 2 v_cache (f32, or f16 with KV_F16: kv_cache.glsl), 3 step, 4 o (or
+// partials, attn_partials.glsl).
+// Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK (= ceil(rows / S)), 6 scale (float),
+// 7 WINDOW (0: all rows; else rows [len - WINDOW, len), attn_partials.glsl's window_start).
 #include "common.glsl"
 #include "attn_partials.glsl"
 
@@ -16,13 +18,14 @@ layout(constant_id = 3) const uint D = 1;
 layout(constant_id = 4) const uint S = 1;
 layout(constant_id = 5) const uint MAXCHUNK = 1;
 layout(constant_id = 6) const float SCALE = 1.0;
+layout(constant_id = 7) const uint WINDOW = 0;   // keys a sliding-window layer sees (0: all)
 // Row groups of the P.V phase: with more invocations than D, each row group sums a slice of rows.
 const uint RG = gl_WorkGroupSize.x >= D ? gl_WorkGroupSize.x / D : 1;
 
 layout(binding = 0) readonly buffer QB { float q[]; };
-layout(binding = 1) readonly buffer KCB { float kc[]; };
-layout(binding = 1) readonly buffer KC4 { vec4 kc4[]; };
-layout(binding = 2) readonly buffer VCB { float vc[]; };
+#define KV_BK 1
+#define KV_BV 2
+#include "kv_cache.glsl"
 layout(binding = 3) readonly buffer StepB { uint step[]; };
 layout(binding = 4) writeonly buffer OB { float o[]; };
 
@@ -37,8 +40,9 @@ void main() {
     const uint ROW = KVH * D;
     const uint kvoff = (h / (H / KVH)) * D;
     uint len = step[STEP_POS] + 1;
-    uint chunk = (len + S - 1) / S;
-    uint r0 = min(s * chunk, len);
+    uint lo = window_start(len, WINDOW);
+    uint chunk = (len - lo + S - 1) / S;
+    uint r0 = lo + min(s * chunk, len - lo);
     uint n = min(len - r0, chunk);
 
     for (uint j = t; j < D; j += WG) qs[j] = q[h * D + j] * SCALE;
@@ -50,9 +54,9 @@ void main() {
         float a = 0.0;
 #ifdef KVEC
         for (uint j = 0; j < D; j += 4)
-            a += dot(vec4(qs[j], qs[j + 1], qs[j + 2], qs[j + 3]), kc4[(base + j) / 4]);
+            a += dot(vec4(qs[j], qs[j + 1], qs[j + 2], qs[j + 3]), KC4((base + j) / 4));
 #else
-        for (uint j = 0; j < D; j++) a += qs[j] * kc[base + j];
+        for (uint j = 0; j < D; j++) a += qs[j] * KC1(base + j);
 #endif
         sc[i] = a;
         m = max(m, a);
@@ -69,7 +73,7 @@ void main() {
     for (uint idx = t; idx < RG * D; idx += WG) {
         uint j = idx % D, g = idx / D;
         float acc = 0.0;
-        for (uint i = g; i < n; i += RG) acc += sc[i] * vc[(r0 + i) * ROW + kvoff + j];
+        for (uint i = g; i < n; i += RG) acc += sc[i] * VC1((r0 + i) * ROW + kvoff + j);
         part[idx] = acc;
     }
     barrier();

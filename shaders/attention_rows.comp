@@ -18,8 +18,9 @@ layout(constant_id = 5) const float SCALE = 1.0;
 layout(constant_id = 6) const uint WINDOW = 0;
 
 layout(binding = 0) readonly buffer QB { float q[]; };
-layout(binding = 1) readonly buffer KCB { float kc[]; };
-layout(binding = 2) readonly buffer VCB { float vc[]; };
+#define KV_BK 1
+#define KV_BV 2
+#include "kv_cache.glsl"     // f32 or (KV_F16) f16 caches
 layout(binding = 3) readonly buffer StepB { uint step[]; };
 layout(binding = 4) writeonly buffer OB { float o[]; };
 
@@ -45,7 +46,7 @@ void main() {
         if (i < len) {
             s = 0.0;
             uint kb = i * ROW + kvoff;
-            for (uint j = 0; j < D; j++) s += qs[j] * kc[kb + j];
+            for (uint j = 0; j < D; j++) s += qs[j] * KC1(kb + j);
         }
         float mn = max(m, wg_max(s));
         float p = i < len ? exp(s - mn) : 0.0;
@@ -56,7 +57,7 @@ void main() {
         if (tid < D) {
             float a = 0.0;
             uint n = min(WG, len - base);
-            for (uint r = 0; r < n; r++) a += ps[r] * vc[(base + r) * ROW + kvoff + tid];
+            for (uint r = 0; r < n; r++) a += ps[r] * VC1((base + r) * ROW + kvoff + tid);
             acc = acc * corr + a;
         }
         m = mn;

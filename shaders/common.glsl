@@ -15,6 +15,12 @@ layout(local_size_x_id = 0) in;
 
 #define NEG_INF uintBitsToFloat(0xff800000u)
 
+// First kv row attention reads for a query at row len - 1: a sliding window of W keys (the query
+// itself included, transformers' kv_idx > q_idx - W) starts at len - W; W = 0 means all rows.
+uint window_start(uint len, uint W) {
+    return (W != 0u && len > W) ? len - W : 0u;
+}
+
 // Workgroups may be laid out 2-D when a call needs more than 65535 (the minimum maxComputeWorkGroupCount).
 uint flat_group_id() {
     return gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;

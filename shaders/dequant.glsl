@@ -1,7 +1,8 @@
 // Weight access for every weight dtype in vkdecode/quant.py's GPU word layout, shared by the
 // matvec, embed and (later) fused kernels so they all decode blocks the same way.
 //
-// The includer defines one of DT_F32 DT_F16 DT_Q8_0 DT_Q4_0 DT_Q4_1 DT_Q5_0, the binding numbers
+// The includer defines one of DT_F32 DT_F16 DT_Q8_0 DT_Q4_0 DT_Q4_1 DT_Q5_0 DT_Q5_1 DT_IQ4_NL DT_Q4_K
+// DT_Q5_K DT_Q6_K DT_Q2_K DT_Q3_K, the binding numbers
 // B_W (data, or q words) and B_S (quant scales), and, for load_x, the activation fetches
 // X1(i) (float at element i) and X4(i) (vec4 at vec4 index i). WVEC selects 16-byte weight loads
 // for f32/f16 (kernels.py sets it when a row is a whole number of uvec4s).
@@ -12,6 +13,11 @@
 // the weight and the activation loads of a subgroup are contiguous: with a whole block per
 // invocation the 8 vec4 loads of x each touched a different cache line per invocation, and on an
 // H100 the L1 wavefronts of x, not DRAM, capped quantised matvecs near 1/3 of bandwidth.
+// K-quants keep that: a q4_k/q5_k unit is one qs word of a 64-element chunk c (elements
+// 64c+4w.. low nibbles, 64c+32+4w.. high nibbles), a q6_k unit one ql word of a 128-element half
+// (elements 4w.. and 64+4w..), a q2_k/q3_k unit two 2-bit planes of one qs word (elements
+// 128h+64p+4w.. and 128h+64p+32+4w..), so 8 (q6_k: 16) adjacent invocations load contiguous x.
+// ROW_WORDS(k) / ROW_SCALES(k): q and s words per row of in-dim k.
 
 #if defined(DT_F32)
 layout(binding = B_W) readonly buffer WF { float w_f[]; };
@@ -36,31 +42,101 @@ layout(binding = B_W) readonly buffer WU4 { uvec4 w_u4[]; };
 #endif
 #endif
 
-#if defined(DT_Q8_0) || defined(DT_Q4_0) || defined(DT_Q4_1) || defined(DT_Q5_0)
+#if defined(DT_Q4_K) || defined(DT_Q5_K) || defined(DT_Q6_K) || defined(DT_Q2_K) || defined(DT_Q3_K)
+#define KQUANT 1
+#endif
+#if defined(DT_Q8_0) || defined(DT_Q4_0) || defined(DT_Q4_1) || defined(DT_Q5_0) || defined(DT_Q5_1) || defined(DT_IQ4_NL) || defined(KQUANT)
 #define QUANT 1
 #define UNIT_ELEMS 8
 layout(binding = B_S) readonly buffer WS { uint w_s[]; };
+layout(binding = B_S) readonly buffer WS4 { uvec4 w_s4[]; };
 layout(binding = B_W) readonly buffer WU2 { uvec2 w_u2[]; };
 #if defined(DT_Q8_0)
 #define ROW_WORDS(k) ((k) / 4)
 #define BLOCK_WORDS 8
-#elif defined(DT_Q5_0)
+#elif defined(DT_Q5_0) || defined(DT_Q5_1)
 #define ROW_WORDS(k) ((k) / 32 * 5)
 #define BLOCK_WORDS 5
+#elif defined(DT_Q4_K)
+#define ROW_WORDS(k) ((k) / 8)
+#define ROW_SCALES(k) ((k) / 64)
+#elif defined(DT_Q5_K)
+#define ROW_WORDS(k) ((k) / 256 * 40)
+#define ROW_SCALES(k) ((k) / 64)
+#elif defined(DT_Q6_K)
+#define ROW_WORDS(k) ((k) / 256 * 48)
+#define ROW_SCALES(k) ((k) / 256 * 5)
+#elif defined(DT_Q2_K)
+#define ROW_WORDS(k) ((k) / 16)
+#define ROW_SCALES(k) ((k) / 256 * 5)
+#elif defined(DT_Q3_K)
+#define ROW_WORDS(k) ((k) / 256 * 24)
+#define ROW_SCALES(k) ((k) / 64)
 #else
 #define ROW_WORDS(k) ((k) / 8)
 #define BLOCK_WORDS 4
 #endif
+#ifndef ROW_SCALES
+#define ROW_SCALES(k) ((k) / 32)
+#endif
+#else
+#define ROW_SCALES(k) 0u
 #endif
 
 vec4 i8x4(uint w) {
     int s = int(w);
     return vec4(bitfieldExtract(s, 0, 8), bitfieldExtract(s, 8, 8), bitfieldExtract(s, 16, 8), bitfieldExtract(s, 24, 8));
 }
-vec4 lo4(uint w) { return vec4(uvec4(w, w >> 8, w >> 16, w >> 24) & 0xFu); }
-vec4 hi4(uint w) { return vec4(uvec4(w >> 4, w >> 12, w >> 20, w >> 28) & 0xFu); }
+// Small unsigned ints (< 2^23) to floats. NIBBLE_MAGIC: as the float bits of 2^23 + n minus 2^23
+// (an OR and a subtract) instead of an int-to-float conversion, which runs at a fraction of the
+// FP32 rate on some GPUs (NVIDIA's throughput tables); an A/B switch for bench/matvec_bench.py
+// --ab NIBBLE_MAGIC, off until measured.
+#ifdef NIBBLE_MAGIC
+vec4 u2f4(uvec4 u) { return uintBitsToFloat(u | 0x4B000000u) - 8388608.0; }
+float u2f(uint u) { return uintBitsToFloat(u | 0x4B000000u) - 8388608.0; }
+#else
+vec4 u2f4(uvec4 u) { return vec4(u); }
+float u2f(uint u) { return float(u); }
+#endif
+// (byte >> sh) & mask for each byte of w (byte 0 first).
+uvec4 bytebits(uint w, uint sh, uint mask) { return uvec4(w >> sh, w >> (sh + 8), w >> (sh + 16), w >> (sh + 24)) & mask; }
+vec4 lo4(uint w) { return u2f4(bytebits(w, 0u, 0xFu)); }
+vec4 hi4(uint w) { return u2f4(bytebits(w, 4u, 0xFu)); }
 // Fifth bits of elements b..b+3 of a q5_0 block, already scaled to 16.
 vec4 q5hi(uint qh, uint b) { return vec4(uvec4(qh >> b, qh >> (b + 1), qh >> (b + 2), qh >> (b + 3)) & 1u) * 16.0; }
+#ifdef DT_IQ4_NL
+// iq4_nl's 16 levels (-127, -104, ..., 89, 113) as int8 bytes of 4 words, picked by selects and
+// a byte extract: a dynamically indexed const array goes through local memory (lavapipe, matvec_bench
+// --preset dtypes: 2-4x slower than this, on a noisy shared CPU).
+float IQ4NL(uint n) {
+    const uint w = (n & 8u) != 0u ? ((n & 4u) != 0u ? 0x71594535u : 0x26190D01u)
+                                  : ((n & 4u) != 0u ? 0xF6EADDCFu : 0xBFAD9881u);
+    return float(bitfieldExtract(int(w), int(8u * (n & 3u)), 8));
+}
+vec4 iq4lo(uint w) { return vec4(IQ4NL(w & 0xFu), IQ4NL((w >> 8) & 0xFu), IQ4NL((w >> 16) & 0xFu), IQ4NL((w >> 24) & 0xFu)); }
+vec4 iq4hi(uint w) { return iq4lo(w >> 4); }
+#endif
+#ifdef DT_Q3_K
+// Signed 6-bit scale of sub-block i from a superblock's s words (the 12 packed bytes, then d): low 4
+// bits in nibble i / 8 of byte i % 8, high 2 bits at bit 2 (i / 4) of byte 8 + i % 4; stored + 32.
+int k3_scale(uvec4 sw, uint i) {
+    const uint lo = (((i & 4u) != 0u ? sw.y : sw.x) >> (8u * (i & 3u) + 4u * (i >> 3))) & 0xFu;
+    const uint hi = (sw.z >> (8u * (i & 3u) + 2u * (i >> 2))) & 3u;
+    return int(lo | (hi << 4)) - 32;
+}
+#endif
+#if defined(DT_Q4_K) || defined(DT_Q5_K)
+// Scales (x) and mins (y) of sub-blocks 2c (low byte) and 2c+1 (next byte), 6 bits each, from a
+// superblock's s words (d|dmin, then the 12 packed bytes): sub-block j < 4 keeps its 6 bits in
+// byte j (scale) / 4+j (min); j >= 4 has 4 low bits in byte 4+j and 2 high bits atop byte j-4 / j.
+uvec2 k4_scale_min(uvec4 sw, uint c) {
+    const uint sh = 16u * (c & 1u);
+    const uint a = sw.y >> sh, b = sw.z >> sh, e = sw.w >> sh;
+    // a select, not a branch: c differs between the 8-lane groups of one subgroup
+    return c < 2u ? uvec2(a & 0x3F3Fu, b & 0x3F3Fu)
+                  : uvec2((e & 0x0F0Fu) | ((a >> 2) & 0x3030u), ((e >> 4) & 0x0F0Fu) | ((b >> 2) & 0x3030u));
+}
+#endif
 
 #if defined(QUANT) || (defined(DT_F16) && defined(WVEC))
 #define XU_VEC4 2
@@ -72,7 +148,20 @@ vec4 q5hi(uint qh, uint b) { return vec4(uvec4(qh >> b, qh >> (b + 1), qh >> (b 
 // The activations unit u multiplies, loaded once and reused for every row a thread handles.
 // Scalar units fill only the leading components.
 void load_x(uint u, out vec4 xv[XU_VEC4]) {
-#if defined(QUANT) && !defined(DT_Q8_0)
+#if defined(DT_Q4_K) || defined(DT_Q5_K)
+    uint b = u / 32, c = (u % 32) / 8, w = u % 8;   // qs word w of chunk c: 64c+4w.., 64c+32+4w..
+    xv[0] = X4(64 * b + 16 * c + w);
+    xv[1] = X4(64 * b + 16 * c + 8 + w);
+#elif defined(DT_Q2_K) || defined(DT_Q3_K)
+    // qs word w of half h holds 4 two-bit planes j (elements 128h+32j+4w..); unit: planes 2p, 2p+1
+    uint b = u / 32, h = (u % 32) / 16, p = (u % 16) / 8, w = u % 8;
+    xv[0] = X4(64 * b + 32 * h + 16 * p + w);
+    xv[1] = X4(64 * b + 32 * h + 16 * p + 8 + w);
+#elif defined(DT_Q6_K)
+    uint b = u / 32, n = (u % 32) / 16, w = u % 16;  // ql word w of half n: 128n+4w.., 128n+64+4w..
+    xv[0] = X4(64 * b + 32 * n + w);
+    xv[1] = X4(64 * b + 32 * n + 16 + w);
+#elif defined(QUANT) && !defined(DT_Q8_0)
     uint b = u / 4, k = u % 4;   // nibble word k of block b: elements 4k.. and 16+4k..
     xv[0] = X4(8 * b + k);
     xv[1] = X4(8 * b + 4 + k);
@@ -102,30 +191,91 @@ float unit_dot(uint rw, uint rs, uint u, vec4 xv[XU_VEC4]) {
 #else
     return dot(unpackHalf2x16(w_u[rw + u]), xv[0].xy);
 #endif
+#elif defined(KQUANT)
+    // The x sums are the same for every row, so the compiler keeps one copy per unit.
+    const float xs0 = (xv[0].x + xv[0].y) + (xv[0].z + xv[0].w);
+    const float xs1 = (xv[1].x + xv[1].y) + (xv[1].z + xv[1].w);
+    const uint b = u / 32;
+#if defined(DT_Q2_K) || defined(DT_Q3_K)
+    const uint h = (u % 32) / 16, p = (u % 16) / 8, w = u % 8;
+#if defined(DT_Q2_K)
+    const uint q = w_u[rw + 16 * b + 8 * h + w];
+    const uint sw = w_s[rs + 5 * b + 2 * h + p];   // bytes: sub-blocks 8h+4p.. (scale | min << 4)
+    const vec2 dm = unpackHalf2x16(w_s[rs + 5 * b + 4]);
+    const uint s0 = (sw >> (8 * (w / 4))) & 0xFFu, s1 = (sw >> (8 * (2 + w / 4))) & 0xFFu;
+    const float a0 = dot(u2f4(bytebits(q, 4 * p, 3u)), xv[0]);
+    const float a1 = dot(u2f4(bytebits(q, 4 * p + 2, 3u)), xv[1]);
+    return dm.x * (u2f(s0 & 0xFu) * a0 + u2f(s1 & 0xFu) * a1) - dm.y * (u2f(s0 >> 4) * xs0 + u2f(s1 >> 4) * xs1);
+#else
+    const uint q = w_u[rw + 24 * b + 8 + 8 * h + w];
+    const uint hm = w_u[rw + 24 * b + w];          // hmask bytes 4w..: bit k is element 32k + l's
+    const uvec4 sw = w_s4[rs / 4 + b];
+    const uint k = 4 * h + 2 * p, i = 8 * h + 4 * p + w / 4;
+    const float a0 = dot(u2f4(bytebits(q, 4 * p, 3u) | (bytebits(hm, k, 1u) << 2)), xv[0]) - 4.0 * xs0;
+    const float a1 = dot(u2f4(bytebits(q, 4 * p + 2, 3u) | (bytebits(hm, k + 1, 1u) << 2)), xv[1]) - 4.0 * xs1;
+    return unpackHalf2x16(sw.w).x * (float(k3_scale(sw, i)) * a0 + float(k3_scale(sw, i + 2)) * a1);
+#endif
+#elif defined(DT_Q6_K)
+    const uint n = (u % 32) / 16, w = u % 16;
+    const uint q = w_u[rw + 48 * b + u % 32];
+    const uint qh = w_u[rw + 48 * b + 32 + 8 * n + w % 8];
+    const uint sh = w < 8u ? 0u : 2u;          // ql bytes 32.. pair with qh bits 2-3 / 6-7
+    const uint sb = rs + 5 * b + 2 * n;        // int8 scales of this half: word 2n (low), 2n+1 (high)
+    const float d = unpackHalf2x16(w_s[rs + 5 * b + 4]).x;
+    const float s0 = float(bitfieldExtract(int(w_s[sb]), int(8 * (w / 4)), 8));
+    const float s1 = float(bitfieldExtract(int(w_s[sb + 1]), int(8 * (w / 4)), 8));
+    // 6-bit quants assembled as integers, one conversion per element
+    const float a0 = dot(u2f4(bytebits(q, 0u, 0xFu) | (bytebits(qh, sh, 3u) << 4)), xv[0]) - 32.0 * xs0;
+    const float a1 = dot(u2f4(bytebits(q, 4u, 0xFu) | (bytebits(qh, sh + 4, 3u) << 4)), xv[1]) - 32.0 * xs1;
+    return d * (s0 * a0 + s1 * a1);
+#else
+    const uint c = (u % 32) / 8;
+    const uvec4 sw = w_s4[rs / 4 + b];
+    const vec2 dm = unpackHalf2x16(sw.x);
+    const uvec2 scm = k4_scale_min(sw, c);
+#if defined(DT_Q5_K)
+    const uint q = w_u[rw + 40 * b + u % 32];
+    const uint qh = w_u[rw + 40 * b + 32 + u % 8];
+    const float a0 = dot(u2f4(bytebits(q, 0u, 0xFu) | (bytebits(qh, 2 * c, 1u) << 4)), xv[0]);
+    const float a1 = dot(u2f4(bytebits(q, 4u, 0xFu) | (bytebits(qh, 2 * c + 1, 1u) << 4)), xv[1]);
+#else
+    const uint q = w_u[rw + u];
+    const float a0 = dot(lo4(q), xv[0]), a1 = dot(hi4(q), xv[1]);
+#endif
+    return dm.x * (u2f(scm.x & 0xFFu) * a0 + u2f(scm.x >> 8) * a1)
+         - dm.y * (u2f(scm.y & 0xFFu) * xs0 + u2f(scm.y >> 8) * xs1);
+#endif
 #else
     vec2 dm = unpackHalf2x16(w_s[rs + u / 4]);
 #if defined(DT_Q8_0)
     uvec2 q = w_u2[rw / 2 + u];
     return dm.x * (dot(i8x4(q.x), xv[0]) + dot(i8x4(q.y), xv[1]));
 #else
-#if defined(DT_Q5_0)
+#if defined(DT_Q5_0) || defined(DT_Q5_1)
     uint b = u / 4, k = u % 4;
     uint q = w_u[rw + 5 * b + k];
     uint qh = w_u[rw + 5 * b + 4];
     float s = dot(lo4(q) + q5hi(qh, 4 * k), xv[0]) + dot(hi4(q) + q5hi(qh, 16 + 4 * k), xv[1]);
+#elif defined(DT_IQ4_NL)
+    uint q = w_u[rw + u];
+    float s = dot(iq4lo(q), xv[0]) + dot(iq4hi(q), xv[1]);
 #else
     uint q = w_u[rw + u];
     float s = dot(lo4(q), xv[0]) + dot(hi4(q), xv[1]);
 #endif
+#if defined(DT_IQ4_NL)
+    return dm.x * s;
+#else
     // The x sum is the same for every row, so the compiler keeps one copy per unit.
     vec4 x2 = xv[0] + xv[1];
     float xs = (x2.x + x2.y) + (x2.z + x2.w);
 #if defined(DT_Q4_0)
     return dm.x * (s - 8.0 * xs);
-#elif defined(DT_Q4_1)
+#elif defined(DT_Q4_1) || defined(DT_Q5_1)
     return dm.x * s + dm.y * xs;
 #else
     return dm.x * (s - 16.0 * xs);
+#endif
 #endif
 #endif
 #endif
@@ -138,6 +288,38 @@ float dequant_elem(uint rw, uint rs, uint i) {
 #elif defined(DT_F16)
     vec2 h = unpackHalf2x16(w_u[rw + i / 2]);
     return (i & 1u) == 0u ? h.x : h.y;
+#elif defined(DT_Q2_K) || defined(DT_Q3_K)
+    const uint b = i / 256, e = i % 256, h = e / 128, j = (e % 128) / 32, l = e % 32, sub = e / 16;
+#if defined(DT_Q2_K)
+    const uint q = (w_u[rw + 16 * b + 8 * h + l / 4] >> (8 * (l % 4) + 2 * j)) & 3u;
+    const uint sb = (w_s[rs + 5 * b + sub / 4] >> (8 * (sub % 4))) & 0xFFu;
+    const vec2 dm = unpackHalf2x16(w_s[rs + 5 * b + 4]);
+    return dm.x * float(sb & 0xFu) * float(q) - dm.y * float(sb >> 4);
+#else
+    const uint q = (w_u[rw + 24 * b + 8 + 8 * h + l / 4] >> (8 * (l % 4) + 2 * j)) & 3u;
+    const uint hb = (w_u[rw + 24 * b + l / 4] >> (8 * (l % 4) + e / 32)) & 1u;
+    const uvec4 sw = w_s4[rs / 4 + b];
+    return unpackHalf2x16(sw.w).x * float(k3_scale(sw, sub)) * (float(q | (hb << 2)) - 4.0);
+#endif
+#elif defined(DT_Q6_K)
+    const uint b = i / 256, e = i % 256, n = e / 128, r = e % 128, l = r % 64, hi = r / 64;
+    const uint q = (w_u[rw + 48 * b + 16 * n + l / 4] >> (8 * (l % 4) + 4 * hi)) & 0xFu;
+    const uint h = (w_u[rw + 48 * b + 32 + 8 * n + (l % 32) / 4] >> (8 * (l % 4) + 2 * (l / 32) + 4 * hi)) & 3u;
+    const uint sc = 8 * n + r / 16;
+    const float d = unpackHalf2x16(w_s[rs + 5 * b + 4]).x;
+    return d * float(bitfieldExtract(int(w_s[rs + 5 * b + sc / 4]), int(8 * (sc % 4)), 8)) * (float(q | (h << 4)) - 32.0);
+#elif defined(KQUANT)
+    const uint b = i / 256, e = i % 256, c = e / 64, hi = (e % 64) / 32, l = e % 32;
+    const uvec4 sw = w_s4[rs / 4 + b];
+    const vec2 dm = unpackHalf2x16(sw.x);
+    const uvec2 scm = k4_scale_min(sw, c) >> (8 * hi);
+#if defined(DT_Q5_K)
+    uint q = (w_u[rw + 40 * b + 8 * c + l / 4] >> (8 * (l % 4) + 4 * hi)) & 0xFu;
+    q |= ((w_u[rw + 40 * b + 32 + l / 4] >> (8 * (l % 4) + 2 * c + hi)) & 1u) << 4;
+#else
+    const uint q = (w_u[rw + 32 * b + 8 * c + l / 4] >> (8 * (l % 4) + 4 * hi)) & 0xFu;
+#endif
+    return dm.x * float(scm.x & 0xFFu) * float(q) - dm.y * float(scm.y & 0xFFu);
 #else
     uint b = i / 32, e = i % 32;
     vec2 dm = unpackHalf2x16(w_s[rs + b]);
@@ -150,9 +332,15 @@ float dequant_elem(uint rw, uint rs, uint i) {
     return dm.x * (float(n) - 8.0);
 #elif defined(DT_Q4_1)
     return dm.x * float(n) + dm.y;
+#elif defined(DT_IQ4_NL)
+    return dm.x * IQ4NL(n);
 #else
     n |= ((w_u[rw + 5 * b + 4] >> e) & 1u) << 4;
+#if defined(DT_Q5_1)
+    return dm.x * float(n) + dm.y;
+#else
     return dm.x * (float(n) - 16.0);
+#endif
 #endif
 #endif
 #endif

@@ -1,9 +1,11 @@
 // RoPE for fused kernels: (cos, sin) of pair i of a D-wide head at position pos, the same formula
-// as rope.comp (angle pos * theta^(-2i/D), reduced to [-pi, pi] first because Vulkan only bounds
+// as rope.comp (angle pos * freqs[i], reduced to [-pi, pi] first because Vulkan only bounds
 // sin/cos error there), so fused and per-op kernels rotate identically.
-// Needs the spec constants D and THETA declared by the includer.
+// Needs the spec constant D and the define B_FREQ (binding of the inverse-frequency table).
+layout(binding = B_FREQ) readonly buffer FreqB { float freqs[]; };
+
 vec2 rope_cos_sin(uint pos, uint i) {
-    float ang = float(pos) * pow(THETA, -float(2 * i) / float(D));
+    float ang = float(pos) * freqs[i];
     const float TWO_PI = 6.283185307179586;
     ang -= TWO_PI * floor(ang / TWO_PI + 0.5);
     return vec2(cos(ang), sin(ang));

@@ -1,5 +1,6 @@
 // Body of matmul_silu_mul.comp and rms_norm_matmul_silu_mul.comp (NORM defined):
-// y = silu(W_gate h) * (W_up h), h = x or x / rms(x) * norm_w. Workgroup g takes rows
+// y = silu(W_gate h) * (W_up h), h = x or x / rms(x) * norm_w; with GELU defined (the GeGLU
+// variants, rules *_GELU_MUL) y = gelu_tanh(W_gate h) * (W_up h). Workgroup g takes rows
 // g*ROWS .. g*ROWS+ROWS-1 of both weights: each output row needs its gate and its up row, so
 // gate, up and SwiGLU are one dispatch and neither g nor u goes to memory.
 // Bindings (numbers from fused_matvec.py, as defines): B_X x, B_NW norm_w (NORM), WB_0/SB_0 gate,
@@ -8,6 +9,7 @@
 #include "common.glsl"
 #define FMV_NR (2 * ROWS + 1)
 #include "fused_matvec.glsl"
+#include "gelu.glsl"
 
 layout(constant_id = 4) const uint M = 1;
 
@@ -32,8 +34,8 @@ void fmv_rows_gate_up(uint first) {
         load_x_0(u, xv);
         for (uint i = 0; i < ROWS; i++) {
             uint r = min(first + i, M - 1);
-            fmv_acc[i] += unit_dot_0(r * ROW_WORDS(K), r * (K / 32), u, xv);
-            fmv_acc[ROWS + i] += unit_dot_1(r * ROW_WORDS(K), r * (K / 32), u, xv);
+            fmv_acc[i] += unit_dot_0(r * ROW_WORDS(K), r * ROW_SCALES(K), u, xv);
+            fmv_acc[ROWS + i] += unit_dot_1(r * ROW_WORDS(K), r * ROW_SCALES(K), u, xv);
         }
     }
 }
@@ -53,5 +55,9 @@ void main() {
     g += b_gate[first + t];
     u += b_up[first + t];
 #endif
+#ifdef GELU
+    y[first + t] = gelu_tanh(g) * u;
+#else
     y[first + t] = g / (1.0 + exp(-g)) * u;
+#endif
 }

@@ -3,8 +3,9 @@
 // its own binding, with the shared dequantisation code. Include once per slot:
 //   #define SLOT 0  (then #undef SLOT / #define SLOT 1 ...)   #include "fused_wslot.glsl"
 // The includer defines WB_<SLOT> (data or q binding) and, for quant dtypes, SB_<SLOT> (scales);
-// every slot of one kernel has the same dtype (DT_*, WVEC), so the last inclusion's macros
-// (UNIT_ELEMS, ROW_WORDS, XU_VEC4) serve all of them. Needs fused_matvec.glsl first (K, ROWS, X4).
+// every slot of one kernel has the same dtype (DT_*, WVEC), or, with SLOT_DTYPES, a quant dtype of
+// its own (below); either way the slots share UNIT_ELEMS and XU_VEC4, and each slot's fmv_rows_<SLOT>
+// uses its own ROW_WORDS / ROW_SCALES. Needs fused_matvec.glsl first (K, ROWS, X4).
 // After an inclusion, `unit_dot`, `load_x`, ... name the current slot's functions.
 // Every global name dequant.glsl declares (blocks, their members, functions) must be renamed
 // below; a new one there shows up as "Cannot reuse block name" / a redefinition error here.
@@ -19,6 +20,16 @@
 #define WU4 FW_CAT(WU4_, SLOT)
 #define WU2 FW_CAT(WU2_, SLOT)
 #define WS FW_CAT(WS_, SLOT)
+#define WS4 FW_CAT(WS4_, SLOT)
+#define w_s4 FW_CAT(w_s4_, SLOT)
+#define bytebits FW_CAT(bytebits_, SLOT)
+#define u2f4 FW_CAT(u2f4_, SLOT)
+#define u2f FW_CAT(u2f_, SLOT)
+#define IQ4NL FW_CAT(IQ4NL_, SLOT)
+#define iq4lo FW_CAT(iq4lo_, SLOT)
+#define iq4hi FW_CAT(iq4hi_, SLOT)
+#define k4_scale_min FW_CAT(k4_scale_min_, SLOT)
+#define k3_scale FW_CAT(k3_scale_, SLOT)
 #define w_f FW_CAT(w_f_, SLOT)
 #define w_f4 FW_CAT(w_f4_, SLOT)
 #define w_u FW_CAT(w_u_, SLOT)
@@ -36,8 +47,61 @@
 #define B_S FW_CAT(SB_, SLOT)
 #endif
 
+// SLOT_DTYPES: each slot has its own quant dtype, DTS_<SLOT> = its index in vkdecode.quant.QUANT_TYPES
+// (a Q4_K_M q/k/v has q4_k q and k and a q6_k v); every quant dtype has 8-element units and two
+// vec4 of x per unit, so the slots differ only in what this inclusion defines.
+#ifdef SLOT_DTYPES
+#undef DT_Q8_0
+#undef DT_Q4_0
+#undef DT_Q4_1
+#undef DT_Q5_0
+#undef DT_Q4_K
+#undef DT_Q5_K
+#undef DT_Q6_K
+#undef DT_Q2_K
+#undef DT_Q3_K
+#undef DT_Q5_1
+#undef DT_IQ4_NL
+#undef SLOT_DT
+// (glslang does not expand a token-pasting macro inside #if: pick DTS_<SLOT> by hand)
+#if SLOT == 0
+#define SLOT_DT DTS_0
+#elif SLOT == 1
+#define SLOT_DT DTS_1
+#elif SLOT == 2
+#define SLOT_DT DTS_2
+#else
+#define SLOT_DT DTS_3
+#endif
+#if SLOT_DT == 0
+#define DT_Q8_0 1
+#elif SLOT_DT == 1
+#define DT_Q4_0 1
+#elif SLOT_DT == 2
+#define DT_Q4_1 1
+#elif SLOT_DT == 3
+#define DT_Q5_0 1
+#elif SLOT_DT == 4
+#define DT_Q4_K 1
+#elif SLOT_DT == 5
+#define DT_Q5_K 1
+#elif SLOT_DT == 6
+#define DT_Q6_K 1
+#elif SLOT_DT == 7
+#define DT_Q2_K 1
+#elif SLOT_DT == 8
+#define DT_Q3_K 1
+#elif SLOT_DT == 9
+#define DT_Q5_1 1
+#elif SLOT_DT == 10
+#define DT_IQ4_NL 1
+#endif
+#endif
+
 // GLSL forbids redefining a macro with another body: drop the previous slot's definitions.
 #undef ROW_WORDS
+#undef ROW_SCALES
+#undef KQUANT
 #undef UNIT_ELEMS
 #undef QUANT
 #undef BLOCK_WORDS
@@ -52,7 +116,7 @@ void FW_CAT(fmv_rows_, SLOT)(uint first, uint m, uint base) {
         load_x(u, xv);
         for (uint i = 0; i < ROWS; i++) {
             uint r = min(first + i, m - 1);
-            fmv_acc[base + i] += unit_dot(r * ROW_WORDS(K), r * (K / 32), u, xv);
+            fmv_acc[base + i] += unit_dot(r * ROW_WORDS(K), r * ROW_SCALES(K), u, xv);
         }
     }
 }

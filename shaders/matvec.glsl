@@ -34,7 +34,7 @@ void matvec_main() {
         for (uint i = 0; i < ROWS; i++) {
             // Rows past M re-read the last row instead of branching; their sums are dropped.
             uint r = min(first + i, M - 1);
-            acc[i] += unit_dot(r * ROW_WORDS(K), r * (K / 32), u, xv);
+            acc[i] += unit_dot(r * ROW_WORDS(K), r * ROW_SCALES(K), u, xv);
         }
     }
 

@@ -11,10 +11,12 @@
 // Latency, not bandwidth, bounds decode attention (a few rows per workgroup), so the scores use
 // TPR invocations per row (chosen from the row count: enough rows in flight for all of them, one
 // pass), and P.V splits the rows over WG / D row groups; no invocation walks a long chain of loads.
-// Bindings: 0 q, 1 k, 2 v, 3 step, 4 k_cache, 5 v_cache, 6 o (or partials),
+// Bindings: 0 q, 1 k, 2 v, 3 step, 4 k_cache, 5 v_cache (f32, or f16 with KV_F16: kv_cache.glsl),
+//   6 o (or partials),
 //   QK_NORM: 7 q_norm_w[D], 8 k_norm_w[D]; then with PF_N the prefetched weights and the sink
 //   (prefetch.glsl: grid rows H.. are prefetch workgroups).
-// Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK, 6 scale, 7 theta, 8 eps (QK_NORM).
+// Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK, 6 scale, 7 (unused), 8 eps (QK_NORM),
+// 9 WINDOW (0: all rows). Define B_FREQ: the binding of the rope inverse-frequency table.
 #include "common.glsl"
 #include "attn_partials.glsl"
 
@@ -24,8 +26,8 @@ layout(constant_id = 3) const uint D = 2;
 layout(constant_id = 4) const uint S = 1;
 layout(constant_id = 5) const uint MAXCHUNK = 1;
 layout(constant_id = 6) const float SCALE = 1.0;
-layout(constant_id = 7) const float THETA = 10000.0;
 layout(constant_id = 8) const float EPS = 1e-6;
+layout(constant_id = 9) const uint WINDOW = 0;   // keys a sliding-window layer sees (0: all)
 #ifdef KVEC
 #define DU (D / 4)
 #else
@@ -39,10 +41,10 @@ layout(binding = 0) readonly buffer QB { float q[]; };
 layout(binding = 1) readonly buffer KB { float k[]; };
 layout(binding = 2) readonly buffer VB { float v[]; };
 layout(binding = 3) readonly buffer StepB { uint step[]; };
-layout(binding = 4) buffer KCB { float kc[]; };
-layout(binding = 4) readonly buffer KC4 { vec4 kc4[]; };
-layout(binding = 5) buffer VCB { float vc[]; };
-layout(binding = 5) readonly buffer VC4 { vec4 vc4[]; };
+#define KV_BK 4
+#define KV_BV 5
+#define KV_WRITE 1
+#include "kv_cache.glsl"
 layout(binding = 6) writeonly buffer OB { float o[]; };
 #ifdef QK_NORM
 layout(binding = 7) readonly buffer QNB { float qnw[]; };
@@ -64,10 +66,10 @@ shared float red[gl_WorkGroupSize.x];
 // current, for the k in shared memory.
 float unit_score(uint base, uint u, bool current) {
 #ifdef KVEC
-    vec4 kv = current ? vec4(ks[4 * u], ks[4 * u + 1], ks[4 * u + 2], ks[4 * u + 3]) : kc4[base / 4 + u];
+    vec4 kv = current ? vec4(ks[4 * u], ks[4 * u + 1], ks[4 * u + 2], ks[4 * u + 3]) : KC4(base / 4 + u);
     return dot(vec4(qs[4 * u], qs[4 * u + 1], qs[4 * u + 2], qs[4 * u + 3]), kv);
 #else
-    return qs[u] * (current ? ks[u] : kc[base + u]);
+    return qs[u] * (current ? ks[u] : KC1(base + u));
 #endif
 }
 
@@ -85,8 +87,9 @@ void main() {
     const uint kvh = h / (H / KVH), kvoff = kvh * D;
     const uint pos = step[STEP_POS];
     const uint len = pos + 1;
-    const uint chunk = (len + S - 1) / S;
-    const uint r0 = min(s * chunk, len);
+    const uint lo = window_start(len, WINDOW);
+    const uint chunk = (len - lo + S - 1) / S;
+    const uint r0 = lo + min(s * chunk, len - lo);
     const uint n = min(len - r0, chunk);
     const bool cur = n > 0 && r0 + n == len;  // this split ends with row pos: from shared memory
     const uint nc = cur ? n - 1 : n;           // rows read from the caches
@@ -119,20 +122,32 @@ void main() {
 #endif
         qs[ab.x] = (a * cs.x - b * cs.y) * SCALE;
         qs[ab.y] = (a * cs.y + b * cs.x) * SCALE;
-        const float kx = c * cs.x - e * cs.y, ky = c * cs.y + e * cs.x;
+        const float kx = kv_round(c * cs.x - e * cs.y), ky = kv_round(c * cs.y + e * cs.x);
         ks[ab.x] = kx;
         ks[ab.y] = ky;
+#ifndef KV_F16
         if (writer) {  // the very values attention takes from shared memory for row pos
             kc[crow + ab.x] = kx;
             kc[crow + ab.y] = ky;
         }
+#endif
     }
     for (uint j = t; j < D; j += WG) {
-        const float vv = v[kvoff + j];
+        const float vv = kv_round(v[kvoff + j]);
         vs[j] = vv;
+#ifndef KV_F16
         if (writer) vc[crow + j] = vv;
+#endif
     }
     barrier();
+#ifdef KV_F16
+    // an f16 word holds elements 2j, 2j+1, which a NEOX pair does not: write from shared memory
+    if (writer)
+        for (uint j = t; j < D / 2; j += WG) {
+            KC_PUT2(crow + 2 * j, ks[2 * j], ks[2 * j + 1]);
+            VC_PUT2(crow + 2 * j, vs[2 * j], vs[2 * j + 1]);
+        }
+#endif
 
     // scores: TPR invocations per row (a power of two, up to DU), each summing every TPR-th unit,
     // then a shared-memory tree over the TPR partials; uniform over the workgroup
@@ -172,12 +187,12 @@ void main() {
         uint c = idx % DU, g = idx / DU;
 #ifdef KVEC
         vec4 acc = vec4(0.0);
-        for (uint i = g; i < nc; i += RG) acc += sc[i] * vc4[((r0 + i) * ROW + kvoff) / 4 + c];
+        for (uint i = g; i < nc; i += RG) acc += sc[i] * VC4(((r0 + i) * ROW + kvoff) / 4 + c);
         if (cur && g == nc % RG) acc += sc[nc] * vec4(vs[4 * c], vs[4 * c + 1], vs[4 * c + 2], vs[4 * c + 3]);
         for (uint e = 0; e < 4; e++) part[g * D + 4 * c + e] = acc[e];
 #else
         float acc = 0.0;
-        for (uint i = g; i < nc; i += RG) acc += sc[i] * vc[(r0 + i) * ROW + kvoff + c];
+        for (uint i = g; i < nc; i += RG) acc += sc[i] * VC1((r0 + i) * ROW + kvoff + c);
         if (cur && g == nc % RG) acc += sc[nc] * vs[c];
         part[g * D + c] = acc;
 #endif

@@ -13,10 +13,12 @@
 // The writer workgroup (0, first q head of the kv group) stores the current k, v as cache row pos;
 // attention reads cache rows < pos (written by earlier steps) and takes row pos from registers.
 // Needs subgroup arithmetic and a fixed subgroup size of LANES (fused_attention.py checks).
-// Bindings: 0 q, 1 k, 2 v, 3 step, 4 k_cache, 5 v_cache, 6 o (or partials),
+// Bindings: 0 q, 1 k, 2 v, 3 step, 4 k_cache, 5 v_cache (f32, or f16 with KV_F16: kv_cache.glsl),
+//   6 o (or partials),
 //   QK_NORM: 7 q_norm_w[D], 8 k_norm_w[D]; then with PF_N the prefetched weights and the sink
 //   (prefetch.glsl: grid rows H.. are prefetch workgroups).
-// Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK, 6 scale, 7 theta, 8 eps (QK_NORM).
+// Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK, 6 scale, 7 (unused), 8 eps (QK_NORM),
+// 9 WINDOW (0: all rows). Define B_FREQ: the binding of the rope inverse-frequency table.
 // Defines: LANES (subgroup size), EPL (D / LANES), RB (rows per batch), NEOX, QK_NORM, SPLIT.
 #define NO_WG_REDUCE
 #include "common.glsl"
@@ -28,26 +30,26 @@ layout(constant_id = 3) const uint D = 2;
 layout(constant_id = 4) const uint S = 1;
 layout(constant_id = 5) const uint MAXCHUNK = 1;
 layout(constant_id = 6) const float SCALE = 1.0;
-layout(constant_id = 7) const float THETA = 10000.0;
 layout(constant_id = 8) const float EPS = 1e-6;
+layout(constant_id = 9) const uint WINDOW = 0;   // keys a sliding-window layer sees (0: all)
 const uint NSG = gl_WorkGroupSize.x / LANES;
 
 layout(binding = 0) readonly buffer QB { float q[]; };
 layout(binding = 1) readonly buffer KB { float k[]; };
 layout(binding = 2) readonly buffer VB { float v[]; };
 layout(binding = 3) readonly buffer StepB { uint step[]; };
-layout(binding = 4) buffer KCB { float kc[]; };
-layout(binding = 5) buffer VCB { float vc[]; };
+#define KV_BK 4
+#define KV_BV 5
+#define KV_WRITE 1
+#include "kv_cache.glsl"
 layout(binding = 6) writeonly buffer OB { float o[]; };
 #ifdef QK_NORM
 layout(binding = 7) readonly buffer QNB { float qnw[]; };
 layout(binding = 8) readonly buffer KNB { float knw[]; };
 #endif
-#if EPL % 4 == 0
-// 16-byte cache loads: a lane's EPL elements are contiguous and start at a multiple of 4
-layout(binding = 4) readonly buffer KC4 { vec4 kc4[]; };
-layout(binding = 5) readonly buffer VC4 { vec4 vc4[]; };
-#endif
+// EPL % 4 == 0: 16-byte (f16: 8-byte) cache loads, a lane's EPL elements being contiguous and
+// starting at a multiple of 4. KV_F16 needs an even EPL (fused_attention.py checks): a lane writes
+// whole words of the current row.
 
 #include "fused_rope.glsl"
 #include "prefetch.glsl"
@@ -84,7 +86,7 @@ uint rope_index(uint e) {  // pair index i of rope_cos_sin
 void load_row(uint base, out float kr[EPL], out float vr[EPL]) {
 #if EPL % 4 == 0
     for (uint u = 0; u < EPL / 4; u++) {
-        const vec4 a = kc4[base / 4 + u], b = vc4[base / 4 + u];
+        const vec4 a = KC4(base / 4 + u), b = VC4(base / 4 + u);
         for (uint c = 0; c < 4; c++) {
             kr[4 * u + c] = a[c];
             vr[4 * u + c] = b[c];
@@ -92,8 +94,8 @@ void load_row(uint base, out float kr[EPL], out float vr[EPL]) {
     }
 #else
     for (uint c = 0; c < EPL; c++) {
-        kr[c] = kc[base + c];
-        vr[c] = vc[base + c];
+        kr[c] = KC1(base + c);
+        vr[c] = VC1(base + c);
     }
 #endif
 }
@@ -121,7 +123,7 @@ void main() {
         qb[c] = q[h * D + p];
         ka[c] = k[kvoff + e];
         kb[c] = k[kvoff + p];
-        vcur[c] = v[kvoff + e];
+        vcur[c] = kv_round(v[kvoff + e]);
     }
     const uint pos = step[STEP_POS];
 #ifdef QK_NORM
@@ -145,19 +147,27 @@ void main() {
         const vec2 cs = rope_cos_sin(pos, rope_index(e));
         const float sgn = rope_sign(e);
         qr[c] = (qa[c] * cs.x + sgn * qb[c] * cs.y) * SCALE;
-        kcur[c] = ka[c] * cs.x + sgn * kb[c] * cs.y;
+        kcur[c] = kv_round(ka[c] * cs.x + sgn * kb[c] * cs.y);
     }
     const bool writer = s == 0 && h % (H / KVH) == 0 && sg == 0;
     if (writer) {  // the very values attention takes from registers for row pos
+#ifdef KV_F16
+        for (uint c = 0; c < EPL; c += 2) {
+            KC_PUT2(pos * ROW + kvoff + e0 + c, kcur[c], kcur[c + 1]);
+            VC_PUT2(pos * ROW + kvoff + e0 + c, vcur[c], vcur[c + 1]);
+        }
+#else
         for (uint c = 0; c < EPL; c++) {
             kc[pos * ROW + kvoff + e0 + c] = kcur[c];
             vc[pos * ROW + kvoff + e0 + c] = vcur[c];
         }
+#endif
     }
 
     const uint len = pos + 1;
-    const uint chunk = (len + S - 1) / S;
-    const uint r0 = min(s * chunk, len);
+    const uint lo = window_start(len, WINDOW);
+    const uint chunk = (len - lo + S - 1) / S;
+    const uint r0 = lo + min(s * chunk, len - lo);
     const uint n = min(len - r0, chunk);
     const uint nc = (n > 0 && r0 + n == len) ? n - 1 : n;   // rows from the caches; row n - 1 may be pos
 

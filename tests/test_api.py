@@ -53,6 +53,19 @@ def test_modes_give_the_same_greedy_tokens(device, tiny_gguf):
     assert got["fused"] == got["replay-nofuse"] == got["unfused"]
 
 
+def test_kv_dtype_option(device, tiny_gguf):
+    """f16 caches by default, f32 on request; both decode (tokens may differ: f16 rounds k, v)."""
+    for kv, nbytes in (("f16", 2), ("f32", 4)):
+        kw = {} if kv == "f16" else {"kv_dtype": kv}
+        with vkdecode.load(tiny_gguf, device=device, ctx=64, **kw) as model:
+            caches = [v for v in model.loaded.program.values.values() if v.kind == "state"]
+            assert caches and {v.dtype for v in caches} == {kv}
+            assert model.executor.plan.slices[(caches[0].name, "data")].size == caches[0].numel * nbytes
+            assert 1 <= len(list(model.stream_generate("Hello", max_tokens=3))) <= 3
+    with pytest.raises(ModelError, match="KV cache dtype"):
+        vkdecode.load(tiny_gguf, device=device, kv_dtype="bf16")
+
+
 def test_hf_directory_and_prompt_ids(device, tiny_dir):
     with vkdecode.load(tiny_dir, device=device, ctx=32) as model:
         ids = model.encode_prompt("Hello")

@@ -52,20 +52,23 @@ def test_shape_model_covers_every_weight():
     args, program, weights = shape_model("tiny", "q4_1", ctx=32)
     assert set(weights) == set(expected_shapes(args))
     for name, v in program.values.items():
-        if v.kind == "weight":
+        if v.kind == "weight" and name not in program.constants:   # constants: the rope table
             assert weights[name].dtype == v.dtype and tuple(weights[name].shape) == tuple(v.shape)
     with pytest.raises(ValueError, match="unknown shape"):
         shape_model("gpt-5", "f16", 32)
     with pytest.raises(ValueError, match="unknown quant"):
-        shape_model("tiny", "q3_k", 32)
+        shape_model("tiny", "iq2_xs", 32)
 
 
 def test_weight_bytes_per_token_reads_one_embedding_row():
     args, program, weights = shape_model("tiny", "f16", ctx=32)
     table = weights["tok_embd"].nbytes
     total = sum(w.nbytes for w in weights.values())
+    # the rope table, read by each rope op
+    rope = sum(program.constants[i].nbytes for op in program.ops for i in op.inputs if i in program.constants)
+    assert rope == 2 * args.n_layers * args.head_dim // 2 * 4
     # tied: the table is read whole as lm_head plus one row by embed
-    assert bench.weight_bytes_per_token(program, weights) == total + table // args.vocab_size
+    assert bench.weight_bytes_per_token(program, weights) == total + table // args.vocab_size + rope
 
 
 def test_spread_and_agreement():

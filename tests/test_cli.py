@@ -66,6 +66,11 @@ def test_run_json_same_tokens_in_every_mode(capsys, tiny_gguf):
     rc, out, _ = cli(capsys, "run", "--model", tiny_gguf, "--chat", "What is the capital of France?",
                      "--max-tokens", 6, "--ctx", 64, "--tokens-per-submit", 4, "--json")
     assert rc == 0 and json.loads(out)["tokens"] == got["fused"]
+    # --kv-dtype f32: the same agreement between modes with f32 caches
+    f32 = [json.loads(cli(capsys, "run", "--model", tiny_gguf, "--chat", "What is the capital of France?",
+                          "--max-tokens", 6, "--ctx", 64, "--mode", mode, "--kv-dtype", "f32", "--json")[1])["tokens"]
+           for mode in ("fused", "unfused")]
+    assert f32[0] == f32[1]
 
 
 @pytest.mark.parametrize("argv", [["--tokens-per-submit", "4", "--mode", "unfused"], ["--tokens-per-submit", "0"],

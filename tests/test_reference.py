@@ -12,6 +12,7 @@ from tests.helpers.make_models import hf_logits, load_smollm2, models_dir, tiny_
 from vkdecode.errors import ContextError
 from vkdecode.models import build_program
 from vkdecode.models.gguf_names import permute_rows
+from vkdecode.models.rope import inv_freq
 from vkdecode.models.weights import load_weights
 from vkdecode.quant import pack_float
 from vkdecode.reference import Reference, make_step, run_op
@@ -109,14 +110,14 @@ def test_rope_pairs_equals_permuted_neox():
     x = np.random.default_rng(0).standard_normal(h * d).astype(np.float32)
     res = {}
     for layout in ("neox", "pairs"):
-        p, op = one_op("rope", {"x": ((h * d,), "f32", "activation"), "step": ((8,), "u32", "step")},
-                       {"y": ((h * d,), "f32", "activation")}, n_heads=h, head_dim=d, theta=10000.0,
-                       layout=layout)
+        p, op = one_op("rope", {"x": ((h * d,), "f32", "activation"), "step": ((8,), "u32", "step"),
+                                "freqs": ((d // 2,), "f32", "weight")},
+                       {"y": ((h * d,), "f32", "activation")}, n_heads=h, head_dim=d, layout=layout)
         xin = x if layout == "neox" else permute_rows(x, h)
-        res[layout] = run_op(op, p, {"x": xin, "step": make_step(0, 7)})["y"]
+        res[layout] = run_op(op, p, {"x": xin, "step": make_step(0, 7), "freqs": inv_freq(10000.0, d)})["y"]
     np.testing.assert_allclose(res["pairs"], permute_rows(res["neox"], h), rtol=1e-6, atol=1e-6)
     # position 0 is the identity
-    res0 = run_op(op, p, {"x": x, "step": make_step(0, 0)})["y"]
+    res0 = run_op(op, p, {"x": x, "step": make_step(0, 0), "freqs": inv_freq(10000.0, d)})["y"]
     np.testing.assert_allclose(res0, x, rtol=1e-6)
 
 

@@ -14,14 +14,15 @@ from vkdecode.generate import GenerationResponse, stream_generate
 
 class Model:
     def __init__(self, path, device=None, mode: str = "fused", ctx: int | None = 4096, progress: bool = False,
-                 sampling: bool = False, prefill=True, speculative: int = 0, **executor_kw):
+                 sampling: bool = False, kv_dtype: str = "f16", prefill=True, speculative: int = 0,
+                 **executor_kw):
         from vkdecode.executors import make_executor
         from vkdecode.models.loader import load_model
         from vkdecode.prompt_cache import KVPrefix
         from vkdecode.vk.device import Device
         t0 = time.perf_counter()
         self.kv = KVPrefix()        # what the KV cache holds, for prompt_cache=True
-        self.loaded = load_model(path, ctx=ctx, sampling=sampling)
+        self.loaded = load_model(path, ctx=ctx, sampling=sampling, kv_dtype=kv_dtype)
         self._own_device = device is None or isinstance(device, (str, int))
         self.device = Device(device) if self._own_device else device
         try:
@@ -99,8 +100,9 @@ def _upload_bar(loaded):
 
 def load(path, device=None, mode: str = "fused", ctx: int | None = 4096, **kw) -> Model:
     """sampling=True builds the step with the GPU sampler (temperature / top-k / top-p) at its end;
-    prefill=False runs the prompt token by token, a tuple of widths picks the chunk widths;
-    speculative=K decodes greedily with K prompt-lookup drafts per verify step."""
+    kv_dtype="f32" keeps the KV cache in f32 (default f16); prefill=False runs the prompt token by
+    token, a tuple of widths picks the chunk widths; speculative=K decodes greedily with K
+    prompt-lookup drafts per verify step."""
     return Model(path, device=device, mode=mode, ctx=ctx, **kw)
 
 

@@ -35,6 +35,7 @@ class BenchModel:
     program: object
     weights: dict
     prompt_ids: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)   # the loader's (e.g. tensors dequantized at load)
 
     @property
     def size_bytes(self) -> int:
@@ -49,7 +50,20 @@ class BenchModel:
         return {"name": self.name, "source": self.source, "quant": self.quant, "arch": a.arch,
                 "size_bytes": self.size_bytes, "params": self.params, "n_layers": a.n_layers,
                 "hidden_size": a.hidden_size, "vocab_size": a.vocab_size,
-                "weight_bytes_per_token": weight_bytes_per_token(self.program, self.weights)}
+                "weight_bytes_per_token": weight_bytes_per_token(self.program, self.weights),
+                "weight_bytes_by_dtype": self.bytes_by_dtype(), "kv_dtype": self.kv_dtype, "notes": self.notes}
+
+    def bytes_by_dtype(self) -> dict[str, int]:
+        """Device bytes of the weights by their dtype on the device (what the matvecs read)."""
+        out: dict[str, int] = {}
+        for w in self.weights.values():
+            out[w.dtype] = out.get(w.dtype, 0) + w.nbytes
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+    @property
+    def kv_dtype(self) -> str:
+        caches = {v.dtype for v in self.program.values.values() if v.kind == "state"}
+        return "/".join(sorted(caches)) or "-"
 
 
 def dominant_quant(weights: dict) -> str:
@@ -59,16 +73,17 @@ def dominant_quant(weights: dict) -> str:
     return max(by, key=by.get).upper()
 
 
-def file_model(path: str, ctx: int, prompt_tokens: int) -> BenchModel:
+def file_model(path: str, ctx: int, prompt_tokens: int, kv_dtype: str = "f16") -> BenchModel:
     from vkdecode.models.loader import load_model
-    lm = load_model(path, ctx=ctx)
+    lm = load_model(path, ctx=ctx, kv_dtype=kv_dtype)
     ids = lm.tokenizer.encode(PROMPT_TEXT * (1 + prompt_tokens // 8))[:prompt_tokens]
     return BenchModel(os.path.basename(os.path.normpath(path)), path, dominant_quant(lm.weights), lm.args,
-                      lm.program, lm.weights, ids)
+                      lm.program, lm.weights, ids, list(lm.meta.get("notes", [])))
 
 
-def random_model(shape: str, quant: str, ctx: int, prompt_tokens: int, seed: int = 0) -> BenchModel:
-    args, program, weights = shape_model(shape, quant, ctx, seed)
+def random_model(shape: str, quant: str, ctx: int, prompt_tokens: int, seed: int = 0,
+                 kv_dtype: str = "f16") -> BenchModel:
+    args, program, weights = shape_model(shape, quant, ctx, seed, kv_dtype)
     ids = np.random.default_rng(seed + 1).integers(0, args.vocab_size, prompt_tokens).tolist()
     return BenchModel(shape, "random weights", quant.upper(), args, program, weights, ids)
 
@@ -82,7 +97,7 @@ def weight_bytes_per_token(program, weights: dict) -> int:
         for v in op.inputs:
             if program.values[v].kind != "weight":
                 continue
-            nb = weights[v].nbytes
+            nb = weights[v].nbytes if v in weights else program.constants[v].nbytes
             total += nb // program.values[v].shape[0] if op.kind == "embed" else nb
     return total
 

@@ -11,7 +11,7 @@ import numpy as np
 from vkdecode.models import build_program
 from vkdecode.models.config import ModelArgs
 from vkdecode.models.gguf_names import expected_shapes
-from vkdecode.quant import BLOCK, WORDS_PER_BLOCK, PackedWeight
+from vkdecode.quant import BLOCK, QUANT_TYPES, WORDS_PER_BLOCK, PackedWeight, block_elems, row_words
 
 SHAPES = {
     "smollm2-135m": {"arch": "llama", "n_layers": 30, "hidden_size": 576, "n_heads": 9, "n_kv_heads": 3,
@@ -20,11 +20,22 @@ SHAPES = {
     "qwen3-0.6b": {"arch": "qwen3", "n_layers": 28, "hidden_size": 1024, "n_heads": 16, "n_kv_heads": 8,
                    "head_dim": 128, "intermediate_size": 3072, "vocab_size": 151936, "tie_embeddings": True,
                    "qk_norm": True, "rope_theta": 1000000.0, "rope_layout": "neox"},
+    # Gemma-3-270M: every 6th layer global, the others a 512-row sliding window
+    "gemma3-270m": {"arch": "gemma3", "n_layers": 18, "hidden_size": 640, "n_heads": 4, "n_kv_heads": 1,
+                    "head_dim": 256, "intermediate_size": 2048, "vocab_size": 262144, "tie_embeddings": True,
+                    "qk_norm": True, "rope_theta": 1000000.0, "rope_layout": "neox", "hidden_act": "gelu_tanh",
+                    "sliding_window": 512, "rope_local_theta": 10000.0, "query_pre_attn_scalar": 256.0,
+                    "layer_types": tuple("full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
+                                         for i in range(18))},
     "tiny": {"arch": "llama", "n_layers": 2, "hidden_size": 64, "n_heads": 4, "n_kv_heads": 2, "head_dim": 16,
              "intermediate_size": 128, "vocab_size": 512, "tie_embeddings": True, "rope_theta": 10000.0,
              "rope_layout": "pairs"},
 }
-QUANTS = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0")
+QUANTS = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
+          "q4_k_m")
+# llama.cpp's fallback for a tensor whose rows are no whole number of 256-superblocks
+# (llama_tensor_get_type: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0)
+K_FALLBACK = {"q4_k": "q5_0", "q5_k": "q5_1", "q6_k": "q8_0", "q2_k": "iq4_nl", "q3_k": "iq4_nl"}
 # Target std of a weight; with RMSNorm between layers the activations stay O(1).
 STD = 0.02
 
@@ -35,14 +46,36 @@ def shape_args(shape: str, max_position: int = 1 << 16) -> ModelArgs:
     return ModelArgs(rms_eps=1e-6, max_position=max_position, eos_ids=[], **SHAPES[shape])
 
 
+def _more_bits(i: int, n: int) -> bool:
+    """llama.cpp's use_more_bits: the first and last eighth of the layers and every third between."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def q4_k_m_dtype(name: str, shape: tuple, args: ModelArgs) -> str:
+    """The type llama.cpp's Q4_K_M recipe gives a matrix: Q6_K for the output head (and a tied
+    token table), attn_v and ffn_down in _more_bits layers; Q4_K otherwise; then the fallback
+    for rows that are no whole number of superblocks."""
+    layer = int(name.split(".")[1]) if name.startswith("layers.") else -1
+    kind = name.rsplit(".", 1)[-1]
+    head = name == "lm_head" or (name == "tok_embd" and args.tie_embeddings)
+    more = kind in ("wv", "w_down") and _more_bits(layer, args.n_layers)
+    dt = "q6_k" if head or more else "q4_k"
+    return dt if shape[1] % block_elems(dt) == 0 else K_FALLBACK[dt]
+
+
 def weight_dtypes(args: ModelArgs, quant: str) -> dict[str, str]:
     """Matrices in `quant`; like llama.cpp's Q4/Q5 files (the real SmolLM2 Q4_1 GGUF included), a
-    tied token table that doubles as the output head stays q8_0."""
+    tied token table that doubles as the output head stays q8_0. q4_k_m mixes types as llama.cpp's
+    Q4_K_M does (q4_k_m_dtype); a single K type falls back as llama.cpp does per tensor."""
     out = {}
     for name, shape in expected_shapes(args).items():
         if len(shape) == 2:
-            low_bit = quant in ("q4_0", "q4_1", "q5_0")
-            out[name] = "q8_0" if name == "tok_embd" and args.tie_embeddings and low_bit else quant
+            if quant == "q4_k_m":
+                out[name] = q4_k_m_dtype(name, shape, args)
+                continue
+            low_bit = quant in ("q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q2_k", "q3_k", "q4_k", "q5_k")
+            dt = "q8_0" if name == "tok_embd" and args.tie_embeddings and low_bit else quant
+            out[name] = dt if dt not in K_FALLBACK or shape[1] % block_elems(dt) == 0 else K_FALLBACK[dt]
     return out
 
 
@@ -62,8 +95,10 @@ def random_weight(dtype: str, shape: tuple, rng) -> PackedWeight:
     if dtype == "f16":
         data = _halves(rng, out * n_in, STD).view(np.uint32).reshape(out, n_in // 2)
         return PackedWeight("f16", shape, {"data": data})
-    if dtype not in WORDS_PER_BLOCK:
+    if dtype not in QUANT_TYPES:
         raise ValueError(f"no random weights for dtype {dtype!r} (choose from {', '.join(QUANTS)})")
+    if dtype not in WORDS_PER_BLOCK:
+        return _random_split(dtype, shape, rng)
     nb = n_in // BLOCK
     q = rng.integers(0, 1 << 32, (out, nb * WORDS_PER_BLOCK[dtype]), dtype=np.uint32)
     # quant values have std about 74 (q8_0), 9.2 (q5_0) or 4.6 (4-bit): scale d so values have std near STD
@@ -75,8 +110,40 @@ def random_weight(dtype: str, shape: tuple, rng) -> PackedWeight:
     return PackedWeight(dtype, shape, {"q": q, "s": s})
 
 
-def shape_model(shape: str, quant: str, ctx: int, seed: int = 0):
-    """-> (ModelArgs, Program, {name: PackedWeight}) of a random model of `shape` in `quant`."""
+def _random_split(dtype: str, shape: tuple, rng) -> PackedWeight:
+    """Random q words; s words random (sub-block scales) except the f16 super-scales, which are
+    set so values have std near STD and the unsigned types are centred (dmin / m)."""
+    out, n_in = shape
+    q = rng.integers(0, 1 << 32, (out, row_words(dtype, n_in, "q")), dtype=np.uint32)
+    s = rng.integers(0, 1 << 32, (out, row_words(dtype, n_in, "s")), dtype=np.uint32)
+    nb = n_in // block_elems(dtype)
+    sw = s.reshape(out, nb, -1)
+    if dtype in ("q4_k", "q5_k"):   # d * sc * n - dmin * m, sc and m ~32: dmin = mean(n) d centres
+        mean_n = 7.5 if dtype == "q4_k" else 15.5
+        d = _halves(rng, out * nb, STD / 32 / (4.6 if dtype == "q4_k" else 9.2)) & np.uint16(0x7FFF)
+        dmin = (d.view(np.float16).astype(np.float32) * mean_n).astype(np.float16).view(np.uint16)
+        sw[:, :, 0] = (d.astype(np.uint32) | (dmin.astype(np.uint32) << 16)).reshape(out, nb)
+    elif dtype == "q6_k":           # d * sc * (n - 32), n - 32 std ~18; sc kept in 0..15 (rms ~9) so
+        sw[:, :, :4] &= np.uint32(0x0F0F0F0F)   # d stays a normal f16
+        sw[:, :, 4] = (_halves(rng, out * nb, STD / 9 / 18) & np.uint16(0x7FFF)).reshape(out, nb)
+    elif dtype == "q2_k":           # d * sc * n - dmin * m, sc and m ~7.5, n ~1.5: dmin = 1.5 d centres
+        d = _halves(rng, out * nb, STD / 7.5 / 1.1) & np.uint16(0x7FFF)
+        dmin = (d.view(np.float16).astype(np.float32) * 1.5).astype(np.float16).view(np.uint16)
+        sw[:, :, 4] = (d.astype(np.uint32) | (dmin.astype(np.uint32) << 16)).reshape(out, nb)
+    elif dtype == "q3_k":           # d * sc * (n - 4), 6-bit signed sc (rms ~18), n - 4 std ~2.3
+        sw[:, :, 3] = (_halves(rng, out * nb, STD / 18 / 2.3) & np.uint16(0x7FFF)).reshape(out, nb)
+    elif dtype == "q5_1":           # d * n + m, m = -16 d
+        d = _halves(rng, out * nb, STD / 9.2) & np.uint16(0x7FFF)
+        m = (-16 * d.view(np.float16).astype(np.float32)).astype(np.float16).view(np.uint16)
+        sw[:, :, 0] = (d.astype(np.uint32) | (m.astype(np.uint32) << 16)).reshape(out, nb)
+    else:                           # iq4_nl: d * table[n], table std ~70
+        sw[:, :, 0] = (_halves(rng, out * nb, STD / 70) & np.uint16(0x7FFF)).reshape(out, nb)
+    return PackedWeight(dtype, shape, {"q": q, "s": s})
+
+
+def shape_model(shape: str, quant: str, ctx: int, seed: int = 0, kv_dtype: str = "f16"):
+    """-> (ModelArgs, Program, {name: PackedWeight}) of a random model of `shape` in `quant`, its
+    KV cache in kv_dtype."""
     quant = quant.lower()
     if quant not in QUANTS:
         raise ValueError(f"unknown quant {quant!r} (choose from {', '.join(QUANTS)})")
@@ -85,4 +152,4 @@ def shape_model(shape: str, quant: str, ctx: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     weights = {name: random_weight(dtypes.get(name, "f32"), shape, rng)
                for name, shape in expected_shapes(args).items()}
-    return args, build_program(args, ctx, dtypes), weights
+    return args, build_program(args, ctx, dtypes, kv_dtype=kv_dtype), weights

@@ -38,6 +38,8 @@ def add_model_options(p, ctx_default=None) -> None:
                         f"from `{INSTALL}`)")
     p.add_argument("--ctx", type=int, default=ctx_default,
                    help="context length the KV cache is built for (default: min(4096, the model's maximum))")
+    p.add_argument("--kv-dtype", default="f16", choices=("f16", "f32"),
+                   help="KV cache storage (default f16: half the attention bytes and KV memory of f32)")
     add_device_option(p)
 
 
@@ -97,7 +99,7 @@ def cmd_run(args) -> int:
     progress = sys.stderr.isatty() if args.progress is None else args.progress
     # Greedy loads the step that ends in argmax (fused into the lm_head); only sampling needs the sampler.
     with vkdecode.load(path, device=args.device, mode=args.mode, ctx=args.ctx, progress=progress,
-                       sampling=bool(sampling), **extra) as model:
+                       sampling=bool(sampling), kv_dtype=args.kv_dtype, **extra) as model:
         prompt, chat = args.prompt, args.chat
         if prompt is None and chat is None:
             chat = DEFAULT_CHAT

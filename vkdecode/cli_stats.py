@@ -35,8 +35,8 @@ def bench_model_from_args(args, ctx: int | None, prompt_tokens: int):
     if getattr(args, "shape", None):
         if args.model:
             raise VkDecodeError("give either --model or --shape, not both")
-        return bench.random_model(args.shape, args.quant, ctx or 4096, prompt_tokens)
-    return bench.file_model(resolve_model(args.model), ctx, prompt_tokens)
+        return bench.random_model(args.shape, args.quant, ctx or 4096, prompt_tokens, kv_dtype=args.kv_dtype)
+    return bench.file_model(resolve_model(args.model), ctx, prompt_tokens, kv_dtype=args.kv_dtype)
 
 
 @contextmanager
@@ -136,6 +136,12 @@ def format_stats(s: dict) -> str:
     lines.append(f"  {'total':34s} {'':28s} {tot['ops']:4d} {tot['dispatches']:5d} {tot['barriers']:5d} "
                  f"{tot['descriptor_sets']:5d}")
     lines.append(f"  weights read per token: {_mb(m['weight_bytes_per_token'])} (of the embedding table, one row)")
+    by = m.get("weight_bytes_by_dtype", {})
+    lines.append("  weights on the device: " + ", ".join(f"{dt} {_mb(n)}" for dt, n in by.items())
+                 + f"; KV cache {m.get('kv_dtype', '?')}")
+    notes = m.get("notes", [])
+    if notes:   # tensors with no native kernel (Q2_K, Q3_K, ...) or whose rows do not fit their blocks
+        lines.append(f"  dequantized to f32 at load: {len(notes)} tensor(s), e.g. {notes[0]}")
     modes = list(s["modes"])
     head = "".join(f"{mo:>15s}" for mo in modes)
     lines.append(f"\nPer token, steady state {'':12s}{head}")

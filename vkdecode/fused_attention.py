@@ -16,6 +16,7 @@ from vkdecode.kernels import (
     _wg,
     attention_splits,
     combine_call,
+    kv_defines,
     partials,
 )
 
@@ -65,16 +66,20 @@ def rope_kv_write_attention(p: Program, region: Region, caps: KernelCaps) -> lis
         return None
     out = r["out"]
     ctx = p.values[r["k_cache"]].shape[0]
-    s, maxchunk = attention_grid(ctx, d, caps)
+    window = int(a.get("window", 0))
+    s, maxchunk = attention_grid(min(ctx, window) if window else ctx, d, caps)   # rows it can see
     qk_norm = "q_norm_w" in r
     defines = _reduce_defines(caps) + ((("NEOX", "1"),) if a["layout"] == "neox" else ()) \
-        + ((("QK_NORM", "1"),) if qk_norm else ())
+        + ((("QK_NORM", "1"),) if qk_norm else ()) + kv_defines(p, r["k_cache"])
+    f16 = p.values[r["k_cache"]].dtype == "f16"
     shader = "rope_kv_write_attention"
     wg = _wg(caps, caps.attn_wg or ATTN_WG_SG, cap=1024)
     lanes = caps.subgroup_size
     while wg > lanes and _sg_shared_bytes(wg, lanes, d) > caps.max_shared:
         wg //= 2
-    if _subgroup_rows(d, wg, caps) and _sg_shared_bytes(wg, lanes, d) <= caps.max_shared:
+    # an f16 cache word is two elements: a lane writes whole words only with an even EPL
+    if (_subgroup_rows(d, wg, caps) and _sg_shared_bytes(wg, lanes, d) <= caps.max_shared
+            and not (f16 and (d // lanes) % 2)):
         rb = min(SG_BATCH, -(-maxchunk // (wg // lanes)))   # rows a subgroup loads before using them
         shader += "_sg"
         defines += (("LANES", str(lanes)), ("EPL", str(d // lanes)), ("RB", str(rb)))
@@ -85,10 +90,13 @@ def rope_kv_write_attention(p: Program, region: Region, caps: KernelCaps) -> lis
         if 4 * (3 * d + maxchunk + rg * d + 2 * wg) > caps.max_shared:
             return None
         defines += (("KVEC", "1"),) if d % 4 == 0 else ()
-    spec = (wg, h, kvh, d, s, maxchunk, float(a["scale"]), float(a["theta"]), float(a.get("eps", 0.0)))
+    spec = (wg, h, kvh, d, s, maxchunk, float(a["scale"]), 0.0, float(a.get("eps", 0.0)), window)
     ins = (Binding(r["q"]), Binding(r["k"]), Binding(r["v"]), Binding(r["step"]),
            Binding(r["k_cache"]), Binding(r["v_cache"]))
+    # then the q/k norm weights, then the rope table (binding B_FREQ); prefetch appends after it
     norms = (Binding(r["q_norm_w"]), Binding(r["k_norm_w"])) if qk_norm else ()
+    norms += (Binding(r["freqs"]),)
+    defines += (("B_FREQ", str(len(ins) + len(norms))),)
     if s == 1:
         return [KernelCall(shader, spec, ins + (Binding(out),) + norms, (4, 5, 6),
                            (1, h, 1), defines=defines, label=out)]
@@ -150,3 +158,13 @@ def add_rms_norm(p: Program, region: Region, caps: KernelCaps) -> list[KernelCal
     b = (Binding(r["a"]), Binding(r["b"]), Binding(r["norm_w"]), Binding(r["sum"]), Binding(r["out"]))
     return [KernelCall("add_rms_norm", (wg, n, float(region.attrs["eps"])), b, (3, 4), (1, 1, 1),
                        defines=_reduce_defines(caps), label=r["sum"] + "+" + r["out"])]
+
+
+def rms_norm_add(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
+    """sum = residual + rms_norm(x) * w in one workgroup (Gemma's post-attention / post-FFN norm)."""
+    r = region.roles
+    n = p.values[r["sum"]].numel
+    wg = _wg(caps, n, cap=256)
+    b = (Binding(r["x"]), Binding(r["norm_w"]), Binding(r["residual"]), Binding(r["sum"]))
+    return [KernelCall("rms_norm_add", (wg, n, float(region.attrs["eps"])), b, (3,), (1, 1, 1),
+                       defines=_reduce_defines(caps), label=r["sum"])]

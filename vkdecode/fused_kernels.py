@@ -18,8 +18,11 @@ FUSED.update({
     "RMS_NORM_MATMUL_SILU_MUL": mv.rms_norm_matmul_silu_mul,
     "RMS_NORM_MATMUL_BIAS_SILU_MUL": mv.rms_norm_matmul_silu_mul,
     "MATMUL_SILU_MUL": mv.matmul_silu_mul,
+    "RMS_NORM_MATMUL_GELU_MUL": mv.rms_norm_matmul_silu_mul,   # same kernel, GELU define
+    "MATMUL_GELU_MUL": mv.matmul_silu_mul,
     "RMS_NORM_MATMUL_ARGMAX": mv.rms_norm_matmul_argmax,
     "ROPE_KV_WRITE_ATTENTION": att.rope_kv_write_attention,
     "QK_NORM_ROPE_KV_WRITE_ATTENTION": att.rope_kv_write_attention,
     "ADD_RMS_NORM": att.add_rms_norm,
+    "RMS_NORM_ADD": att.rms_norm_add,
 })

@@ -24,6 +24,7 @@ from vkdecode.kernels import (
     row_chunks,
     weight_parts,
 )
+from vkdecode.quant import QUANT_TYPES
 
 MAX_SLOTS = 4          # weights one rms_norm_matmul dispatch reads (q, k, v need 3)
 # about this many (max, index) pairs for the final argmax pass. Each workgroup reduces its row
@@ -89,10 +90,16 @@ def matmul_add(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall]
 def _norm_matmul_call(p: Program, region: Region, idx: list[int], caps: KernelCaps) -> KernelCall:
     r = region.roles
     ws = [r["weights"][i] for i in idx]
-    dtype = p.values[ws[0]].dtype
+    dtypes = [p.values[w].dtype for w in ws]
+    dtype = dtypes[0]
     k = p.values[ws[0]].shape[1]
     rows = [p.values[w].shape[0] for w in ws]
     wg, rpw, wvec = matvec_shape(dtype, k, sum(rows), caps)
+    if len(set(dtypes)) == 1:
+        dt_defines = _mv_defines(dtype, wvec, caps)
+    else:   # quant dtypes only (_dtype_group): one per slot, shaders/fused_wslot.glsl SLOT_DTYPES
+        dt_defines = _reduce_defines(caps) + (("SLOT_DTYPES", "1"),) + tuple(
+            (f"DTS_{slot}", str(QUANT_TYPES.index(dt))) for slot, dt in enumerate(dtypes))
     s = _Slots()
     s.add("B_X", Binding(r["x"]))
     s.add("B_NW", Binding(r["norm_w"]))
@@ -107,18 +114,24 @@ def _norm_matmul_call(p: Program, region: Region, idx: list[int], caps: KernelCa
     m_spec = tuple(rows) + (0,) * (MAX_SLOTS - len(rows))
     return KernelCall("rms_norm_matmul", (wg, k, rpw, float(region.attrs["eps"])) + m_spec,
                       tuple(s.bindings), tuple(writes), _groups(groups),
-                      defines=_mv_defines(dtype, wvec, caps) + (("NW", str(len(idx))),) + tuple(s.defines),
+                      defines=dt_defines + (("NW", str(len(idx))),) + tuple(s.defines),
                       label="+".join(r["outs"][i] for i in idx))
 
 
+def _dtype_group(dtype: str) -> str:
+    """Projections of one group share a dispatch: all quant dtypes together (each slot decodes its
+    own; a Q4_K_M layer's q, k are q4_k and its v q6_k), f32 and f16 each by themselves."""
+    return "quant" if dtype in QUANT_TYPES else dtype
+
+
 def rms_norm_matmul(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
-    """One dispatch per group of projections sharing a dtype (q, k and v: one dispatch)."""
+    """One dispatch per group of projections (_dtype_group; q, k and v: one dispatch)."""
     ws = region.roles["weights"]
     if not all(_fits(p, w, caps) for w in ws):
         return None
     groups: dict[str, list[int]] = {}
     for i, w in enumerate(ws):
-        groups.setdefault(p.values[w].dtype, []).append(i)
+        groups.setdefault(_dtype_group(p.values[w].dtype), []).append(i)
     calls = []
     for idx in groups.values():
         for j in range(0, len(idx), MAX_SLOTS):
@@ -150,8 +163,10 @@ def _swiglu(norm: bool):
             s.defines.append(("BIAS", "1"))
         eps = float(region.attrs.get("eps", 0.0))
         shader = "rms_norm_matmul_silu_mul" if norm else "matmul_silu_mul"
+        # the GeGLU rules (*_GELU_MUL) run the same kernel with gelu_tanh in the epilogue
+        act = (("GELU", "1"),) if region.attrs.get("act") == "gelu" else ()
         return [KernelCall(shader, (wg, k, rpw, eps, m), tuple(s.bindings), (y,), _groups(-(-m // rpw)),
-                           defines=_mv_defines(dtype, wvec, caps) + tuple(s.defines), label=r["out"])]
+                           defines=_mv_defines(dtype, wvec, caps) + tuple(s.defines) + act, label=r["out"])]
     return build
 
 

@@ -11,9 +11,9 @@ import struct
 from dataclasses import dataclass
 
 from fusion.ir import Op, Program
+from vkdecode.quant import QUANT_TYPES, row_words
 
 MAX_GROUPS_X = 65535  # the minimum maxComputeWorkGroupCount[0]; larger grids go 2-D
-QUANT_TYPES = ("q8_0", "q4_0", "q4_1", "q5_0")
 
 
 @dataclass(frozen=True)
@@ -107,10 +107,9 @@ def weight_parts(dtype: str) -> tuple[str, ...]:
 
 def row_bytes(dtype: str, n_in: int, part: str) -> int:
     """Bytes per row of one part of a weight in vkdecode/quant.py's layout."""
-    if part == "s":
-        return n_in // 32 * 4
-    return {"f32": n_in * 4, "f16": n_in * 2, "q8_0": n_in, "q4_0": n_in // 2, "q4_1": n_in // 2,
-            "q5_0": n_in // 32 * 20}[dtype]
+    if dtype in QUANT_TYPES:
+        return row_words(dtype, n_in, part) * 4
+    return {"f32": n_in * 4, "f16": n_in * 2}[dtype]
 
 
 def row_chunks(dtype: str, n_rows: int, n_in: int, caps: KernelCaps) -> list[tuple[int, int]]:
@@ -149,7 +148,8 @@ def _embed(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     for r0, rows in chunks:
         b = _wbindings(table, tv.dtype, r0, None if len(chunks) == 1 else rows)
         b += (Binding(step), Binding(op.outputs[0]))
-        calls.append(KernelCall("embed", (wg, dim, rows), b, (len(b) - 1,), _groups(-(-dim // wg)),
+        calls.append(KernelCall("embed", (wg, dim, rows, float(op.attrs.get("scale", 1.0))), b, (len(b) - 1,),
+                                _groups(-(-dim // wg)),
                                 push=struct.pack("<I", r0), defines=(_dtype_define(tv.dtype),),
                                 label=op.outputs[0] + (f"[{r0}:]" if len(chunks) > 1 else "")))
     return calls
@@ -214,16 +214,23 @@ def _rope(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     a = op.attrs
     h, d = int(a["n_heads"]), int(a["head_dim"])
     wg = _wg(caps, h * d // 2)
-    b = (Binding(op.inputs[0]), Binding(op.inputs[1]), Binding(op.outputs[0]))
-    return [KernelCall("rope", (wg, h, d, float(a["theta"])), b, (2,), _groups(-(-(h * d // 2) // wg)),
+    b = (Binding(op.inputs[0]), Binding(op.inputs[1]), Binding(op.inputs[2]), Binding(op.outputs[0]))
+    return [KernelCall("rope", (wg, h, d), b, (3,), _groups(-(-(h * d // 2) // wg)),
                        defines=(("NEOX", "1"),) if a["layout"] == "neox" else (), label=op.outputs[0])]
+
+
+def kv_defines(p: Program, cache: str) -> tuple[tuple[str, str], ...]:
+    """KV_F16 where the cache is stored as f16 (shaders/kv_cache.glsl)."""
+    return (("KV_F16", "1"),) if p.values[cache].dtype == "f16" else ()
 
 
 def _kv_write(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     row = p.values[op.outputs[0]].shape[1]
-    wg = _wg(caps, row)
+    n = row // 2 if kv_defines(p, op.outputs[0]) else row   # f16: one invocation per word
+    wg = _wg(caps, n)
     b = tuple(Binding(v) for v in op.inputs + op.outputs)
-    return [KernelCall("kv_write", (wg, row), b, (3, 4), _groups(-(-row // wg)), label=op.outputs[0])]
+    return [KernelCall("kv_write", (wg, row), b, (3, 4), _groups(-(-n // wg)),
+                       defines=kv_defines(p, op.outputs[0]), label=op.outputs[0])]
 
 
 def attention_splits(ctx: int, caps: KernelCaps) -> tuple[int, int]:
@@ -238,15 +245,16 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     a = op.attrs
     h, kvh, d = int(a["n_heads"]), int(a["n_kv_heads"]), int(a["head_dim"])
     ctx = p.values[kc].shape[0]
-    s, maxchunk = attention_splits(ctx, caps)
+    window = int(a.get("window", 0))
+    s, maxchunk = attention_splits(min(ctx, window) if window else ctx, caps)   # rows it can see
     wg = _wg(caps, 64, cap=128)
     rg = wg // d if wg >= d else 1
     shared = 4 * (d + maxchunk + rg * d + wg)
     if shared > caps.max_shared:
         raise ValueError(f"attention {out}: {shared} bytes of shared memory > {caps.max_shared}; "
                          f"lower attn_max_chunk")
-    spec = (wg, h, kvh, d, s, maxchunk, float(a["scale"]))
-    defines = _reduce_defines(caps) + ((("KVEC", "1"),) if d % 4 == 0 else ())
+    spec = (wg, h, kvh, d, s, maxchunk, float(a["scale"]), window)
+    defines = _reduce_defines(caps) + ((("KVEC", "1"),) if d % 4 == 0 else ()) + kv_defines(p, kc)
     ins = (Binding(q), Binding(kc), Binding(vc), Binding(step))
     if s == 1:
         return [KernelCall("attention", spec, ins + (Binding(out),), (4,), (1, h, 1),
@@ -298,7 +306,7 @@ def _sample(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
 BUILDERS = {
     "embed": _embed, "rms_norm": _rms_norm, "matmul": _matmul, "add": _elementwise("add"),
     "rope": _rope, "kv_write": _kv_write, "attention": _attention,
-    "silu_mul": _elementwise("silu_mul"), "argmax": _argmax, "sample": _sample,
+    "silu_mul": _elementwise("silu_mul"), "gelu_mul": _elementwise("gelu_mul"), "argmax": _argmax, "sample": _sample,
 }
 
 

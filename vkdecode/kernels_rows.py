@@ -20,6 +20,7 @@ from vkdecode.kernels import (
     _reduce_defines,
     _wbindings,
     _wg,
+    kv_defines,
     row_chunks,
 )
 
@@ -91,10 +92,12 @@ def _rope(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
 def _kv_write(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     row = p.values[op.outputs[0]].shape[1]
     rows = int(op.attrs["rows"])
+    if row % 2:
+        raise ValueError(f"kv_write {op.outputs[0]}: cache rows of {row} (odd) have no word-pair form")
     wg = _wg(caps, 256)
     b = tuple(Binding(v) for v in op.inputs + op.outputs)
-    return [KernelCall("kv_write_rows", (wg, row, rows), b, (3, 4), _groups(-(-rows * row // wg)),
-                       label=op.outputs[0])]
+    return [KernelCall("kv_write_rows", (wg, row, rows), b, (3, 4), _groups(-(-rows * row // 2 // wg)),
+                       defines=kv_defines(p, op.outputs[0]), label=op.outputs[0])]
 
 
 def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
@@ -107,7 +110,7 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     b = (Binding(q), Binding(kc), Binding(vc), Binding(step), Binding(op.outputs[0]))
     spec = (wg, h, kvh, d, rows, float(a["scale"]), int(a.get("window", 0)))
     return [KernelCall("attention_rows", spec, b, (4,), (h, rows, 1),
-                       defines=_reduce_defines(caps), label=op.outputs[0])]
+                       defines=_reduce_defines(caps) + kv_defines(p, kc), label=op.outputs[0])]
 
 
 def _add(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:

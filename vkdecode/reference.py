@@ -22,10 +22,11 @@ def make_step(token: int, pos: int) -> np.ndarray:
     return s
 
 
-def _rope(x: np.ndarray, pos: int, a: dict, dtype) -> np.ndarray:
+def _rope(x: np.ndarray, pos: int, freqs: np.ndarray, a: dict, dtype) -> np.ndarray:
     h, d = a["n_heads"], a["head_dim"]
-    # angles in f64 then rounded once, so f32 and f64 runs differ only by the math after
-    ang = pos * float(a["theta"]) ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    # the angle is f32(pos) * f32 freq rounded to f32, as transformers and the shaders compute it;
+    # cos/sin of that angle in f64 then rounded once, so f32 and f64 runs differ only after it
+    ang = (np.float32(pos) * np.asarray(freqs, dtype=np.float32)).astype(np.float64)
     cos, sin = np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
     x = x.reshape(h, d)
     if a["layout"] == "neox":
@@ -39,9 +40,11 @@ def _rope(x: np.ndarray, pos: int, a: dict, dtype) -> np.ndarray:
 
 def _attention(q, kc, vc, pos: int, a: dict, dtype) -> np.ndarray:
     h, kvh, d = a["n_heads"], a["n_kv_heads"], a["head_dim"]
-    n = pos + 1
-    k = kc[:n].reshape(n, kvh, d).astype(dtype, copy=False)
-    v = vc[:n].reshape(n, kvh, d).astype(dtype, copy=False)
+    window = int(a.get("window", 0))
+    lo = max(0, pos - window + 1) if window else 0     # a sliding layer sees `window` keys
+    n = pos + 1 - lo
+    k = kc[lo:pos + 1].reshape(n, kvh, d).astype(dtype, copy=False)
+    v = vc[lo:pos + 1].reshape(n, kvh, d).astype(dtype, copy=False)
     qg = q.reshape(kvh, h // kvh, d)                      # head i reads kv head i // group
     s = np.einsum("kgd,nkd->kgn", qg, k) * dtype(a["scale"])
     s = np.exp(s - s.max(axis=-1, keepdims=True))
@@ -52,14 +55,14 @@ def _attention(q, kc, vc, pos: int, a: dict, dtype) -> np.ndarray:
 def _rows_op(op: Op, program: Program, env: dict, ins: list, rows: int, dt) -> list:
     a, k = op.attrs, op.kind
     if k == "embed":
-        return [ins[0][ins[1].astype(np.int64)].reshape(-1)]
+        return [(ins[0][ins[1].astype(np.int64)] * dt(a.get("scale", 1.0))).reshape(-1)]
     if k == "matmul":
         return [(ins[1].reshape(rows, -1) @ ins[0].T).reshape(-1)]
     if k == "argmax":
         return [np.argmax(ins[0].reshape(rows, -1), axis=1).astype(np.uint32)]
-    pos0 = int(ins[-1][STEP_POS])
+    pos0 = int(ins[list(op.inputs).index("step")][STEP_POS])
     if k == "rope":
-        return [np.concatenate([_rope(x, pos0 + t, a, dt) for t, x in enumerate(ins[0].reshape(rows, -1))])]
+        return [np.concatenate([_rope(x, pos0 + t, ins[2], a, dt) for t, x in enumerate(ins[0].reshape(rows, -1))])]
     if k == "kv_write":
         caches = []
         for name, x in zip(op.outputs, ins[:2]):
@@ -96,7 +99,7 @@ def run_op(op: Op, program: Program, env: dict, dtype=np.float32) -> dict[str, n
         # a prompt chunk (fusion/chunk.py): the row-wise ops, row by row with the decode semantics
         out = _rows_op(op, program, env, ins, rows, dt)
     elif k == "embed":
-        out = [ins[0][int(ins[1][STEP_TOKEN])].copy()]
+        out = [ins[0][int(ins[1][STEP_TOKEN])] * dt(a.get("scale", 1.0))]
     elif k == "rms_norm":
         x, w = ins
         xs = x.reshape(-1, w.shape[0])
@@ -107,7 +110,7 @@ def run_op(op: Op, program: Program, env: dict, dtype=np.float32) -> dict[str, n
     elif k == "add":   # a bias weight shorter than a (a chunk's rows) is added to every row
         out = [(ins[0].reshape(-1, ins[1].size) + ins[1]).reshape(-1)]
     elif k == "rope":
-        out = [_rope(ins[0], int(ins[1][STEP_POS]), a, dt)]
+        out = [_rope(ins[0], int(ins[1][STEP_POS]), ins[2], a, dt)]
     elif k == "kv_write":
         kk, vv, step = ins
         caches = []
@@ -115,6 +118,8 @@ def run_op(op: Op, program: Program, env: dict, dtype=np.float32) -> dict[str, n
             c = env.get(name)
             if c is None:
                 c = np.zeros(program.values[name].shape, dtype=dt)
+            if program.values[name].dtype == "f16":   # stored as f16, read back as such
+                row = np.asarray(row).astype(np.float16)
             c[int(step[STEP_POS])] = row
             caches.append(c)
         out = caches
@@ -124,6 +129,10 @@ def run_op(op: Op, program: Program, env: dict, dtype=np.float32) -> dict[str, n
     elif k == "silu_mul":
         g, u = ins
         out = [g / (dt(1) + np.exp(-g)) * u]
+    elif k == "gelu_mul":
+        g, u = ins
+        c = dt(np.sqrt(2.0 / np.pi))
+        out = [dt(0.5) * g * (dt(1) + np.tanh(c * (g + dt(0.044715) * g * g * g))) * u]
     elif k == "argmax":
         out = [np.array([np.argmax(ins[0])], dtype=np.uint32)]
     elif k == "sample":
@@ -142,6 +151,7 @@ class Reference:
                  sampling=None):
         self.program, self.dtype = program, np.dtype(dtype).type
         self.sampling = sampling        # a vkdecode.sampling.SamplingParams for `sample` ops
+        weights = {**program.constants, **weights}      # the builder's tables (rope frequencies)
         missing = [v.name for v in program.values.values() if v.kind == "weight" and v.name not in weights]
         if missing:
             raise KeyError(f"reference: weights missing for {missing[:5]}")

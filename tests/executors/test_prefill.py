@@ -5,7 +5,8 @@ that fills the context; and the per-chunk invariants (replay: 0 descriptor write
 
 Tolerances: the chunk kernels sum in another order than the decode kernels (tiled matmul, one-pass
 attention), so values agree to f32 rounding: KV rows within 1e-5 of the largest entry, logits
-within 1e-4 relative (as tests/executors/test_executors.py for fused vs reference).
+within 1e-4 relative (as tests/executors/test_executors.py for fused vs reference); with f16 KV
+caches (the default) both within 2e-3, as there.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from vkdecode.reference import Reference
 ARCHS = ("llama", "qwen2", "qwen3")
 CTX = 48
 KV_TOL, LOGIT_TOL = 1e-5, 1e-4
+F16_TOL = 2e-3      # f16 caches (the default): a value rounded from two close f32s may differ by an ulp
 
 
 @pytest.fixture(scope="module")
@@ -42,13 +44,17 @@ def reference_path(m, toks):
 def check_against(ex, toks, state, logits, nxt, what=""):
     got = ex.prefill(toks, 0)
     n = len(toks)
+    f16 = False
     for name, want in state.items():
-        cache = ex.plan.read(name).reshape(want.shape)
+        v = ex.program.values[name]
+        f16 = v.dtype == "f16"
+        cache = ex.plan.slices[(name, "data")].read_array("float16" if f16 else "float32", v.numel)
+        cache = cache.astype(np.float32).reshape(want.shape)
         err = np.abs(cache[:n] - want[:n]).max() / np.abs(want[:n]).max()
-        assert err <= KV_TOL, f"{what} {name}: KV rel err {err:.2e}"
+        assert err <= (F16_TOL if f16 else KV_TOL), f"{what} {name}: KV rel err {err:.2e}"
     lg = ex.read_logits()
     rel = np.abs(lg - logits).max() / np.abs(logits).max()
-    assert rel <= LOGIT_TOL, f"{what}: logits rel err {rel:.2e}"
+    assert rel <= (F16_TOL if f16 else LOGIT_TOL), f"{what}: logits rel err {rel:.2e}"
     assert got == nxt, f"{what}: first token {got} != {nxt}"
 
 

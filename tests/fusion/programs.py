@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from fusion.ir import STEP_WORDS, Program
 
 
@@ -61,7 +63,8 @@ def build(s: Spec, n_layers: int | None = None) -> Program:
     tok = w("tok_embd", (s.vocab, d))
     x = act("x0", d)
     p.op("embed", (tok, step), (x,))
-    rope = {"theta": s.theta, "layout": "neox", "head_dim": s.head_dim}
+    rope = {"layout": "neox", "head_dim": s.head_dim}
+    freqs = p.constant("rope_freqs", (s.theta ** (-np.arange(0, s.head_dim, 2) / s.head_dim)).astype(np.float32))
     for i in range(L):
         n = f"l{i}."
         h = act(n + "h", d)
@@ -82,8 +85,8 @@ def build(s: Spec, n_layers: int | None = None) -> Program:
             p.op("rms_norm", (k, w(n + "k_norm", (s.head_dim,))), (kn,), eps=s.eps)
             q, k = qn, kn
         qr, kr = act(n + "qr", q_dim), act(n + "kr", kv_dim)
-        p.op("rope", (q, step), (qr,), n_heads=s.n_heads, **rope)
-        p.op("rope", (k, step), (kr,), n_heads=s.n_kv_heads, **rope)
+        p.op("rope", (q, step, freqs), (qr,), n_heads=s.n_heads, **rope)
+        p.op("rope", (k, step, freqs), (kr,), n_heads=s.n_kv_heads, **rope)
         kc = p.value(n + "k_cache", (s.ctx, kv_dim), "f32", "state")
         vc = p.value(n + "v_cache", (s.ctx, kv_dim), "f32", "state")
         p.op("kv_write", (kr, v, step), (kc, vc))

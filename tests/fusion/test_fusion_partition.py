@@ -116,3 +116,27 @@ def test_real_model_builders(spec):
                                   "RMS_NORM_MATMUL_SILU_MUL": 3, "RMS_NORM_MATMUL_ARGMAX": 1}
     for rules in SUBSETS:
         simulate(p, partition(p, rules))
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2])
+def test_gemma3_program_rules(kv_heads):
+    """Gemma 3's layer (Gemma-3-270M shape; one kv head makes the k norm a whole-vector norm) needs
+    two rule variants: RMS_NORM_MATMUL_GELU_MUL (GeGLU) and RMS_NORM_ADD (post-norm + residual),
+    and keeps the q/k norms in the fused attention; the o and down projections stay plain matmuls."""
+    models = pytest.importorskip("vkdecode.models")
+    from vkdecode.models.config import ModelArgs
+    from vkdecode.models.config_gemma3 import FULL, SLIDING
+    from vkdecode.models.gguf_names import expected_shapes
+    a = ModelArgs("gemma3", 1024, 640, 2048, 3, 4, kv_heads, 256, 1e-6, 1e6, 4096, True, qk_norm=True,
+                  hidden_act="gelu_tanh", sliding_window=512, layer_types=(SLIDING, SLIDING, FULL),
+                  rope_local_theta=1e4, query_pre_attn_scalar=256)
+    p = models.build_program(a, 128, {n: "q8_0" for n, s in expected_shapes(a).items() if len(s) == 2})
+    regions = partition(p)
+    simulate(p, regions)
+    assert summarize(regions) == {"EMBED": 1, "RMS_NORM_MATMUL": 3, "QK_NORM_ROPE_KV_WRITE_ATTENTION": 3,
+                                  "MATMUL": 6, "RMS_NORM_ADD": 6, "RMS_NORM_MATMUL_GELU_MUL": 3,
+                                  "RMS_NORM_MATMUL_ARGMAX": 1}
+    windows = [r.attrs.get("window", 0) for r in regions if r.rule == "QK_NORM_ROPE_KV_WRITE_ATTENTION"]
+    assert windows == [512, 512, 0]
+    freqs = [r.roles["freqs"] for r in regions if r.rule == "QK_NORM_ROPE_KV_WRITE_ATTENTION"]
+    assert freqs == ["rope_freqs_swa", "rope_freqs_swa", "rope_freqs"]

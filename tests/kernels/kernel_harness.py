@@ -67,6 +67,9 @@ class OpRun:
             v = self.program.values[name]
             if v.kind == "weight":
                 arr = self.env[name].parts[part]
+            elif v.dtype == "f16" and name in self.env:     # an f16 KV cache: halves, whole words
+                arr = np.ascontiguousarray(self.env[name], np.float16).ravel()
+                arr = np.concatenate([arr, np.zeros(arr.size % 2, np.float16)])
             elif v.kind in ("activation", "step") or (v.kind == "state" and name in self.env):
                 arr = np.ascontiguousarray(self.env[name], np.uint32 if v.dtype == "u32" else np.float32)
             elif v.kind == "state":
@@ -117,8 +120,8 @@ class OpRun:
                 v = self.program.values.get(name)
                 if v is None:
                     continue
-                out[name] = self.buffers[(name, "data")].read_array(
-                    np.uint32 if v.dtype == "u32" else np.float32, v.numel).reshape(v.shape)
+                dt = {"u32": np.uint32, "f16": np.float16}.get(v.dtype, np.float32)
+                out[name] = self.buffers[(name, "data")].read_array(dt, v.numel).reshape(v.shape)
             return out
         finally:
             cmd.close()

@@ -10,22 +10,27 @@ import numpy as np
 import pytest
 from kernel_harness import caps_of, nmse, one_op, run_and_reference
 
-from vkdecode.kernels import op_calls
+from vkdecode.kernels import op_calls, row_bytes, weight_parts
 from vkdecode.quant import quantize
 
 # Weights are the same (de)quantised values on both sides, so the only error is f32 rounding in
 # the GPU's dot products against a float64 reference: ~eps^2 * (terms summed) ~ 1e-10 even for
 # 4864-long rows. The limits leave a margin for drivers that reassociate or contract to FMA;
 # f16 / q* inputs are not rounded again on the GPU, so they share the f32 bound.
-LIMIT = {"f32": 1e-8, "f16": 1e-8, "q8_0": 1e-8, "q4_0": 1e-8, "q4_1": 1e-8, "q5_0": 1e-8}
+LIMIT = {"f32": 1e-8, "f16": 1e-8, "q8_0": 1e-8, "q4_0": 1e-8, "q4_1": 1e-8, "q5_0": 1e-8,
+         "q5_1": 1e-8, "iq4_nl": 1e-8, "q4_k": 1e-8, "q5_k": 1e-8, "q6_k": 1e-8, "q2_k": 1e-8, "q3_k": 1e-8}
 DTYPES = list(LIMIT)
+K_TYPES = ("q4_k", "q5_k", "q6_k", "q2_k", "q3_k")
 
 STRADDLE = {  # (out, in) around 8 / 32 / 64 and both load paths (wide uvec4 and scalar)
     "f32": [(1, 32), (31, 33), (32, 64), (33, 31), (63, 65), (64, 63), (65, 128), (9, 1)],
     "f16": [(1, 32), (31, 34), (33, 64), (63, 66), (65, 128), (64, 8), (7, 2)],
     "q": [(1, 32), (31, 64), (33, 96), (63, 32), (65, 256), (64, 160)],
+    # K-quants: in-dims are whole 256-superblocks (GGUF guarantees it)
+    "k": [(1, 256), (31, 512), (32, 768), (33, 256), (63, 1280), (65, 512)],
 }
 REAL = [(1536, 576), (576, 1536), (896, 4864), (3072, 1024)]
+REAL_K = [(1024, 1024), (1024, 3072), (3072, 1024), (896, 4864)]
 
 
 def _case(dtype, out, n_in, seed=0):
@@ -55,7 +60,7 @@ def _paths(device):
 
 def _straddle_params():
     for dt in DTYPES:
-        for out, n_in in STRADDLE["q" if dt.startswith("q") else dt]:
+        for out, n_in in STRADDLE["k" if dt in K_TYPES else "q" if dt.startswith(("q", "iq")) else dt]:
             for path in ("sg", "smem"):
                 yield pytest.param(dt, out, n_in, path, id=f"matmul-{dt}-{out}x{n_in}-{path}")
 
@@ -69,7 +74,7 @@ def test_matmul_straddle(device, dtype, out, n_in, path):
 
 
 @pytest.mark.parametrize("dtype,out,n_in", [pytest.param(dt, o, i, id=f"matmul-{dt}-{o}x{i}")
-                                            for dt in DTYPES for o, i in REAL])
+                                            for dt in DTYPES for o, i in (REAL_K if dt in K_TYPES else REAL)])
 def test_matmul_real_sizes(device, dtype, out, n_in):
     _check(device, dtype, out, n_in, caps_of(device))
 
@@ -80,7 +85,10 @@ VARIANTS = [("q4_1", 67, 576, {"matvec_wg": 8, "matvec_rows": 1}),
             ("q8_0", 67, 576, {"matvec_rows": 3}),
             ("f16", 65, 1024, {"matvec_rows": 4, "matvec_wg": 64}),
             ("q5_0", 33, 1536, {"matvec_rows": 2, "matvec_wg": 256}),
-            ("f32", 70, 30, {"matvec_rows": 8, "matvec_wg": 16})]
+            ("f32", 70, 30, {"matvec_rows": 8, "matvec_wg": 16}),
+            ("q4_k", 67, 512, {"matvec_wg": 8, "matvec_rows": 3}),
+            ("q6_k", 33, 1024, {"matvec_rows": 2, "matvec_wg": 256}),
+            ("q5_k", 35, 256, {"matvec_rows": 4, "matvec_wg": 16})]
 
 
 @pytest.mark.parametrize("dtype,out,n_in,tune", [
@@ -97,9 +105,9 @@ def test_matmul_workgroup_shapes(device, dtype, out, n_in, tune, path):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_matmul_row_split(device, dtype):
     """A weight larger than maxStorageBufferRange (faked small here) runs as row-range calls."""
-    out, n_in = 1100, 64
+    out, n_in = 1100, 256 if dtype in K_TYPES else 64
     caps = caps_of(device)
-    rb = {"f32": 256, "f16": 128, "q8_0": 64, "q4_0": 32, "q4_1": 32, "q5_0": 40}[dtype]
+    rb = max(row_bytes(dtype, n_in, part) for part in weight_parts(dtype))
     caps = replace(caps, max_storage_range=rb * 300)  # 256-row slices: 5 calls
     p = _check(device, dtype, out, n_in, caps, seed=3)
     calls = op_calls(p, 0, caps)
@@ -113,3 +121,19 @@ def test_matmul_2d_grid(device):
     caps = replace(caps_of(device), matvec_rows=1)
     p = _check(device, "f16", 70001, 32, caps, seed=5)
     assert op_calls(p, 0, caps)[0].groups[1] == 2
+
+
+@pytest.mark.parametrize("dtype", ["q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k"])
+def test_matmul_nibble_magic(device, dtype):
+    """The NIBBLE_MAGIC A/B switch (int -> float by float bits, bench/matvec_bench.py --ab) gives
+    the same results as the default conversion."""
+    from kernel_harness import OpRun
+
+    from vkdecode.reference import run_op
+    out, n_in = 33, 512
+    p, env = _case(dtype, out, n_in, seed=9)
+    run = OpRun(device, p, env, caps_of(device))
+    run.calls = [replace(c, defines=c.defines + (("NIBBLE_MAGIC", "1"),)) for c in run.calls]
+    got = run.run()
+    want = run_op(p.ops[0], p, dict(env), dtype=np.float64)
+    assert nmse(got["y"], want["y"]) <= LIMIT[dtype]

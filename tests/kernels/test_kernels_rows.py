@@ -83,10 +83,13 @@ def test_attention_rows(device, h, kvh, d, rows, pos0, path):
 def test_rope_rows(device, layout):
     rows, h, d = 7, 3, 16
     x = np.random.default_rng(2).standard_normal(rows * h * d).astype(np.float32)
-    p = one_op("rope", {"x": ((rows * h * d,), "f32", "activation"), "step": ((8,), "u32", "step")},
-               {"y": ((rows * h * d,), "f32", "output")}, n_heads=h, head_dim=d, theta=10000.0,
-               layout=layout, rows=rows)
-    got, want = run_and_reference(device, p, {"x": x, "step": step(0, 40)}, caps_of(device))
+    from vkdecode.quant import PackedWeight
+    freqs = (10000.0 ** (-np.arange(0, d, 2) / d)).astype(np.float32)
+    p = one_op("rope", {"x": ((rows * h * d,), "f32", "activation"), "step": ((8,), "u32", "step"),
+                        "f": ((d // 2,), "f32", "weight")},
+               {"y": ((rows * h * d,), "f32", "output")}, n_heads=h, head_dim=d, layout=layout, rows=rows)
+    env = {"x": x, "step": step(0, 40), "f": PackedWeight("f32", (d // 2,), {"data": freqs})}
+    got, want = run_and_reference(device, p, env, caps_of(device))
     assert nmse(got["y"], want["y"]) <= 1e-9
 
 

@@ -41,14 +41,32 @@ def test_hf_rope_parameters_v5_and_defaults():
     assert a.rope_theta == 1234.0 and a.head_dim == 64 // 4
 
 
-@pytest.mark.parametrize("key,val", [("rope_scaling", {"rope_type": "llama3", "factor": 8.0}),
-                                     ("rope_scaling", {"type": "linear", "factor": 2.0}),
-                                     ("rope_parameters", {"rope_type": "yarn", "rope_theta": 1e4})])
-def test_rope_scaling_refused(key, val):
+@pytest.mark.parametrize("key,val,msg", [
+    ("rope_scaling", {"rope_type": "llama3", "factor": 8.0}, "needs numbers for low_freq_factor"),
+    ("rope_scaling", {"type": "linear"}, "needs numbers for factor"),
+    ("rope_parameters", {"rope_type": "yarn", "rope_theta": 1e4}, "'yarn' .* not supported"),
+    ("rope_scaling", {"rope_type": "dynamic", "factor": 2.0}, "'dynamic' .* not supported")])
+def test_rope_scaling_refused(key, val, msg):
     """The refusal names the key the config actually has (transformers 5 writes only rope_parameters)."""
-    with pytest.raises(ModelError, match="not supported yet") as e:
+    with pytest.raises(ModelError, match=msg) as e:
         ModelArgs.from_hf_config(hf("LlamaForCausalLM", **{key: val}))
     assert f"(key {key!r})" in str(e.value)
+
+
+LLAMA3 = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+
+
+@pytest.mark.parametrize("key", ["rope_scaling", "rope_parameters"])
+def test_llama3_rope_scaling_read(key):
+    val = {"rope_type": "llama3", **LLAMA3}
+    if key == "rope_parameters":
+        val["rope_theta"] = 5e5
+    cfg = hf("LlamaForCausalLM", **{key: val})
+    if key == "rope_parameters":   # transformers 5 keeps theta inside rope_parameters
+        del cfg["rope_theta"]
+    a = ModelArgs.from_hf_config(cfg)
+    assert a.rope_scaling == {"rope_type": "llama3", **LLAMA3}
+    assert a.rope_theta == (5e5 if key == "rope_parameters" else 10000.0)
 
 
 def test_unknown_architecture_names_it(tmp_path):

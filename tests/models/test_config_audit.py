@@ -31,15 +31,15 @@ CASES = [
     ("llama", {"attention_dropout": 0.5}, SAME),               # inference: no dropout
     ("qwen2", {"max_window_layers": 1}, SAME),                 # only with use_sliding_window
     ("llama", {"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
-    ("llama", {"rope_parameters": {**ROPE, "rope_type": "linear", "factor": 2.0}}, "rope_parameters"),
+    ("llama", {"rope_parameters": {**ROPE, "rope_type": "linear", "factor": 2.0}}, SAME),
     ("llama", {"rope_parameters": {**ROPE, "rope_type": "dynamic", "factor": 2.0}}, "rope_parameters"),
     ("llama", {"rope_parameters": {**ROPE, "rope_type": "yarn", "factor": 2.0}}, "rope_parameters"),
     ("llama", {"rope_parameters": {**ROPE, "rope_type": "longrope", "short_factor": [1.0] * 8,
                                    "long_factor": [2.0] * 8, "original_max_position_embeddings": 128}},
      "rope_parameters"),
     ("llama", {"rope_parameters": {**ROPE, "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                   "high_freq_factor": 4.0, "original_max_position_embeddings": 128}},
-     "rope_parameters"),
+                                   "high_freq_factor": 4.0, "original_max_position_embeddings": 16}},
+     SAME),
     ("qwen3", {"rope_parameters": {**ROPE, "rope_type": "yarn", "factor": 4.0}}, "rope_parameters"),
     ("llama", {"hidden_act": "swish"}, SAME),                  # the same SiLU in transformers
     ("llama", {"hidden_act": "gelu"}, "hidden_act"),
@@ -118,10 +118,14 @@ GGUF_CASES = [
     ("qwen3", {"tie_word_embeddings": True, "rms_norm_eps": 0.5}, {}, {}, SAME),   # no output.weight
     ("llama", {}, {"llama.rope.dimension_count": 16}, {}, SAME),          # = head_dim: full rotary
     ("llama", {}, {"llama.attention.layer_norm_epsilon": 1e-5}, {}, SAME),  # rms eps present too
-    ("llama", {}, {"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 2.0}, {},
+    ("llama", {"rope_parameters": {**ROPE, "rope_type": "linear", "factor": 2.0}}, {}, {}, SAME),
+    ("llama", {}, {"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 2.0}, {},
      "llama.rope.scaling.type"),
     ("llama", {}, {"llama.rope.scaling.factor": 4.0}, {}, "llama.rope.scaling.factor"),
-    ("llama", {}, {}, {"rope_freqs.weight": np.ones(8, np.float32)}, "rope_freqs.weight"),
+    ("llama", {"rope_parameters": {**ROPE, "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                   "high_freq_factor": 4.0, "original_max_position_embeddings": 16}},
+     {}, {}, SAME),                                                       # as llama.cpp's rope_freqs.weight
+    ("llama", {}, {}, {"rope_freqs.weight": np.ones(5, np.float32)}, "rope_freqs"),   # wrong length
     ("llama", {}, {"llama.rope.dimension_count": 8}, {}, "llama.rope.dimension_count"),
     ("llama", {}, {"llama.attention.layer_norm_rms_epsilon": None,
                    "llama.attention.layer_norm_epsilon": 1e-5}, {}, "llama.attention.layer_norm_epsilon"),

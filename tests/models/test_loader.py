@@ -11,7 +11,8 @@ from vkdecode.reference import Reference
 
 
 def weight_names(program):
-    return {n for n, v in program.values.items() if v.kind == "weight"}
+    """Weights read from the file: the program's weight values less its own constants (rope tables)."""
+    return {n for n, v in program.values.items() if v.kind == "weight" and n not in program.constants}
 
 
 def test_hf_dir(models_dir):

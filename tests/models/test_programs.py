@@ -43,7 +43,8 @@ def test_qwen3_per_head_norm_and_rope_attrs():
     qn = next(op for op in p.ops if op.outputs == ("layers.0.q_normed",))
     assert qn.inputs[1] == "layers.0.q_norm" and p.values["layers.0.q_norm"].shape == (16,)
     rope = next(op for op in p.ops if op.outputs == ("layers.0.k_rope",))
-    assert rope.attrs == {"theta": 10000.0, "layout": "neox", "head_dim": 16, "n_heads": 2}
+    assert rope.attrs == {"layout": "neox", "head_dim": 16, "n_heads": 2}
+    assert rope.inputs[2] == "rope_freqs" and p.constants["rope_freqs"].shape == (8,)
     att = next(op for op in p.ops if op.kind == "attention")
     assert att.attrs["scale"] == pytest.approx(0.25) and att.attrs["n_kv_heads"] == 2
 

@@ -10,6 +10,7 @@ from tests.helpers.make_models import gguf_source, hf_state, tiny_hf_model, writ
 from vkdecode.errors import ModelError
 from vkdecode.models.gguf_names import expected_shapes, source_name
 from vkdecode.models.weights import _gguf_tensor, load_weights, open_gguf
+from vkdecode.quant_k import quantize_raw
 
 
 def check_hf_values(d, weights, args):
@@ -58,7 +59,7 @@ def test_hf_sharded(models_dir, tmp_path):
 
 @pytest.mark.parametrize("arch,dtype", [("llama", "f16"), ("llama", "q8_0"), ("llama", "q4_0"),
                                         ("llama", "q4_1"), ("llama", "q5_0"), ("qwen2", "q8_0"),
-                                        ("qwen3", "q4_1")])
+                                        ("qwen3", "q4_1"), ("llama", "q5_1"), ("qwen2", "iq4_nl")])
 def test_gguf_roundtrip(models_dir, arch, dtype):
     d = tiny_hf_model(arch, models_dir, tied=arch == "qwen3")
     args, w, meta = load_weights(write_gguf(d, models_dir / f"{arch}.{dtype}.gguf", dtype))
@@ -73,7 +74,7 @@ def test_gguf_roundtrip(models_dir, arch, dtype):
         if dtype == "f16":
             want = src.astype(np.float16).astype(np.float32)
         else:
-            want = gguf.quants.dequantize(gguf.quants.quantize(src, qt), qt)
+            want = gguf.quants.dequantize(quantize_raw(src, dtype), qt)
         assert np.array_equal(pw.dequantize(), want), name
 
 
@@ -87,15 +88,34 @@ def single_tensor_gguf(path, name, data, raw_dtype=None):
     return open_gguf(str(path)).tensors[0]
 
 
-def test_gguf_q6_k_dequantized_at_load(tmp_path):
-    # gguf has no K-quantizer: random Q6_K blocks (210 bytes / 256 values) with a sane f16 scale d
-    raw = np.random.default_rng(0).integers(0, 256, (4, 210), dtype=np.uint8)
-    raw[:, 208:210] = np.array([0.01], np.float16).view(np.uint8)
-    t = single_tensor_gguf(tmp_path / "k.gguf", "blk.0.ffn_up.weight", raw, gguf.GGMLQuantizationType.Q6_K)
+@pytest.mark.parametrize("kind", ["Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K", "Q5_1", "IQ4_NL"])
+def test_gguf_kquant_kept_quantized(tmp_path, kind):
+    """K-quants (and q5_1, iq4_nl) keep their blocks: the packed weight holds the file's bytes and
+    dequantizes exactly as the gguf package does."""
+    from vkdecode.quant_k import LAYOUTS
+    n, nbytes, _, _, pad = LAYOUTS[kind.lower()]
+    raw = np.random.default_rng(0).integers(0, 256, (4, 512 // n * nbytes), dtype=np.uint8)
+    blocks = raw.reshape(4, -1, nbytes)
+    for off in {"Q6_K": (208,), "IQ4_NL": (0,), "Q2_K": (80, 82), "Q3_K": (108,)}.get(kind, (0, 2)):
+        blocks[:, :, off:off + 2] = np.array([0.01], np.float16).view(np.uint8)
+    qt = gguf.GGMLQuantizationType[kind]
+    t = single_tensor_gguf(tmp_path / "k.gguf", "blk.0.ffn_up.weight", raw, qt)
+    notes = []
+    pw = _gguf_tensor(str(tmp_path / "k.gguf"), t, (4, 512), notes)
+    assert pw.dtype == kind.lower() and not notes
+    assert pw.nbytes == raw.nbytes // nbytes * (nbytes + pad)     # the file's bytes (+ a pad to words)
+    assert np.array_equal(pw.dequantize(), gguf.quants.dequantize(raw, qt).reshape(4, 512))
+
+
+def test_gguf_iq4_xs_dequantized_at_load(tmp_path):
+    # no IQ4_XS kernel: f32 at load, said in the notes; random blocks (136 bytes / 256) with a sane d
+    raw = np.random.default_rng(0).integers(0, 256, (4, 136), dtype=np.uint8)
+    raw[:, 0:2] = np.array([0.01], np.float16).view(np.uint8)
+    t = single_tensor_gguf(tmp_path / "k.gguf", "blk.0.ffn_up.weight", raw, gguf.GGMLQuantizationType.IQ4_XS)
     notes = []
     pw = _gguf_tensor(str(tmp_path / "k.gguf"), t, (4, 256), notes)
-    assert pw.dtype == "f32" and "Q6_K" in notes[0] and "blk.0.ffn_up.weight" in notes[0]
-    want = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q6_K)
+    assert pw.dtype == "f32" and "IQ4_XS" in notes[0] and "blk.0.ffn_up.weight" in notes[0]
+    want = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.IQ4_XS)
     assert np.array_equal(pw.dequantize(), want)
 
 

@@ -74,12 +74,13 @@ def test_unknown_quantization(capsys, tmp_path_factory, tmp_path):
     import gguf
     d = models_dir(tmp_path_factory)
     src = write_gguf(tiny_hf_model("llama", d), d / "llama.q4_0.gguf", "q4_0")
-    # IQ4_NL blocks have Q4_0's size (32 values in 18 bytes): the file stays well formed
-    bad = patch_tensor_type(src, tmp_path / "iq4.gguf", "blk.1.ffn_up.weight", gguf.GGMLQuantizationType.IQ4_NL)
+    # Q8_1 (no kernel, and gguf cannot dequantize it): 64 values in 72 bytes, inside the 256 the
+    # F32 norm weight had, so the file stays well formed
+    bad = patch_tensor_type(src, tmp_path / "q8_1.gguf", "blk.1.ffn_norm.weight", gguf.GGMLQuantizationType.Q8_1)
     rc, err = cli(capsys, *run_args(bad))
-    assert rc == 1 and "'blk.1.ffn_up.weight'" in err and "IQ4_NL" in err and "not supported" in err
+    assert rc == 1 and "'blk.1.ffn_norm.weight'" in err and "Q8_1" in err and "not supported" in err
     r = subprocess_run(*run_args(bad))
-    assert r.returncode == 1 and r.stderr.startswith("error: ") and "IQ4_NL" in r.stderr
+    assert r.returncode == 1 and r.stderr.startswith("error: ") and "Q8_1" in r.stderr
     assert "Traceback" not in r.stderr
 
 

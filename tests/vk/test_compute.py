@@ -122,6 +122,23 @@ def test_arena_alignment_and_large_tensor(device):
         arena.close()
 
 
+def test_arena_expect_sizes_chunks_to_the_tensors(device):
+    """expect(): chunks no larger than the announced bytes; past them, small tail chunks."""
+    from vkdecode.vk.memory import TAIL_CHUNK
+    arena = device.arena(1 << 20)
+    try:
+        sizes = [300_000, 300_000, 300_000, 300_000, 100]      # 1.2 MB announced in 1 MiB chunks
+        arena.expect(sum(arena.padded(n) for n in sizes))
+        for i, n in enumerate(sizes):
+            arena.alloc(n, f"t{i}")
+        assert len(arena.buffers) == 2 and arena.buffers[0].size == 1 << 20
+        assert arena.buffers[1].size == arena.padded(300_000) + arena.padded(100)   # what was left
+        late = arena.alloc(1000, "scratch")                    # not announced
+        assert late.buffer.size == min(1 << 20, TAIL_CHUNK)
+    finally:
+        arena.close()
+
+
 def test_timestamps_increase_and_submit_counts(device):
     n = 4096
     x = device.buffer(n * 4, host_visible=True, name="x")

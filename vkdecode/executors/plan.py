@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from fusion.ir import STEP_WORDS, Program
 from vkdecode.kernels import QUANT_TYPES, Binding, KernelCall, row_bytes
+from vkdecode.quant import PackedWeight, pack_float
 
 CHUNK = 256 << 20          # arena buffer size; larger tensors get their own buffer
 SMALL_OUTPUT_BYTES = 4096  # outputs this small (next_token) live in host-visible memory
@@ -34,6 +37,11 @@ def with_advance(calls: list[KernelCall]) -> tuple[list[KernelCall], bool]:
     return calls + [advance_call()], True
 
 
+def value_bytes(v) -> int:
+    """Device bytes of a non-weight value: f32 and u32 4 per element, f16 (KV caches) 2, in words."""
+    return v.numel * 4 if v.dtype != "f16" else -(-v.numel // 2) * 4
+
+
 def required_bytes(program: Program, weights: dict) -> dict[str, int]:
     """Device bytes the plan will allocate, by kind (scratch and alignment padding are small)."""
     need = {"weights": 0, "kv_cache": 0, "activations": 0}
@@ -41,7 +49,7 @@ def required_bytes(program: Program, weights: dict) -> dict[str, int]:
         if v.kind == "weight" and v.name in weights:
             need["weights"] += sum(a.nbytes for a in weights[v.name].parts.values())
         elif v.kind == "state":
-            need["kv_cache"] += v.numel * 4
+            need["kv_cache"] += value_bytes(v)
         elif v.kind in ("activation", "output"):
             need["activations"] += v.numel * 4
     return need
@@ -80,6 +88,14 @@ class MemoryPlan:
         self._acts = device.arena(CHUNK)
         self._host = device.arena(1 << 20, host_visible=True)
         try:
+            # every weight, cache and activation is known now (scratch comes later): chunks sized to
+            # them, so device memory ~ the weights' bytes + KV + activations, not whole 256 MiB chunks
+            # (a plan sharing another's slices allocates only what it cannot take: no expectation)
+            vals = [] if self.share else program.values.values()
+            self._weights.expect(sum(self._weights.padded(a.nbytes) for v in vals if v.kind == "weight"
+                                     for a in self._packed(program, weights, v).parts.values()))
+            self._acts.expect(sum(self._acts.padded(value_bytes(v)) for v in vals if v.kind in ("activation", "state")
+                                  or (v.kind == "output" and value_bytes(v) > SMALL_OUTPUT_BYTES)))
             self._build(program, weights, progress)
         except BaseException:   # out of memory or Ctrl-C half way: free what was allocated
             self.close()
@@ -88,7 +104,7 @@ class MemoryPlan:
     def _take_shared(self, v) -> bool:
         """Use a shared plan's slices (every part) of value v, if one has them large enough."""
         part = "q" if v.kind == "weight" and v.dtype in QUANT_TYPES else "data"
-        need = 0 if v.kind == "weight" else v.numel * 4
+        need = 0 if v.kind == "weight" else value_bytes(v)
         for plan in self.share:
             s = plan.slices.get((v.name, part))
             if s is not None and s.size >= need:
@@ -110,9 +126,7 @@ class MemoryPlan:
                 # chunk token ids: written by the host once per chunk
                 self.slices[(v.name, "data")] = self._host.alloc(v.numel * 4, v.name)
             elif v.kind == "weight":
-                if v.name not in weights:
-                    raise KeyError(f"weight {v.name} missing from the loaded weights")
-                pw = weights[v.name]
+                pw = self._packed(program, weights, v)
                 for part, arr in pw.parts.items():
                     s = self._weights.alloc(arr.nbytes, f"{v.name}.{part}")
                     s.write(arr)
@@ -121,9 +135,18 @@ class MemoryPlan:
                         progress.update(arr.nbytes)
                 self.weight_bytes[v.name] = pw.nbytes
             elif v.kind in ("activation", "state", "output"):
-                nbytes = v.numel * 4   # f32 and u32 alike
+                nbytes = value_bytes(v)
                 arena = self._host if v.kind == "output" and nbytes <= SMALL_OUTPUT_BYTES else self._acts
                 self.slices[(v.name, "data")] = arena.alloc(nbytes, v.name)
+
+    @staticmethod
+    def _packed(program: Program, weights: dict, v) -> PackedWeight:
+        """A weight as loaded, or one of the builder's tables (rope frequencies) packed as f32."""
+        if v.name in program.constants:
+            return pack_float(np.ascontiguousarray(program.constants[v.name], np.float32), "f32")
+        if v.name not in weights:
+            raise KeyError(f"weight {v.name} missing from the loaded weights")
+        return weights[v.name]
 
     def add_scratch(self, calls: list[KernelCall]) -> None:
         """Scratch is shared by name (e.g. attention partials, written and read in one step)."""

@@ -1,8 +1,9 @@
 """ModelArgs: the few numbers a decode Program needs, read from an HF config.json or GGUF metadata.
 
-Anything we cannot run exactly (rope scaling, sliding windows, logit scaling, ...) is refused with a
-ModelError instead of being ignored, because ignoring it gives plausible but wrong tokens; the
-audit of such keys lives in config_audit.py.
+Anything we cannot run exactly (yarn / dynamic rope scaling, logit soft-capping, ...) is refused
+with a ModelError instead of being ignored, because ignoring it gives plausible but wrong tokens;
+the audit of such keys lives in config_audit.py. Gemma 3's config differs enough to have its own
+readers (config_gemma3.py).
 """
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ from dataclasses import dataclass, field
 
 from vkdecode.errors import ModelError
 from vkdecode.models import config_audit
+from vkdecode.models.config_rope import gguf_rope_factors, gguf_rope_scaling, hf_rope
 
-ARCHS = ("llama", "qwen2", "qwen3")
+ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
 # HF `architectures` entries -> our family name.
-HF_ARCHS = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
+HF_ARCHS = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
+            "Gemma3ForCausalLM": "gemma3"}
+HF_MODEL_TYPES = {"gemma3_text": "gemma3"}
 
 
 @dataclass
@@ -39,6 +43,16 @@ class ModelArgs:
     rope_layout: str = "neox"          # "pairs" for GGUF llama (converter permuted q/k rows)
     bos_id: int | None = None
     eos_ids: list[int] = field(default_factory=list)
+    # rope: a normalised scaling dict ({"rope_type": "llama3" | "linear", ...}) or llama.cpp's
+    # per-frequency divisors (GGUF `rope_freqs.weight`); vkdecode/models/rope.py builds the table
+    rope_scaling: dict | None = None
+    rope_freq_factors: tuple[float, ...] | None = None
+    # Gemma 3 (config_gemma3.py): GeGLU, sandwich norms, scaled embeddings, sliding-window layers
+    hidden_act: str = "silu"                   # "silu" or "gelu_tanh"
+    sliding_window: int = 0                    # keys a sliding layer sees (itself included)
+    layer_types: tuple[str, ...] = ()          # per layer "sliding_attention" | "full_attention"
+    rope_local_theta: float = 0.0              # rope base of the sliding layers
+    query_pre_attn_scalar: float = 0.0         # attention scale = this ** -0.5 (0: head_dim)
 
     def __post_init__(self):
         if self.arch not in ARCHS:
@@ -52,6 +66,19 @@ class ModelArgs:
             raise ModelError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
         if self.head_dim % 2:
             raise ModelError(f"head_dim {self.head_dim} is odd (rope rotates pairs)")
+        for name in ("rope_theta",) + (("rope_local_theta",) if self.layer_types else ()):
+            if not 0 < getattr(self, name) < float("inf"):   # 0 or inf would make a table of inf / nan
+                raise ModelError(f"{name} = {getattr(self, name)} is out of range")
+        if self.rope_freq_factors is not None and len(self.rope_freq_factors) != self.head_dim // 2:
+            raise ModelError(f"rope_freqs has {len(self.rope_freq_factors)} entries, expected {self.head_dim // 2}")
+        if self.layer_types and len(self.layer_types) != self.n_layers:
+            raise ModelError(f"layer_types lists {len(self.layer_types)} layers, the model has {self.n_layers}")
+        if "sliding_attention" in self.layer_types and not 0 < self.sliding_window < 1 << 31:
+            raise ModelError(f"sliding_window = {self.sliding_window} is out of range")
+        if self.arch == "gemma3" and not self.query_pre_attn_scalar > 0:
+            raise ModelError(f"query_pre_attn_scalar = {self.query_pre_attn_scalar} must be positive")
+        if self.rope_freq_factors is not None and not all(f > 0 for f in self.rope_freq_factors):
+            raise ModelError("rope_freqs holds a factor that is not positive")
 
     @property
     def q_dim(self) -> int:
@@ -95,28 +122,11 @@ def _hf_arch(cfg: dict, where: str) -> str:
             return HF_ARCHS[a]
     if not archs and cfg.get("model_type") in ARCHS:
         return cfg["model_type"]
+    if not archs and cfg.get("model_type") in HF_MODEL_TYPES:
+        return HF_MODEL_TYPES[cfg["model_type"]]
     name = archs[0] if archs else cfg.get("model_type")
     raise ModelError(f"{where}: unknown architecture {name!r} in key 'architectures' "
                      f"(supported: {', '.join(HF_ARCHS)})")
-
-
-def _hf_rope(cfg: dict, where: str) -> float:
-    # transformers < 5 writes rope_theta + rope_scaling; >= 5 writes rope_parameters.
-    params = cfg.get("rope_parameters") or {}
-    scaling = cfg.get("rope_scaling") or {}
-    for name, v in (("rope_parameters", params), ("rope_scaling", scaling)):
-        if not isinstance(v, dict):
-            raise ModelError(f"{where}: key {name!r} must be an object, not {v!r}")
-    kind, key = "default", None
-    for name, v in (("rope_scaling", scaling), ("rope_parameters", params)):
-        k = v.get("rope_type") or v.get("type")
-        if k not in (None, "default"):
-            kind, key = k, name
-            break
-    if kind != "default":
-        raise ModelError(f"{where}: rope scaling {kind!r} (key {key!r}) is not supported yet")
-    theta = cfg.get("rope_theta", params.get("rope_theta", 10000.0))
-    return float(theta)
 
 
 def _from_hf(cfg: dict, where: str) -> ModelArgs:
@@ -129,12 +139,13 @@ def _from_hf(cfg: dict, where: str) -> ModelArgs:
             raise ModelError(f"{where}: missing key {name!r}")
         return default
 
+    if arch == "gemma3":     # its own readers and refusals (config_gemma3.py)
+        from vkdecode.models.config_gemma3 import gemma3_from_hf
+        return gemma3_from_hf(cfg, where)
     config_audit.audit_hf(cfg, arch, where)
     hidden, heads = int(key("hidden_size")), int(key("num_attention_heads"))
-    eos, bos = cfg.get("eos_token_id"), cfg.get("bos_token_id")
-    eos_ids = [] if eos is None else ([eos] if isinstance(eos, int) else eos)
-    if not (isinstance(eos_ids, list) and all(type(i) is int for i in eos_ids)) or type(bos) not in (int, type(None)):
-        raise ModelError(f"{where}: token ids must be integers (eos_token_id {eos!r}, bos_token_id {bos!r})")
+    bos, eos_ids = hf_token_ids(cfg, where)
+    theta, scaling = hf_rope(cfg, where)
     return ModelArgs(
         arch=arch,
         vocab_size=int(key("vocab_size")),
@@ -145,7 +156,8 @@ def _from_hf(cfg: dict, where: str) -> ModelArgs:
         n_kv_heads=int(key("num_key_value_heads", heads)),
         head_dim=int(key("head_dim", hidden // heads)),
         rms_eps=float(key("rms_norm_eps", 1e-6)),
-        rope_theta=_hf_rope(cfg, where),
+        rope_theta=theta,
+        rope_scaling=scaling,
         max_position=int(key("max_position_embeddings", 4096)),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),   # transformers' default
         # Qwen2 always has q/k/v biases and never an o bias (whatever the config says); Llama and
@@ -158,6 +170,14 @@ def _from_hf(cfg: dict, where: str) -> ModelArgs:
         bos_id=bos,
         eos_ids=eos_ids,
     )
+
+
+def hf_token_ids(cfg: dict, where: str) -> tuple[int | None, list[int]]:
+    eos, bos = cfg.get("eos_token_id"), cfg.get("bos_token_id")
+    eos_ids = [] if eos is None else ([eos] if isinstance(eos, int) else eos)
+    if not (isinstance(eos_ids, list) and all(type(i) is int for i in eos_ids)) or type(bos) not in (int, type(None)):
+        raise ModelError(f"{where}: token ids must be integers (eos_token_id {eos!r}, bos_token_id {bos!r})")
+    return bos, eos_ids
 
 
 def _gguf_field(reader, name, path: str = ""):
@@ -198,11 +218,9 @@ def _from_gguf(reader, path: str) -> ModelArgs:
             return default
         return v
 
-    scaling = _gguf_field(reader, f"{arch}.rope.scaling.type", path)
-    if scaling not in (None, "none"):
-        raise ModelError(f"{path}: rope scaling {scaling!r} (key '{arch}.rope.scaling.type') is not supported yet")
-    config_audit.audit_gguf(lambda name: _gguf_field(reader, name, path), arch, path)
     names = {t.name for t in reader.tensors}
+    scaling = gguf_rope_scaling(lambda k: _gguf_field(reader, k, path), arch, path)   # names the type
+    config_audit.audit_gguf(lambda name: _gguf_field(reader, name, path), arch, path)
     hidden, heads = int(key("embedding_length")), int(key("attention.head_count"))
     vocab = _gguf_field(reader, f"{arch}.vocab_size", path)
     if vocab is None:
@@ -212,6 +230,10 @@ def _from_gguf(reader, path: str) -> ModelArgs:
         emb = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
         vocab = int(emb.shape[1]) if emb is not None else 0
     eos = _gguf_field(reader, "tokenizer.ggml.eos_token_id", path)
+    extra = {}
+    if arch == "gemma3":
+        from vkdecode.models.config_gemma3 import gemma3_gguf_extra
+        extra = gemma3_gguf_extra(key, int(key("block_count")), hidden, heads)
     return ModelArgs(
         arch=arch,
         vocab_size=int(vocab),
@@ -223,15 +245,18 @@ def _from_gguf(reader, path: str) -> ModelArgs:
         head_dim=int(key("attention.key_length", hidden // heads)),
         rms_eps=float(key("attention.layer_norm_rms_epsilon", 1e-6)),
         rope_theta=float(key("rope.freq_base", 10000.0)),
+        rope_scaling=scaling,
+        rope_freq_factors=gguf_rope_factors(reader, path),
         max_position=int(key("context_length", 4096)),
         tie_embeddings="output.weight" not in names,
         # llama.cpp loads each of these biases when its tensor is present (qwen2: q/k/v always)
         attention_bias=arch == "qwen2" or "blk.0.attn_q.bias" in names,
         o_bias="blk.0.attn_output.bias" in names,
         mlp_bias=arch == "llama" and "blk.0.ffn_gate.bias" in names,
-        qk_norm=arch == "qwen3",
+        qk_norm=arch in ("qwen3", "gemma3"),
         # llama.cpp's converter permutes llama q/k rows into adjacent pairs; qwen stays NEOX.
         rope_layout="pairs" if arch == "llama" else "neox",
         bos_id=_gguf_field(reader, "tokenizer.ggml.bos_token_id", path),
         eos_ids=[] if eos is None else [int(eos)],
+        **extra,
     )

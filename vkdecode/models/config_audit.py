@@ -5,7 +5,7 @@ Implemented elsewhere (config.py reads them): hidden size, heads, kv heads, `hea
 `rms_norm_eps`, `rope_theta` / default rope, `tie_word_embeddings`, `attention_bias` (q/k/v, and o
 for Llama / Qwen3), `mlp_bias` (Llama). Keys that do not change a greedy decode are let through:
 `attention_dropout` (inference), `pretraining_tp` (transformers' Llama ignores it), dtype, ids.
-Rope scaling types are refused in config.py (`_hf_rope`), where they are read.
+Rope scaling types are read, or refused, in config_rope.py.
 """
 from __future__ import annotations
 
@@ -84,10 +84,19 @@ GGUF_KEYS = {
 }
 
 
+# Keys an architecture implements although others do not (Gemma 3's sliding-window layers).
+GGUF_IMPLEMENTED = {"gemma3": {"attention.sliding_window"}}
+
+
 def audit_gguf(field, arch: str, path: str) -> None:
     """Refuse GGUF metadata that changes the math and is not implemented. field(name) -> value or
-    None. rope.scaling.type is checked by config.py."""
+    None. rope.scaling.type is checked by config_rope.py, which reads the factor of linear scaling."""
+    skip = set(GGUF_IMPLEMENTED.get(arch, ()))
+    if field(f"{arch}.rope.scaling.type") == "linear":
+        skip.add("rope.scaling.factor")
     for key, neutral in GGUF_KEYS.items():
+        if key in skip:
+            continue
         v = field(f"{arch}.{key}")
         if v is not None and v not in neutral:
             raise ModelError(f"{path}: key '{arch}.{key}' = {v!r} is not supported")

@@ -2,7 +2,9 @@
 
 Program weight names (the keys of the weights dict and the Program's weight values):
   tok_embd, layers.{i}.attn_norm, wq, wk, wv, wo, bq, bk, bv, bo (biases), q_norm, k_norm (qwen3),
-  ffn_norm, w_gate, w_up, w_down, b_gate, b_up, b_down (biases), out_norm, lm_head (absent when tied).
+  ffn_norm, w_gate, w_up, w_down, b_gate, b_up, b_down (biases), out_norm, lm_head (absent when tied);
+  gemma3 adds post_attn_norm and post_ffn_norm (its HF post_attention_layernorm is the post-attention norm,
+  not the FFN's input norm as in Llama: GEMMA3_NAMES overrides).
 """
 from __future__ import annotations
 
@@ -29,6 +31,11 @@ LAYER_NAMES = {
     "b_up": ("mlp.up_proj.bias", "ffn_up.bias"),
     "b_down": ("mlp.down_proj.bias", "ffn_down.bias"),
 }
+GEMMA3_NAMES = {
+    "ffn_norm": ("pre_feedforward_layernorm.weight", "ffn_norm.weight"),
+    "post_attn_norm": ("post_attention_layernorm.weight", "post_attention_norm.weight"),
+    "post_ffn_norm": ("post_feedforward_layernorm.weight", "post_ffw_norm.weight"),
+}
 GLOBAL_NAMES = {
     "tok_embd": ("model.embed_tokens.weight", "token_embd.weight"),
     "out_norm": ("model.norm.weight", "output_norm.weight"),
@@ -52,6 +59,8 @@ def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
             layer.update(b_gate=(f,), b_up=(f,), b_down=(h,))
         if args.qk_norm:
             layer.update(q_norm=(args.head_dim,), k_norm=(args.head_dim,))
+        if args.arch == "gemma3":
+            layer.update(post_attn_norm=(h,), post_ffn_norm=(h,))
         shapes.update({p + k: v for k, v in layer.items()})
     shapes["out_norm"] = (h,)
     if not args.tie_embeddings:
@@ -59,14 +68,20 @@ def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def source_name(name: str, fmt: str) -> str:
+def source_name(name: str, fmt: str, arch: str = "llama") -> str:
     """Program weight name -> tensor name in the file (fmt "hf" or "gguf")."""
     col = 0 if fmt == "hf" else 1
     if name in GLOBAL_NAMES:
         return GLOBAL_NAMES[name][col]
     _, i, key = name.split(".", 2)
     prefix = f"model.layers.{i}." if fmt == "hf" else f"blk.{i}."
-    return prefix + LAYER_NAMES[key][col]
+    names = {**LAYER_NAMES, **GEMMA3_NAMES} if arch == "gemma3" else LAYER_NAMES
+    return prefix + names[key][col]
+
+
+def is_norm(name: str) -> bool:
+    """A norm weight (Gemma stores these as w with the model computing x * (1 + w))."""
+    return name == "out_norm" or name.endswith("norm")
 
 
 def permute_rows(w, n_heads: int):

@@ -1,15 +1,18 @@
-"""The Llama decode step as a Program; Qwen2 and Qwen3 reuse this builder with their hooks.
+"""The Llama decode step as a Program; Qwen2, Qwen3 and Gemma 3 reuse this builder with their hooks.
 
 Op order per layer is fixed (the fusion matcher relies on plain program order):
   rms_norm -> wq [+bq] -> wk [+bk] -> wv [+bv] -> [q_norm, k_norm] -> rope q -> rope k ->
-  kv_write -> attention -> wo [+bo] -> add -> rms_norm -> w_gate [+b_gate] -> w_up [+b_up] ->
-  silu_mul -> w_down [+b_down] -> add
+  kv_write -> attention -> wo [+bo] [-> post_attn_norm] -> add -> rms_norm -> w_gate [+b_gate] ->
+  w_up [+b_up] -> silu_mul | gelu_mul -> w_down [+b_down] [-> post_ffn_norm] -> add
+RoPE reads an inverse-frequency table (a Program constant from vkdecode/models/rope.py), one per
+distinct rope setting (Gemma 3: one for the sliding layers, one for the global ones).
 """
 from __future__ import annotations
 
 import math
 
 from fusion.ir import STEP_WORDS, Program
+from vkdecode.models import rope
 from vkdecode.models.config import ModelArgs
 from vkdecode.models.gguf_names import expected_shapes
 
@@ -54,6 +57,26 @@ class Builder:
         self.p.op("rms_norm", [k, f"layers.{i}.k_norm"], [kn], eps=a.rms_eps)
         return qn, kn
 
+    def rope_table(self, i: int) -> str:
+        """The inverse-frequency table layer i's rope reads (Gemma 3 overrides per layer type)."""
+        a = self.args
+        return self.p.constant("rope_freqs", rope.inv_freq(a.rope_theta, a.head_dim, a.rope_scaling,
+                                                            a.rope_freq_factors))
+
+    def window(self, i: int) -> int:
+        """Keys layer i's attention sees (0: all); Gemma 3's sliding layers override."""
+        return 0
+
+    def attn_scale(self) -> float:
+        return 1.0 / math.sqrt(self.args.head_dim)
+
+    def post_norm(self, i: int, which: str, x: str) -> str:
+        """Applied to the attention / FFN output before its residual add (Gemma 3's sandwich norms)."""
+        return x
+
+    def embed_scale(self) -> float:
+        return 1.0
+
     # -- building blocks --
     def add(self, out: str, a: str, b: str, n: int) -> str:
         self.p.op("add", [a, b], [self.act(out, n)])
@@ -71,33 +94,37 @@ class Builder:
         k = self.qkv_bias(i, "k", self.matmul(L + "k", L + "wk", h), a.kv_dim)
         v = self.qkv_bias(i, "v", self.matmul(L + "v", L + "wv", h), a.kv_dim)
         q, k = self.qk_norm(i, q, k)
-        rope = {"theta": a.rope_theta, "layout": a.rope_layout, "head_dim": a.head_dim}
+        rope = {"layout": a.rope_layout, "head_dim": a.head_dim}
+        freqs = self.rope_table(i)
         qr = self.act(L + "q_rope", a.q_dim)
-        self.p.op("rope", [q, "step"], [qr], n_heads=a.n_heads, **rope)
+        self.p.op("rope", [q, "step", freqs], [qr], n_heads=a.n_heads, **rope)
         kr = self.act(L + "k_rope", a.kv_dim)
-        self.p.op("rope", [k, "step"], [kr], n_heads=a.n_kv_heads, **rope)
+        self.p.op("rope", [k, "step", freqs], [kr], n_heads=a.n_kv_heads, **rope)
         kc = self.p.value(L + "k_cache", (self.ctx, a.kv_dim), "f32", "state")
         vc = self.p.value(L + "v_cache", (self.ctx, a.kv_dim), "f32", "state")
         self.p.op("kv_write", [kr, v, "step"], [kc, vc])
         o = self.act(L + "attn_out", a.q_dim)
+        window = {"window": self.window(i)} if self.window(i) else {}
         self.p.op("attention", [qr, kc, vc, "step"], [o], n_heads=a.n_heads, n_kv_heads=a.n_kv_heads,
-                  head_dim=a.head_dim, scale=1.0 / math.sqrt(a.head_dim))
+                  head_dim=a.head_dim, scale=self.attn_scale(), **window)
         wo = self.bias(a.o_bias, i, "bo", self.matmul(L + "wo_out", L + "wo", o), a.hidden_size)
-        x1 = self.add(L + "x_mid", x, wo, a.hidden_size)
+        x1 = self.add(L + "x_mid", x, self.post_norm(i, "attn", wo), a.hidden_size)
         h2 = self.act(L + "ffn_in", a.hidden_size)
         self.p.op("rms_norm", [x1, L + "ffn_norm"], [h2], eps=a.rms_eps)
         f = a.intermediate_size
         g = self.bias(a.mlp_bias, i, "b_gate", self.matmul(L + "gate", L + "w_gate", h2), f)
         u = self.bias(a.mlp_bias, i, "b_up", self.matmul(L + "up", L + "w_up", h2), f)
         act = self.act(L + "act", f)
-        self.p.op("silu_mul", [g, u], [act])
+        self.p.op("gelu_mul" if a.hidden_act == "gelu_tanh" else "silu_mul", [g, u], [act])
         down = self.bias(a.mlp_bias, i, "b_down", self.matmul(L + "ffn_out", L + "w_down", act), a.hidden_size)
+        down = self.post_norm(i, "ffn", down)
         return self.add(L + "x_out", x1, down, a.hidden_size)
 
     def build(self) -> Program:
         a = self.args
         x = self.act("embd", a.hidden_size)
-        self.p.op("embed", ["tok_embd", "step"], [x])
+        scale = {"scale": self.embed_scale()} if self.embed_scale() != 1.0 else {}
+        self.p.op("embed", ["tok_embd", "step"], [x], **scale)
         for i in range(a.n_layers):
             x = self.layer(i, x)
         hf = self.act("out_normed", a.hidden_size)

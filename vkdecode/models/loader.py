@@ -5,8 +5,8 @@ import os
 from dataclasses import dataclass, field
 
 from fusion.ir import Program
-from vkdecode.errors import ContextError
-from vkdecode.models import build_program
+from vkdecode.errors import ContextError, ModelError
+from vkdecode.models import KV_DTYPES, build_program
 from vkdecode.models.config import ModelArgs
 from vkdecode.models.tokenizer import Tokenizer
 from vkdecode.models.weights import load_weights, loading
@@ -26,23 +26,29 @@ class LoadedModel:
     meta: dict = field(default_factory=dict)   # format, notes, source_types (see weights.py)
 
 
-def load_model(path, ctx: int | None = None, sampling: bool = False) -> LoadedModel:
+def load_model(path, ctx: int | None = None, sampling: bool = False, kv_dtype: str = "f16") -> LoadedModel:
+    """kv_dtype: the KV cache's storage, f16 (default) or f32."""
     path = str(path)
+    if kv_dtype not in KV_DTYPES:
+        raise ModelError(f"unknown KV cache dtype {kv_dtype!r} (choose from {', '.join(KV_DTYPES)})")
     with loading(path):
-        return _load_model(path, ctx, sampling)
+        return _load_model(path, ctx, sampling, kv_dtype)
 
 
-def _load_model(path: str, ctx: int | None, sampling: bool) -> LoadedModel:
+def _load_model(path: str, ctx: int | None, sampling: bool, kv_dtype: str) -> LoadedModel:
     args, weights, meta = load_weights(path)
     if ctx is None:
         ctx = min(DEFAULT_CTX, args.max_position)
     if not 0 < ctx <= args.max_position:
         raise ContextError(f"{path}: context {ctx} is outside 1..{args.max_position} (the model's maximum)")
-    program = build_program(args, ctx, {k: w.dtype for k, w in weights.items()}, sampling)
+    program = build_program(args, ctx, {k: w.dtype for k, w in weights.items()}, sampling, kv_dtype)
     if os.path.isdir(path):
         tokenizer = Tokenizer.from_hf_dir(path, extra_eos=args.eos_ids)
     else:
         tokenizer = Tokenizer.from_gguf(meta.pop("reader"), path)
         tokenizer.eos_ids.update(args.eos_ids)
+    if args.arch == "gemma3":
+        from vkdecode.models.config_gemma3 import gemma3_tokenizer_defaults
+        gemma3_tokenizer_defaults(tokenizer)
     meta.pop("reader", None)   # the memory-mapped reader is not needed past loading
     return LoadedModel(args, program, weights, tokenizer, path, ctx, meta)

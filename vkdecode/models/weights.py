@@ -1,9 +1,9 @@
 """Load weights from an HF safetensors directory or a GGUF file into GPU-layout PackedWeights.
 
 Keys of the returned dict are the Program's weight value names (gguf_names.py). Matrices keep
-f32 / f16 / q8_0 / q4_0 / q4_1 / q5_0 as stored (repacked to 32-bit words); bf16 becomes f32;
-Q4_K / Q5_K / Q6_K are dequantized to f32 at load until native kernels exist. Norm weights and
-biases are always 1-D f32.
+f32 / f16 / q8_0 / q4_0 / q4_1 / q5_0 / q5_1 / iq4_nl / q2_k .. q6_k as stored (repacked to 32-bit
+words, quant.py); bf16 becomes f32; the other IQ* / TQ* / MXFP4 types (no kernel) are dequantized
+to f32 at load and say so in the notes. Norm weights and biases are always 1-D f32.
 """
 from __future__ import annotations
 
@@ -18,11 +18,14 @@ import numpy as np
 
 from vkdecode.errors import ModelError, VkDecodeError
 from vkdecode.models.config import ModelArgs
-from vkdecode.models.gguf_names import expected_shapes, source_name
-from vkdecode.quant import BLOCK, PackedWeight, pack_float, pack_gguf_blocks
+from vkdecode.models.gguf_names import expected_shapes, is_norm, source_name
+from vkdecode.quant import PackedWeight, block_elems, pack_float, pack_gguf_blocks
 
-GGUF_KEPT = ("Q8_0", "Q4_0", "Q4_1", "Q5_0")        # repacked, matmul reads them quantized
-GGUF_DEQUANT = ("Q4_K", "Q5_K", "Q6_K", "BF16")     # no native kernel yet: f32 at load
+# repacked, matmul and embed read them quantized
+GGUF_KEPT = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+# no native kernel: f32 at load, through gguf's dequantize (listed in the load notes)
+GGUF_DEQUANT = ("BF16", "IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_M", "IQ1_S",
+                "TQ1_0", "TQ2_0", "MXFP4", "NVFP4")
 
 
 def load_weights(path) -> tuple[ModelArgs, dict[str, PackedWeight], dict]:
@@ -65,11 +68,9 @@ def _check_unused(path: str, present, used: set[str], ignorable=()) -> None:
                     and not n.endswith("rotary_emb.inv_freq"))   # old HF checkpoints: a rope cache
     if not unused:
         return
-    hint = (" (llama.cpp stores Llama 3 rope scaling there, which is not supported yet)"
-            if "rope_freqs.weight" in unused else "")
     more = f" and {len(unused) - 3} more" if len(unused) > 3 else ""
     raise ModelError(f"{path}: tensor(s) {', '.join(repr(n) for n in unused[:3])}{more} are not used by "
-                     f"this architecture's decode step{hint}; refusing rather than ignoring them")
+                     f"this architecture's decode step; refusing rather than ignoring them")
 
 
 def _check_shape(file: str, tensor: str, expected, actual) -> None:
@@ -175,12 +176,12 @@ def _load_hf(path: str):
     where = _safetensors_index(path)
     _check_layers(path, args, len(where))
     # before reading any data; transformers ties lm_head to the embedding, ignoring a stored copy
-    _check_unused(path, where, {source_name(n, "hf") for n in expected_shapes(args)},
+    _check_unused(path, where, {source_name(n, "hf", args.arch) for n in expected_shapes(args)},
                   ("lm_head.weight",) if args.tie_embeddings else ())
     headers: dict[str, dict] = {}
     weights, types = {}, {}
     for name, shape in expected_shapes(args).items():
-        src = source_name(name, "hf")
+        src = source_name(name, "hf", args.arch)
         file = where.get(src)
         if file is None:
             raise ModelError(f"{path}: missing tensor {src!r} (expected shape {shape})")
@@ -190,6 +191,10 @@ def _load_hf(path: str):
             raise ModelError(f"{file}: missing tensor {src!r} (expected shape {shape})")
         a, dt = _read_tensor(file, src, headers[file])
         _check_shape(file, src, shape, a.shape)
+        if args.arch == "gemma3" and is_norm(name):
+            # Gemma's RMSNorm computes x * (1 + w) in f32; fold the 1 in once (llama.cpp's
+            # converter does the same, so GGUF gemma3 norms already hold 1 + w)
+            a = a.astype(np.float32) + np.float32(1.0)
         weights[name] = _pack(a, "f16" if dt == "F16" else "f32")
         types[name] = dt
     meta = {"format": "safetensors", "path": path, "notes": [], "source_types": types}
@@ -245,15 +250,16 @@ def _gguf_tensor(path: str, t, shape, notes: list[str]) -> PackedWeight:
         return _pack(np.asarray(t.data, dtype=np.float32).reshape(shape), "f32")
     if kind == "F16":
         return _pack(np.asarray(t.data).reshape(shape), "f16")
-    if kind in GGUF_KEPT and len(shape) == 2 and shape[1] % BLOCK == 0:
+    if kind in GGUF_KEPT and len(shape) == 2 and shape[1] % block_elems(kind.lower()) == 0:
         return pack_gguf_blocks(np.asarray(t.data), kind.lower(), shape)
     if kind in GGUF_KEPT or kind in GGUF_DEQUANT:
         if kind != "BF16":
-            notes.append(f"{t.name}: {kind} dequantized to f32 at load (no native kernel yet)")
+            why = "no native kernel" if kind in GGUF_DEQUANT else f"shape {shape} does not fit its blocks"
+            notes.append(f"{t.name}: {kind} dequantized to f32 at load ({why})")
         a = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
         return _pack(np.asarray(a, dtype=np.float32).reshape(shape), "f32")
     raise ModelError(f"{path}: tensor {t.name!r} has type {kind}, which is not supported "
-                     f"(supported: F32, F16, BF16, {', '.join(GGUF_KEPT + GGUF_DEQUANT[:3])})")
+                     f"(supported: F32, F16, {', '.join(GGUF_KEPT + GGUF_DEQUANT)})")
 
 
 def _load_gguf(path: str):
@@ -261,10 +267,12 @@ def _load_gguf(path: str):
     args = ModelArgs.from_gguf(reader, path)
     tensors = {t.name: t for t in reader.tensors}
     _check_layers(path, args, len(tensors))
-    _check_unused(path, tensors, {source_name(n, "gguf") for n in expected_shapes(args)})
+    # rope_freqs.weight is read into args.rope_freq_factors (config_rope.gguf_rope_factors)
+    _check_unused(path, tensors, {source_name(n, "gguf", args.arch) for n in expected_shapes(args)},
+                  ignorable=("rope_freqs.weight",))
     weights, types, notes = {}, {}, []
     for name, shape in expected_shapes(args).items():
-        src = source_name(name, "gguf")
+        src = source_name(name, "gguf", args.arch)
         t = tensors.get(src)
         if t is None:
             raise ModelError(f"{path}: missing tensor {src!r} (expected shape {shape})")

@@ -233,6 +233,9 @@ class Slice:
         return (self.buffer, self.offset, self.size)
 
 
+TAIL_CHUNK = 4 << 20   # chunk size once an arena's expect()ed bytes are used up
+
+
 class Arena:
     """Bump allocator over a few large buffers; slices never move, so descriptors stay valid."""
 
@@ -246,22 +249,36 @@ class Arena:
         self._used = 0  # bytes used in the last shared chunk
         self._current: Buffer | None = None
         self.slices: list[Slice] = []
+        self._left: int | None = None   # bytes still to come (expect()); None: unknown
+
+    def padded(self, nbytes: int) -> int:
+        return -(-max(int(nbytes), 1) // self.align) * self.align
+
+    def expect(self, nbytes: int) -> None:
+        """The allocations to come add up to nbytes (each padded()): a new chunk is then no larger
+        than what is left, so the last chunk fits its tensors instead of a whole chunk_size (a
+        374 MiB model took 512 MiB in 256 MiB chunks)."""
+        self._left = int(nbytes)
 
     def alloc(self, nbytes: int, name: str = "") -> Slice:
         nbytes = max(int(nbytes), 1)
-        padded = -(-nbytes // self.align) * self.align
+        padded = self.padded(nbytes)
         if padded > self.chunk_size:  # oversized tensor: its own buffer
             buf = Buffer(self.device, padded, self.host_visible, name=name or "arena-large")
             self.buffers.append(buf)
             s = Slice(buf, 0, nbytes, name)
         else:
-            if self._current is None or self._used + padded > self.chunk_size:
-                self._current = Buffer(self.device, self.chunk_size, self.host_visible,
-                                       name=f"arena-{len(self.buffers)}")
+            if self._current is None or self._used + padded > self._current.size:
+                # past what expect() announced (scratch added later): small chunks, not whole ones
+                left = self.chunk_size if self._left is None else self._left if self._left > 0 else TAIL_CHUNK
+                size = min(self.chunk_size, max(padded, left))
+                self._current = Buffer(self.device, size, self.host_visible, name=f"arena-{len(self.buffers)}")
                 self.buffers.append(self._current)
                 self._used = 0
             s = Slice(self._current, self._used, nbytes, name)
             self._used += padded
+        if self._left is not None:
+            self._left -= padded
         self.slices.append(s)
         return s
 
