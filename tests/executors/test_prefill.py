@@ -135,3 +135,17 @@ def test_prefill_with_every_bias(device, models_dir):
     with make_executor("fused", device, m.program, m.weights) as ex:
         ex.enable_prefill((8, 3))
         check_against(ex, toks, *want, what="biases")
+
+
+def test_prefill_gemma3_window_and_k_quants(device, models_dir):
+    """Gemma 3 (embed scale, gelu_mul, extra norms, sliding-window layers) and a Q4_K_M GGUF
+    (K-quant weights decoded element by element in the chunk matmul)."""
+    hf = tiny_hf_model("gemma3", models_dir)
+    for src in (hf, write_gguf(tiny_hf_model("llama", models_dir, hidden_size=256, intermediate_size=256),
+                               models_dir / "prefill-llama-h256.q4_k_m.gguf", "q4_k_m")):
+        m = load_model(src, ctx=CTX)
+        toks = prompt(30, seed=6)
+        want = reference_path(m, toks)
+        with make_executor("fused", device, m.program, m.weights) as ex:
+            ex.enable_prefill((16, 5))
+            check_against(ex, toks, *want, what=str(src))
