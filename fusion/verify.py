@@ -47,14 +47,18 @@ def _check_shapes(p: Program, op, fail) -> None:
         if not cond:
             fail(msg)
 
+    # rows > 1: a prompt chunk (fusion/chunk.py), every row-wise operand holds `rows` rows
+    r = int(a.get("rows", 1))
     for v in ins:
-        if v.kind == "step":
+        if v.kind == "step" and v.name == "step":
             need(v.shape == (STEP_WORDS,) and v.dtype == "u32", f"step value {v.name} must be u32[{STEP_WORDS}]")
     k = op.kind
     if k == "embed":
-        t, _ = ins
+        t, ids = ins
         need(t.kind == "weight" and len(t.shape) == 2, f"table {t.name} must be a 2-D weight")
-        need(outs[0].shape == (t.shape[1],), f"output {outs[0].name} {outs[0].shape} != ({t.shape[1]},)")
+        need(outs[0].shape == (r * t.shape[1],), f"output {outs[0].name} {outs[0].shape} != ({r * t.shape[1]},)")
+        if r > 1 or ids.name != "step":
+            need(ids.kind == "step" and ids.shape == (r,) and ids.dtype == "u32", f"token ids {ids.name} must be u32[{r}]")
     elif k == "rms_norm":
         x, w = ins
         need(len(w.shape) == 1 and w.shape[0] > 0 and x.shape[0] % w.shape[0] == 0,
@@ -65,18 +69,20 @@ def _check_shapes(p: Program, op, fail) -> None:
         w, x = ins
         need(w.kind == "weight" and len(w.shape) == 2, f"{w.name} must be a 2-D weight")
         need(w.dtype in WEIGHT_DTYPES, f"{w.name}: unsupported weight dtype {w.dtype}")
-        need(x.shape == (w.shape[1],), f"input {x.name} {x.shape} does not match weight {w.name} {w.shape}")
-        need(outs[0].shape == (w.shape[0],), f"output {outs[0].name} {outs[0].shape} != ({w.shape[0]},)")
+        need(x.shape == (r * w.shape[1],), f"input {x.name} {x.shape} does not match weight {w.name} {w.shape}")
+        need(outs[0].shape == (r * w.shape[0],), f"output {outs[0].name} {outs[0].shape} != ({r * w.shape[0]},)")
         if w.dtype.startswith(("q", "iq")):
             blk = K_QUANT_BLOCK if w.dtype.endswith("_k") else QUANT_BLOCK
             need(w.shape[1] % blk == 0, f"{w.name}: in-dim {w.shape[1]} not a multiple of {blk}")
     elif k in ("add", "silu_mul", "gelu_mul"):
-        need(ins[0].shape == ins[1].shape == outs[0].shape,
+        # a chunk adds a bias (a weight) to every row
+        bias = k == "add" and ins[1].kind == "weight" and ins[0].numel % ins[1].numel == 0
+        need(ins[0].shape == outs[0].shape and (ins[1].shape == ins[0].shape or bias),
              f"shapes differ: {[v.shape for v in ins + outs]}")
     elif k == "rope":
         x = ins[0]
         need(a.get("layout") in ("neox", "pairs"), f"layout must be neox or pairs, got {a.get('layout')!r}")
-        need(x.shape == (a["n_heads"] * a["head_dim"],) and outs[0].shape == x.shape,
+        need(x.shape == (r * a["n_heads"] * a["head_dim"],) and outs[0].shape == x.shape,
              f"{x.name} {x.shape} != n_heads*head_dim {a['n_heads']}*{a['head_dim']}")
         need(a["head_dim"] % 2 == 0, "head_dim must be even")
         f = ins[2]
@@ -89,15 +95,16 @@ def _check_shapes(p: Program, op, fail) -> None:
         need(len(kc.shape) == 2 and kc.shape == vc.shape, f"cache shapes {kc.shape} {vc.shape}")
         need(kc.dtype in ("f32", "f16") and vc.dtype == kc.dtype, f"cache dtypes {kc.dtype} {vc.dtype}")
         need(kc.dtype == "f32" or kc.shape[1] % 2 == 0, f"f16 cache rows {kc.shape[1]} must be even (word pairs)")
-        need(kk.shape == vv.shape == (kc.shape[1],), f"k/v {kk.shape} do not match cache rows {kc.shape}")
+        need(kk.shape == vv.shape == (r * kc.shape[1],), f"k/v {kk.shape} do not match cache rows {kc.shape}")
     elif k == "attention":
         q, kc, vc, _ = ins
         h, kvh, d = a["n_heads"], a["n_kv_heads"], a["head_dim"]
         need(h % kvh == 0, f"n_heads {h} not a multiple of n_kv_heads {kvh}")
-        need(q.shape == (h * d,), f"q {q.shape} != ({h * d},)")
+        need(q.shape == (r * h * d,), f"q {q.shape} != ({r * h * d},)")
         need(kc.shape[1] == kvh * d and vc.shape == kc.shape, f"cache {kc.shape} != (ctx, {kvh * d})")
-        need(outs[0].shape == (h * d,), f"output {outs[0].shape} != ({h * d},)")
+        need(outs[0].shape == (r * h * d,), f"output {outs[0].shape} != ({r * h * d},)")
         need("scale" in a, "missing attr scale")
         need(int(a.get("window", 0)) >= 0, f"window {a.get('window')} must be >= 0")
     elif k in ("argmax", "sample"):
-        need(outs[0].shape == (1,) and outs[0].dtype == "u32", "output must be u32[1]")
+        need(outs[0].shape == (r,) and outs[0].dtype == "u32", f"output must be u32[{r}]")
+        need(ins[0].numel % r == 0, f"{ins[0].name} {ins[0].shape} is not {r} rows")

@@ -345,3 +345,54 @@ float dequant_elem(uint rw, uint rs, uint i) {
 #endif
 #endif
 }
+
+#if defined(UNIT_WEIGHTS) && (defined(QUANT) || defined(WVEC))
+// Tiled matmuls (matmul_rows.comp defines UNIT_WEIGHTS: fused kernels include this file once per
+// weight slot, so the functions below exist only where asked for) decode a weight tile once into shared memory, a unit at a time:
+// unit_weights returns the weights of unit u laid out as load_x lays out the activations they
+// multiply (unit_dot(rw, rs, u, xv) == sum over j of dot(w[j], xv[j])), and unit_vec4(u, j) the
+// index, in vec4s of the row, of component j (the elements 4 * unit_vec4(u, j) + 0..3).
+uint unit_vec4(uint u, uint j) {
+#if defined(QUANT) && !defined(DT_Q8_0)
+    return 8 * (u / 4) + 4 * j + u % 4;
+#else
+    return XU_VEC4 * u + j;
+#endif
+}
+
+void unit_weights(uint rw, uint rs, uint u, out vec4 w[XU_VEC4]) {
+#if defined(DT_F32)
+    w[0] = w_f4[rw / 4 + u];
+#elif defined(DT_F16)
+    uvec4 h = w_u4[rw / 4 + u];
+    w[0] = vec4(unpackHalf2x16(h.x), unpackHalf2x16(h.y));
+    w[1] = vec4(unpackHalf2x16(h.z), unpackHalf2x16(h.w));
+#else
+    vec2 dm = unpackHalf2x16(w_s[rs + u / 4]);
+#if defined(DT_Q8_0)
+    uvec2 q = w_u2[rw / 2 + u];
+    w[0] = dm.x * i8x4(q.x);
+    w[1] = dm.x * i8x4(q.y);
+#else
+#if defined(DT_Q5_0)
+    uint b = u / 4, k = u % 4;
+    uint q = w_u[rw + 5 * b + k];
+    uint qh = w_u[rw + 5 * b + 4];
+    w[0] = dm.x * (lo4(q) + q5hi(qh, 4 * k) - 16.0);
+    w[1] = dm.x * (hi4(q) + q5hi(qh, 16 + 4 * k) - 16.0);
+#else
+    uint q = w_u[rw + u];
+#if defined(DT_Q4_0)
+    w[0] = dm.x * (lo4(q) - 8.0);
+    w[1] = dm.x * (hi4(q) - 8.0);
+#elif defined(DT_Q4_1)
+    w[0] = dm.x * lo4(q) + dm.y;
+    w[1] = dm.x * hi4(q) + dm.y;
+#else
+#error "unit_weights: no unit decode for this dtype (kernels_rows.UNIT_DTYPES lists the ones with one)"
+#endif
+#endif
+#endif
+#endif
+}
+#endif

@@ -136,3 +136,15 @@ def test_shapes_listed_in_cli():
     p = build_parser()
     args = p.parse_args(["bench", "--shape", "qwen3-0.6b", "--quant", "f16"])
     assert args.shape in SHAPES and args.tokens == 128 and args.modes == ["fused", "replay-nofuse", "unfused"]
+
+
+def test_prefill_bench_json(tmp_path):
+    """bench/prefill.py on the tiny shape: a JSON with TTFT per mode and length, token path too."""
+    from bench.prefill import main
+    out = tmp_path / "p.json"
+    assert main(["--shape", "tiny", "--lengths", "9", "21", "--reps", "1", "--warmup", "0",
+                 "--modes", "fused", "unfused", "--widths", "8,4", "--out", str(out)]) == 0
+    r = json.loads(out.read_text())["results"]
+    assert r["fused"]["21"]["chunks"] == [8, 8, 4] and r["fused"]["widths"] == [8, 4]
+    assert r["unfused"]["9"]["prompt_tok_s"] > 0
+    assert set(r["fused-token-by-token"]) == {"9", "21"}

@@ -80,6 +80,29 @@ def test_run_tokens_per_submit_errors(capsys, tiny_gguf, argv):
     assert rc != 0 and "--tokens-per-submit" in err
 
 
+def test_run_prefill_and_speculative_same_tokens(capsys, tiny_gguf):
+    """--prefill widths / off and --speculative K change how the tokens are computed, not which."""
+    got = {}
+    for name, extra in (("off", ["--prefill", "off"]), ("chunks", ["--prefill", "8,3"]),
+                        ("spec", ["--speculative", "3"])):
+        rc, out, err = cli(capsys, "run", "--model", tiny_gguf, "--chat", "What is the capital of France?",
+                           "--max-tokens", 12, "--ctx", 64, "--json", *extra)
+        assert rc == 0, err
+        d = json.loads(out)
+        got[name] = d["tokens"]
+    assert got["off"] == got["chunks"] == got["spec"]
+    sp = d["summary"]["speculative"]
+    assert sp["k"] == 3 and sp["emitted"] == len(got["spec"]) - 1
+
+
+@pytest.mark.parametrize("argv,message", [(["--prefill", "0,8"], "--prefill"), (["--prefill", "x"], "--prefill"),
+                                          (["--speculative", "2", "--temp", "0.5"], "greedy"),
+                                          (["--speculative", "-1"], "--speculative")])
+def test_run_prefill_speculative_errors(capsys, tiny_gguf, argv, message):
+    rc, _, err = cli(capsys, "run", "--model", tiny_gguf, "--prompt", "Hi", "--max-tokens", 2, *argv)
+    assert rc != 0 and message in err
+
+
 def test_run_sampling_reproducible_by_seed_across_modes(capsys, tiny_gguf):
     got = {}
     for mode in MODES:
@@ -158,8 +181,17 @@ def test_stats_table_and_json(capsys, tiny_gguf):
     assert unfused["host_calls_per_token"]["command_buffer_recordings"] == 1
     assert fused["executed_per_token"]["dispatches"] < nofuse["executed_per_token"]["dispatches"]
     assert nofuse["executed_per_token"] == unfused["executed_per_token"]
+    # prompt chunks: recorded once per width in replay modes, re-recorded per chunk unfused
+    assert s["prefill_width"] == 32 and s["prefill_regions"]
+    for m in (fused, nofuse):
+        assert m["prefill"]["host_calls_per_chunk"] == {
+            "descriptor_writes": 0, "descriptor_set_allocations": 0, "command_buffer_recordings": 0,
+            "recorded_commands": 0, "submits": 1}
+    assert unfused["prefill"]["host_calls_per_chunk"]["command_buffer_recordings"] == 1
+    assert unfused["prefill"]["executed_per_chunk"] == nofuse["prefill"]["executed_per_chunk"]
     rc, out, _ = cli(capsys, "stats", "--model", tiny_gguf, "--ctx", 64)
     assert rc == 0 and "×2" in out and "descriptor writes" in out and "replay-nofuse" in out
+    assert "prompt chunk of 32 tokens" in out
 
 
 def test_stats_executed_counts_match_the_unfused_host_recording(device, tiny_gguf):

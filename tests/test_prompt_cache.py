@@ -94,6 +94,12 @@ def test_early_close_and_should_stop_keep_the_rows_exact():
     assert kv.ids == [1, 2, 7]                      # one new row ran before the stop
 
 
+def positions_run(model) -> int:
+    """Positions the last generation ran: decode steps plus the tokens of its prompt chunks."""
+    ps = model.executor.prefill_set
+    return len(model.executor.token_stats) + (sum(w for w, _ in ps.chunks) if ps is not None else 0)
+
+
 @pytest.mark.parametrize("mode,kw", [("fused", {}), ("fused", {"tokens_per_submit": 4}), ("unfused", {}),
                                      ("fused", {"sampling": True})],
                          ids=["fused", "fused-k4", "unfused", "fused-sampled"])
@@ -108,9 +114,9 @@ def test_second_turn_same_tokens_fewer_steps(device, tiny_gguf, mode, kw):
         turn2 = turn1 + [{"role": "assistant", "content": reply}, {"role": "user", "content": "Hello, world"}]
         ids2 = tok.encode(tok.apply_chat_template(turn2))
         cached = list(model.stream_generate(prompt_ids=ids2, max_tokens=6, prompt_cache=True, **sampled))
-        steps_cached = len(model.executor.token_stats)
+        steps_cached = positions_run(model)
         fresh = list(model.stream_generate(prompt_ids=ids2, max_tokens=6, prompt_cache=False, **sampled))
-        steps_fresh = len(model.executor.token_stats)
+        steps_fresh = positions_run(model)
     assert [r.token for r in cached] == [r.token for r in fresh]
     n_cached = cached[-1].stats["cached_tokens"]
     assert len(ids1) <= n_cached < len(ids2) and fresh[-1].stats["cached_tokens"] == 0

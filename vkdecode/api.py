@@ -14,7 +14,8 @@ from vkdecode.generate import GenerationResponse, stream_generate
 
 class Model:
     def __init__(self, path, device=None, mode: str = "fused", ctx: int | None = 4096, progress: bool = False,
-                 sampling: bool = False, kv_dtype: str = "f16", **executor_kw):
+                 sampling: bool = False, kv_dtype: str = "f16", prefill=True, speculative: int = 0,
+                 **executor_kw):
         from vkdecode.executors import make_executor
         from vkdecode.models.loader import load_model
         from vkdecode.prompt_cache import KVPrefix
@@ -30,6 +31,12 @@ class Model:
                                           progress=bar, **executor_kw)
             if bar is not None:
                 bar.close()
+            # prompt chunks: True = the device's default widths, a tuple = those widths, False = none
+            # (every prompt token through the decode step)
+            if prefill:
+                self.executor.enable_prefill(None if prefill is True else tuple(prefill))
+            if speculative:
+                self.executor.enable_speculative(int(speculative))
         except BaseException:
             self.close()
             raise
@@ -93,7 +100,9 @@ def _upload_bar(loaded):
 
 def load(path, device=None, mode: str = "fused", ctx: int | None = 4096, **kw) -> Model:
     """sampling=True builds the step with the GPU sampler (temperature / top-k / top-p) at its end;
-    kv_dtype="f32" keeps the KV cache in f32 (default f16)."""
+    kv_dtype="f32" keeps the KV cache in f32 (default f16); prefill=False runs the prompt token by
+    token, a tuple of widths picks the chunk widths; speculative=K decodes greedily with K
+    prompt-lookup drafts per verify step."""
     return Model(path, device=device, mode=mode, ctx=ctx, **kw)
 
 

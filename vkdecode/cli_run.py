@@ -58,6 +58,12 @@ def add_run_parser(sub) -> None:
                    help="fused mode: record K steps per command buffer, one submit and one readback per "
                         "K tokens (faster on GPUs where the submit gap shows; tokens stream K at a time)")
     add_sampling_options(p)
+    p.add_argument("--prefill", default="auto", metavar="WIDTHS",
+                   help="prompt chunk widths, comma separated (e.g. 128,32,8), 'auto' for the device's "
+                        "default, 'off' for token-by-token prompt processing")
+    p.add_argument("--speculative", type=int, default=0, metavar="K",
+                   help="greedy speculative decoding: K prompt-lookup draft tokens checked per step "
+                        "(best on text that repeats its prompt: code edits, summaries; 0 = off)")
     p.add_argument("--json", action="store_true", help="print one JSON object (text + summary) at the end")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar while weights upload (default: when stderr is a terminal)")
@@ -80,6 +86,15 @@ def cmd_run(args) -> int:
             raise VkDecodeError(f"--tokens-per-submit must be 1..{MAX_TOKENS_PER_SUBMIT}")
         extra["tokens_per_submit"] = args.tokens_per_submit
     sampling = sampling_kwargs(args)     # refuse bad sampling flags before loading anything
+    extra["prefill"] = prefill_widths(args.prefill)
+    if args.speculative:
+        if args.speculative < 0:
+            raise VkDecodeError("--speculative takes K >= 1 draft tokens (0 = off)")
+        if sampling:
+            raise VkDecodeError("--speculative is greedy only: drop --temp (or use --temp 0)")
+        if args.tokens_per_submit != 1:
+            raise VkDecodeError("--speculative and --tokens-per-submit do not combine")
+        extra["speculative"] = args.speculative
     path = resolve_model(args.model)
     progress = sys.stderr.isatty() if args.progress is None else args.progress
     # Greedy loads the step that ends in argmax (fused into the lm_head); only sampling needs the sampler.
@@ -105,6 +120,8 @@ def cmd_run(args) -> int:
         text = "".join(parts)
         summary = dict(last.stats, device=device, finish_reason=last.finish_reason,
                        sampling=sampling or {"temp": 0.0})
+        if model.executor.speculative is not None:
+            summary["speculative"] = dict(model.executor.speculative.stats.as_dict(), k=args.speculative)
         if args.json:
             print(json.dumps({"text": text, "tokens": tokens, "finish_reason": last.finish_reason,
                               "model": path, "device": device, "summary": summary}, indent=2))
@@ -114,6 +131,21 @@ def cmd_run(args) -> int:
             sys.stdout.flush()
             print(format_summary(summary), file=sys.stderr)
     return 0
+
+
+def prefill_widths(text: str):
+    """--prefill: True (auto), False (off) or a tuple of chunk widths."""
+    if text == "auto":
+        return True
+    if text == "off":
+        return False
+    try:
+        widths = tuple(int(w) for w in text.split(",") if w.strip())
+    except ValueError:
+        widths = ()
+    if not widths or min(widths) < 1:
+        raise VkDecodeError(f"--prefill takes 'auto', 'off' or positive widths like 128,32,8, not {text!r}")
+    return widths
 
 
 def format_summary(s: dict) -> str:
@@ -126,4 +158,6 @@ def format_summary(s: dict) -> str:
         (f"   mode {s['mode']} on {s['device']}: per token the GPU executes {e.get('dispatches', 0)} dispatches; "
          f"the host makes {c.get('descriptor_writes', 0)} descriptor writes, "
          f"{c.get('command_buffer_recordings', 0)} recordings, {c.get('submits', 0)} submit(s)"),
-    ])
+    ] + ([(f"   speculative K={sp['k']}: {sp['accepted']}/{sp['drafted']} drafts accepted "
+          f"({100 * sp['acceptance_rate']:.0f}%), {sp['tokens_per_verify']:.2f} tokens per verify step, "
+          f"{sp['plain_steps']} plain steps")] if (sp := s.get("speculative")) else []))

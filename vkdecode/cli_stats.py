@@ -14,6 +14,7 @@ HOST_ROWS = [("descriptor_writes", "descriptor writes"), ("descriptor_set_alloca
              ("command_buffer_recordings", "command-buffer recordings"), ("recorded_commands", "recorded commands"),
              ("submits", "submits")]
 STEPS = 3     # the first step may differ (first use); the last one is reported
+PREFILL_WIDTH = 32   # the prompt-chunk width whose regions and per-chunk work are shown
 
 
 def add_model_source_options(p, shapes: bool = True) -> None:
@@ -54,6 +55,8 @@ def add_stats_parser(sub) -> None:
     p = sub.add_parser("stats", help="region and descriptor statistics of a model, per mode")
     add_model_source_options(p)
     p.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    p.add_argument("--prefill-width", type=int, default=PREFILL_WIDTH, metavar="T",
+                   help=f"prompt-chunk width to report (default {PREFILL_WIDTH}; 0 = no prefill section)")
     p.set_defaults(func=cmd_stats)
 
 
@@ -70,7 +73,23 @@ def group_regions(rows: list[dict]) -> list[dict]:
     return list(groups.values())
 
 
-def collect_stats(device, model, modes) -> dict:
+def prefill_stats(ex, width: int) -> dict:
+    """Chunks of `width` through ex's prefill (the last is the steady state): its regions,
+    what one chunk executes, and the host calls one chunk costs."""
+    from vkdecode.bench import executed_per_token, host_calls_per_token
+    ex.enable_prefill((width,))
+    n = 2 * width + 1 if 2 * width < ex.ctx else width + 1      # two chunks where they fit
+    ids = [int(t) % ex.program.meta["vocab_size"] for t in range(3, 3 + n)]
+    ex.prefill(ids, 0)
+    ex.prefill(ids, 0)       # again: the first run of a pipeline may include the driver's JIT
+    ch = ex.prefill_set.runners[width]
+    _, last = ex.prefill_set.chunks[-1]
+    return {"width": width, "regions": ch.region_stats(), "executed_per_chunk": executed_per_token(ch),
+            "host_calls_per_chunk": host_calls_per_token(last.counters.as_dict()),
+            "host_us": last.host_us, "gpu_us": last.gpu_us}
+
+
+def collect_stats(device, model, modes, prefill_width: int = 0) -> dict:
     from vkdecode.bench import decode_run, executed_per_token, host_calls_per_token
     from vkdecode.executors import make_executor
     out = {"model": model.describe(), "device": device.info.name, "regions": [], "modes": {}}
@@ -83,6 +102,13 @@ def collect_stats(device, model, modes) -> dict:
             out["modes"][ex.mode] = {"executed_per_token": executed_per_token(ex),
                                      "host_calls_per_token": host_calls_per_token(r["counters"]),
                                      "host_us": ex.token_stats[-1].host_us}
+            if 0 < prefill_width < ex.ctx:
+                pf = prefill_stats(ex, prefill_width)
+                if mode == modes[0]:
+                    out["prefill_regions"] = pf.pop("regions")
+                    out["prefill_width"] = prefill_width
+                pf.pop("regions", None)
+                out["modes"][ex.mode]["prefill"] = pf
         finally:
             ex.close()
     out["region_groups"] = group_regions(out["regions"])
@@ -128,16 +154,41 @@ def format_stats(s: dict) -> str:
                                                    for mo in modes))
     lines.append(f"    {'host enqueue µs (one step)':34s}" + "".join(f"{s['modes'][mo]['host_us']:15.0f}"
                                                                      for mo in modes))
+    if s.get("prefill_regions"):
+        lines += format_prefill(s)
     lines.append("\nReplay writes no descriptors and records nothing per token: one submit replays the step "
                  "recorded once.\nFusion cuts the dispatches and barriers that step executes.")
     return "\n".join(lines)
+
+
+def format_prefill(s: dict) -> list[str]:
+    regs, w = s["prefill_regions"], s["prefill_width"]
+    lines = [(f"\nRegions of one prompt chunk of {w} tokens ({len(regs)} regions, {sum(r['ops'] for r in regs)} ops; "
+             f"recorded once per width in replay modes):")]
+    for g in group_regions(regs):
+        name = g["name"] + (f" ×{g['count']}" if g["count"] > 1 else "")
+        lines.append(f"  {name:34s} {g['rule'] or '-':28s} {g['ops']:4d} {g['dispatches']:5d} {g['barriers']:5d} "
+                     f"{g['descriptor_sets']:5d} {_mb(g['weight_bytes']):>10s}")
+    modes = [mo for mo in s["modes"] if "prefill" in s["modes"][mo]]
+    lines.append(f"\nPer prompt chunk of {w} tokens {'':6s}" + "".join(f"{mo:>15s}" for mo in modes))
+    lines.append("  executed on the GPU")
+    for key, label in EXECUTED_ROWS:
+        lines.append(f"    {label:34s}" + "".join(f"{s['modes'][mo]['prefill']['executed_per_chunk'][key]:15d}"
+                                                   for mo in modes))
+    lines.append("  host Vulkan calls")
+    for key, label in HOST_ROWS:
+        lines.append(f"    {label:34s}" + "".join(f"{s['modes'][mo]['prefill']['host_calls_per_chunk'][key]:15d}"
+                                                   for mo in modes))
+    lines.append(f"    {'GPU µs (one chunk)':34s}" + "".join(f"{s['modes'][mo]['prefill']['gpu_us']:15.0f}"
+                                                             for mo in modes))
+    return lines
 
 
 def cmd_stats(args) -> int:
     from vkdecode.executors import MODES
     model = bench_model_from_args(args, args.ctx, STEPS)
     with open_device(args.device) as dev:
-        s = collect_stats(dev, model, list(MODES))
+        s = collect_stats(dev, model, list(MODES), args.prefill_width)
     if args.json:
         print(json.dumps(s, indent=2))
     else:

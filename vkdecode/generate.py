@@ -1,7 +1,9 @@
-"""The generation loop: prompt tokens through the decode step one at a time, then decode until EOS,
-max_tokens or the end of the context. Greedy decoding is argmax on the GPU. With a KVPrefix
-(vkdecode/prompt_cache.py) the leading prompt tokens whose K/V rows are already in the cache are
-skipped (reuse=True) and the rows written are tracked for the next generation."""
+"""The generation loop: the prompt through executor.prefill (chunks of batched prompt work when the
+executor has them, executors/prefill.py; the last prompt token through the decode step), then
+decode until EOS, max_tokens or the end of the context. Greedy decoding is argmax on the GPU. With
+a KVPrefix (vkdecode/prompt_cache.py) the leading prompt tokens whose K/V rows are already in the
+cache are skipped (reuse=True: prefill starts at the first uncached position) and the rows written
+are tracked for the next generation."""
 from __future__ import annotations
 
 import time
@@ -69,14 +71,24 @@ def stream_generate(executor, tokenizer, prompt_ids: list[int], max_tokens: int 
         kv.keep(start)
     # one generation's stats only: kept across generations they grow without bound (~1 KB/token)
     executor.token_stats.clear()
+    if getattr(executor, "prefill_set", None) is not None:
+        executor.prefill_set.chunks.clear()
     first_stat = 0
     t0 = time.perf_counter()
-    for pos in range(start, len(prompt_ids)):
-        if should_stop is not None and should_stop():
+    if hasattr(executor, "prefill"):
+        nxt = executor.prefill(prompt_ids[start:], start, should_stop)
+        if nxt is None:       # should_stop() said so between two chunks
             return
-        nxt = executor.step(prompt_ids[pos], pos)
         if kv is not None:
-            kv.wrote(prompt_ids[pos], pos)
+            for pos in range(start, len(prompt_ids)):
+                kv.wrote(prompt_ids[pos], pos)
+    else:      # an executor without prompt chunks (test doubles): the prompt through step()
+        for pos in range(start, len(prompt_ids)):
+            if should_stop is not None and should_stop():
+                return
+            nxt = executor.step(prompt_ids[pos], pos)
+            if kv is not None:
+                kv.wrote(prompt_ids[pos], pos)
     ttft = time.perf_counter() - t0
     decode_start = len(executor.token_stats)
     t1 = time.perf_counter()
@@ -84,7 +96,12 @@ def stream_generate(executor, tokenizer, prompt_ids: list[int], max_tokens: int 
     pos, generated = len(prompt_ids), 0
     # every later token comes from decode(): replay pipelines it (the GPU feeds each step the
     # previous token), so the loop below never waits on the GPU for the next submit
-    steps = executor.decode(nxt, pos, max(0, min(max_tokens - 1, ctx - pos)))
+    n_steps = max(0, min(max_tokens - 1, ctx - pos))
+    spec = getattr(executor, "speculative", None)
+    if spec is not None:     # greedy only (Speculative refuses a sampling program)
+        steps = spec.run(list(prompt_ids), nxt, pos, n_steps)
+    else:
+        steps = executor.decode(nxt, pos, n_steps)
     try:
         while True:
             generated += 1

@@ -314,6 +314,10 @@ def op_calls(program: Program, op_index: int, caps: KernelCaps) -> list[KernelCa
     """The kernel calls that run op #op_index, in order; a later call that reads what an earlier one
     wrote lists it among its bindings, and the executor puts a barrier between them."""
     op = program.ops[op_index]
+    from vkdecode.kernels_rows import row_op_calls  # prompt chunks (fusion/chunk.py)
+    rows = row_op_calls(program, op, caps)
+    if rows is not None:
+        return rows
     try:
         build = BUILDERS[op.kind]
     except KeyError:

@@ -52,6 +52,34 @@ def _attention(q, kc, vc, pos: int, a: dict, dtype) -> np.ndarray:
     return np.einsum("kgn,nkd->kgd", p, v).reshape(-1)
 
 
+def _rows_op(op: Op, program: Program, env: dict, ins: list, rows: int, dt) -> list:
+    a, k = op.attrs, op.kind
+    if k == "embed":
+        return [(ins[0][ins[1].astype(np.int64)] * dt(a.get("scale", 1.0))).reshape(-1)]
+    if k == "matmul":
+        return [(ins[1].reshape(rows, -1) @ ins[0].T).reshape(-1)]
+    if k == "argmax":
+        return [np.argmax(ins[0].reshape(rows, -1), axis=1).astype(np.uint32)]
+    pos0 = int(ins[list(op.inputs).index("step")][STEP_POS])
+    if k == "rope":
+        return [np.concatenate([_rope(x, pos0 + t, ins[2], a, dt) for t, x in enumerate(ins[0].reshape(rows, -1))])]
+    if k == "kv_write":
+        caches = []
+        for name, x in zip(op.outputs, ins[:2]):
+            c = env.get(name)
+            if c is None:
+                c = np.zeros(program.values[name].shape, dtype=dt)
+            if program.values[name].dtype == "f16":   # an f16 cache stores (and returns) halves
+                x = np.asarray(x).astype(np.float16)
+            c[pos0:pos0 + rows] = x.reshape(rows, -1)
+            caches.append(c)
+        return caches
+    if k == "attention":
+        q, kc, vc, _ = ins
+        return [np.concatenate([_attention(x, kc, vc, pos0 + t, a, dt) for t, x in enumerate(q.reshape(rows, -1))])]
+    raise ValueError(f"reference: op {k} has no row-wise form")
+
+
 def run_op(op: Op, program: Program, env: dict, dtype=np.float32) -> dict[str, np.ndarray]:
     """One op. env maps input names to arrays (weights may be PackedWeight or dequantized arrays;
     the step value is u32[8]). For kv_write, env's existing caches (by output name) are updated in
@@ -66,7 +94,11 @@ def run_op(op: Op, program: Program, env: dict, dtype=np.float32) -> dict[str, n
         return np.asarray(v) if program.values[name].dtype == "u32" else np.asarray(v, dtype=dt)
 
     ins = [get(n) for n in op.inputs]
-    if k == "embed":
+    rows = int(a.get("rows", 1))
+    if rows > 1 or k == "embed" and op.inputs[1] != "step":
+        # a prompt chunk (fusion/chunk.py): the row-wise ops, row by row with the decode semantics
+        out = _rows_op(op, program, env, ins, rows, dt)
+    elif k == "embed":
         out = [ins[0][int(ins[1][STEP_TOKEN])] * dt(a.get("scale", 1.0))]
     elif k == "rms_norm":
         x, w = ins
@@ -75,8 +107,8 @@ def run_op(op: Op, program: Program, env: dict, dtype=np.float32) -> dict[str, n
         out = [(xs / np.sqrt(ms + dt(a["eps"])) * w).reshape(-1)]
     elif k == "matmul":
         out = [ins[0] @ ins[1]]
-    elif k == "add":
-        out = [ins[0] + ins[1]]
+    elif k == "add":   # a bias weight shorter than a (a chunk's rows) is added to every row
+        out = [(ins[0].reshape(-1, ins[1].size) + ins[1]).reshape(-1)]
     elif k == "rope":
         out = [_rope(ins[0], int(ins[1][STEP_POS]), ins[2], a, dt)]
     elif k == "kv_write":
@@ -143,6 +175,19 @@ class Reference:
         if self.sampling is not None:
             step[STEP_SEED:STEP_SEED + 4] = self.sampling.step_words()
         env: dict = {**self.weights, **self.state, "step": step}
+        return self._run(env)
+
+    def chunk(self, tokens, pos0: int) -> dict[str, np.ndarray]:
+        """One prompt chunk of a fusion/chunk.py program: tokens at positions pos0.. (the KV caches
+        in self.state are updated in place, as step() does)."""
+        from fusion.chunk import TOKENS
+        ids = np.asarray(tokens, dtype=np.uint32)
+        if ids.shape != self.program.values[TOKENS].shape:
+            raise ValueError(f"reference: {ids.size} tokens for a chunk of {self.program.values[TOKENS].shape[0]}")
+        env: dict = {**self.weights, **self.state, "step": make_step(int(ids[0]), pos0), TOKENS: ids}
+        return self._run(env)
+
+    def _run(self, env: dict) -> dict[str, np.ndarray]:
         for op in self.program.ops:
             env.update(run_op(op, self.program, env, self.dtype))
         self.values = {n: env[n] for n in self.program.values

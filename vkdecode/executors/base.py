@@ -43,14 +43,17 @@ class Item:
 class Executor:
     mode = "?"
 
-    def __init__(self, device, program, weights, caps: KernelCaps | None = None, progress=None):
+    def __init__(self, device, program, weights, caps: KernelCaps | None = None, progress=None,
+                 share=()):
         self.device = device
+        self.prefill_set = None
+        self.speculative = None
         self.program = program
         self.ctx = _ctx_of(program)
         self.caps = caps or KernelCaps.from_info(device.info)
         self.token_stats: list[TokenStats] = []
         self.regions = self._partition()
-        self.plan = MemoryPlan(device, program, weights, progress)
+        self.plan = MemoryPlan(device, program, weights, progress, share)
         try:
             self._build(show_progress=progress is not None)
         except BaseException:   # a shader that does not compile, out of memory: free the plan
@@ -64,15 +67,17 @@ class Executor:
             calls += rc
             owners += [ri] * len(rc)
         calls, owners = self._across_regions(calls, owners)
-        calls, added = with_advance(calls)
-        if added:
-            owners.append(owners[-1])       # counted with the last region (the token choice)
+        # a prompt chunk (fusion/chunk.py) hands no token to a next step: the host starts decode
+        if "chunk_rows" not in self.program.meta:
+            calls, added = with_advance(calls)
+            if added:
+                owners.append(owners[-1])       # counted with the last region (the token choice)
         self.plan.add_scratch(calls)
         pipelines = [self._pipeline(c) for c in _shader_progress(calls, show_progress)]
         self.items = [Item(c, pipe, self.plan.ranges(c), b, ri)
                       for c, pipe, b, ri in zip(calls, pipelines, barriers_before(calls), owners)]
         self.timestamps = self.device.timestamp_pool(2 + len(self.regions))
-        self._next = self.plan.slices[("next_token", "data")]
+        self._next = self.plan.slices.get(("next_token", "data"))
         assert STEP_POS == STEP_TOKEN + 1
         self._step_word = self.plan.step.offset // 4 + STEP_TOKEN
 
@@ -129,7 +134,7 @@ class Executor:
         self._enqueue(token, pos)
         t1 = time.perf_counter()
         self.device.wait()
-        nxt = int(self._next.read_array("uint32", 1)[0])
+        nxt = int(self._next.read_array("uint32", 1)[0]) if self._next is not None else -1
         t2 = time.perf_counter()
         ns = self.timestamps.read_ns(0, 2)
         self.token_stats.append(TokenStats(self.device.counters.snapshot() - before, (t1 - t0) * 1e6,
@@ -142,6 +147,46 @@ class Executor:
         for p in range(pos, min(pos + max_steps, self.ctx)):
             token = self.step(token, p)
             yield token
+
+    # -- prompt chunks (vkdecode/executors/prefill.py) ---------------------------------------------
+    def enable_prefill(self, widths=None) -> None:
+        """Build (and, in replay modes, record) one prompt-chunk executor per width, sharing this
+        executor's weights, KV caches and step buffer."""
+        from vkdecode.executors.prefill import Prefill
+        if self.prefill_set is not None:
+            self.prefill_set.close()
+        self.prefill_set = Prefill(self, widths)
+
+    def enable_speculative(self, k: int) -> None:
+        """Greedy speculative decoding: K prompt-lookup drafts checked per replayed verify step
+        (vkdecode/speculative.py); generation then decodes through it."""
+        from vkdecode.speculative import Speculative
+        if self.speculative is not None:
+            self.speculative.close()
+            self.speculative = None
+        self.speculative = Speculative(self, k)
+
+    def prefill(self, tokens, pos0: int = 0, should_stop=None) -> int | None:
+        """Run prompt tokens at positions pos0.. and return the next token: all but the last in
+        chunks (when enabled), the last through the decode step. should_stop() is checked before
+        each chunk and step; True returns None at once (rows written so far stay written)."""
+        tokens = list(tokens)
+        if not tokens:
+            raise ContextError("the prompt is empty: nothing to decode from")
+        if pos0 + len(tokens) > self.ctx:
+            raise ContextError(f"{len(tokens)} prompt tokens from position {pos0} do not fit the context "
+                               f"of {self.ctx}")
+        done = 0
+        if self.prefill_set is not None:
+            done = self.prefill_set.run(tokens[:-1], pos0, should_stop)
+            if done is None:
+                return None
+        nxt = -1
+        for i in range(done, len(tokens)):
+            if should_stop is not None and should_stop():
+                return None
+            nxt = self.step(tokens[i], pos0 + i)
+        return nxt
 
     def _write_step(self, token: int, pos: int) -> None:
         # STEP_TOKEN and STEP_POS are adjacent words: one small write into the mapped step buffer
@@ -184,6 +229,13 @@ class Executor:
         return rows
 
     def close(self) -> None:
+        if getattr(self, "speculative", None) is not None:   # uses this plan's slices: first
+            self.speculative.close()
+            self.speculative = None
+        if getattr(self, "prefill_set", None) is not None:
+            self.prefill_set.close()
+            self.prefill_set = None
+        self.speculative = None
         if getattr(self, "plan", None) is not None:
             self.device.wait_idle()
             if getattr(self, "timestamps", None) is not None:   # None when __init__ failed early

@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 
 from fusion.ir import STEP_WORDS, Program
-from vkdecode.kernels import Binding, KernelCall, row_bytes
+from vkdecode.kernels import QUANT_TYPES, Binding, KernelCall, row_bytes
 from vkdecode.quant import PackedWeight, pack_float
 
 CHUNK = 256 << 20          # arena buffer size; larger tensors get their own buffer
@@ -71,8 +71,15 @@ def check_fits(device, program: Program, weights: dict) -> None:
 
 
 class MemoryPlan:
-    def __init__(self, device, program: Program, weights: dict, progress=None):
-        check_fits(device, program, weights)
+    """share: plans whose slices this one uses by name instead of allocating (a prompt chunk's
+    plan takes the decode plan's weights, KV caches and step buffer, and a narrower chunk the
+    activations of the widest). Only slices at least as large are taken; runs never overlap
+    (one queue, each chunk waited for), so sharing activations between programs is safe."""
+
+    def __init__(self, device, program: Program, weights: dict, progress=None, share=()):
+        self.share = tuple(share)
+        if not self.share:
+            check_fits(device, program, weights)
         self.device = device
         self.program = program
         self.slices: dict[tuple[str, str], object] = {}
@@ -83,7 +90,8 @@ class MemoryPlan:
         try:
             # every weight, cache and activation is known now (scratch comes later): chunks sized to
             # them, so device memory ~ the weights' bytes + KV + activations, not whole 256 MiB chunks
-            vals = program.values.values()
+            # (a plan sharing another's slices allocates only what it cannot take: no expectation)
+            vals = [] if self.share else program.values.values()
             self._weights.expect(sum(self._weights.padded(a.nbytes) for v in vals if v.kind == "weight"
                                      for a in self._packed(program, weights, v).parts.values()))
             self._acts.expect(sum(self._acts.padded(value_bytes(v)) for v in vals if v.kind in ("activation", "state")
@@ -93,13 +101,31 @@ class MemoryPlan:
             self.close()
             raise
 
+    def _take_shared(self, v) -> bool:
+        """Use a shared plan's slices (every part) of value v, if one has them large enough."""
+        part = "q" if v.kind == "weight" and v.dtype in QUANT_TYPES else "data"
+        need = 0 if v.kind == "weight" else value_bytes(v)
+        for plan in self.share:
+            s = plan.slices.get((v.name, part))
+            if s is not None and s.size >= need:
+                self.slices.update({k: x for k, x in plan.slices.items() if k[0] == v.name})
+                if v.kind == "weight":
+                    self.weight_bytes[v.name] = plan.weight_bytes[v.name]
+                return True
+        return False
+
     def _build(self, program: Program, weights: dict, progress) -> None:
-        self.step = self._host.alloc(STEP_WORDS * 4, "step")
-        self.slices[("step", "data")] = self.step
-        self.ring = self._host.alloc(TOKEN_RING * 4, "token_ring")
-        self.slices[("token_ring", "data")] = self.ring
+        for name, nbytes in (("step", STEP_WORDS * 4), ("token_ring", TOKEN_RING * 4)):
+            shared = [p.slices[(name, "data")] for p in self.share[:1]]
+            self.slices[(name, "data")] = shared[0] if shared else self._host.alloc(nbytes, name)
+        self.step, self.ring = self.slices[("step", "data")], self.slices[("token_ring", "data")]
         for v in program.values.values():
-            if v.kind == "weight":
+            if v.name == "step" or self._take_shared(v):
+                continue
+            if v.kind == "step" and v.name != "step":
+                # chunk token ids: written by the host once per chunk
+                self.slices[(v.name, "data")] = self._host.alloc(v.numel * 4, v.name)
+            elif v.kind == "weight":
                 pw = self._packed(program, weights, v)
                 for part, arr in pw.parts.items():
                     s = self._weights.alloc(arr.nbytes, f"{v.name}.{part}")

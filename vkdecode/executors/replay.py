@@ -24,14 +24,14 @@ def fusion_disabled() -> bool:
 
 class ReplayExecutor(Executor):
     def __init__(self, device, program, weights, caps=None, progress=None, fuse: bool = True,
-                 rules=None, profile: bool = False, tokens_per_submit: int = 1):
+                 rules=None, profile: bool = False, tokens_per_submit: int = 1, share=()):
         if not 1 <= tokens_per_submit <= MAX_TOKENS_PER_SUBMIT:
             raise ValueError(f"tokens_per_submit must be 1..{MAX_TOKENS_PER_SUBMIT}, not {tokens_per_submit}")
         self.tokens_per_submit = tokens_per_submit
         self.fuse = fuse and not fusion_disabled()
         self.rules = rules
         self.mode = "fused" if self.fuse else "replay-nofuse"
-        super().__init__(device, program, weights, caps, progress)
+        super().__init__(device, program, weights, caps, progress, share)
         try:
             self._record(device, profile)
         except BaseException:

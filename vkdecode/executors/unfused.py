@@ -9,8 +9,8 @@ from vkdecode.vk.descriptors import write_descriptor_set
 class UnfusedExecutor(Executor):
     mode = "unfused"
 
-    def __init__(self, device, program, weights, caps=None, progress=None):
-        super().__init__(device, program, weights, caps, progress)
+    def __init__(self, device, program, weights, caps=None, progress=None, share=()):
+        super().__init__(device, program, weights, caps, progress, share)
         try:
             n_desc = sum(len(it.ranges) for it in self.items)
             self.pool = device.descriptor_pool(len(self.items), n_desc)

@@ -1,0 +1,114 @@
+"""Time to first token and prompt tokens per second: batched prefill (prompt chunks recorded once
+per width, executors/prefill.py) against the token-by-token prompt, per mode and prompt length.
+Writes one JSON; never asserts timings.
+
+    python -m bench.prefill --shape smollm2-135m --quant q4_1 --lengths 128 512 2000 --out $OUT/p.json
+    python -m bench.prefill --model model.gguf --lengths 512          # the same GGUF llama.cpp reads
+    python -m bench.prefill --shape tiny --lengths 16 40 --reps 1     # seconds, also on lavapipe
+
+TTFT here is from the first prompt token written to the first new token read back (the prompt's
+last token runs through the decode step); prompt tok/s = prompt tokens / TTFT, the figure
+llama.cpp's `timings.prompt_per_second` reports. Token ids are random (seeded), so the prompt
+length is exact whatever the tokenizer.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # run from anywhere
+
+import numpy as np
+
+from vkdecode import bench
+from vkdecode.executors import MODES, make_executor
+
+
+def time_prompt(ex, ids: list[int], reps: int, warmup: int) -> dict:
+    """Median / min TTFT over reps of ex.prefill(ids) (positions from 0 each time), after warm-up."""
+    times, gpu = [], []
+    for r in range(warmup + reps):
+        ex.token_stats.clear()
+        if ex.prefill_set is not None:
+            ex.prefill_set.chunks.clear()
+        t0 = time.perf_counter()
+        ex.prefill(ids, 0)
+        dt = time.perf_counter() - t0
+        if r >= warmup:
+            times.append(dt)
+            chunks = ex.prefill_set.chunks if ex.prefill_set is not None else []
+            gpu.append(sum(s.gpu_us for _, s in chunks) + sum(s.gpu_us for s in ex.token_stats))
+    med = statistics.median(times)
+    return {"ttft_ms": med * 1e3, "ttft_ms_min": min(times) * 1e3, "prompt_tok_s": len(ids) / med,
+            "gpu_ms": statistics.median(gpu) / 1e3, "reps": reps,
+            "chunks": [w for w, _ in ex.prefill_set.chunks] if ex.prefill_set is not None else []}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", help="GGUF file or HF directory")
+    src.add_argument("--shape", choices=sorted(bench.SHAPES), help="random weights of a real shape")
+    ap.add_argument("--quant", default="q4_1", help="weight dtype for --shape")
+    ap.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 2000])
+    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    ap.add_argument("--widths", default="auto", help="chunk widths, comma separated, or auto")
+    ap.add_argument("--token-path-max", type=int, default=512,
+                    help="also time the token-by-token prompt (fused) for lengths up to this (0 = never)")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--out", default=None, help="JSON path (default: stdout only)")
+    a = ap.parse_args(argv)
+    ctx = -(-(max(a.lengths) + 1) // 64) * 64
+    model = (bench.random_model(a.shape, a.quant, ctx, 1) if a.shape
+             else bench.file_model(a.model, ctx, 1))
+    widths = None if a.widths == "auto" else tuple(int(w) for w in a.widths.split(","))
+    rng = np.random.default_rng(0)
+    prompts = {n: rng.integers(0, model.args.vocab_size, n).tolist() for n in a.lengths}
+    from vkdecode.vk import Device
+    dev = Device(a.device)
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)
+    out = {"model": model.describe(), "device": dev.info.name, "git_commit": bench.git_commit(),
+           "ctx": ctx, "results": {}}
+    try:
+        for mode in a.modes:
+            ex = make_executor(mode, dev, model.program, model.weights)
+            try:
+                t0 = time.perf_counter()
+                ex.enable_prefill(widths)
+                res = {"widths": list(ex.prefill_set.widths), "build_s": time.perf_counter() - t0}
+                for n, ids in prompts.items():
+                    res[str(n)] = time_prompt(ex, ids, a.reps, a.warmup)
+                    log(f"{mode:14s} {n:5d} tokens: TTFT {res[str(n)]['ttft_ms']:9.1f} ms, "
+                        f"{res[str(n)]['prompt_tok_s']:9.1f} tok/s, chunks {res[str(n)]['chunks']}")
+                if mode == "fused" and a.token_path_max:
+                    ex.prefill_set.close()
+                    ex.prefill_set = None
+                    tok = {}
+                    for n, ids in prompts.items():
+                        if n <= a.token_path_max:
+                            tok[str(n)] = time_prompt(ex, ids, 1, 0)
+                            log(f"{'token-by-token':14s} {n:5d} tokens: TTFT {tok[str(n)]['ttft_ms']:9.1f} ms")
+                    out["results"]["fused-token-by-token"] = tok
+                out["results"][mode] = res
+            finally:
+                ex.close()
+        dev.check_validation()
+    finally:
+        dev.close()
+    text = json.dumps(out, indent=2)
+    if a.out:
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+        with open(a.out, "w") as f:
+            f.write(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""Batched prefill (executors/prefill.py) against the token-by-token path: the KV cache and the
+first token's logits, every architecture, every weight dtype, odd and width-1 chunks, a prompt
+that fills the context; and the per-chunk invariants (replay: 0 descriptor writes, 0 recordings,
+1 submit per chunk; unfused: re-recorded per chunk).
+
+Tolerances: the chunk kernels sum in another order than the decode kernels (tiled matmul, one-pass
+attention), so values agree to f32 rounding: KV rows within 1e-5 of the largest entry, logits
+within 1e-4 relative (as tests/executors/test_executors.py for fused vs reference); with f16 KV
+caches (the default) both within 2e-3, as there.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.helpers.make_models import tiny_hf_model, write_gguf
+from vkdecode.errors import ContextError
+from vkdecode.executors import make_executor
+from vkdecode.models.loader import load_model
+from vkdecode.reference import Reference
+
+ARCHS = ("llama", "qwen2", "qwen3")
+CTX = 48
+KV_TOL, LOGIT_TOL = 1e-5, 1e-4
+F16_TOL = 2e-3      # f16 caches (the default): a value rounded from two close f32s may differ by an ulp
+
+
+@pytest.fixture(scope="module")
+def tiny(models_dir):
+    return {a: load_model(tiny_hf_model(a, models_dir), ctx=CTX) for a in ARCHS}
+
+
+def prompt(n: int, seed: int = 0) -> list[int]:
+    return [int(t) for t in np.random.default_rng(seed).integers(3, 290, n)]
+
+
+def reference_path(m, toks):
+    ref = Reference(m.program, m.weights)
+    for p, t in enumerate(toks):
+        r = ref.step(t, p)
+    return ref.state, r["logits"], int(r["next_token"][0])
+
+
+def check_against(ex, toks, state, logits, nxt, what=""):
+    got = ex.prefill(toks, 0)
+    n = len(toks)
+    f16 = False
+    for name, want in state.items():
+        v = ex.program.values[name]
+        f16 = v.dtype == "f16"
+        cache = ex.plan.slices[(name, "data")].read_array("float16" if f16 else "float32", v.numel)
+        cache = cache.astype(np.float32).reshape(want.shape)
+        err = np.abs(cache[:n] - want[:n]).max() / np.abs(want[:n]).max()
+        assert err <= (F16_TOL if f16 else KV_TOL), f"{what} {name}: KV rel err {err:.2e}"
+    lg = ex.read_logits()
+    rel = np.abs(lg - logits).max() / np.abs(logits).max()
+    assert rel <= (F16_TOL if f16 else LOGIT_TOL), f"{what}: logits rel err {rel:.2e}"
+    assert got == nxt, f"{what}: first token {got} != {nxt}"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("mode", ["unfused", "replay-nofuse", "fused"])
+def test_prefill_equals_token_path(device, tiny, arch, mode):
+    m = tiny[arch]
+    toks = prompt(37)
+    want = reference_path(m, toks)
+    with make_executor(mode, device, m.program, m.weights) as ex:
+        ex.enable_prefill((16, 8, 3))       # 36 = 16 + 16 + 3 + one decode step, then the last
+        check_against(ex, toks, *want, what=f"{arch} {mode}")
+        assert [w for w, _ in ex.prefill_set.chunks] == [16, 16, 3]
+        for w, s in ex.prefill_set.chunks:
+            c = s.counters
+            if mode == "unfused":       # re-recorded and re-written per chunk, as per token
+                assert c.command_buffer_recordings == 1 and c.descriptor_writes > 0
+            else:                       # recorded once at enable_prefill
+                assert (c.descriptor_writes, c.descriptor_set_allocations, c.command_buffer_recordings,
+                        c.submits) == (0, 0, 0, 1), f"chunk of {w}: {c.as_dict()}"
+
+
+@pytest.mark.parametrize("dtype", ["f16", "q8_0", "q4_0", "q4_1", "q5_0"])
+def test_prefill_every_weight_dtype(device, models_dir, dtype):
+    path = write_gguf(tiny_hf_model("qwen2", models_dir), models_dir / f"prefill-qwen2.{dtype}.gguf", dtype)
+    m = load_model(path, ctx=CTX)
+    toks = prompt(21, seed=1)
+    want = reference_path(m, toks)
+    with make_executor("replay-nofuse", device, m.program, m.weights) as ex:
+        ex.enable_prefill((8, 5))
+        check_against(ex, toks, *want, what=dtype)
+
+
+def test_width_one_chunks_and_a_prompt_filling_the_context(device, tiny):
+    m = tiny["llama"]
+    toks = prompt(CTX, seed=2)                 # positions 0 .. ctx-1: the cache is full
+    want = reference_path(m, toks)
+    with make_executor("fused", device, m.program, m.weights) as ex:
+        ex.enable_prefill((32, 7, 1))          # 47 = 32 + 7 + 7 + 1: width-1 chunks run too
+        check_against(ex, toks, *want, what="full context")
+        assert [w for w, _ in ex.prefill_set.chunks] == [32, 7, 7, 1]
+        with pytest.raises(ContextError):
+            ex.prefill(toks + [5], 0)
+
+
+def test_prefill_then_decode_equals_plain_decode(device, tiny):
+    """Greedy output after a batched prompt is token for token the token-by-token one; a second
+    prompt after the first (positions from 0 again) overwrites the cache as the token path does."""
+    m = tiny["qwen3"]
+    out = {}
+    for name, widths in (("plain", None), ("chunks", (16, 4))):
+        with make_executor("fused", device, m.program, m.weights) as ex:
+            if widths:
+                ex.enable_prefill(widths)
+            runs = []
+            for seed in (3, 4):
+                toks = prompt(29, seed)
+                nxt = ex.prefill(toks, 0)
+                runs.append([nxt] + list(ex.decode(nxt, len(toks), 12)))
+            out[name] = runs
+    assert out["plain"] == out["chunks"]
+
+
+def test_prefill_regions_reported(device, tiny):
+    m = tiny["llama"]
+    with make_executor("fused", device, m.program, m.weights) as ex:
+        ex.enable_prefill((8,))
+        rs = ex.prefill_set.region_stats()[8]
+        assert rs and sum(r["ops"] for r in rs) == len(ex.prefill_set.runners[8].program.ops)
+        assert any(r["weight_bytes"] > 0 for r in rs)
+
+
+def test_prefill_with_every_bias(device, models_dir):
+    """attention_bias (q/k/v/o) and mlp_bias: a bias weight is added to every row of a chunk."""
+    m = load_model(tiny_hf_model("llama", models_dir, attention_bias=True, mlp_bias=True), ctx=CTX)
+    toks = prompt(19, seed=5)
+    want = reference_path(m, toks)
+    with make_executor("fused", device, m.program, m.weights) as ex:
+        ex.enable_prefill((8, 3))
+        check_against(ex, toks, *want, what="biases")
+
+
+def test_prefill_gemma3_window_and_k_quants(device, models_dir):
+    """Gemma 3 (embed scale, gelu_mul, extra norms, sliding-window layers) and a Q4_K_M GGUF
+    (K-quant weights decoded element by element in the chunk matmul)."""
+    hf = tiny_hf_model("gemma3", models_dir)
+    for src in (hf, write_gguf(tiny_hf_model("llama", models_dir, hidden_size=256, intermediate_size=256),
+                               models_dir / "prefill-llama-h256.q4_k_m.gguf", "q4_k_m")):
+        m = load_model(src, ctx=CTX)
+        toks = prompt(30, seed=6)
+        want = reference_path(m, toks)
+        with make_executor("fused", device, m.program, m.weights) as ex:
+            ex.enable_prefill((16, 5))
+            check_against(ex, toks, *want, what=str(src))

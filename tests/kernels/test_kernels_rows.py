@@ -1,0 +1,135 @@
+"""Prompt-chunk kernels (vkdecode/kernels_rows.py, attr rows=T) against the float64 reference:
+the tiled matmul for every weight dtype over shapes that straddle its 64-row / 16-wide / BN tiles,
+the block causal attention at several chunk positions, rope / kv_write / embed / bias add / argmax
+over rows.
+"""
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from kernel_harness import caps_of, nmse, one_op, run_and_reference, step
+
+from vkdecode.quant import quantize
+
+DTYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0")
+LIMIT = 1e-8            # same weights both sides: f32 rounding only (as test_kernels_matmul.py)
+# (rows T, out, in): T across the BN sizes (4..64) and odd, out around the 64-row tile, in around 16
+SHAPES = [(1, 33, 32), (3, 64, 64), (5, 65, 96), (8, 1, 32), (17, 130, 64), (64, 63, 160), (70, 96, 32)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,out,n_in", SHAPES, ids=[f"T{t}-{o}x{i}" for t, o, i in SHAPES])
+def test_matmul_rows(device, dtype, rows, out, n_in):
+    rng = np.random.default_rng(rows * 1000 + out * 7 + n_in)
+    w = quantize((rng.standard_normal((out, n_in)) * 0.1).astype(np.float32), dtype)
+    x = rng.standard_normal(rows * n_in).astype(np.float32)
+    p = one_op("matmul", {"w": ((out, n_in), dtype, "weight"), "x": ((rows * n_in,), "f32", "activation")},
+               {"y": ((rows * out,), "f32", "output")}, rows=rows)
+    got, want = run_and_reference(device, p, {"w": w, "x": x}, caps_of(device))
+    err = nmse(got["y"], want["y"])
+    assert err <= LIMIT, f"matmul rows={rows} {dtype} [{out}, {n_in}]: nmse {err:.3g}"
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("rows,out,n_in", [(5, 40, 48), (9, 70, 20)])
+def test_matmul_rows_element_path(device, dtype, rows, out, n_in):
+    """In-dims that are not whole 32-wide tiles decode element by element (dequant_elem)."""
+    rng = np.random.default_rng(rows + out + n_in)
+    w = quantize((rng.standard_normal((out, n_in)) * 0.1).astype(np.float32), dtype)
+    x = rng.standard_normal(rows * n_in).astype(np.float32)
+    p = one_op("matmul", {"w": ((out, n_in), dtype, "weight"), "x": ((rows * n_in,), "f32", "activation")},
+               {"y": ((rows * out,), "f32", "output")}, rows=rows)
+    got, want = run_and_reference(device, p, {"w": w, "x": x}, caps_of(device))
+    assert nmse(got["y"], want["y"]) <= LIMIT
+
+
+def test_matmul_rows_split_weight(device):
+    """A weight bound in row ranges (beyond maxStorageBufferRange) writes each range's columns."""
+    rng = np.random.default_rng(1)
+    w = quantize((rng.standard_normal((300, 64)) * 0.1).astype(np.float32), "q8_0")
+    x = rng.standard_normal(5 * 64).astype(np.float32)
+    p = one_op("matmul", {"w": ((300, 64), "q8_0", "weight"), "x": ((5 * 64,), "f32", "activation")},
+               {"y": ((5 * 300,), "f32", "output")}, rows=5)
+    caps = replace(caps_of(device), max_storage_range=64 * 256, min_align=16)
+    got, want = run_and_reference(device, p, {"w": w, "x": x}, caps)
+    assert nmse(got["y"], want["y"]) <= LIMIT
+
+
+HEADS = [(4, 2, 16), (3, 1, 6), (2, 2, 128)]
+
+
+@pytest.mark.parametrize("h,kvh,d", HEADS, ids=[f"h{h}kv{k}d{d}" for h, k, d in HEADS])
+@pytest.mark.parametrize("rows,pos0", [(1, 0), (3, 0), (8, 5), (16, 100), (5, 123)])
+@pytest.mark.parametrize("path", ["sg", "smem"])
+def test_attention_rows(device, h, kvh, d, rows, pos0, path):
+    caps = caps_of(device)
+    if path == "sg" and not caps.subgroup_arithmetic:
+        pytest.skip("device has no subgroup arithmetic")
+    caps = replace(caps, subgroup_arithmetic=(path == "sg"))
+    ctx = 128
+    rng = np.random.default_rng(h * 100 + rows + pos0)
+    kc = rng.standard_normal((ctx, kvh * d)).astype(np.float32)
+    vc = rng.standard_normal((ctx, kvh * d)).astype(np.float32)
+    q = rng.standard_normal(rows * h * d).astype(np.float32)
+    p = one_op("attention", {"q": ((rows * h * d,), "f32", "activation"), "kc": ((ctx, kvh * d), "f32", "state"),
+                             "vc": ((ctx, kvh * d), "f32", "state"), "step": ((8,), "u32", "step")},
+               {"o": ((rows * h * d,), "f32", "output")}, n_heads=h, n_kv_heads=kvh, head_dim=d,
+               scale=d ** -0.5, rows=rows)
+    got, want = run_and_reference(device, p, {"q": q, "kc": kc, "vc": vc, "step": step(0, pos0)}, caps)
+    assert nmse(got["o"], want["o"]) <= 1e-9
+
+
+@pytest.mark.parametrize("layout", ["neox", "pairs"])
+def test_rope_rows(device, layout):
+    rows, h, d = 7, 3, 16
+    x = np.random.default_rng(2).standard_normal(rows * h * d).astype(np.float32)
+    from vkdecode.quant import PackedWeight
+    freqs = (10000.0 ** (-np.arange(0, d, 2) / d)).astype(np.float32)
+    p = one_op("rope", {"x": ((rows * h * d,), "f32", "activation"), "step": ((8,), "u32", "step"),
+                        "f": ((d // 2,), "f32", "weight")},
+               {"y": ((rows * h * d,), "f32", "output")}, n_heads=h, head_dim=d, layout=layout, rows=rows)
+    env = {"x": x, "step": step(0, 40), "f": PackedWeight("f32", (d // 2,), {"data": freqs})}
+    got, want = run_and_reference(device, p, env, caps_of(device))
+    assert nmse(got["y"], want["y"]) <= 1e-9
+
+
+def test_kv_write_rows_touches_only_its_rows(device):
+    rows, row, ctx, pos0 = 5, 24, 16, 9
+    rng = np.random.default_rng(3)
+    k, v = (rng.standard_normal(rows * row).astype(np.float32) for _ in range(2))
+    old_k, old_v = (rng.standard_normal((ctx, row)).astype(np.float32) for _ in range(2))
+    p = one_op("kv_write", {"k": ((rows * row,), "f32", "activation"), "v": ((rows * row,), "f32", "activation"),
+                            "step": ((8,), "u32", "step")},
+               {"kc": ((ctx, row), "f32", "state"), "vc": ((ctx, row), "f32", "state")}, rows=rows)
+    env = {"k": k, "v": v, "step": step(0, pos0), "kc": old_k.copy(), "vc": old_v.copy()}
+    got, want = run_and_reference(device, p, env, caps_of(device))
+    np.testing.assert_array_equal(got["kc"], want["kc"])
+    np.testing.assert_array_equal(got["vc"][:pos0], old_v[:pos0])          # rows before: kept
+    np.testing.assert_array_equal(got["vc"][pos0 + rows:], old_v[pos0 + rows:])   # after: kept
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_embed_rows(device, dtype):
+    rows, vocab, dim = 6, 50, 64
+    rng = np.random.default_rng(4)
+    t = quantize(rng.standard_normal((vocab, dim)).astype(np.float32), dtype)
+    ids = np.array([3, 49, 0, 3, 17, 8], np.uint32)
+    p = one_op("embed", {"t": ((vocab, dim), dtype, "weight"), "ids": ((rows,), "u32", "step")},
+               {"y": ((rows * dim,), "f32", "output")}, rows=rows)
+    got, want = run_and_reference(device, p, {"t": t, "ids": ids}, caps_of(device))
+    np.testing.assert_allclose(got["y"], want["y"], rtol=1e-6, atol=1e-6)
+
+
+def test_add_bias_rows_and_argmax_rows(device):
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal(4 * 40).astype(np.float32), rng.standard_normal(40).astype(np.float32)
+    p = one_op("add", {"a": ((160,), "f32", "activation"), "b": ((1, 40), "f32", "weight")},
+               {"c": ((160,), "f32", "output")})
+    got, want = run_and_reference(device, p, {"a": a, "b": quantize(b[None, :], "f32")}, caps_of(device))
+    np.testing.assert_allclose(got["c"], want["c"], rtol=1e-6)
+    logits = rng.standard_normal(3 * 1000).astype(np.float32)
+    logits[1000 + 7] = logits[1000 + 900] = 50.0        # a tie: the first index wins
+    p = one_op("argmax", {"l": ((3000,), "f32", "activation")}, {"t": ((3,), "u32", "output")}, rows=3)
+    got, want = run_and_reference(device, p, {"l": logits}, caps_of(device))
+    np.testing.assert_array_equal(got["t"], want["t"])
+    assert got["t"][1] == 7

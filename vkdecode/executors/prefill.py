@@ -1,0 +1,95 @@
+"""Prompt chunks: one executor per chunk width over fusion/chunk.py's program, sharing the decode
+executor's weights, KV caches and step buffer.
+
+A width is built once (replay modes: its descriptor sets written and its command buffer recorded
+once, like the decode step); per chunk the host writes the T token ids and the first position,
+submits and waits: 0 descriptor writes and 0 recordings per chunk. Unfused mode re-records per
+chunk, as it does per token. Widths come from a small fixed set (the number of recordings stays
+bounded); a prompt is cut greedily into the widest chunks that fit and the rest (fewer tokens
+than the narrowest width, and always the prompt's last token) runs through the decode step, which
+is the width-1 chunk. No padding: a chunk never writes a KV row past the prompt.
+
+Narrower widths reuse the widest width's activation buffers (chunks never run concurrently), so
+activation memory is that of the widest chunk only.
+"""
+from __future__ import annotations
+
+from fusion.chunk import TOKENS, chunk_program
+
+# widths by device kind: a GPU needs wide chunks to turn the weight reads into matrix work; a CPU
+# (lavapipe) gains little past 32-64 rows. Width 2 keeps the tokens left to the decode step (each
+# as costly as a whole chunk on lavapipe: ~0.7 s for SmolLM2) at one or two.
+WIDTHS_GPU = (512, 128, 32, 8, 2)
+WIDTHS_CPU = (64, 32, 8, 2)
+
+
+def default_widths(device) -> tuple[int, ...]:
+    return WIDTHS_CPU if getattr(device.info, "device_type", "") == "cpu" else WIDTHS_GPU
+
+
+def split_prompt(n: int, widths) -> list[int]:
+    """Chunk widths covering n tokens greedily, widest first; what is left (< the narrowest
+    width) is not covered (the caller runs it through the decode step)."""
+    out = []
+    for w in sorted(set(widths), reverse=True):
+        while n >= w:
+            out.append(w)
+            n -= w
+    return out
+
+
+def chunk_executor(mode: str, device, program, caps, share):
+    """An executor of a chunk program in `mode`, every slice it can share taken from `share`.
+    Replay modes run the per-op chunk kernels recorded once (no fusion rule matches rows > 1)."""
+    from vkdecode.executors.replay import ReplayExecutor
+    from vkdecode.executors.unfused import UnfusedExecutor
+    if mode == "unfused":
+        return UnfusedExecutor(device, program, {}, caps, share=share)
+    ex = ReplayExecutor(device, program, {}, caps, fuse=False, share=share)
+    ex.mode = mode
+    return ex
+
+
+class Prefill:
+    def __init__(self, decode_ex, widths=None):
+        self.decode = decode_ex
+        ws = widths if widths is not None else default_widths(decode_ex.device)
+        self.widths = tuple(sorted({int(w) for w in ws if 1 <= int(w) <= decode_ex.ctx}, reverse=True))
+        self.runners: dict[int, object] = {}
+        share = [decode_ex.plan]
+        try:
+            for w in self.widths:
+                prog = chunk_program(decode_ex.program, w, "kv")
+                ex = chunk_executor(decode_ex.mode, decode_ex.device, prog, decode_ex.caps, share)
+                self.runners[w] = ex
+                if len(share) == 1:
+                    share = [decode_ex.plan, ex.plan]   # the widest chunk's activations for the rest
+        except BaseException:
+            self.close()
+            raise
+        self.chunks: list[tuple[int, object]] = []     # (width, TokenStats) of every chunk run
+
+    def run(self, tokens, pos0: int, should_stop=None) -> int | None:
+        """Fill the KV cache for tokens at positions pos0..; returns how many were covered (a
+        prefix: the caller runs the rest through the decode step), or None when should_stop()
+        turned true before a chunk."""
+        done = 0
+        for w in split_prompt(len(tokens), self.widths):
+            if should_stop is not None and should_stop():
+                return None
+            ex = self.runners[w]
+            ids = ex.plan.slices[(TOKENS, "data")]
+            ids.buffer.write_u32(ids.offset // 4, [int(t) for t in tokens[done:done + w]])
+            ex.step(int(tokens[done]), pos0 + done)
+            self.chunks.append((w, ex.token_stats[-1]))
+            ex.token_stats.clear()
+            done += w
+        return done
+
+    def region_stats(self) -> dict[int, list[dict]]:
+        return {w: ex.region_stats() for w, ex in self.runners.items()}
+
+    def close(self) -> None:
+        for ex in self.runners.values():
+            ex.close()
+        self.runners = {}

@@ -1,0 +1,142 @@
+"""Row-wise ops of a prompt chunk (fusion/chunk.py, attr rows=T) -> kernel calls.
+
+kernels.op_calls sends an op here when it carries rows > 1 (or an embed reads chunk token ids):
+the tiled matmul (shaders/matmul_rows.comp, weights decoded through dequant.glsl), the block
+causal attention, rope / kv_write at positions step.pos + t, a bias add broadcast over rows and
+a per-row argmax. Like the decode calls, nothing here depends on the chunk's position or tokens:
+the same calls are recorded once per chunk width and replayed.
+"""
+from __future__ import annotations
+
+import struct
+
+from fusion.ir import Op, Program
+from vkdecode.kernels import (
+    Binding,
+    KernelCall,
+    KernelCaps,
+    _dtype_define,
+    _groups,
+    _reduce_defines,
+    _wbindings,
+    _wg,
+    kv_defines,
+    row_chunks,
+)
+
+MATMUL_BM = 64      # weight rows per workgroup (shaders/matmul_rows.comp BM)
+# dtypes dequant.glsl's unit_weights decodes a unit at a time; any other dtype it reads through
+# dequant_elem, an element at a time (correct for every dtype dequant.glsl knows, only slower)
+UNIT_DTYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0")
+
+
+def _embed(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
+    table, ids = op.inputs
+    tv = p.values[table]
+    vocab, dim = tv.shape
+    rows = int(op.attrs.get("rows", 1))
+    wg = _wg(caps, 256)
+    chunks = row_chunks(tv.dtype, vocab, dim, caps)
+    calls = []
+    for r0, n in chunks:
+        b = _wbindings(table, tv.dtype, r0, None if len(chunks) == 1 else n)
+        b += (Binding(ids), Binding(op.outputs[0]))
+        spec = (wg, dim, n, rows, float(op.attrs.get("scale", 1.0)))
+        calls.append(KernelCall("embed_rows", spec, b, (len(b) - 1,),
+                                _groups(-(-rows * dim // wg)), push=struct.pack("<I", r0),
+                                defines=(_dtype_define(tv.dtype),), label=op.outputs[0]))
+    return calls
+
+
+def matmul_tile_rows(rows: int) -> int:
+    """BN, chunk rows per matmul tile: the chunk's width up to 64 (a power of two >= 4)."""
+    bn = 4
+    while bn < min(rows, 64):
+        bn *= 2
+    return bn
+
+
+def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
+    w, x = op.inputs
+    wv = p.values[w]
+    n_out, n_in = wv.shape
+    rows = int(op.attrs.get("rows", 1))
+    bn = matmul_tile_rows(rows)
+    wg = (MATMUL_BM // 8) * (bn // 4)      # 8 x 4 outputs per invocation
+    chunks = row_chunks(wv.dtype, n_out, n_in, caps)
+    defines = (_dtype_define(wv.dtype),)
+    if n_in % 32 == 0 and wv.dtype in UNIT_DTYPES:   # whole 32-wide k tiles: a unit at a time
+        defines += (("UNITS", "1"),) + ((("WVEC", "1"),) if wv.dtype in ("f32", "f16") else ())
+    calls = []
+    for r0, n in chunks:
+        b = _wbindings(w, wv.dtype, r0, None if len(chunks) == 1 else n)
+        b += (Binding(x), Binding(op.outputs[0]))
+        calls.append(KernelCall("matmul_rows", (wg, n_in, n, rows, n_out, bn), b, (len(b) - 1,),
+                                (-(-n // MATMUL_BM), -(-rows // bn), 1), push=struct.pack("<I", r0),
+                                defines=defines,
+                                label=op.outputs[0] + (f"[{r0}:]" if len(chunks) > 1 else "")))
+    return calls
+
+
+def _rope(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
+    a = op.attrs
+    h, d, rows = int(a["n_heads"]), int(a["head_dim"]), int(a["rows"])
+    n = rows * h * d // 2
+    wg = _wg(caps, n)
+    b = tuple(Binding(v) for v in op.inputs + op.outputs)     # x, step[, freqs table], y
+    defines = ((("NEOX", "1"),) if a["layout"] == "neox" else ()) + ((("FREQS", "1"),) if len(op.inputs) == 3 else ())
+    return [KernelCall("rope_rows", (wg, h, d, float(a.get("theta", 0.0)), rows), b, (len(b) - 1,),
+                       _groups(-(-n // wg)), defines=defines, label=op.outputs[0])]
+
+
+def _kv_write(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
+    row = p.values[op.outputs[0]].shape[1]
+    rows = int(op.attrs["rows"])
+    if row % 2:
+        raise ValueError(f"kv_write {op.outputs[0]}: cache rows of {row} (odd) have no word-pair form")
+    wg = _wg(caps, 256)
+    b = tuple(Binding(v) for v in op.inputs + op.outputs)
+    return [KernelCall("kv_write_rows", (wg, row, rows), b, (3, 4), _groups(-(-rows * row // 2 // wg)),
+                       defines=kv_defines(p, op.outputs[0]), label=op.outputs[0])]
+
+
+def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
+    q, kc, vc, step = op.inputs
+    a = op.attrs
+    h, kvh, d, rows = int(a["n_heads"]), int(a["n_kv_heads"]), int(a["head_dim"]), int(a["rows"])
+    wg = _wg(caps, max(d, 64), cap=max(256, d))
+    if wg < d:
+        raise ValueError(f"attention {op.outputs[0]}: head_dim {d} > workgroup size {wg}")
+    b = (Binding(q), Binding(kc), Binding(vc), Binding(step), Binding(op.outputs[0]))
+    spec = (wg, h, kvh, d, rows, float(a["scale"]), int(a.get("window", 0)))
+    return [KernelCall("attention_rows", spec, b, (4,), (h, rows, 1),
+                       defines=_reduce_defines(caps) + kv_defines(p, kc), label=op.outputs[0])]
+
+
+def _add(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
+    n, nb = p.values[op.outputs[0]].numel, p.values[op.inputs[1]].numel
+    wg = _wg(caps, n)
+    b = tuple(Binding(v) for v in op.inputs + op.outputs)
+    return [KernelCall("add_rows", (wg, n, nb), b, (2,), _groups(-(-n // wg)), label=op.outputs[0])]
+
+
+def _argmax(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
+    rows = int(op.attrs["rows"])
+    n = p.values[op.inputs[0]].numel // rows
+    b = (Binding(op.inputs[0]), Binding(op.outputs[0]))
+    return [KernelCall("argmax_rows", (_wg(caps, 256), n), b, (1,), (rows, 1, 1), label=op.outputs[0])]
+
+
+BUILDERS = {"embed": _embed, "matmul": _matmul, "rope": _rope, "kv_write": _kv_write,
+            "attention": _attention, "argmax": _argmax}
+
+
+def row_op_calls(program: Program, op: Op, caps: KernelCaps) -> list[KernelCall] | None:
+    """The calls of a chunk op that differs from its decode form, or None (the decode kernel runs it
+    as is: rms_norm, silu_mul and same-shape adds over the flat T-row vector)."""
+    if op.kind == "add" and program.values[op.inputs[1]].numel != program.values[op.inputs[0]].numel:
+        return _add(program, op, caps)
+    rows = int(op.attrs.get("rows", 1))
+    if op.kind in BUILDERS and (rows > 1 or (op.kind == "embed" and op.inputs[1] != "step")):
+        return BUILDERS[op.kind](program, op, caps)
+    return None
