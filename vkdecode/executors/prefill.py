@@ -18,8 +18,11 @@ from fusion.chunk import TOKENS, chunk_program
 
 # widths by device kind: a GPU needs wide chunks to turn the weight reads into matrix work; a CPU
 # (lavapipe) gains little past 32-64 rows. Width 2 keeps the tokens left to the decode step (each
-# as costly as a whole chunk on lavapipe: ~0.7 s for SmolLM2) at one or two.
-WIDTHS_GPU = (512, 128, 32, 8, 2)
+# as costly as a whole chunk on lavapipe: ~0.7 s for SmolLM2) at one or two. On an H100 a narrow
+# chunk costs as much as a wide one or more (Qwen3-0.6B F16, one chunk: 512 rows 72 ms, 128 30 ms,
+# 32 32 ms, 8 62 ms, 2 96 ms; bench/results/nvidia-h100-80gb-hbm3/prefill-1c06580/): the tiled
+# matmul's grid shrinks with the width. Below 64 rows the decode step (~1 ms a token) is cheaper.
+WIDTHS_GPU = (512, 256, 128, 64)
 WIDTHS_CPU = (64, 32, 8, 2)
 
 
