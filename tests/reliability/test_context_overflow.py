@@ -47,15 +47,26 @@ def gpu_pos(ex) -> int:
     return int(ex.plan.step.read_array("uint32", 1, STEP_POS * 4)[0])
 
 
+def expected_submits(device, n_prompt: int, prefill: bool) -> int:
+    """Token path: one submit per prompt token. Prefill: one per chunk, the rest token by token."""
+    if not prefill:
+        return n_prompt
+    from vkdecode.executors.prefill import default_widths, split_prompt
+    chunks = split_prompt(n_prompt - 1, default_widths(device))      # the last prompt token runs the decode step
+    return len(chunks) + (n_prompt - sum(chunks))
+
+
+@pytest.mark.parametrize("prefill", [False, True])
 @pytest.mark.parametrize("mode", MODES)
-def test_stops_at_the_last_position(device, tiny, monkeypatch, mode):
-    with vkdecode.load(tiny, device=device, mode=mode, ctx=CTX) as model:
+def test_stops_at_the_last_position(device, tiny, monkeypatch, mode, prefill):
+    with vkdecode.load(tiny, device=device, mode=mode, ctx=CTX, prefill=prefill) as model:
         ex = model.executor
         submits = count_submits(monkeypatch, device)
         rs = list(stream_generate(ex, model.tokenizer, PROMPT, max_tokens=100, stop_at_eos=False))
         assert len(rs) == 1 + CTX - len(PROMPT) == 7
         assert [r.finish_reason for r in rs] == [None] * 6 + ["length"]
-        assert submits[0] == CTX                  # one step per position 0..ctx-1, none after
+        # the prompt's steps, then one step per position up to ctx-1, none after
+        assert submits[0] == expected_submits(device, len(PROMPT), prefill) + CTX - len(PROMPT)
         assert gpu_pos(ex) == CTX                 # the last step ran at ctx-1
         assert rs[-1].stats["generated_tokens"] == 7
 
@@ -88,17 +99,19 @@ def test_same_tokens_up_to_the_end_in_every_mode(device, tiny):
     assert got["fused"] == got["replay-nofuse"] == got["unfused"]
 
 
+@pytest.mark.parametrize("prefill", [False, True])
 @pytest.mark.parametrize("mode", MODES)
-def test_prompt_filling_the_context_gives_one_token(device, tiny, monkeypatch, mode):
+def test_prompt_filling_the_context_gives_one_token(device, tiny, monkeypatch, mode, prefill):
     """A prompt of exactly ctx tokens fits (it used to be refused): one token, from the step at
     ctx - 1, then "length"; one token more is a ContextError before any step runs."""
     from vkdecode.errors import ContextError
     prompt = list(range(20, 20 + CTX))
-    with vkdecode.load(tiny, device=device, mode=mode, ctx=CTX) as model:
+    with vkdecode.load(tiny, device=device, mode=mode, ctx=CTX, prefill=prefill) as model:
         submits = count_submits(monkeypatch, device)
         rs = list(stream_generate(model.executor, model.tokenizer, prompt, max_tokens=100, stop_at_eos=False))
         assert len(rs) == 1 and rs[0].finish_reason == "length" and rs[0].stats["generated_tokens"] == 1
-        assert submits[0] == CTX and gpu_pos(model.executor) == CTX
+        n = expected_submits(device, CTX, prefill)
+        assert submits[0] == n and gpu_pos(model.executor) == CTX
         with pytest.raises(ContextError, match="raise --ctx"):
             list(stream_generate(model.executor, model.tokenizer, prompt + [5], max_tokens=1))
-        assert submits[0] == CTX
+        assert submits[0] == n
