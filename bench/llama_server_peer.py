@@ -25,6 +25,8 @@ import urllib.request
 
 import numpy as np
 
+from vkdecode.cli_bench import write_json
+
 
 def _read(path: str) -> str:
     with open(path, encoding="utf-8", errors="replace") as f:
@@ -116,8 +118,7 @@ def main(argv=None) -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
     if a.out:
-        with open(a.out, "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(result, a.out)
     return 0
 
 

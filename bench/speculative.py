@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import numpy as np
 
 from vkdecode import bench
+from vkdecode.cli_bench import write_json
 from vkdecode.executors import make_executor
 
 CODE = '''def mean_and_total(values):
@@ -121,12 +122,9 @@ def main(argv=None) -> int:
         dev.check_validation()
     finally:
         dev.close()
-    text = json.dumps(out, indent=2)
+    write_json(out, a.out or "-")
     if a.out:
-        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
-    print(text)
+        print(json.dumps(out, indent=1))
     return 0
 
 
