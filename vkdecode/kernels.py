@@ -56,6 +56,7 @@ class KernelCaps:
     matvec_rows: int = 0
     prefetch_bytes: int = 0     # weight bytes each fused attention prefetches into L2 (0: auto, < 0: none)
     prefetch_groups: int = 0    # prefetch workgroups per attention dispatch (0: fused_prefetch default)
+    matmul_narrow: int = 0      # chunk widths up to this take matmul_rows_narrow (0: 16, < 0: never)
 
     @classmethod
     def from_info(cls, info, **tuning) -> KernelCaps:
@@ -68,6 +69,9 @@ class KernelCaps:
             tuning.setdefault("attn_splits", 1)
             # and no L2 prefetch (fused_prefetch.py): a CPU has no GPU cache to fill, only work to waste
             tuning.setdefault("prefetch_bytes", -1)
+            # and the tiled chunk matmul at every width (tuned there; the narrow kernel's 64-lane
+            # workgroups over few rows fill a GPU, not a few CPU cores)
+            tuning.setdefault("matmul_narrow", -1)
         return cls(subgroup_size=int(f.get("subgroup_size", 1) or 1),
                    subgroup_arithmetic=bool(f.get("subgroup_arithmetic", False)),
                    subgroup_fixed=f.get("min_subgroup_size") == f.get("max_subgroup_size") == f.get("subgroup_size"),

@@ -12,6 +12,7 @@ import struct
 
 from fusion.ir import Op, Program
 from vkdecode.kernels import (
+    MAX_GROUPS_X,
     Binding,
     KernelCall,
     KernelCaps,
@@ -25,6 +26,7 @@ from vkdecode.kernels import (
 )
 
 MATMUL_BM = 64      # weight rows per workgroup (shaders/matmul_rows.comp BM)
+NARROW_OUTPUTS = 64  # outputs (weight rows x BN) per matmul_rows_narrow workgroup = its size
 # dtypes dequant.glsl's unit_weights decodes a unit at a time; any other dtype it reads through
 # dequant_elem, an element at a time (correct for every dtype dequant.glsl knows, only slower)
 UNIT_DTYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0")
@@ -56,6 +58,15 @@ def matmul_tile_rows(rows: int) -> int:
     return bn
 
 
+def _narrow_rows(caps: KernelCaps, bn: int) -> int:
+    """Weight rows per matmul_rows_narrow workgroup for a chunk of tile width bn, or 0 (tiled
+    matmul_rows): a chunk no wider than caps.matmul_narrow (0: 16) on a device whose limits hold a
+    64-invocation workgroup and its 64 x 65 floats of partial sums."""
+    limit = 16 if caps.matmul_narrow == 0 else caps.matmul_narrow
+    fits = caps.max_invocations >= NARROW_OUTPUTS and caps.max_shared >= 4 * NARROW_OUTPUTS * (NARROW_OUTPUTS + 1)
+    return NARROW_OUTPUTS // bn if bn <= min(limit, 16) and fits else 0
+
+
 def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     w, x = op.inputs
     wv = p.values[w]
@@ -67,12 +78,18 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     defines = (_dtype_define(wv.dtype),)
     if n_in % 32 == 0 and wv.dtype in UNIT_DTYPES:   # whole 32-wide k tiles: a unit at a time
         defines += (("UNITS", "1"),) + ((("WVEC", "1"),) if wv.dtype in ("f32", "f16") else ())
+    narrow = _narrow_rows(caps, bn)
     calls = []
     for r0, n in chunks:
         b = _wbindings(w, wv.dtype, r0, None if len(chunks) == 1 else n)
         b += (Binding(x), Binding(op.outputs[0]))
-        calls.append(KernelCall("matmul_rows", (wg, n_in, n, rows, n_out, bn), b, (len(b) - 1,),
-                                (-(-n // MATMUL_BM), -(-rows // bn), 1), push=struct.pack("<I", r0),
+        if narrow and -(-n // narrow) <= MAX_GROUPS_X:
+            kernel, spec = "matmul_rows_narrow", (NARROW_OUTPUTS, n_in, n, rows, n_out, bn, narrow)
+            grid = (-(-n // narrow), 1, 1)
+        else:
+            kernel, spec = "matmul_rows", (wg, n_in, n, rows, n_out, bn)
+            grid = (-(-n // MATMUL_BM), -(-rows // bn), 1)
+        calls.append(KernelCall(kernel, spec, b, (len(b) - 1,), grid, push=struct.pack("<I", r0),
                                 defines=defines,
                                 label=op.outputs[0] + (f"[{r0}:]" if len(chunks) > 1 else "")))
     return calls

@@ -16,6 +16,7 @@ import pytest
 from tests.helpers.make_models import tiny_hf_model, write_gguf
 from vkdecode.errors import ContextError
 from vkdecode.executors import make_executor
+from vkdecode.kernels import KernelCaps
 from vkdecode.models.loader import load_model
 from vkdecode.reference import Reference
 
@@ -75,6 +76,18 @@ def test_prefill_equals_token_path(device, tiny, arch, mode):
             else:                       # recorded once at enable_prefill
                 assert (c.descriptor_writes, c.descriptor_set_allocations, c.command_buffer_recordings,
                         c.submits) == (0, 0, 0, 1), f"chunk of {w}: {c.as_dict()}"
+
+
+@pytest.mark.parametrize("mode", ["replay-nofuse", "fused"])
+def test_prefill_with_the_gpu_narrow_matmul(device, tiny, mode):
+    """Chunks of <= 16 rows through matmul_rows_narrow (the GPU choice, forced on lavapipe)."""
+    m = tiny["qwen3"]
+    toks = prompt(30, seed=3)
+    want = reference_path(m, toks)
+    caps = KernelCaps.from_info(device.info, matmul_narrow=16)
+    with make_executor(mode, device, m.program, m.weights, caps=caps) as ex:
+        ex.enable_prefill((16, 8, 3))
+        check_against(ex, toks, *want, what=f"narrow {mode}")
 
 
 @pytest.mark.parametrize("dtype", ["f16", "q8_0", "q4_0", "q4_1", "q5_0"])

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from kernel_harness import caps_of, nmse, one_op, run_and_reference, step
 
+from vkdecode.kernels import op_calls
 from vkdecode.quant import quantize
 
 DTYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0")
@@ -53,6 +54,49 @@ def test_matmul_rows_split_weight(device):
     caps = replace(caps_of(device), max_storage_range=64 * 256, min_align=16)
     got, want = run_and_reference(device, p, {"w": w, "x": x}, caps)
     assert nmse(got["y"], want["y"]) <= LIMIT
+
+
+NARROW_SHAPES = [(2, 33, 32), (3, 64, 64), (5, 65, 96), (8, 1, 32), (16, 70, 64), (2, 300, 160)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,out,n_in", NARROW_SHAPES, ids=[f"T{t}-{o}x{i}" for t, o, i in NARROW_SHAPES])
+def test_matmul_rows_narrow(device, dtype, rows, out, n_in):
+    """The GPU narrow-chunk kernel (matmul_rows_narrow, forced here: lavapipe keeps the tiled one)
+    over every BN (4/8/16 -> 16/8/4 rows per workgroup) and row counts off its row groups."""
+    rng = np.random.default_rng(rows * 100 + out + n_in)
+    w = quantize((rng.standard_normal((out, n_in)) * 0.1).astype(np.float32), dtype)
+    x = rng.standard_normal(rows * n_in).astype(np.float32)
+    p = one_op("matmul", {"w": ((out, n_in), dtype, "weight"), "x": ((rows * n_in,), "f32", "activation")},
+               {"y": ((rows * out,), "f32", "output")}, rows=rows)
+    caps = caps_of(device, matmul_narrow=16)
+    assert [c.shader for c in op_calls(p, 0, caps)] == ["matmul_rows_narrow"]
+    got, want = run_and_reference(device, p, {"w": w, "x": x}, caps)
+    err = nmse(got["y"], want["y"])
+    assert err <= LIMIT, f"narrow matmul rows={rows} {dtype} [{out}, {n_in}]: nmse {err:.3g}"
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_matmul_rows_narrow_element_path(device, dtype):
+    """The narrow kernel's element-at-a-time path (in-dim not a whole 32-wide tile)."""
+    rng = np.random.default_rng(7)
+    w = quantize((rng.standard_normal((70, 20)) * 0.1).astype(np.float32), dtype)
+    x = rng.standard_normal(9 * 20).astype(np.float32)
+    p = one_op("matmul", {"w": ((70, 20), dtype, "weight"), "x": ((9 * 20,), "f32", "activation")},
+               {"y": ((9 * 70,), "f32", "output")}, rows=9)
+    got, want = run_and_reference(device, p, {"w": w, "x": x}, caps_of(device, matmul_narrow=16))
+    assert nmse(got["y"], want["y"]) <= LIMIT
+
+
+def test_matmul_rows_narrow_choice(device):
+    """lavapipe keeps the tiled kernel; a GPU takes the narrow one up to 16 rows, tiled beyond."""
+    def kernel(rows, **over):
+        p = one_op("matmul", {"w": ((64, 32), "f16", "weight"), "x": ((rows * 32,), "f32", "activation")},
+                   {"y": ((rows * 64,), "f32", "output")}, rows=rows)
+        return op_calls(p, 0, replace(caps_of(device), **over))[0].shader
+    assert kernel(8) == ("matmul_rows" if getattr(device.info, "device_type", "") == "cpu" else "matmul_rows_narrow")
+    assert kernel(8, matmul_narrow=0) == kernel(16, matmul_narrow=0) == "matmul_rows_narrow"
+    assert kernel(17, matmul_narrow=0) == kernel(8, matmul_narrow=-1) == "matmul_rows"
 
 
 HEADS = [(4, 2, 16), (3, 1, 6), (2, 2, 128)]
