@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from fusion.chunk import TOKENS, chunk_program
 
-# widths by device kind: a GPU needs wide chunks to turn the weight reads into matrix work; a CPU
-# (lavapipe) gains little past 32-64 rows. Width 2 keeps the tokens left to the decode step (each
-# as costly as a whole chunk on lavapipe: ~0.7 s for SmolLM2) at one or two. On an H100 a narrow
-# chunk costs as much as a wide one or more (Qwen3-0.6B F16, one chunk: 512 rows 72 ms, 128 30 ms,
-# 32 32 ms, 8 62 ms, 2 96 ms; bench/results/nvidia-h100-80gb-hbm3/prefill-1c06580/): the tiled
-# matmul's grid shrinks with the width. Below 64 rows the decode step (~1 ms a token) is cheaper.
-WIDTHS_GPU = (512, 256, 128, 64)
+# widths by device kind. A CPU (lavapipe) gains little past 32-64 rows; width 2 keeps the tokens
+# left to the decode step (each as costly as a whole chunk there: ~0.7 s for SmolLM2) at one or two.
+# On an H100 (Qwen3-0.6B F16, one chunk + the decode step) the GPU narrow-chunk matmul (<= 16 rows,
+# matmul_rows_narrow.comp) makes a 16-row chunk 3.9 ms, while the tiled kernel's 32- and 128-row
+# chunks cost 32 and 30-63 ms (its grid shrinks with the width; 2 rows took 96 ms before the narrow
+# kernel): 16-row chunks are the cheapest per token until the wide kernel is fixed.
+# bench/results/nvidia-h100-80gb-hbm3/prefill-*/
+WIDTHS_GPU = (16, 4)
 WIDTHS_CPU = (64, 32, 8, 2)
 
 
