@@ -25,7 +25,7 @@ from fusion.chunk import TOKENS, chunk_program
 # chunks: with 16 rows only, a 2000-token prompt took 823 / 1084 ms (SmolLM2 Q4_1 / Qwen3 F16; the
 # many chunks' attention adds up) against 264 / 717 ms in 512-row chunks.
 # bench/results/nvidia-h100-80gb-hbm3/prefill-*/
-WIDTHS_GPU = (512, 16, 4)
+WIDTHS_GPU = (512, 256, 128, 64, 16, 4)
 WIDTHS_CPU = (64, 32, 8, 2)
 
 
