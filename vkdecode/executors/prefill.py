@@ -21,9 +21,9 @@ from fusion.chunk import TOKENS, chunk_program
 # On an H100 (Qwen3-0.6B F16, one chunk + the decode step) the GPU narrow-chunk matmul (<= 16 rows,
 # matmul_rows_narrow.comp) makes a 16-row chunk 3.9 ms, while the tiled kernel's 32- and 128-row
 # chunks cost 32 and 30-63 ms (its grid shrinks with the width; 2 rows took 96 ms before the narrow
-# kernel): 16-row chunks are the cheapest per token for short prompts. Long ones start with 512-row
-# chunks: with 16 rows only, a 2000-token prompt took 823 / 1084 ms (SmolLM2 Q4_1 / Qwen3 F16; the
-# many chunks' attention adds up) against 264 / 717 ms in 512-row chunks.
+# kernel). Measured whole prompts (SmolLM2 Q4_1 / Qwen3 F16, 128, 512, 2000 tokens, ms): widths
+# 16/4 alone 25/34, 105/146, 823/1084 (many chunks' attention adds up at 2000); 512/256/128/64
+# 66/119, 105/205, 264/717; 512/256/128/64/16/4 30/52, 74/148, 283/728, the best balance.
 # bench/results/nvidia-h100-80gb-hbm3/prefill-*/
 WIDTHS_GPU = (512, 256, 128, 64, 16, 4)
 WIDTHS_CPU = (64, 32, 8, 2)
