@@ -129,15 +129,20 @@ def _hf_arch(cfg: dict, where: str) -> str:
                      f"(supported: {', '.join(HF_ARCHS)})")
 
 
-def _from_hf(cfg: dict, where: str) -> ModelArgs:
-    arch = _hf_arch(cfg, where)
-
+def hf_key(cfg: dict, where: str):
+    """key(name, default=None): cfg[name], or default, or a ModelError naming the missing key."""
     def key(name, default=None):
         if name in cfg and cfg[name] is not None:
             return cfg[name]
         if default is None:
             raise ModelError(f"{where}: missing key {name!r}")
         return default
+    return key
+
+
+def _from_hf(cfg: dict, where: str) -> ModelArgs:
+    arch = _hf_arch(cfg, where)
+    key = hf_key(cfg, where)
 
     if arch == "gemma3":     # its own readers and refusals (config_gemma3.py)
         from vkdecode.models.config_gemma3 import gemma3_from_hf

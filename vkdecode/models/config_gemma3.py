@@ -59,14 +59,9 @@ def _gemma_rope(cfg: dict, where: str):
 
 
 def gemma3_from_hf(cfg: dict, where: str):
-    from vkdecode.models.config import ModelArgs, hf_token_ids
+    from vkdecode.models.config import ModelArgs, hf_key, hf_token_ids
 
-    def key(name, default=None):
-        if name in cfg and cfg[name] is not None:
-            return cfg[name]
-        if default is None:
-            raise ModelError(f"{where}: missing key {name!r}")
-        return default
+    key = hf_key(cfg, where)
 
     act = cfg.get("hidden_activation") or cfg.get("hidden_act") or "gelu_pytorch_tanh"
     if act != "gelu_pytorch_tanh":
