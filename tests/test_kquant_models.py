@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.make_models import tiny_hf_model, write_gguf
+from tests.helpers.reference_run import greedy_against_reference
 from vkdecode.executors import make_executor
 from vkdecode.models.loader import load_model
 from vkdecode.models.weights import open_gguf
@@ -43,19 +44,6 @@ def test_q4_k_m_device_bytes_equal_file_bytes(device, models_dir, arch, tied):
     assert on_device * 5 < f32_bytes, (on_device, f32_bytes)
 
 
-def _run(ex, ref, steps, limit):
-    toks, tok = [], 1
-    ref.reset()
-    for pos in range(steps):
-        r = ref.step(tok, pos)
-        nxt = ex.step(tok, pos)
-        got = ex.read_logits()
-        rel = np.abs(got - r["logits"]).max() / np.abs(r["logits"]).max()
-        assert rel <= limit, f"{ex.mode} step {pos}: logits rel err {rel:.2e}"
-        assert nxt == int(r["next_token"][0]), f"{ex.mode} step {pos}: token {nxt} != reference"
-        toks.append(nxt)
-        tok = nxt
-    return toks
 
 
 @pytest.mark.parametrize("kv", ["f16", "f32"])
@@ -67,7 +55,7 @@ def test_q4_k_m_modes_match_reference(device, models_dir, arch, tied, kv):
     for mode in out:
         with make_executor(mode, device, m.program, m.weights) as ex:
             # f16 caches: see tests/test_fused_kernels.py LIMIT_F16_KV
-            out[mode] = _run(ex, ref, STEPS, 2e-3 if kv == "f16" else 1e-4)
+            out[mode] = greedy_against_reference(ex, ref, STEPS, first=1)[0]
             if mode == "fused":   # q4_k q, k and a q6_k v (the last layer) still share one dispatch
                 calls = [it.call for it in ex.items if it.call.shader == "rms_norm_matmul"]
                 assert len(calls) == m.args.n_layers

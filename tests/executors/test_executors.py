@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.make_models import LLAMA3_ROPE, tiny_hf_model
+from tests.helpers.reference_run import greedy_against_reference
 from vkdecode.errors import ContextError
 from vkdecode.executors import make_executor
 from vkdecode.models.loader import load_model
@@ -23,25 +24,7 @@ def tiny(models_dir):
     return {a: load_model(tiny_hf_model(f, models_dir, **over), ctx=48) for a, (f, over) in MODELS.items()}
 
 
-def _run(ex, ref, steps: int, first: int = 7):
-    """Feed the executor's own greedy tokens; compare logits and token with the reference each step.
-    An f16 KV cache rounds k and v as stored: a last-bit difference in a k before the rounding can
-    move it by one f16 step (1e-3 relative), hence the looser bound (the f32-cache test keeps 1e-4)."""
-    f16 = any(v.dtype == "f16" for v in ex.program.values.values() if v.kind == "state")
-    tol = 2e-3 if f16 else 1e-4
-    tok, logits, toks = first, [], []
-    ref.reset()
-    for pos in range(steps):
-        r = ref.step(tok, pos)
-        nxt = ex.step(tok, pos)
-        got = ex.read_logits()
-        rel = np.abs(got - r["logits"]).max() / np.abs(r["logits"]).max()
-        assert rel <= tol, f"{ex.mode} step {pos}: logits rel err {rel:.2e}"
-        assert nxt == int(r["next_token"][0]), f"{ex.mode} step {pos}: token {nxt} != reference"
-        logits.append(got)
-        toks.append(nxt)
-        tok = nxt
-    return toks, logits
+_run = greedy_against_reference
 
 
 @pytest.mark.parametrize("kv_dtype", ["f16", "f32"])
