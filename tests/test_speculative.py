@@ -10,7 +10,7 @@ from tests.helpers.make_models import tiny_hf_model
 from vkdecode.errors import UsageError
 from vkdecode.executors import make_executor
 from vkdecode.models.loader import load_model
-from vkdecode.speculative import PromptLookup
+from vkdecode.speculative import PromptLookup, VerifyPolicy
 
 
 def test_prompt_lookup_drafts_what_followed_the_latest_match():
@@ -59,7 +59,7 @@ def test_speculative_equals_plain_decode(device, tiny, mode):
     with make_executor(mode, device, m.program, m.weights) as ex:
         ex.enable_prefill((8,))
         plain = {name: plain_tokens(ex, p, n) for name, p in prompts().items()}
-        ex.enable_speculative(4)
+        ex.enable_speculative(4, always_verify=True)
         spec = {name: spec_tokens(ex, p, n) for name, p in prompts().items()}
         st = ex.speculative.stats
     assert spec == plain
@@ -79,9 +79,35 @@ def test_speculative_near_the_end_of_the_context(device, tiny):
     with make_executor("fused", device, m.program, m.weights) as ex:
         ex.enable_prefill((8,))
         plain = plain_tokens(ex, toks, 96 - 24 + 1)
-        ex.enable_speculative(6)
+        ex.enable_speculative(6, always_verify=True)
         assert spec_tokens(ex, toks, 96 - 24 + 1) == plain
         assert len(plain) == 96 - 24 + 1
+
+
+def test_verify_policy_checks_drafts_only_while_they_pay():
+    p = VerifyPolicy()
+    assert p.pays()                       # costs unknown: verify to learn them
+    p.note_plain(1.0)
+    p.note_verify(4.0, 2)                 # 2 tokens for 4 plain steps' time: a loss
+    declined = [p.pays() for _ in range(VerifyPolicy.PROBE_EVERY)]
+    assert declined[:-1] == [False] * (VerifyPolicy.PROBE_EVERY - 1)
+    assert declined[-1]                   # but one probe in PROBE_EVERY
+    for _ in range(12):
+        p.note_verify(4.0, 8)             # the text turned repetitive: 8 tokens per verify
+    assert p.pays()
+    assert VerifyPolicy(always=True).pays()
+
+
+def test_speculative_policy_keeps_plain_output(device, tiny):
+    """With the cost policy deciding (timings of this run), greedy output stays the plain one."""
+    toks = prompts()["repetitive"]
+    with make_executor("fused", device, tiny.program, tiny.weights) as ex:
+        ex.enable_prefill((8,))
+        plain = plain_tokens(ex, toks, 40)
+        ex.enable_speculative(4)
+        assert spec_tokens(ex, toks, 40) == plain
+        st = ex.speculative.stats
+        assert st.verify_steps + st.plain_steps >= 1 and st.declined <= st.plain_steps
 
 
 def test_speculative_refuses_sampling(device, models_dir):

@@ -13,6 +13,11 @@ Drafts come from prompt lookup (no second model): the longest of the last 3, 2 t
 occurred earlier in the prompt or the generated text proposes the K tokens that followed its most
 recent occurrence (continued periodically where it reaches the end of the text). No match: the
 plain decode step runs instead (one row is cheaper than K+1).
+
+A draft is only checked when checking pays (VerifyPolicy): a verify step costs what K+1 rows cost
+on this device (on an H100 the per-op chunk step of SmolLM2 is ~4.5 plain fused steps; on lavapipe
+~1.5), so low acceptance (code edits on the H100: 2.2 tokens per verify, 0.75x plain) must fall
+back to plain steps instead of losing to them.
 """
 from __future__ import annotations
 
@@ -60,10 +65,50 @@ class PromptLookup:
         return []
 
 
+class VerifyPolicy:
+    """Whether to check the next draft: running means of the wall time of a plain step and of a
+    verify step and of the tokens a verify step emits; verify while tokens_per_verify * plain >=
+    verify. Until both costs are known it verifies (to learn them); when it stops verifying it
+    still tries one draft in every PROBE_EVERY, so a text turning repetitive is noticed."""
+
+    ALPHA = 0.25        # weight of the newest sample in a running mean
+    PROBE_EVERY = 16
+
+    def __init__(self, always: bool = False):
+        self.always = always
+        self.plain_s: float | None = None
+        self.verify_s: float | None = None
+        self.tokens: float | None = None
+        self.declined = 0
+
+    def _mean(self, old: float | None, new: float) -> float:
+        return new if old is None else old + self.ALPHA * (new - old)
+
+    def note_plain(self, seconds: float) -> None:
+        self.plain_s = self._mean(self.plain_s, seconds)
+
+    def note_verify(self, seconds: float, emitted: int) -> None:
+        self.verify_s = self._mean(self.verify_s, seconds)
+        self.tokens = self._mean(self.tokens, float(emitted))
+
+    def pays(self) -> bool:
+        if self.always or self.plain_s is None or self.verify_s is None or self.tokens is None:
+            return True
+        if self.tokens * self.plain_s >= self.verify_s:
+            self.declined = 0
+            return True
+        self.declined += 1
+        if self.declined >= self.PROBE_EVERY:
+            self.declined = 0
+            return True
+        return False
+
+
 @dataclass
 class SpecStats:
     verify_steps: int = 0
-    plain_steps: int = 0          # no draft found: the decode step ran
+    plain_steps: int = 0          # no draft found, or checking it did not pay: the decode step ran
+    declined: int = 0             # drafts found but not checked (VerifyPolicy)
     drafted: int = 0              # draft tokens checked (padding excluded)
     accepted: int = 0
     emitted: int = 0
@@ -79,7 +124,7 @@ class SpecStats:
 class Speculative:
     """The verify executor of one decode executor (sharing its weights, caches, step buffer)."""
 
-    def __init__(self, decode_ex, k: int):
+    def __init__(self, decode_ex, k: int, always_verify: bool = False):
         from fusion.chunk import chunk_program
         from vkdecode.executors.prefill import chunk_executor
         if k < 1:
@@ -92,6 +137,7 @@ class Speculative:
         prog = chunk_program(decode_ex.program, k + 1, "all")
         self.verify = chunk_executor(decode_ex.mode, decode_ex.device, prog, decode_ex.caps, share)
         self.stats = SpecStats()
+        self.policy = VerifyPolicy(always=always_verify)
 
     def run(self, history: list[int], token: int, pos: int, max_steps: int):
         """Yields up to max_steps tokens after `token` (at `pos`), like Executor.decode; history is
@@ -105,10 +151,14 @@ class Speculative:
         left = min(max_steps, ex.ctx - pos)
         while left > 0:
             drafts = look.draft() if pos + k < ex.ctx else []
+            if drafts and not self.policy.pays():
+                drafts = []
+                self.stats.declined += 1
             t0 = time.perf_counter()
             if not drafts:
                 emitted = [ex.step(token, pos)]
                 self.stats.plain_steps += 1
+                self.policy.note_plain(time.perf_counter() - t0)
             else:
                 self.stats.verify_steps += 1
                 self.stats.drafted += len(drafts)
@@ -121,6 +171,7 @@ class Speculative:
                     n += 1
                 self.stats.accepted += n
                 emitted = g[:n + 1]
+                self.policy.note_verify(time.perf_counter() - t0, len(emitted))
                 ex.token_stats.append(v.token_stats.pop())
             # one TokenStats per emitted token (the step's counters on the first), so the run
             # summary's tok/s and per-token figures stay per token

@@ -157,14 +157,15 @@ class Executor:
             self.prefill_set.close()
         self.prefill_set = Prefill(self, widths)
 
-    def enable_speculative(self, k: int) -> None:
+    def enable_speculative(self, k: int, always_verify: bool = False) -> None:
         """Greedy speculative decoding: K prompt-lookup drafts checked per replayed verify step
-        (vkdecode/speculative.py); generation then decodes through it."""
+        (vkdecode/speculative.py); generation then decodes through it. always_verify checks every
+        draft found, paying or not (tests; bench/speculative.py's acceptance figures)."""
         from vkdecode.speculative import Speculative
         if self.speculative is not None:
             self.speculative.close()
             self.speculative = None
-        self.speculative = Speculative(self, k)
+        self.speculative = Speculative(self, k, always_verify)
 
     def prefill(self, tokens, pos0: int = 0, should_stop=None) -> int | None:
         """Run prompt tokens at positions pos0.. and return the next token: all but the last in
