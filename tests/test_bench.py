@@ -148,3 +148,13 @@ def test_prefill_bench_json(tmp_path):
     assert r["fused"]["21"]["chunks"] == [8, 8, 4] and r["fused"]["widths"] == [8, 4]
     assert r["unfused"]["9"]["prompt_tok_s"] > 0
     assert set(r["fused-token-by-token"]) == {"9", "21"}
+
+
+def test_atomics_hand_over_keeps_the_chain_right(device):
+    """bench/dispatch_chain.py's hand-over links compute the chain's values: dispatches waiting on
+    a counter (lavapipe runs dispatches in order), and one resident workgroup looping over every
+    link. More workgroups than run at once flag the failed wait instead of hanging."""
+    from bench.dispatch_chain import handoff_us
+    assert handoff_us(device, 6, 256, 0, reps=1)["correct"]
+    assert handoff_us(device, 6, 256, 1, reps=1)["correct"]
+    assert handoff_us(device, 6, 256, 1, reps=1, poll_load=True)["correct"]
