@@ -57,6 +57,7 @@ class KernelCaps:
     prefetch_bytes: int = 0     # weight bytes each fused attention prefetches into L2 (0: auto, < 0: none)
     prefetch_groups: int = 0    # prefetch workgroups per attention dispatch (0: fused_prefetch default)
     matmul_narrow: int = 0      # chunk widths up to this take matmul_rows_narrow (0: 16, < 0: never)
+    attn_rows_tiled: int = 0    # chunk attention staged through shared memory (0: where it fits, < 0: never)
 
     @classmethod
     def from_info(cls, info, **tuning) -> KernelCaps:
@@ -72,6 +73,9 @@ class KernelCaps:
             # and the tiled chunk matmul at every width (tuned there; the narrow kernel's 64-lane
             # workgroups over few rows fill a GPU, not a few CPU cores)
             tuning.setdefault("matmul_narrow", -1)
+            # and the per-(row, head) chunk attention: the tiled one was slower there (SmolLM2 Q4_1,
+            # 64-row chunk: 2.6 vs 1.7 s of attention, a busy 2-core machine)
+            tuning.setdefault("attn_rows_tiled", -1)
         return cls(subgroup_size=int(f.get("subgroup_size", 1) or 1),
                    subgroup_arithmetic=bool(f.get("subgroup_arithmetic", False)),
                    subgroup_fixed=f.get("min_subgroup_size") == f.get("max_subgroup_size") == f.get("subgroup_size"),

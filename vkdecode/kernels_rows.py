@@ -117,16 +117,32 @@ def _kv_write(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
                        defines=kv_defines(p, op.outputs[0]), label=op.outputs[0])]
 
 
+def _attention_tile(caps: KernelCaps, d: int) -> tuple[int, int] | None:
+    """(BQ query rows, BK keys) per workgroup of attention_rows_tiled.comp that fit the device's
+    shared memory, or None (attention_rows.comp)."""
+    if caps.attn_rows_tiled < 0 or caps.max_invocations < 256:
+        return None
+    for bq, bk in ((16, 32), (16, 16), (8, 16)):
+        if 4 * (bq * d + bk * (d + 1) + bk * d + bq * bk + 3 * bq) <= caps.max_shared:
+            return bq, bk
+    return None
+
+
 def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     q, kc, vc, step = op.inputs
     a = op.attrs
     h, kvh, d, rows = int(a["n_heads"]), int(a["n_kv_heads"]), int(a["head_dim"]), int(a["rows"])
+    b = (Binding(q), Binding(kc), Binding(vc), Binding(step), Binding(op.outputs[0]))
+    spec = (h, kvh, d, rows, float(a["scale"]), int(a.get("window", 0)))
+    tile = _attention_tile(caps, d)
+    if tile is not None:
+        bq, bk = tile
+        return [KernelCall("attention_rows_tiled", (256,) + spec + (bq, bk), b, (4,), (h, -(-rows // bq), 1),
+                           defines=kv_defines(p, kc), label=op.outputs[0])]
     wg = _wg(caps, max(d, 64), cap=max(256, d))
     if wg < d:
         raise ValueError(f"attention {op.outputs[0]}: head_dim {d} > workgroup size {wg}")
-    b = (Binding(q), Binding(kc), Binding(vc), Binding(step), Binding(op.outputs[0]))
-    spec = (wg, h, kvh, d, rows, float(a["scale"]), int(a.get("window", 0)))
-    return [KernelCall("attention_rows", spec, b, (4,), (h, rows, 1),
+    return [KernelCall("attention_rows", (wg,) + spec, b, (4,), (h, rows, 1),
                        defines=_reduce_defines(caps) + kv_defines(p, kc), label=op.outputs[0])]
 
 

@@ -103,13 +103,14 @@ HEADS = [(4, 2, 16), (3, 1, 6), (2, 2, 128)]
 
 
 @pytest.mark.parametrize("h,kvh,d", HEADS, ids=[f"h{h}kv{k}d{d}" for h, k, d in HEADS])
-@pytest.mark.parametrize("rows,pos0", [(1, 0), (3, 0), (8, 5), (16, 100), (5, 123)])
-@pytest.mark.parametrize("path", ["sg", "smem"])
-def test_attention_rows(device, h, kvh, d, rows, pos0, path):
+@pytest.mark.parametrize("rows,pos0,window", [(1, 0, 0), (3, 0, 0), (8, 5, 0), (16, 100, 0), (5, 123, 0),
+                                               (17, 30, 0), (40, 50, 0), (20, 40, 7), (33, 2, 9)])
+@pytest.mark.parametrize("path", ["sg", "smem", "tiled"])
+def test_attention_rows(device, h, kvh, d, rows, pos0, window, path):
     caps = caps_of(device)
     if path == "sg" and not caps.subgroup_arithmetic:
         pytest.skip("device has no subgroup arithmetic")
-    caps = replace(caps, subgroup_arithmetic=(path == "sg"))
+    caps = replace(caps, subgroup_arithmetic=(path == "sg"), attn_rows_tiled=0 if path == "tiled" else -1)
     ctx = 128
     rng = np.random.default_rng(h * 100 + rows + pos0)
     kc = rng.standard_normal((ctx, kvh * d)).astype(np.float32)
@@ -118,7 +119,10 @@ def test_attention_rows(device, h, kvh, d, rows, pos0, path):
     p = one_op("attention", {"q": ((rows * h * d,), "f32", "activation"), "kc": ((ctx, kvh * d), "f32", "state"),
                              "vc": ((ctx, kvh * d), "f32", "state"), "step": ((8,), "u32", "step")},
                {"o": ((rows * h * d,), "f32", "output")}, n_heads=h, n_kv_heads=kvh, head_dim=d,
-               scale=d ** -0.5, rows=rows)
+               scale=d ** -0.5, rows=rows, window=window)
+    shader = op_calls(p, 0, caps)[0].shader
+    if rows > 1:   # one row is the decode step's attention
+        assert shader == ("attention_rows_tiled" if path == "tiled" else "attention_rows")
     got, want = run_and_reference(device, p, {"q": q, "kc": kc, "vc": vc, "step": step(0, pos0)}, caps)
     assert nmse(got["o"], want["o"]) <= 1e-9
 
