@@ -84,13 +84,26 @@ void main() {
         }
     }
 #endif
+#ifdef USE_SUBGROUP
+    // only the RW x T outputs that exist: a subgroup sum each, then gl_NumSubgroups partials per
+    // output instead of WG (the shared-memory sum of 64 partials per output was most of the cost
+    // of a small matmul: few K units per invocation)
+    for (uint r = 0; r < RW; r++)
+        for (uint t = 0; t < T; t++) {
+            float v = subgroupAdd(acc[r * BN + t]);
+            if (subgroupElect()) part[(r * BN + t) * (WG + 1) + gl_SubgroupID] = v;
+        }
+    const uint nparts = gl_NumSubgroups;
+#else
     for (uint o = 0; o < NOUT; o++) part[o * (WG + 1) + tid] = acc[o];
+    const uint nparts = WG;
+#endif
     barrier();
     // WG == NOUT: invocation o sums output o (weight row o / BN, chunk row o % BN)
     const uint r = tid / BN, t = tid % BN, m = m0 + r;
     if (t < T && m < M) {
         float s = 0.0;
-        for (uint i = 0; i < WG; i++) s += part[tid * (WG + 1) + i];
+        for (uint i = 0; i < nparts; i++) s += part[tid * (WG + 1) + i];
         y[t * MTOT + pc.row0 + m] = s;
     }
 }

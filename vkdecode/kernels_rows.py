@@ -86,11 +86,13 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
         if narrow and -(-n // narrow) <= MAX_GROUPS_X:
             kernel, spec = "matmul_rows_narrow", (NARROW_OUTPUTS, n_in, n, rows, n_out, bn, narrow)
             grid = (-(-n // narrow), 1, 1)
+            call_defines = defines + _reduce_defines(caps)
         else:
             kernel, spec = "matmul_rows", (wg, n_in, n, rows, n_out, bn)
             grid = (-(-n // MATMUL_BM), -(-rows // bn), 1)
+            call_defines = defines
         calls.append(KernelCall(kernel, spec, b, (len(b) - 1,), grid, push=struct.pack("<I", r0),
-                                defines=defines,
+                                defines=call_defines,
                                 label=op.outputs[0] + (f"[{r0}:]" if len(chunks) > 1 else "")))
     return calls
 

@@ -77,14 +77,18 @@ def test_matmul_rows_narrow(device, dtype, rows, out, n_in):
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
-def test_matmul_rows_narrow_element_path(device, dtype):
-    """The narrow kernel's element-at-a-time path (in-dim not a whole 32-wide tile)."""
+@pytest.mark.parametrize("sg", [True, False], ids=["sg", "smem"])
+def test_matmul_rows_narrow_element_path(device, dtype, sg):
+    """The narrow kernel's element-at-a-time path (in-dim not a whole 32-wide tile), with the
+    partial sums reduced by subgroups and by shared memory alone."""
     rng = np.random.default_rng(7)
     w = quantize((rng.standard_normal((70, 20)) * 0.1).astype(np.float32), dtype)
     x = rng.standard_normal(9 * 20).astype(np.float32)
     p = one_op("matmul", {"w": ((70, 20), dtype, "weight"), "x": ((9 * 20,), "f32", "activation")},
                {"y": ((9 * 70,), "f32", "output")}, rows=9)
-    got, want = run_and_reference(device, p, {"w": w, "x": x}, caps_of(device, matmul_narrow=16))
+    caps = caps_of(device, matmul_narrow=16)
+    caps = replace(caps, subgroup_arithmetic=sg and caps.subgroup_arithmetic)
+    got, want = run_and_reference(device, p, {"w": w, "x": x}, caps)
     assert nmse(got["y"], want["y"]) <= LIMIT
 
 
