@@ -42,11 +42,11 @@ def time_prompt(ex, ids: list[int], reps: int, warmup: int) -> dict:
         if r >= warmup:
             times.append(dt)
             chunks = ex.prefill_set.chunks if ex.prefill_set is not None else []
-            gpu.append(sum(s.gpu_us for _, s in chunks) + sum(s.gpu_us for s in ex.token_stats))
+            gpu.append(sum(c.stats.gpu_us for c in chunks) + sum(s.gpu_us for s in ex.token_stats))
     med = statistics.median(times)
     return {"ttft_ms": med * 1e3, "ttft_ms_min": min(times) * 1e3, "prompt_tok_s": len(ids) / med,
             "gpu_ms": statistics.median(gpu) / 1e3, "reps": reps,
-            "chunks": [w for w, _ in ex.prefill_set.chunks] if ex.prefill_set is not None else []}
+            "chunks": [[c.width, c.tokens] for c in ex.prefill_set.chunks] if ex.prefill_set is not None else []}
 
 
 def main(argv=None) -> int:

@@ -145,7 +145,7 @@ def test_prefill_bench_json(tmp_path):
     assert main(["--shape", "tiny", "--lengths", "9", "21", "--reps", "1", "--warmup", "0",
                  "--modes", "fused", "unfused", "--widths", "8,4", "--out", str(out)]) == 0
     r = json.loads(out.read_text())["results"]
-    assert r["fused"]["21"]["chunks"] == [8, 8, 4] and r["fused"]["widths"] == [8, 4]
+    assert r["fused"]["21"]["chunks"] == [[8, 8], [8, 8], [4, 4]] and r["fused"]["widths"] == [8, 4]
     assert r["unfused"]["9"]["prompt_tok_s"] > 0
     assert set(r["fused-token-by-token"]) == {"9", "21"}
 

@@ -97,7 +97,7 @@ def test_early_close_and_should_stop_keep_the_rows_exact():
 def positions_run(model) -> int:
     """Positions the last generation ran: decode steps plus the tokens of its prompt chunks."""
     ps = model.executor.prefill_set
-    return len(model.executor.token_stats) + (sum(w for w, _ in ps.chunks) if ps is not None else 0)
+    return len(model.executor.token_stats) + (sum(c.tokens for c in ps.chunks) if ps is not None else 0)
 
 
 @pytest.mark.parametrize("mode,kw", [("fused", {}), ("fused", {"tokens_per_submit": 4}), ("unfused", {}),

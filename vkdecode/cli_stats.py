@@ -83,7 +83,7 @@ def prefill_stats(ex, width: int) -> dict:
     ex.prefill(ids, 0)
     ex.prefill(ids, 0)       # again: the first run of a pipeline may include the driver's JIT
     ch = ex.prefill_set.runners[width]
-    _, last = ex.prefill_set.chunks[-1]
+    last = ex.prefill_set.chunks[-1].stats
     return {"width": width, "regions": ch.region_stats(), "executed_per_chunk": executed_per_token(ch),
             "host_calls_per_chunk": host_calls_per_token(last.counters.as_dict()),
             "host_us": last.host_us, "gpu_us": last.gpu_us}

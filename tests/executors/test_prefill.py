@@ -68,8 +68,8 @@ def test_prefill_equals_token_path(device, tiny, arch, mode):
     with make_executor(mode, device, m.program, m.weights) as ex:
         ex.enable_prefill((16, 8, 3))       # 36 = 16 + 16 + 3 + one decode step, then the last
         check_against(ex, toks, *want, what=f"{arch} {mode}")
-        assert [w for w, _ in ex.prefill_set.chunks] == [16, 16, 3]
-        for w, s in ex.prefill_set.chunks:
+        assert [c.width for c in ex.prefill_set.chunks] == [16, 16, 3]
+        for w, _, s in ex.prefill_set.chunks:
             c = s.counters
             if mode == "unfused":       # re-recorded and re-written per chunk, as per token
                 assert c.command_buffer_recordings == 1 and c.descriptor_writes > 0
@@ -108,7 +108,7 @@ def test_width_one_chunks_and_a_prompt_filling_the_context(device, tiny):
     with make_executor("fused", device, m.program, m.weights) as ex:
         ex.enable_prefill((32, 7, 1))          # 47 = 32 + 7 + 7 + 1: width-1 chunks run too
         check_against(ex, toks, *want, what="full context")
-        assert [w for w, _ in ex.prefill_set.chunks] == [32, 7, 7, 1]
+        assert [c.width for c in ex.prefill_set.chunks] == [32, 7, 7, 1]
         with pytest.raises(ContextError):
             ex.prefill(toks + [5], 0)
 
@@ -162,3 +162,16 @@ def test_prefill_gemma3_window_and_k_quants(device, models_dir):
         with make_executor("fused", device, m.program, m.weights) as ex:
             ex.enable_prefill((16, 5))
             check_against(ex, toks, *want, what=str(src))
+
+
+def test_split_prompt_pads_a_nearly_full_chunk():
+    from vkdecode.executors.prefill import split_prompt
+    ws = (512, 256, 128, 64, 16, 4)
+    assert split_prompt(511, ws, 2048) == [(512, 511)]                 # one padded chunk, not nine
+    assert split_prompt(511, ws) == [(256, 256), (128, 128), (64, 64), (16, 16), (16, 16), (16, 16),
+                                     (4, 4), (4, 4), (4, 4)]          # no room given: no padding
+    assert split_prompt(511, ws, 511) == split_prompt(511, ws)         # padding must fit the context
+    assert split_prompt(1999, ws, 4096) == [(512, 512)] * 3 + [(512, 463)]
+    assert split_prompt(300, ws, 4096) == [(256, 256), (16, 16), (16, 16), (16, 12)]
+    assert split_prompt(2, ws, 100) == []                              # under the narrowest width
+    assert split_prompt(3, ws, 100) == [(4, 3)]

@@ -52,8 +52,8 @@ def expected_submits(device, n_prompt: int, prefill: bool) -> int:
     if not prefill:
         return n_prompt
     from vkdecode.executors.prefill import default_widths, split_prompt
-    chunks = split_prompt(n_prompt - 1, default_widths(device))      # the last prompt token runs the decode step
-    return len(chunks) + (n_prompt - sum(chunks))
+    chunks = split_prompt(n_prompt - 1, default_widths(device), CTX)  # the last prompt token runs the decode step
+    return len(chunks) + (n_prompt - sum(n for _, n in chunks))
 
 
 @pytest.mark.parametrize("prefill", [False, True])

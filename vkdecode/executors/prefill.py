@@ -5,14 +5,16 @@ A width is built once (replay modes: its descriptor sets written and its command
 once, like the decode step); per chunk the host writes the T token ids and the first position,
 submits and waits: 0 descriptor writes and 0 recordings per chunk. Unfused mode re-records per
 chunk, as it does per token. Widths come from a small fixed set (the number of recordings stays
-bounded); a prompt is cut greedily into the widest chunks that fit and the rest (fewer tokens
-than the narrowest width, and always the prompt's last token) runs through the decode step, which
-is the width-1 chunk. No padding: a chunk never writes a KV row past the prompt.
+bounded); a prompt is cut greedily into the widest chunks that fit, a rest that nearly fills a
+width runs as one padded chunk (split_prompt), and what is left (fewer tokens than the narrowest
+width, and always the prompt's last token) runs through the decode step, the width-1 chunk.
 
 Narrower widths reuse the widest width's activation buffers (chunks never run concurrently), so
 activation memory is that of the widest chunk only.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from fusion.chunk import TOKENS, chunk_program
 
@@ -33,15 +35,39 @@ def default_widths(device) -> tuple[int, ...]:
     return WIDTHS_CPU if getattr(device.info, "device_type", "") == "cpu" else WIDTHS_GPU
 
 
-def split_prompt(n: int, widths) -> list[int]:
-    """Chunk widths covering n tokens greedily, widest first; what is left (< the narrowest
-    width) is not covered (the caller runs it through the decode step)."""
-    out = []
-    for w in sorted(set(widths), reverse=True):
-        while n >= w:
-            out.append(w)
-            n -= w
+# A rest of at least this fraction of the next wider width runs as one chunk of that width, its
+# last rows padding: one 512-row chunk for a 511-token prompt instead of nine (256+128+64+16x3+4x3).
+# Padding rows write KV rows past the prompt, which decode steps overwrite before anything reads
+# them (attention reads rows up to its own position only), as with a verify step's rejected drafts.
+PAD_FILL = 0.75
+
+
+def split_prompt(n: int, widths, room: int | None = None) -> list[tuple[int, int]]:
+    """(width, prompt tokens) of the chunks covering n tokens: the widest chunks that fit, and a
+    rest of >= PAD_FILL of a width as one padded chunk, if `room` (context rows left from the
+    first chunk's position; None: no padding) holds it. What is left (fewer tokens than the
+    narrowest width) is not covered: the caller runs it through the decode step."""
+    ws = sorted(set(widths), reverse=True)
+    out: list[tuple[int, int]] = []
+    while n > 0:
+        up = [w for w in ws if n <= w <= (room if room is not None else n)]
+        if up and n >= PAD_FILL * min(up):
+            out.append((min(up), n))
+            break
+        down = [w for w in ws if w <= n]
+        if not down:
+            break
+        out.append((down[0], down[0]))
+        n -= down[0]
+        if room is not None:
+            room -= down[0]
     return out
+
+
+class ChunkRun(NamedTuple):
+    width: int          # the chunk program that ran
+    tokens: int         # prompt tokens it covered (< width: padded)
+    stats: object       # its TokenStats
 
 
 def chunk_executor(mode: str, device, program, caps, share):
@@ -73,23 +99,24 @@ class Prefill:
         except BaseException:
             self.close()
             raise
-        self.chunks: list[tuple[int, object]] = []     # (width, TokenStats) of every chunk run
+        self.chunks: list[ChunkRun] = []     # every chunk run since the caller last cleared it
 
     def run(self, tokens, pos0: int, should_stop=None) -> int | None:
         """Fill the KV cache for tokens at positions pos0..; returns how many were covered (a
         prefix: the caller runs the rest through the decode step), or None when should_stop()
         turned true before a chunk."""
         done = 0
-        for w in split_prompt(len(tokens), self.widths):
+        for w, n in split_prompt(len(tokens), self.widths, self.decode.ctx - pos0):
             if should_stop is not None and should_stop():
                 return None
             ex = self.runners[w]
             ids = ex.plan.slices[(TOKENS, "data")]
-            ids.buffer.write_u32(ids.offset // 4, [int(t) for t in tokens[done:done + w]])
+            real = [int(t) for t in tokens[done:done + n]]
+            ids.buffer.write_u32(ids.offset // 4, real + real[-1:] * (w - n))   # padding rows
             ex.step(int(tokens[done]), pos0 + done)
-            self.chunks.append((w, ex.token_stats[-1]))
+            self.chunks.append(ChunkRun(w, n, ex.token_stats[-1]))
             ex.token_stats.clear()
-            done += w
+            done += n
         return done
 
     def region_stats(self) -> dict[int, list[dict]]:
