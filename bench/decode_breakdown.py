@@ -25,6 +25,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from dataclasses import replace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # run from anywhere
@@ -130,8 +131,12 @@ def bench_model(kind: str, what: str, quant: str, a):
         from bench.shape_gguf import write_shape_gguf
         layers = f"-{a.layers}l" if a.layers else ""
         path = os.path.join(a.gguf_dir, f"{what}{layers}-{quant}.gguf")
-        if not os.path.exists(path):
+        if not os.path.exists(path):   # written once: a second run reuses the file
+            os.makedirs(a.gguf_dir, exist_ok=True)
+            t0 = time.perf_counter()
             write_shape_gguf(path, what, quant, n_layers=a.layers)
+            print(f"wrote {path} ({os.path.getsize(path) / 2**30:.2f} GiB) in {time.perf_counter() - t0:.1f} s",
+                  flush=True)
     return bench.file_model(path, a.ctx, a.prompt_tokens), path
 
 
@@ -189,7 +194,7 @@ def main(argv=None) -> int:
                 peer["decode"] = decode_timings(url, ids, a.tokens, a.llama_reps, 2)
             r["peer"] = peer
             r["ratio_vs_llama_cpp"] = r["tok_s"]["median"] / peer["decode"]["tok_s_median"]
-            print(format_breakdown(r), flush=True)
+            print(format_breakdown(r).splitlines()[-1].strip(), flush=True)
     write_json(out, a.out or "-")
     return 0
 
