@@ -49,8 +49,11 @@ def kv_bytes_per_token(model, n: int) -> int:
 
 
 def _rate(nbytes: float, us: float, copy: float) -> dict:
+    """GB/s of nbytes in us, against the copy; us_at_copy: the time the bytes alone would take at
+    the copy's rate (what is left above it is latency: the dispatch chain, reductions, launch)."""
     gbps = nbytes / (us * 1e3) if us > 0 else 0.0
-    return {"GBps": gbps, "fraction_of_copy": gbps / copy if copy else None}
+    return {"GBps": gbps, "fraction_of_copy": gbps / copy if copy else None,
+            "us_at_copy": nbytes / (copy * 1e3) if copy else None}
 
 
 def breakdown(dev, model, caps, n: int, reps: int, copy: float) -> dict:
@@ -86,12 +89,14 @@ def format_breakdown(r: dict) -> str:
     head = (f"{m['name']} {m['quant']} ({m['n_layers']} layers, hidden {m['hidden_size']}): "
             f"{r['tok_s']['median']:.1f} tok/s, GPU {r['gpu_us']['median']:.1f} µs/token, "
             f"{r['executed_per_token']['dispatches']} dispatches, {(s['weight_bytes'] + s['kv_bytes']) / 1e6:.1f} MB "
-            f"-> {s['gpu']['GBps']:.0f} GB/s of GPU time ({_pct(s['gpu'])} of copy)")
+            f"-> {s['gpu']['GBps']:.0f} GB/s of GPU time ({_pct(s['gpu'])} of copy; "
+            f"{s['gpu']['us_at_copy'] or 0:.1f} µs at the copy's rate)")
     lines = [head,
-             f"  {'rule':36s} {'µs':>9s} {'share':>6s} {'disp':>5s} {'MB':>9s} {'GB/s':>7s} {'copy':>6s}"]
+             f"  {'rule':36s} {'µs':>9s} {'share':>6s} {'disp':>5s} {'MB':>9s} {'GB/s':>7s} {'copy':>6s} {'µs@copy':>9s}"]
     for rule, e in r["rules"].items():
         lines.append(f"  {rule:36s} {e['us']:9.1f} {100 * e['share_of_step']:5.1f}% {e['dispatches']:5d} "
-                     f"{(e['weight_bytes'] + e['kv_bytes']) / 1e6:9.2f} {e['GBps']:7.0f} {_pct(e):>6s}")
+                     f"{(e['weight_bytes'] + e['kv_bytes']) / 1e6:9.2f} {e['GBps']:7.0f} {_pct(e):>6s} "
+                     f"{e['us_at_copy'] or 0:9.1f}")
     lines.append(f"  (profiled step {r['profiled_step_gpu_us']:.1f} µs with region timestamps; "
                  f"regions sum to {r['rules_gpu_us_sum']:.1f})")
     if "peer" in r:

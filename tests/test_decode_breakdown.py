@@ -44,6 +44,7 @@ def test_breakdown_json(tmp_path, capsys):
         assert r["rules_gpu_us_sum"] == pytest.approx(sum(e["us"] for e in rules.values()))
         for e in list(rules.values()) + [step["gpu"], step["wall"]]:
             assert e["GBps"] >= 0 and e["fraction_of_copy"] == pytest.approx(e["GBps"] / res["copy_GBps"]["best"])
+            assert e["us_at_copy"] > 0
         assert step["gpu"]["GBps"] == pytest.approx((step["weight_bytes"] + step["kv_bytes"]) / step["gpu_us"] / 1e3)
         assert "peer" not in r
     assert "RMS_NORM_MATMUL_SILU_MUL" in capsys.readouterr().out
