@@ -13,8 +13,8 @@ Timing is vkdecode.bench's: fused replay, the prompt (--prompt-tokens) then --to
 one warm-up run, median over --reps (tok/s from wall time, GPU µs from the step's timestamps).
 The rule breakdown comes from a second executor with a timestamp after every region (they slow
 the step, so they stay out of the timed runs): median µs per region over the steps, summed by
-rule. Bytes per rule: the weights its regions read (the embedding: one row) plus, for the
-attention rule, the KV rows it reads at the mean timed position. With the L2 prefetch on (GPUs,
+rule. Bytes per rule: the weights its regions read (the embedding: one row) plus the KV rows its
+attention ops read, averaged over the timed positions. With the L2 prefetch on (GPUs,
 weights of 2 MiB or more), attention dispatches read part of the next regions' weights, so those
 regions' GB/s come out high and the attention's low; `--no-prefetch` turns it off.
 """
@@ -34,18 +34,27 @@ from vkdecode import bench
 from vkdecode.cli_bench import write_json
 
 
-def kv_bytes_per_token(model, n: int) -> int:
-    """K and V bytes attention reads per step, averaged over the timed positions (prompt .. +n-1):
-    rows 0..pos of every layer (a sliding layer: its window)."""
-    a = model.args
-    elem = 2 if model.kv_dtype == "f16" else 4
-    p0 = len(model.prompt_ids)
-    total = 0
-    for pos in range(p0, p0 + n):
-        for i in range(a.n_layers):
-            sliding = a.layer_types and a.layer_types[i] == "sliding_attention"
-            total += min(pos + 1, a.sliding_window) if sliding else pos + 1
-    return round(2 * a.n_kv_heads * a.head_dim * elem * total / n)
+def kv_bytes(program, op, p0: int, n: int) -> int:
+    """K and V bytes one attention op reads per step, averaged over positions p0 .. p0+n-1: rows
+    0..pos of its caches (a sliding window: at most `window` rows)."""
+    from vkdecode.executors.plan import value_bytes
+    _, k_cache, v_cache, _ = op.inputs
+    window = int(op.attrs.get("window", 0))
+    rows = sum(min(pos + 1, window) if window else pos + 1 for pos in range(p0, p0 + n))
+    row_bytes = sum(value_bytes(program.values[c]) // program.values[c].shape[0] for c in (k_cache, v_cache))
+    return round(row_bytes * rows / n)
+
+
+def kv_bytes_by_rule(ex, p0: int, n: int) -> dict[str, int]:
+    """kv_bytes of every attention op, summed by the rule of the region that runs it."""
+    out: dict[str, int] = {}
+    for r in ex.regions:
+        for i in r.ops:
+            op = ex.program.ops[i]
+            if op.kind == "attention":
+                key = r.rule or r.name
+                out[key] = out.get(key, 0) + kv_bytes(ex.program, op, p0, n)
+    return out
 
 
 def _rate(nbytes: float, us: float, copy: float) -> dict:
@@ -65,14 +74,13 @@ def breakdown(dev, model, caps, n: int, reps: int, copy: float) -> dict:
         rules = bench.region_profile(ex, model.prompt_ids, n)
         profiled_us = statistics.median(s.gpu_us for s in ex.token_stats[-n:])
         executed = bench.executed_per_token(ex)
-        attention = {r.rule or r.name for r in ex.regions
-                     if any(ex.program.ops[i].kind == "attention" for i in r.ops)}
+        kv_by_rule = kv_bytes_by_rule(ex, len(model.prompt_ids), n)
     wb = bench.weight_bytes_per_token(model.program, model.weights)
-    kv = kv_bytes_per_token(model, n)
+    kv = sum(kv_by_rule.values())
     gpu_us, tok_s = timed["gpu_us"]["median"], timed["tok_s"]["median"]
     region_sum = sum(e["us"] for e in rules.values())
     for rule, e in rules.items():
-        e["kv_bytes"] = kv if rule in attention else 0
+        e["kv_bytes"] = kv_by_rule.get(rule, 0)
         e["share_of_step"] = e["us"] / region_sum if region_sum else 0.0
         e.update(_rate(e["weight_bytes"] + e["kv_bytes"], e["us"], copy))
     step = {"weight_bytes": wb, "kv_bytes": kv, "gpu_us": gpu_us, "wall_us": 1e6 / tok_s if tok_s else None,

@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.decode_breakdown import kv_bytes_per_token, main
+from bench.decode_breakdown import main
 from tests.test_llama_server_peer import fake_server, free_port
 from vkdecode import bench
 
@@ -20,9 +20,14 @@ QUICK = ["--tokens", "4", "--reps", "1", "--copy-mib", "4", "--ctx", "64", "--pr
 
 
 def test_kv_bytes_count_the_rows_attention_reads():
+    from bench.decode_breakdown import kv_bytes
     m = bench.random_model("tiny", "f16", ctx=64, prompt_tokens=3)      # 2 layers, 2 kv heads of 16
-    # positions 3..6 read 4..7 rows: mean 5.5 rows x (k + v) x 2 kv heads x 16 x 2 bytes x 2 layers
-    assert kv_bytes_per_token(m, 4) == round(5.5 * 2 * 2 * 16 * 2 * 2)
+    ops = [op for op in m.program.ops if op.kind == "attention"]
+    # positions 3..6 read 4..7 rows: mean 5.5 rows x (k + v) x 2 kv heads x 16 x 2 bytes
+    assert [kv_bytes(m.program, op, 3, 4) for op in ops] == [round(5.5 * 2 * 2 * 16 * 2)] * 2
+    op = dict(vars(ops[0]), attrs={**ops[0].attrs, "window": 5})
+    # a window of 5 rows: 4, 5, 5, 5
+    assert kv_bytes(m.program, type(ops[0])(**op), 3, 4) == round(4.75 * 2 * 2 * 16 * 2)
 
 
 def test_breakdown_json(tmp_path, capsys):
