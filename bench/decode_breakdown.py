@@ -207,6 +207,8 @@ def main(argv=None) -> int:
                 peer["decode"] = decode_timings(url, ids, a.tokens, a.llama_reps, 2)
             r["peer"] = peer
             r["ratio_vs_llama_cpp"] = r["tok_s"]["median"] / peer["decode"]["tok_s_median"]
+            # both per decode step (vkdecode times n steps for n tokens; see llama_server_peer)
+            r["ratio_vs_llama_cpp_steps"] = r["tok_s"]["median"] / peer["decode"]["steps_s_median"]
             print(format_breakdown(r).splitlines()[-1].strip(), flush=True)
     write_json(out, a.out or "-")
     return 0

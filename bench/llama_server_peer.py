@@ -14,7 +14,9 @@ whole prompt. prompt tok/s is the server's own `timings.prompt_per_second`; TTFT
 wall time (prompt + one token, HTTP on loopback included).
 Decode (`--decode N`): a short prompt, then N greedy tokens with ignore_eos (llama-bench's tg N);
 tok/s is the server's `timings.predicted_per_second` (its decode steps only: no prompt, no HTTP),
-median over the repetitions; a reply that predicted other than N tokens is refused.
+median over the repetitions; a reply that predicted other than N tokens is refused. The server's
+clock starts after the first token, which comes from the prompt's logits, so that is N tokens over
+N - 1 steps; `steps_s_median` is the rate of the steps themselves.
 The server log must show every layer offloaded to the Vulkan device, or the run is refused (a CPU
 fallback would look plausible).
 """
@@ -147,9 +149,12 @@ def decode_timings(url: str, prompt_ids: list[int], n_predict: int, reps: int, w
         if r >= warmup:
             speeds.append(tok_s)
             ms.append(dt)
+    # the server's first predicted token comes from the prompt's logits (its clock starts after
+    # it), so predicted_ms spans n_predict - 1 decode steps: steps_s is that rate
     out = {"n_predict": n_predict, "prompt_tokens": len(prompt_ids), "reps": reps,
            "tok_s_median": statistics.median(speeds), "tok_s_min": min(speeds), "tok_s_max": max(speeds),
-           "tok_s": speeds, "predicted_ms_median": statistics.median(ms)}
+           "tok_s": speeds, "predicted_ms_median": statistics.median(ms),
+           "steps_s_median": statistics.median(1e3 * (n_predict - 1) / t for t in ms)}
     print(f"llama.cpp decode tg{n_predict} after {len(prompt_ids)} prompt tokens: "
           f"{out['tok_s_median']:8.1f} tok/s (median of {reps})", flush=True)
     return out

@@ -65,4 +65,5 @@ def test_breakdown_beside_llama_cpp_on_the_same_gguf(tmp_path, monkeypatch):
     d = r["peer"]["decode"]
     assert (d["n_predict"], d["prompt_tokens"], d["tok_s_median"]) == (4, 3, 60.0)
     assert r["ratio_vs_llama_cpp"] == pytest.approx(r["tok_s"]["median"] / 60.0)
+    assert r["ratio_vs_llama_cpp_steps"] == pytest.approx(r["tok_s"]["median"] / (60.0 * 3 / 4))
     assert (tmp_path / "bd.json.tiny-q8_0.gguf.llama-server.log").exists()

@@ -71,6 +71,7 @@ def test_peer_decode_median_against_a_stand_in_server(tmp_path, monkeypatch):
     assert (d["n_predict"], d["prompt_tokens"], d["reps"]) == (32, 16, 3)
     assert d["tok_s"] == [300.0, 200.0, 260.0] and d["tok_s_median"] == 260.0
     assert d["predicted_ms_median"] == pytest.approx(1e3 * 32 / 260)
+    assert d["steps_s_median"] == pytest.approx(260 * 31 / 32)      # 32 tokens over 31 steps
     assert "Vulkan0" in r["device_lines"][0] and "7e4c0a9" in r["build"]
 
 
