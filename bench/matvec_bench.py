@@ -135,27 +135,10 @@ def measure(case: Case, caps: KernelCaps, reps: int = 200, barrier: str = "full"
 
 
 def copy_bandwidth(dev, nbytes: int = 512 << 20, reps: int = 5) -> float:
-    a, b = dev.buffer(nbytes), dev.buffer(nbytes)
-    ts = dev.timestamp_pool(2)
-    cmd = dev.command_buffer()
-    cmd.begin(one_time=False)
-    ts.reset_cmd(cmd)
-    cmd.copy(a, b, nbytes)
-    cmd.barrier()
-    cmd.timestamp(ts, 0)
-    for _ in range(reps):
-        cmd.copy(a, b, nbytes)
-        cmd.barrier()
-    cmd.timestamp(ts, 1)
-    cmd.end()
-    best = float("inf")
-    for _ in range(4):  # the first run brings the clocks up
-        dev.submit([cmd])
-        t0, t1 = ts.read_ns()
-        best = min(best, t1 - t0)
-    for o in (cmd, ts, a, b):
-        o.close()
-    return 2 * nbytes * reps / best  # read + write bytes per ns = GB/s
+    """GB/s (read + write bytes) of vkCmdCopyBuffer, best of 4: vkdecode.bench's measurement, which
+    bench/run_all.py and bench/decode_breakdown.py use too."""
+    from vkdecode.bench import copy_bandwidths
+    return copy_bandwidths(dev, nbytes, reps)["vkCmdCopyBuffer"]
 
 
 def main(argv=None) -> int:

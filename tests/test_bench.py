@@ -158,3 +158,26 @@ def test_atomics_hand_over_keeps_the_chain_right(device):
     assert handoff_us(device, 6, 256, 0, reps=1)["correct"]
     assert handoff_us(device, 6, 256, 1, reps=1)["correct"]
     assert handoff_us(device, 6, 256, 1, reps=1, poll_load=True)["correct"]
+
+
+@pytest.mark.parametrize("shape,params", [("llama3.2-1b", 1_235_814_400), ("llama3.1-8b", 8_030_261_248)])
+def test_llama3_shapes_are_the_real_ones(shape, params):
+    """Parameter counts of the released models; their config.json's rope scaling and rms eps."""
+    a = shape_args(shape)
+    assert sum(int(np.prod(s)) for s in expected_shapes(a).values()) == params
+    assert (a.arch, a.vocab_size, a.rope_theta, a.rms_eps, a.rope_layout) == ("llama", 128256, 500000.0, 1e-5, "pairs")
+    assert a.rope_scaling["rope_type"] == "llama3" and a.rope_scaling["original_max_position_embeddings"] == 8192
+    assert a.rope_scaling["factor"] == (32.0 if shape == "llama3.2-1b" else 8.0)
+    assert a.tie_embeddings == (shape == "llama3.2-1b")
+    assert shape_args(shape, n_layers=3).n_layers == 3
+
+
+def test_llama3_8b_q4_k_m_mix():
+    """llama.cpp's Q4_K_M on Llama-3.1-8B: q6_k head, q4_k token table (untied), attn_v and ffn_down
+    q6_k in the first and last 4 layers and every third between (4 + 3k + 2), q4_k elsewhere."""
+    d = weight_dtypes(shape_args("llama3.1-8b"), "q4_k_m")
+    assert d["lm_head"] == "q6_k" and d["tok_embd"] == "q4_k"
+    more = [i for i in range(32) if d[f"layers.{i}.wv"] == "q6_k"]
+    assert more == [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31]
+    assert all(d[f"layers.{i}.w_down"] == ("q6_k" if i in more else "q4_k") for i in range(32))
+    assert {d[f"layers.{i}.{k}"] for i in range(32) for k in ("wq", "wk", "wo", "w_gate", "w_up")} == {"q4_k"}

@@ -387,3 +387,34 @@ def test_fused_biases(device, models, arch, dtype, shape, path, ctx, chunk, bias
     biased = [it.call.shader for it in items if ("BIAS", "1") in it.call.defines]
     assert sorted(biased) == sorted(["matmul_add"] * (o + mlp) * m.args.n_layers
                                     + ["rms_norm_matmul_silu_mul"] * mlp * m.args.n_layers)
+
+
+@pytest.mark.parametrize("shape,quant", [("llama3.1-8b", "q4_k_m"), ("llama3.2-1b", "f16"), ("qwen3-0.6b", "q8_0")])
+def test_swiglu_reduction_fits_shared_memory(shape, quant):
+    """Under lavapipe's caps (16 rows per workgroup, 32 KB of shared memory) the fused SwiGLU's
+    reduction (2 * rows + 1 floats per invocation) must fit: Llama-3.1-8B's 4096-wide gate/up took
+    256 invocations x 33 floats = 33 KB, a validation error, before the workgroup shrank."""
+    from fusion.partition import partition
+    from vkdecode.bench_shapes import shape_args, weight_dtypes
+    from vkdecode.kernels import KernelCaps
+    from vkdecode.lowering import region_calls
+    from vkdecode.models import build_program
+    caps = KernelCaps(subgroup_size=8, subgroup_arithmetic=True, max_storage_range=128 << 20,
+                      max_invocations=1024, max_shared=32768, min_align=16, subgroup_fixed=True, matvec_rows=16)
+    args = shape_args(shape, n_layers=1)
+    p = build_program(args, 64, weight_dtypes(args, quant))
+    (region,) = [r for r in partition(p) if r.rule == "RMS_NORM_MATMUL_SILU_MUL"]
+    (call,) = region_calls(p, region, caps)
+    wg, rows = call.spec[0], call.spec[2]
+    assert call.shader == "rms_norm_matmul_silu_mul" and 8 <= wg and 1 <= rows <= wg
+    assert 4 * (2 * rows + 1) * wg <= caps.max_shared
+
+
+def test_fused_model_with_a_shrunk_swiglu_workgroup(device, models):
+    """The SwiGLU workgroup halved to fit a (here artificially) small shared memory still decodes
+    as the reference does."""
+    m = _model(models, "llama", "q4_k", 12, **SHAPES["h256d64"])
+    caps = replace(_caps(device, "sg"), max_shared=4096)
+    items, _ = decode_and_compare(device, m, caps)
+    (swiglu,) = {it.call.spec[:3] for it in items if it.call.shader == "rms_norm_matmul_silu_mul"}
+    assert 4 * (2 * swiglu[2] + 1) * swiglu[0] <= 4096

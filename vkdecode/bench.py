@@ -82,10 +82,11 @@ def file_model(path: str, ctx: int, prompt_tokens: int, kv_dtype: str = "f16") -
 
 
 def random_model(shape: str, quant: str, ctx: int, prompt_tokens: int, seed: int = 0,
-                 kv_dtype: str = "f16") -> BenchModel:
-    args, program, weights = shape_model(shape, quant, ctx, seed, kv_dtype)
+                 kv_dtype: str = "f16", n_layers: int = 0) -> BenchModel:
+    args, program, weights = shape_model(shape, quant, ctx, seed, kv_dtype, n_layers)
     ids = np.random.default_rng(seed + 1).integers(0, args.vocab_size, prompt_tokens).tolist()
-    return BenchModel(shape, "random weights", quant.upper(), args, program, weights, ids)
+    name = f"{shape}-{n_layers}l" if n_layers else shape
+    return BenchModel(name, "random weights", quant.upper(), args, program, weights, ids)
 
 
 # ---------------------------------------------------------------- per-token figures
@@ -156,16 +157,18 @@ def timed_fused(device, model: BenchModel, caps, n: int, reps: int, profile: boo
 
 def region_profile(ex, prompt_ids: list[int], n: int) -> dict:
     """GPU µs per region (timestamps between regions, no added barriers), median over n steps,
-    summed by rule (unfused ops by their op name)."""
+    summed by rule (unfused ops by their op name), with the rule's dispatches and weight bytes."""
     samples = []
     decode_run(ex, prompt_ids, n, after_step=lambda: samples.append(ex.region_times_us()))
     med = np.median(np.array(samples), axis=0)
     by: dict[str, dict] = {}
-    for r, us in zip(ex.regions, med):
+    for r, us, st in zip(ex.regions, med, ex.region_stats()):
         key = r.rule or r.name
-        e = by.setdefault(key, {"us": 0.0, "regions": 0})
+        e = by.setdefault(key, {"us": 0.0, "regions": 0, "dispatches": 0, "weight_bytes": 0})
         e["us"] += float(us)
         e["regions"] += 1
+        e["dispatches"] += st["dispatches"]
+        e["weight_bytes"] += st["weight_bytes"]
     return dict(sorted(by.items(), key=lambda kv: -kv[1]["us"]))
 
 

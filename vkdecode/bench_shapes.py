@@ -27,6 +27,18 @@ SHAPES = {
                     "sliding_window": 512, "rope_local_theta": 10000.0, "query_pre_attn_scalar": 256.0,
                     "layer_types": tuple("full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
                                          for i in range(18))},
+    # Llama-3.2-1B and Llama-3.1-8B(-Instruct): GGUF llama (q/k rows permuted: "pairs"), rms eps 1e-5,
+    # Llama 3 rope scaling as in their config.json (a GGUF carries it as rope_freqs.weight)
+    "llama3.2-1b": {"arch": "llama", "n_layers": 16, "hidden_size": 2048, "n_heads": 32, "n_kv_heads": 8,
+                    "head_dim": 64, "intermediate_size": 8192, "vocab_size": 128256, "tie_embeddings": True,
+                    "rope_theta": 500000.0, "rope_layout": "pairs", "rms_eps": 1e-5,
+                    "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192.0}},
+    "llama3.1-8b": {"arch": "llama", "n_layers": 32, "hidden_size": 4096, "n_heads": 32, "n_kv_heads": 8,
+                    "head_dim": 128, "intermediate_size": 14336, "vocab_size": 128256, "tie_embeddings": False,
+                    "rope_theta": 500000.0, "rope_layout": "pairs", "rms_eps": 1e-5,
+                    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192.0}},
     "tiny": {"arch": "llama", "n_layers": 2, "hidden_size": 64, "n_heads": 4, "n_kv_heads": 2, "head_dim": 16,
              "intermediate_size": 128, "vocab_size": 512, "tie_embeddings": True, "rope_theta": 10000.0,
              "rope_layout": "pairs"},
@@ -40,10 +52,17 @@ K_FALLBACK = {"q4_k": "q5_0", "q5_k": "q5_1", "q6_k": "q8_0", "q2_k": "iq4_nl", 
 STD = 0.02
 
 
-def shape_args(shape: str, max_position: int = 1 << 16) -> ModelArgs:
+def shape_args(shape: str, max_position: int = 1 << 16, n_layers: int = 0) -> ModelArgs:
+    """ModelArgs of `shape`; n_layers > 0 keeps only the first n_layers (a quicker variant of the
+    same widths, for lavapipe runs and tests)."""
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r} (choose from {', '.join(SHAPES)})")
-    return ModelArgs(rms_eps=1e-6, max_position=max_position, eos_ids=[], **SHAPES[shape])
+    kw = {"rms_eps": 1e-6, **SHAPES[shape]}
+    if n_layers > 0:
+        kw["n_layers"] = n_layers
+        if kw.get("layer_types"):
+            kw["layer_types"] = kw["layer_types"][:n_layers]
+    return ModelArgs(max_position=max_position, eos_ids=[], **kw)
 
 
 def _more_bits(i: int, n: int) -> bool:
@@ -79,7 +98,7 @@ def weight_dtypes(args: ModelArgs, quant: str) -> dict[str, str]:
     return out
 
 
-def _halves(rng, n: int, scale: float) -> np.ndarray:
+def random_halves(rng, n: int, scale: float) -> np.ndarray:
     """n random float16 values with |x| in [scale, 2*scale) and random sign, as uint16 bits."""
     exp = int(np.floor(np.log2(scale))) + 15
     bits = rng.integers(0, 1 << 16, n, dtype=np.uint16)
@@ -93,7 +112,7 @@ def random_weight(dtype: str, shape: tuple, rng) -> PackedWeight:
     if dtype == "f32":
         return PackedWeight("f32", shape, {"data": (STD * rng.standard_normal(shape)).astype(np.float32)})
     if dtype == "f16":
-        data = _halves(rng, out * n_in, STD).view(np.uint32).reshape(out, n_in // 2)
+        data = random_halves(rng, out * n_in, STD).view(np.uint32).reshape(out, n_in // 2)
         return PackedWeight("f16", shape, {"data": data})
     if dtype not in QUANT_TYPES:
         raise ValueError(f"no random weights for dtype {dtype!r} (choose from {', '.join(QUANTS)})")
@@ -102,10 +121,10 @@ def random_weight(dtype: str, shape: tuple, rng) -> PackedWeight:
     nb = n_in // BLOCK
     q = rng.integers(0, 1 << 32, (out, nb * WORDS_PER_BLOCK[dtype]), dtype=np.uint32)
     # quant values have std about 74 (q8_0), 9.2 (q5_0) or 4.6 (4-bit): scale d so values have std near STD
-    d = _halves(rng, out * nb, STD / {"q8_0": 74.0, "q5_0": 9.2}.get(dtype, 4.6)) & np.uint16(0x7FFF)
+    d = random_halves(rng, out * nb, STD / {"q8_0": 74.0, "q5_0": 9.2}.get(dtype, 4.6)) & np.uint16(0x7FFF)
     s = d.astype(np.uint32).reshape(out, nb)
     if dtype == "q4_1":      # m = -8 d centres the unsigned nibbles on zero
-        m = (_halves(rng, out * nb, 8 * STD / 4.6) | np.uint16(0x8000)).astype(np.uint32)
+        m = (random_halves(rng, out * nb, 8 * STD / 4.6) | np.uint16(0x8000)).astype(np.uint32)
         s |= m.reshape(out, nb) << 16
     return PackedWeight(dtype, shape, {"q": q, "s": s})
 
@@ -120,34 +139,34 @@ def _random_split(dtype: str, shape: tuple, rng) -> PackedWeight:
     sw = s.reshape(out, nb, -1)
     if dtype in ("q4_k", "q5_k"):   # d * sc * n - dmin * m, sc and m ~32: dmin = mean(n) d centres
         mean_n = 7.5 if dtype == "q4_k" else 15.5
-        d = _halves(rng, out * nb, STD / 32 / (4.6 if dtype == "q4_k" else 9.2)) & np.uint16(0x7FFF)
+        d = random_halves(rng, out * nb, STD / 32 / (4.6 if dtype == "q4_k" else 9.2)) & np.uint16(0x7FFF)
         dmin = (d.view(np.float16).astype(np.float32) * mean_n).astype(np.float16).view(np.uint16)
         sw[:, :, 0] = (d.astype(np.uint32) | (dmin.astype(np.uint32) << 16)).reshape(out, nb)
     elif dtype == "q6_k":           # d * sc * (n - 32), n - 32 std ~18; sc kept in 0..15 (rms ~9) so
         sw[:, :, :4] &= np.uint32(0x0F0F0F0F)   # d stays a normal f16
-        sw[:, :, 4] = (_halves(rng, out * nb, STD / 9 / 18) & np.uint16(0x7FFF)).reshape(out, nb)
+        sw[:, :, 4] = (random_halves(rng, out * nb, STD / 9 / 18) & np.uint16(0x7FFF)).reshape(out, nb)
     elif dtype == "q2_k":           # d * sc * n - dmin * m, sc and m ~7.5, n ~1.5: dmin = 1.5 d centres
-        d = _halves(rng, out * nb, STD / 7.5 / 1.1) & np.uint16(0x7FFF)
+        d = random_halves(rng, out * nb, STD / 7.5 / 1.1) & np.uint16(0x7FFF)
         dmin = (d.view(np.float16).astype(np.float32) * 1.5).astype(np.float16).view(np.uint16)
         sw[:, :, 4] = (d.astype(np.uint32) | (dmin.astype(np.uint32) << 16)).reshape(out, nb)
     elif dtype == "q3_k":           # d * sc * (n - 4), 6-bit signed sc (rms ~18), n - 4 std ~2.3
-        sw[:, :, 3] = (_halves(rng, out * nb, STD / 18 / 2.3) & np.uint16(0x7FFF)).reshape(out, nb)
+        sw[:, :, 3] = (random_halves(rng, out * nb, STD / 18 / 2.3) & np.uint16(0x7FFF)).reshape(out, nb)
     elif dtype == "q5_1":           # d * n + m, m = -16 d
-        d = _halves(rng, out * nb, STD / 9.2) & np.uint16(0x7FFF)
+        d = random_halves(rng, out * nb, STD / 9.2) & np.uint16(0x7FFF)
         m = (-16 * d.view(np.float16).astype(np.float32)).astype(np.float16).view(np.uint16)
         sw[:, :, 0] = (d.astype(np.uint32) | (m.astype(np.uint32) << 16)).reshape(out, nb)
     else:                           # iq4_nl: d * table[n], table std ~70
-        sw[:, :, 0] = (_halves(rng, out * nb, STD / 70) & np.uint16(0x7FFF)).reshape(out, nb)
+        sw[:, :, 0] = (random_halves(rng, out * nb, STD / 70) & np.uint16(0x7FFF)).reshape(out, nb)
     return PackedWeight(dtype, shape, {"q": q, "s": s})
 
 
-def shape_model(shape: str, quant: str, ctx: int, seed: int = 0, kv_dtype: str = "f16"):
+def shape_model(shape: str, quant: str, ctx: int, seed: int = 0, kv_dtype: str = "f16", n_layers: int = 0):
     """-> (ModelArgs, Program, {name: PackedWeight}) of a random model of `shape` in `quant`, its
-    KV cache in kv_dtype."""
+    KV cache in kv_dtype (n_layers > 0: only that many layers)."""
     quant = quant.lower()
     if quant not in QUANTS:
         raise ValueError(f"unknown quant {quant!r} (choose from {', '.join(QUANTS)})")
-    args = shape_args(shape)
+    args = shape_args(shape, n_layers=n_layers)
     dtypes = weight_dtypes(args, quant)
     rng = np.random.default_rng(seed)
     weights = {name: random_weight(dtypes.get(name, "f32"), shape, rng)

@@ -150,6 +150,14 @@ def _swiglu(norm: bool):
         if not _fits(p, wgate, caps):
             return None
         wg, rpw, wvec = matvec_shape(dtype, k, 2 * m, caps)
+        # each invocation reduces 2 * rows + 1 floats through shared memory (fused_swiglu.glsl
+        # FMV_NR): lavapipe's 16 rows x 256 invocations for Llama-3.1-8B's 4096-wide input take
+        # 33 KB, over its 32 KB maxComputeSharedMemorySize (a validation error)
+        while wg > caps.subgroup_size and 4 * (2 * rpw + 1) * wg > caps.max_shared:
+            wg //= 2
+            rpw = min(rpw, wg)
+        if 4 * (2 * rpw + 1) * wg > caps.max_shared:
+            return None
         s = _Slots()
         s.add("B_X", Binding(r["x"]))
         if norm:

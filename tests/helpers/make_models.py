@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vkdecode.models.rope import llama3_rope_factors
+
 CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content']"
           " + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}"
           "{{ '<|im_start|>assistant\n' }}{% endif %}")
@@ -239,27 +241,6 @@ def write_gguf(model_dir, path, dtype: str = "f16", pre: str = "smollm", arch: s
     w.close()
     os.replace(str(path) + ".tmp", path)
     return path
-
-
-def llama3_rope_factors(args) -> np.ndarray:
-    """llama.cpp convert_hf_to_gguf's `rope_freqs.weight` for Llama 3 scaling (its loop, verbatim math)."""
-    import math
-    sc, d = args.rope_scaling, args.head_dim
-    freqs = 1.0 / (args.rope_theta ** (np.arange(0, d, 2, dtype=np.float32) / d))
-    low_wavelen = sc["original_max_position_embeddings"] / sc["low_freq_factor"]
-    high_wavelen = sc["original_max_position_embeddings"] / sc["high_freq_factor"]
-    out = []
-    for f in freqs:
-        wavelen = 2 * math.pi / f
-        if wavelen < high_wavelen:
-            out.append(1)
-        elif wavelen > low_wavelen:
-            out.append(sc["factor"])
-        else:
-            smooth = (sc["original_max_position_embeddings"] / wavelen - sc["low_freq_factor"]) / (
-                sc["high_freq_factor"] - sc["low_freq_factor"])
-            out.append(1 / ((1 - smooth) / sc["factor"] + smooth))
-    return np.array(out, dtype=np.float32)
 
 
 def _add_tokenizer(w, model_dir, pre: str) -> None:

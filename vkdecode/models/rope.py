@@ -54,3 +54,24 @@ def inv_freq(theta: float, head_dim: int, scaling: dict | None = None, factors=N
     if kind == "linear":
         return (default_inv_freq(theta, head_dim) / np.float32(scaling["factor"])).astype(np.float32)
     raise ValueError(f"rope type {kind!r} has no table")   # config.py refuses these first
+
+
+def llama3_rope_factors(args) -> np.ndarray:
+    """llama.cpp convert_hf_to_gguf's `rope_freqs.weight` for Llama 3 scaling (its loop, verbatim
+    math): what a GGUF writer stores in place of the scaling dict (tests and bench/shape_gguf.py)."""
+    sc, d = args.rope_scaling, args.head_dim
+    freqs = 1.0 / (args.rope_theta ** (np.arange(0, d, 2, dtype=np.float32) / d))
+    low_wavelen = sc["original_max_position_embeddings"] / sc["low_freq_factor"]
+    high_wavelen = sc["original_max_position_embeddings"] / sc["high_freq_factor"]
+    out = []
+    for f in freqs:
+        wavelen = 2 * math.pi / f
+        if wavelen < high_wavelen:
+            out.append(1)
+        elif wavelen > low_wavelen:
+            out.append(sc["factor"])
+        else:
+            smooth = (sc["original_max_position_embeddings"] / wavelen - sc["low_freq_factor"]) / (
+                sc["high_freq_factor"] - sc["low_freq_factor"])
+            out.append(1 / ((1 - smooth) / sc["factor"] + smooth))
+    return np.array(out, dtype=np.float32)
