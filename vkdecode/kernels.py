@@ -57,6 +57,10 @@ class KernelCaps:
     prefetch_bytes: int = 0     # weight bytes each fused attention prefetches into L2 (0: auto, < 0: none)
     prefetch_groups: int = 0    # prefetch workgroups per attention dispatch (0: fused_prefetch default)
     matmul_narrow: int = 0      # chunk widths up to this take matmul_rows_narrow (0: 16, < 0: never)
+    matmul_wide: int = 0        # chunk widths from this take matmul_rows_wide (0: 17, < 0: never)
+    matmul_tile: str = ""       # its TMxTN micro-tile ("8x8", "8x4", "4x8", "4x4"; "": kernels_rows chooses)
+    matmul_splitk: int = 0      # its k splits (0: enough for matmul_groups workgroups, 1: none)
+    matmul_groups: int = 0      # workgroups a wide matmul should reach at least (0: 264, 2 per SM of an H100)
 
     @classmethod
     def from_info(cls, info, **tuning) -> KernelCaps:
@@ -72,6 +76,7 @@ class KernelCaps:
             # and the tiled chunk matmul at every width (tuned there; the narrow kernel's 64-lane
             # workgroups over few rows fill a GPU, not a few CPU cores)
             tuning.setdefault("matmul_narrow", -1)
+            tuning.setdefault("matmul_wide", -1)
         return cls(subgroup_size=int(f.get("subgroup_size", 1) or 1),
                    subgroup_arithmetic=bool(f.get("subgroup_arithmetic", False)),
                    subgroup_fixed=f.get("min_subgroup_size") == f.get("max_subgroup_size") == f.get("subgroup_size"),
