@@ -99,6 +99,78 @@ def test_matmul_rows_narrow_choice(device):
     assert kernel(17, matmul_narrow=0) == kernel(8, matmul_narrow=-1) == "matmul_rows"
 
 
+ALL_DTYPES = DTYPES + ("q5_1", "iq4_nl", "q4_k", "q5_k", "q6_k", "q2_k", "q3_k")
+# (rows T, out, in, tile, k splits; a 1-row chunk is the decode matvec): T straddles the 16-row thread grid and the 64/128-row tiles,
+# out the 64/128 weight rows, in the 32-wide k step (40, 48: element path); every tile, with and
+# without a split over k (3 splits of 5 k tiles: uneven)
+WIDE_SHAPES = [(2, 33, 32, "4x4", 1), (3, 64, 64, "8x4", 2), (17, 65, 96, "4x8", 1), (63, 130, 64, "8x8", 1),
+               (64, 129, 160, "4x4", 3), (65, 63, 48, "8x4", 1), (130, 70, 40, "8x8", 2)]
+K_SHAPES = [(3, 65, 256, "8x4", 1), (65, 33, 512, "4x8", 2), (130, 129, 256, "4x4", 1)]
+
+
+def _wide_case(device, dtype, rows, out, n_in, tile, splits):
+    rng = np.random.default_rng(rows * 1000 + out * 7 + n_in)
+    w = quantize((rng.standard_normal((out, n_in)) * 0.1).astype(np.float32), dtype)
+    x = rng.standard_normal(rows * n_in).astype(np.float32)
+    p = one_op("matmul", {"w": ((out, n_in), dtype, "weight"), "x": ((rows * n_in,), "f32", "activation")},
+               {"y": ((rows * out,), "f32", "output")}, rows=rows)
+    caps = caps_of(device, matmul_wide=1, matmul_tile=tile, matmul_splitk=splits)
+    calls = op_calls(p, 0, caps)
+    assert [c.shader for c in calls] == ["matmul_rows_wide"] + (["matmul_rows_splitk"] if splits > 1 else [])
+    got, want = run_and_reference(device, p, {"w": w, "x": x}, caps)
+    err = nmse(got["y"], want["y"])
+    assert err <= LIMIT, f"wide matmul rows={rows} {dtype} [{out}, {n_in}] {tile}/{splits}: nmse {err:.3g}"
+
+
+# quant rows are whole 32-element blocks: in-dims off 32 only for f32 / f16
+WIDE_CASES = [(dt,) + s for dt in DTYPES for s in WIDE_SHAPES if s[2] % 32 == 0 or dt in ("f32", "f16")]
+
+
+@pytest.mark.parametrize("dtype,rows,out,n_in,tile,splits", WIDE_CASES,
+                         ids=[f"{d}-T{t}-{o}x{i}-{m}-s{s}" for d, t, o, i, m, s in WIDE_CASES])
+def test_matmul_rows_wide(device, dtype, rows, out, n_in, tile, splits):
+    """The register-blocked wide-chunk kernel (forced from 2 rows; lavapipe keeps the tiled one)."""
+    _wide_case(device, dtype, rows, out, n_in, tile, splits)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES[len(DTYPES):])
+@pytest.mark.parametrize("rows,out,n_in,tile,splits", K_SHAPES,
+                         ids=[f"T{t}-{o}x{i}-{m}-s{s}" for t, o, i, m, s in K_SHAPES])
+def test_matmul_rows_wide_element_dtypes(device, dtype, rows, out, n_in, tile, splits):
+    """Dtypes without a unit decode (K-quants, q5_1, iq4_nl) through dequant_elem in the loader."""
+    _wide_case(device, dtype, rows, out, n_in, tile, splits)
+
+
+def test_matmul_rows_wide_split_weight(device):
+    """A row-split weight: each range's wide call (and its split-k sum) writes its own columns."""
+    rng = np.random.default_rng(2)
+    w = quantize((rng.standard_normal((300, 64)) * 0.1).astype(np.float32), "q8_0")
+    x = rng.standard_normal(20 * 64).astype(np.float32)
+    p = one_op("matmul", {"w": ((300, 64), "q8_0", "weight"), "x": ((20 * 64,), "f32", "activation")},
+               {"y": ((20 * 300,), "f32", "output")}, rows=20)
+    for splits in (1, 2):
+        caps = replace(caps_of(device, matmul_wide=1, matmul_splitk=splits), max_storage_range=64 * 256, min_align=16)
+        assert len(op_calls(p, 0, caps)) == 2 * splits
+        got, want = run_and_reference(device, p, {"w": w, "x": x}, caps)
+        assert nmse(got["y"], want["y"]) <= LIMIT
+
+
+def test_matmul_rows_wide_choice(device):
+    """GPU caps: the narrow kernel up to 16 rows, the wide one from 17; the auto tile is the largest
+    whose grid reaches matmul_groups, else 4x4 split over k; lavapipe never takes it by default."""
+    from vkdecode.kernels_rows import wide_shape
+    gpu = replace(caps_of(device), matmul_wide=0, matmul_narrow=0, max_shared=49152, max_invocations=1024)
+    assert wide_shape(gpu, 1024, 16, 1024) is None
+    assert wide_shape(gpu, 8192, 512, 1024) == (8, 4, 1)          # 8x8: 64 x 4 = 256 < 264; 8x4: 512
+    assert wide_shape(replace(gpu, matmul_groups=32), 1024, 512, 1024) == (8, 8, 1)
+    assert wide_shape(gpu, 1024, 512, 1024) == (4, 4, 3)          # 16 x 8 = 128 groups -> 3 splits
+    assert wide_shape(gpu, 576, 64, 64) == (4, 4, 2)              # only 2 k tiles to split
+    assert wide_shape(gpu, 3072, 32, 1024) == (4, 4, 6)           # 48 groups (tiles over 64 rows skipped)
+    assert wide_shape(replace(gpu, matmul_wide=-1), 3072, 512, 1024) is None
+    if getattr(device.info, "device_type", "") == "cpu":
+        assert wide_shape(caps_of(device), 3072, 512, 1024) is None
+
+
 HEADS = [(4, 2, 16), (3, 1, 6), (2, 2, 128)]
 
 
