@@ -90,6 +90,32 @@ def test_prefill_with_the_gpu_narrow_matmul(device, tiny, mode):
         check_against(ex, toks, *want, what=f"narrow {mode}")
 
 
+# the GPU choice (forced on lavapipe): narrow kernel up to 16 rows, wide one from 17, auto tile and
+# split over k (the tiny model's grids are small, so the 32-row chunk splits); wide for every row
+# count with one tile; and element-path K-quants
+WIDE_CAPS = {"gpu": dict(matmul_narrow=16, matmul_wide=0),
+             "all-8x4": dict(matmul_narrow=-1, matmul_wide=1, matmul_tile="8x4", matmul_splitk=1)}
+
+
+@pytest.mark.parametrize("src,mode,setting", [("hf", "fused", "gpu"), ("hf", "replay-nofuse", "all-8x4"),
+                                              ("q4_1", "fused", "gpu"), ("q4_k", "unfused", "all-8x4")])
+def test_prefill_with_the_gpu_wide_matmul(device, tiny, models_dir, src, mode, setting):
+    """Chunks through matmul_rows_wide (+ matmul_rows_splitk) equal the token path."""
+    m = tiny["qwen3"] if src == "hf" else load_model(write_gguf(
+        tiny_hf_model("qwen3", models_dir, hidden_size=256, intermediate_size=256),
+        models_dir / f"prefill-qwen3-h256.{src}.gguf", src), ctx=CTX)
+    toks = prompt(45, seed=4)
+    want = reference_path(m, toks)
+    caps = KernelCaps.from_info(device.info, **WIDE_CAPS[setting])
+    with make_executor(mode, device, m.program, m.weights, caps=caps) as ex:
+        ex.enable_prefill((32, 8, 3))           # 44 = 32 + 8 + 3 + one decode step, then the last
+        check_against(ex, toks, *want, what=f"wide {src} {mode} {setting}")
+        assert [w for w, _ in ex.prefill_set.chunks] == [32, 8, 3]
+        for w, runner in ex.prefill_set.runners.items():
+            shaders = {it.call.shader for it in runner.items}
+            assert ("matmul_rows_wide" in shaders) == (w == 32 or setting != "gpu"), (w, shaders)
+
+
 @pytest.mark.parametrize("dtype", ["f16", "q8_0", "q4_0", "q4_1", "q5_0"])
 def test_prefill_every_weight_dtype(device, models_dir, dtype):
     path = write_gguf(tiny_hf_model("qwen2", models_dir), models_dir / f"prefill-qwen2.{dtype}.gguf", dtype)
