@@ -76,6 +76,8 @@ class KernelCaps:
             # and the tiled chunk matmul at every width (tuned there; the narrow kernel's 64-lane
             # workgroups over few rows fill a GPU, not a few CPU cores)
             tuning.setdefault("matmul_narrow", -1)
+            # nor the register-blocked wide one: lavapipe, best of 3 (bench/matmul_rows_bench.py),
+            # q4_1 [1536, 576] 32 rows 14.3 ms tiled vs 23.3 wide 8x4, 64 rows 34.8 vs 29.6 (a wash)
             tuning.setdefault("matmul_wide", -1)
         return cls(subgroup_size=int(f.get("subgroup_size", 1) or 1),
                    subgroup_arithmetic=bool(f.get("subgroup_arithmetic", False)),

@@ -93,8 +93,8 @@ def test_prefill_with_the_gpu_narrow_matmul(device, tiny, mode):
 # the GPU choice (forced on lavapipe): narrow kernel up to 16 rows, wide one from 17, auto tile and
 # split over k (the tiny model's grids are small, so the 32-row chunk splits); wide for every row
 # count with one tile; and element-path K-quants
-WIDE_CAPS = {"gpu": dict(matmul_narrow=16, matmul_wide=0),
-             "all-8x4": dict(matmul_narrow=-1, matmul_wide=1, matmul_tile="8x4", matmul_splitk=1)}
+WIDE_CAPS = {"gpu": {"matmul_narrow": 16, "matmul_wide": 0},
+             "all-8x4": {"matmul_narrow": -1, "matmul_wide": 1, "matmul_tile": "8x4", "matmul_splitk": 1}}
 
 
 @pytest.mark.parametrize("src,mode,setting", [("hf", "fused", "gpu"), ("hf", "replay-nofuse", "all-8x4"),
