@@ -61,6 +61,7 @@ class KernelCaps:
     matmul_tile: str = ""       # its TMxTN micro-tile ("8x8", "8x4", "4x8", "4x4"; "": kernels_rows chooses)
     matmul_splitk: int = 0      # its k splits (0: enough for matmul_groups workgroups, 1: none)
     matmul_groups: int = 0      # workgroups a wide matmul should reach at least (0: 264, 2 per SM of an H100)
+    attn_rows_q: int = 0        # chunk attention: rows per attention_rows_gqa workgroup (0: auto, < 0: per-row kernel)
 
     @classmethod
     def from_info(cls, info, **tuning) -> KernelCaps:

@@ -183,14 +183,40 @@ def _kv_write(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
                        defines=kv_defines(p, op.outputs[0]), label=op.outputs[0])]
 
 
+GQA_BKV = 32        # keys per attention_rows_gqa tile
+
+
+def gqa_rows(caps: KernelCaps, g: int, d: int, rows: int) -> int:
+    """BQ, chunk rows per attention_rows_gqa workgroup (its G * BQ query vectors share each K/V tile
+    load), or 0 (the per-row attention_rows). Auto: 16 rows (32 query vectors for Qwen3's G = 2),
+    halved until the tiles fit the shared memory."""
+    if caps.attn_rows_q < 0:
+        return 0
+    bq = caps.attn_rows_q or min(16, matmul_tile_rows(rows))
+    while bq > 1 and gqa_shared(g * bq, d) > caps.max_shared:
+        bq //= 2
+    return bq if gqa_shared(g * bq, d) <= caps.max_shared else 0
+
+
+def gqa_shared(qg: int, d: int) -> int:
+    """Shared bytes of attention_rows_gqa: q vectors and a K/V tile (rows of d + 1), scores, factors."""
+    return 4 * ((qg + GQA_BKV) * (d + 1) + qg * GQA_BKV + qg)
+
+
 def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     q, kc, vc, step = op.inputs
     a = op.attrs
     h, kvh, d, rows = int(a["n_heads"]), int(a["n_kv_heads"]), int(a["head_dim"]), int(a["rows"])
+    b = (Binding(q), Binding(kc), Binding(vc), Binding(step), Binding(op.outputs[0]))
+    bq = gqa_rows(caps, h // kvh, d, rows)
+    if bq:
+        wg = _wg(caps, h // kvh * bq * d)
+        spec = (wg, h, kvh, d, rows, float(a["scale"]), int(a.get("window", 0)), bq, GQA_BKV)
+        return [KernelCall("attention_rows_gqa", spec, b, (4,), (kvh, -(-rows // bq), 1),
+                           defines=kv_defines(p, kc), label=op.outputs[0])]
     wg = _wg(caps, max(d, 64), cap=max(256, d))
     if wg < d:
         raise ValueError(f"attention {op.outputs[0]}: head_dim {d} > workgroup size {wg}")
-    b = (Binding(q), Binding(kc), Binding(vc), Binding(step), Binding(op.outputs[0]))
     spec = (wg, h, kvh, d, rows, float(a["scale"]), int(a.get("window", 0)))
     return [KernelCall("attention_rows", spec, b, (4,), (h, rows, 1),
                        defines=_reduce_defines(caps) + kv_defines(p, kc), label=op.outputs[0])]

@@ -171,28 +171,54 @@ def test_matmul_rows_wide_choice(device):
         assert wide_shape(caps_of(device), 3072, 512, 1024) is None
 
 
-HEADS = [(4, 2, 16), (3, 1, 6), (2, 2, 128)]
+HEADS = [(4, 2, 16), (3, 1, 6), (2, 2, 128), (9, 3, 64)]
 
 
-@pytest.mark.parametrize("h,kvh,d", HEADS, ids=[f"h{h}kv{k}d{d}" for h, k, d in HEADS])
-@pytest.mark.parametrize("rows,pos0", [(1, 0), (3, 0), (8, 5), (16, 100), (5, 123)])
-@pytest.mark.parametrize("path", ["sg", "smem"])
-def test_attention_rows(device, h, kvh, d, rows, pos0, path):
-    caps = caps_of(device)
-    if path == "sg" and not caps.subgroup_arithmetic:
-        pytest.skip("device has no subgroup arithmetic")
-    caps = replace(caps, subgroup_arithmetic=(path == "sg"))
+def _attention_case(device, h, kvh, d, rows, pos0, caps, window=0, kv="f32"):
     ctx = 128
     rng = np.random.default_rng(h * 100 + rows + pos0)
     kc = rng.standard_normal((ctx, kvh * d)).astype(np.float32)
     vc = rng.standard_normal((ctx, kvh * d)).astype(np.float32)
+    kc[pos0 + rows:] = vc[pos0 + rows:] = 1e4       # past the last row's position: must not be read
+    if window:                                       # before the first row's window: neither
+        kc[:max(0, pos0 + 1 - window)] = vc[:max(0, pos0 + 1 - window)] = 1e4
+    if kv == "f16":     # the reference reads the very halves the GPU holds
+        kc, vc = (c.astype(np.float16).astype(np.float32) for c in (kc, vc))
     q = rng.standard_normal(rows * h * d).astype(np.float32)
-    p = one_op("attention", {"q": ((rows * h * d,), "f32", "activation"), "kc": ((ctx, kvh * d), "f32", "state"),
-                             "vc": ((ctx, kvh * d), "f32", "state"), "step": ((8,), "u32", "step")},
+    p = one_op("attention", {"q": ((rows * h * d,), "f32", "activation"), "kc": ((ctx, kvh * d), kv, "state"),
+                             "vc": ((ctx, kvh * d), kv, "state"), "step": ((8,), "u32", "step")},
                {"o": ((rows * h * d,), "f32", "output")}, n_heads=h, n_kv_heads=kvh, head_dim=d,
-               scale=d ** -0.5, rows=rows)
+               scale=d ** -0.5, rows=rows, **({"window": window} if window else {}))
     got, want = run_and_reference(device, p, {"q": q, "kc": kc, "vc": vc, "step": step(0, pos0)}, caps)
-    assert nmse(got["o"], want["o"]) <= 1e-9
+    return op_calls(p, 0, caps)[0].shader, nmse(got["o"], want["o"])
+
+
+@pytest.mark.parametrize("h,kvh,d", HEADS, ids=[f"h{h}kv{k}d{d}" for h, k, d in HEADS])
+@pytest.mark.parametrize("rows,pos0", [(1, 0), (3, 0), (8, 5), (16, 100), (5, 123), (17, 40), (65, 0)])
+@pytest.mark.parametrize("path", ["sg", "smem", "gqa"])
+def test_attention_rows(device, h, kvh, d, rows, pos0, path):
+    """The per-row kernel (subgroup or shared-memory reductions) and the kv-head one (auto rows)."""
+    caps = caps_of(device, attn_rows_q=0 if path == "gqa" else -1)
+    if path == "sg" and not caps.subgroup_arithmetic:
+        pytest.skip("device has no subgroup arithmetic")
+    caps = replace(caps, subgroup_arithmetic=(path == "sg"))
+    shader, err = _attention_case(device, h, kvh, d, rows, pos0, caps)
+    assert shader == ("attention" if rows == 1 else "attention_rows_gqa" if path == "gqa" else "attention_rows")
+    assert err <= 1e-9
+
+
+GQA_CASES = [(9, 3, 64, 33, 7, 1, 0, "f32"), (9, 3, 64, 33, 7, 4, 0, "f16"), (16, 8, 128, 40, 60, 8, 0, "f16"),
+             (4, 2, 16, 20, 90, 2, 13, "f32"), (4, 1, 32, 17, 3, 16, 5, "f16"), (3, 1, 6, 9, 30, 3, 4, "f32")]
+
+
+@pytest.mark.parametrize("h,kvh,d,rows,pos0,bq,window,kv", GQA_CASES,
+                         ids=[f"h{h}kv{k}d{d}-T{t}-pos{p}-bq{b}-w{w}-{kv}" for h, k, d, t, p, b, w, kv in GQA_CASES])
+def test_attention_rows_gqa(device, h, kvh, d, rows, pos0, bq, window, kv):
+    """attention_rows_gqa over row blocks that do not divide the chunk, sliding windows shorter than
+    the chunk (rows whose window starts inside the block's first key tile) and f16 caches."""
+    shader, err = _attention_case(device, h, kvh, d, rows, pos0, caps_of(device, attn_rows_q=bq), window, kv)
+    assert shader == "attention_rows_gqa"
+    assert err <= 1e-9, f"nmse {err:.3g}"
 
 
 @pytest.mark.parametrize("layout", ["neox", "pairs"])
