@@ -53,20 +53,32 @@ def _program(dtype, out, n_in, rows) -> Program:
 
 
 def measure(dev, dtype, out, n_in, rows, caps: KernelCaps, reps: int) -> dict:
-    from vkdecode.vk.descriptors import write_descriptor_set
     rng = np.random.default_rng(0)
-    calls = op_calls(_program(dtype, out, n_in, rows), 0, caps)
+    p = _program(dtype, out, n_in, rows)
+    arrays = {("w", part): a for part, a in random_parts(dtype, out, n_in, rng).items()}
+    arrays[("x", "data")] = rng.standard_normal(rows * n_in).astype(np.float32)
+    r = time_calls(dev, p, op_calls(p, 0, caps), arrays, reps)
+    r["GFLOPs"] = 2 * rows * out * n_in / (r["us"] * 1e3)
+    return r
+
+
+def time_calls(dev, p: Program, calls, arrays: dict, reps: int) -> dict:
+    """GPU time of `reps` runs of calls (a barrier after each dispatch): one buffer per bound value
+    and part, filled from arrays[(value, part)] where given (zeros otherwise)."""
+    from vkdecode.vk.descriptors import write_descriptor_set
     bufs = {}
-    for part, a in random_parts(dtype, out, n_in, rng).items():
-        bufs[("w", part)] = dev.buffer(a.nbytes)
-        bufs[("w", part)].write(a)
-    bufs[("x", "data")] = dev.buffer(rows * n_in * 4)
-    bufs[("x", "data")].write(rng.standard_normal(rows * n_in).astype(np.float32))
-    bufs[("y", "data")] = dev.buffer(rows * out * 4)
     for c in calls:
-        for name, nbytes in c.scratch:
-            if (name, "data") not in bufs:
-                bufs[(name, "data")] = dev.buffer(nbytes)
+        for b in c.bindings:
+            key = (b.value, b.part)
+            if key in bufs:
+                continue
+            a = arrays.get(key)
+            nbytes = a.nbytes if a is not None else (
+                max(n for c2 in calls for s, n in c2.scratch if s == b.value) if b.value.startswith("scratch:")
+                else p.values[b.value].numel * 4)
+            bufs[key] = dev.buffer(max(16, nbytes))
+            if a is not None:
+                bufs[key].write(a)
     pool = dev.descriptor_pool(len(calls), sum(len(c.bindings) for c in calls))
     pipes = []
     for c in calls:
@@ -100,7 +112,7 @@ def measure(dev, dtype, out, n_in, rows, caps: KernelCaps, reps: int) -> dict:
         o.close()
     med = float(np.median(times))
     return {"calls": [{"shader": c.shader, "groups": list(c.groups), "defines": dict(c.defines)} for c in calls],
-            "us": med / 1e3, "us_min": min(times) / 1e3, "GFLOPs": 2 * rows * out * n_in / med}
+            "us": med / 1e3, "us_min": min(times) / 1e3}
 
 
 def main(argv=None) -> int:

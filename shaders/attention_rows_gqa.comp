@@ -9,7 +9,7 @@
 // key row, so a warp touched 32 rows per load. Online softmax (one invocation per query vector),
 // so shared memory does not grow with the context. Keys past a row's pos + t are masked, never
 // used (later chunk rows, stale entries of rejected draft tokens).
-// Bindings: 0 q, 1 k_cache, 2 v_cache, 3 step, 4 o. Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 T,
+// Bindings: 0 q, 1 k_cache, 2 v_cache, 3 step, 4 o. Spec: 0 wg size (a multiple of BKV dividing QG BKV), 1 H, 2 KVH, 3 D, 4 T,
 // 5 scale (float), 6 WINDOW (0 = none), 7 BQ (chunk rows per workgroup), 8 BKV (keys per tile).
 #define NO_WG_REDUCE
 #include "common.glsl"
@@ -32,6 +32,7 @@ layout(binding = 4) writeonly buffer OB { float o[]; };
 
 const uint G = H / KVH, QG = BQ * G, DP = D + 1;   // rows padded by one float: no bank conflicts
 const uint NA = (QG * D + gl_WorkGroupSize.x - 1) / gl_WorkGroupSize.x;   // outputs per invocation
+const uint NQ = QG * BKV / gl_WorkGroupSize.x;   // scores per invocation (WG divides QG * BKV)
 shared float qs[QG * DP];     // the workgroup's query vectors (scaled), vector v = row (v / G), head v % G
 shared float kvs[BKV * DP];   // a tile of K rows, then of V rows
 shared float ps[QG * BKV];    // scores, then probabilities
@@ -66,11 +67,16 @@ void main() {
             kvs[k * DP + j] = k < n ? KC1((base + k) * ROW + kvoff + j) : 0.0;
         }
         barrier();
-        for (uint e = tid; e < QG * BKV; e += WG) {
-            const uint v = e / BKV, k = e % BKV;
-            float s = 0.0;
-            for (uint j = 0; j < D; j++) s += qs[v * DP + j] * kvs[k * DP + j];
-            ps[e] = s;
+        {   // NQ query vectors x key k per invocation: each K value loaded once for NQ of them,
+            // the q values broadcast (a warp's 32 lanes = the tile's 32 keys of one vector)
+            const uint k = tid % BKV;
+            float sc[NQ];
+            for (uint i = 0; i < NQ; i++) sc[i] = 0.0;
+            for (uint j = 0; j < D; j++) {
+                const float kv = kvs[k * DP + j];
+                for (uint i = 0; i < NQ; i++) sc[i] += qs[(tid / BKV + i * (WG / BKV)) * DP + j] * kv;
+            }
+            for (uint i = 0; i < NQ; i++) ps[(tid / BKV + i * (WG / BKV)) * BKV + k] = sc[i];
         }
         barrier();
         if (tid < QG) {
@@ -97,14 +103,21 @@ void main() {
             kvs[k * DP + j] = k < n ? VC1((base + k) * ROW + kvoff + j) : 0.0;
         }
         barrier();
+        // WG a multiple of D: every output of an invocation has the same d, so one V load per key
+        // serves all NA of them; otherwise each output walks the keys on its own
+        const uint d0 = tid % D;
+        float pv[NA];
+        for (uint a = 0; a < NA; a++) pv[a] = 0.0;
+        for (uint k = 0; k < n; k++) {
+            const float vv = WG % D == 0 ? kvs[k * DP + d0] : 0.0;
+            for (uint a = 0; a < NA; a++) {
+                const uint e = min(tid + a * WG, QG * D - 1), v = e / D;
+                pv[a] += ps[v * BKV + k] * (WG % D == 0 ? vv : kvs[k * DP + e % D]);
+            }
+        }
         for (uint a = 0; a < NA; a++) {
             const uint e = tid + a * WG;
-            if (e < QG * D) {
-                const uint v = e / D, d = e % D;
-                float s = 0.0;
-                for (uint k = 0; k < n; k++) s += ps[v * BKV + k] * kvs[k * DP + d];
-                acc[a] = acc[a] * rowf[v] + s;
-            }
+            if (e < QG * D) acc[a] = acc[a] * rowf[e / D] + pv[a];
         }
     }
     barrier();                          // rowf's last rescale factors are consumed

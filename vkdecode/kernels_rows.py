@@ -210,7 +210,8 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     b = (Binding(q), Binding(kc), Binding(vc), Binding(step), Binding(op.outputs[0]))
     bq = gqa_rows(caps, h // kvh, d, rows)
     if bq:
-        wg = _wg(caps, h // kvh * bq * d)
+        qgk = h // kvh * bq * GQA_BKV
+        wg = min(256, caps.max_invocations, qgk & -qgk)    # a power of two dividing QG * BKV
         spec = (wg, h, kvh, d, rows, float(a["scale"]), int(a.get("window", 0)), bq, GQA_BKV)
         return [KernelCall("attention_rows_gqa", spec, b, (4,), (kvh, -(-rows // bq), 1),
                            defines=kv_defines(p, kc), label=op.outputs[0])]
