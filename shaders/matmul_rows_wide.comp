@@ -62,28 +62,45 @@ void main() {
     float acc[TM * TN];
     for (uint i = 0; i < TM * TN; i++) acc[i] = 0.0;
 
-    for (uint k0 = z * BK; k0 < K; k0 += S * BK) {
 #ifdef UNITS
-        // adjacent invocations take adjacent units of a row: contiguous weight reads
-        const uint UPR = BK / UNIT_ELEMS;
-        for (uint e = tid; e < BM * UPR; e += WG) {
-            uint r = e / UPR, u = k0 / UNIT_ELEMS + e % UPR;
-            uint m = min(m0 + r, M - 1);    // rows past M decode the last row; never stored
-            vec4 w[XU_VEC4];
-            unit_weights(m * ROW_WORDS(K), m * ROW_SCALES(K), u, w);
+    // Register-staged loads: the next k tile's weights (decoded) and activations are fetched into
+    // registers before the current tile's FMAs, so their memory latency hides behind them; after
+    // the FMAs they are stored into the (then free) shared tiles. Adjacent invocations take
+    // adjacent units of a weight row and adjacent vec4s of a chunk row: contiguous reads.
+    const uint UPR = BK / UNIT_ELEMS;
+    const uint NWU = BM * UPR / WG, NXU = BN * (BK / 4) / WG;   // units / x vec4s per invocation
+    vec4 wr[NWU * XU_VEC4], xr[NXU];
+    uint k0 = z * BK;
+#define FETCH(k0)                                                                       \
+    for (uint i = 0; i < NWU; i++) {                                                    \
+        const uint e = tid + i * WG, r = e / UPR, u = (k0) / UNIT_ELEMS + e % UPR;      \
+        const uint m = min(m0 + r, M - 1);   /* rows past M decode the last row; never stored */ \
+        vec4 w[XU_VEC4];                                                                \
+        unit_weights(m * ROW_WORDS(K), m * ROW_SCALES(K), u, w);                        \
+        for (uint j = 0; j < XU_VEC4; j++) wr[i * XU_VEC4 + j] = w[j];                  \
+    }                                                                                   \
+    for (uint i = 0; i < NXU; i++) {                                                    \
+        const uint e = tid + i * WG, c = e / (BK / 4), n = n0 + c;                      \
+        xr[i] = n < T ? x4[n * (K / 4) + (k0) / 4 + e % (BK / 4)] : vec4(0.0);          \
+    }
+    if (k0 < K) { FETCH(k0) }
+    for (; k0 < K; k0 += S * BK) {
+        for (uint i = 0; i < NWU; i++) {
+            const uint e = tid + i * WG, r = e / UPR, u = k0 / UNIT_ELEMS + e % UPR;
             for (uint j = 0; j < XU_VEC4; j++) {
-                uint kk = 4 * unit_vec4(u, j) - k0;
-                for (uint c = 0; c < 4; c++) WS_PUT(kk + c, r, w[j][c]);
+                const uint kk = 4 * unit_vec4(u, j) - k0;
+                for (uint c = 0; c < 4; c++) WS_PUT(kk + c, r, wr[i * XU_VEC4 + j][c]);
             }
         }
-        // K % 32 == 0: whole vec4s of a chunk row, adjacent invocations on adjacent vec4s
-        for (uint e = tid; e < BN * (BK / 4); e += WG) {
-            uint c = e / (BK / 4), kv = e % (BK / 4);
-            uint n = n0 + c;
-            vec4 v = n < T ? x4[n * (K / 4) + k0 / 4 + kv] : vec4(0.0);
-            for (uint i = 0; i < 4; i++) XS_PUT(4 * kv + i, c, v[i]);
+        for (uint i = 0; i < NXU; i++) {
+            const uint e = tid + i * WG, c = e / (BK / 4), kv = e % (BK / 4);
+            for (uint q = 0; q < 4; q++) XS_PUT(4 * kv + q, c, xr[i][q]);
         }
+        barrier();
+        const uint k1 = k0 + S * BK;
+        if (k1 < K) { FETCH(k1) }
 #else
+    for (uint k0 = z * BK; k0 < K; k0 += S * BK) {
         // adjacent invocations take adjacent k: contiguous weight and activation reads
         for (uint e = tid; e < BM * BK; e += WG) {
             uint r = e / BK, kk = e % BK;
@@ -95,8 +112,8 @@ void main() {
             uint n = n0 + c, k = k0 + kk;
             XS_PUT(kk, c, (n < T && k < K) ? x[n * K + k] : 0.0);
         }
-#endif
         barrier();
+#endif
         for (uint kk = 0; kk < BK; kk++) {
             vec4 a[TM / 4], b[TN / 4];
             for (uint i = 0; i < TM / 4; i++) a[i] = ws[kk * WS_STRIDE + tm + 16 * i];
