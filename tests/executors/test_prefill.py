@@ -157,6 +157,44 @@ def test_prefill_then_decode_equals_plain_decode(device, tiny):
     assert out["plain"] == out["chunks"]
 
 
+@pytest.mark.parametrize("mode", ["unfused", "fused"])
+def test_padded_last_chunk_then_decode(device, tiny, mode):
+    """The GPU chunk plan (forced here): a last chunk wider than the prompt's rest writes KV rows
+    past the prompt; the KV rows of the prompt and the first token equal the token path, and the
+    greedy tokens after it equal plain decode (each later step overwrites its row before reading)."""
+    m = tiny["llama"]
+    caps = KernelCaps.from_info(device.info, prefill_chunk_rows=64)
+    toks = prompt(30, seed=8)
+    want = reference_path(m, toks)
+    with make_executor(mode, device, m.program, m.weights) as ex:
+        nxt = ex.prefill(toks, 0)
+        plain = [nxt] + list(ex.decode(nxt, len(toks), 10))
+    with make_executor(mode, device, m.program, m.weights, caps=caps) as ex:
+        ex.enable_prefill((16, 8))
+        check_against(ex, toks, *want, what=f"padded {mode}")
+        assert [w for w, _ in ex.prefill_set.chunks] == [16, 16]      # 29 tokens: 16 + 13 in 16 rows
+        nxt = ex.prefill(toks, 0)
+        assert [nxt] + list(ex.decode(nxt, len(toks), 10)) == plain
+
+
+def test_chunk_plan():
+    """plan_chunks: the cheapest cover (chunk = fixed + width rows, decode token = step), padding
+    only the last chunk and only within the context."""
+    from vkdecode.executors.prefill import plan_chunks
+    gpu = (512, 256, 128, 64, 16, 4)
+    assert plan_chunks(511, gpu, 10 ** 6, 64, 21) == ((512, 511),)
+    assert plan_chunks(511, gpu, 511, 64, 21) == ((256, 256), (128, 128), (64, 64), (16, 16), (16, 16),
+                                                  (16, 16), (4, 4), (4, 4), (4, 4))   # 512 rows do not fit
+    assert plan_chunks(1999, gpu, 10 ** 6, 64, 21) == ((512, 512),) * 3 + ((512, 463),)
+    assert plan_chunks(3, gpu, 10 ** 6, 64, 21) == ()                        # three decode steps
+    assert plan_chunks(19, gpu, 10 ** 6, 64, 21) == ((64, 19),)
+    for n in range(0, 700, 7):
+        for room in (n, n + 3, n + 600):
+            plan = plan_chunks(n, gpu, room, 64, 21)
+            assert sum(k for _, k in plan) <= n and all(k == w for w, k in plan[:-1])
+            assert sum(w for w, _ in plan) <= max(room, sum(k for _, k in plan))
+
+
 def test_prefill_regions_reported(device, tiny):
     m = tiny["llama"]
     with make_executor("fused", device, m.program, m.weights) as ex:
