@@ -38,6 +38,22 @@ shared float kvs[BKV * DP];   // a tile of K rows, then of V rows
 shared float ps[QG * BKV];    // scores, then probabilities
 shared float rowf[QG];        // per query vector: the tile's rescale factor; l at the end
 
+// rows base .. base + n - 1 of kv head g's K or V into kvs (zeros past n): with D % 4 == 0 a vec4
+// (4 halves of an f16 cache) per load, adjacent invocations on adjacent vec4s of a row
+#define LOAD_TILE(C1, C4)                                                                   \
+    if (D % 4 == 0) {                                                                       \
+        for (uint e = tid; e < BKV * D / 4; e += WG) {                                      \
+            const uint k = e / (D / 4), j = 4 * (e % (D / 4));                              \
+            const vec4 w = k < n ? C4(((base + k) * ROW + kvoff + j) / 4) : vec4(0.0);      \
+            for (uint c = 0; c < 4; c++) kvs[k * DP + j + c] = w[c];                        \
+        }                                                                                   \
+    } else {                                                                                \
+        for (uint e = tid; e < BKV * D; e += WG) {                                          \
+            const uint k = e / D, j = e % D;                                                \
+            kvs[k * DP + j] = k < n ? C1((base + k) * ROW + kvoff + j) : 0.0;               \
+        }                                                                                   \
+    }
+
 void main() {
     const uint WG = gl_WorkGroupSize.x;
     const uint tid = gl_LocalInvocationID.x;
@@ -62,10 +78,7 @@ void main() {
     for (uint base = lo_all; base < len_all; base += BKV) {
         const uint n = min(BKV, len_all - base);
         barrier();                      // kvs, ps and rowf of the previous tile are consumed
-        for (uint e = tid; e < BKV * D; e += WG) {
-            const uint k = e / D, j = e % D;
-            kvs[k * DP + j] = k < n ? KC1((base + k) * ROW + kvoff + j) : 0.0;
-        }
+        LOAD_TILE(KC1, KC4)
         barrier();
         {   // NQ query vectors x key k per invocation: each K value loaded once for NQ of them,
             // the q values broadcast (a warp's 32 lanes = the tile's 32 keys of one vector)
@@ -98,10 +111,7 @@ void main() {
             m = mn;
             rowf[tid] = corr;
         }
-        for (uint e = tid; e < BKV * D; e += WG) {   // K was last read before the barrier above
-            const uint k = e / D, j = e % D;
-            kvs[k * DP + j] = k < n ? VC1((base + k) * ROW + kvoff + j) : 0.0;
-        }
+        LOAD_TILE(VC1, VC4)                             // K was last read before the barrier above
         barrier();
         // WG a multiple of D: every output of an invocation has the same d, so one V load per key
         // serves all NA of them; otherwise each output walks the keys on its own
