@@ -148,3 +148,26 @@ def test_prefill_bench_json(tmp_path):
     assert r["fused"]["21"]["chunks"] == [8, 8, 4] and r["fused"]["widths"] == [8, 4]
     assert r["unfused"]["9"]["prompt_tok_s"] > 0
     assert set(r["fused-token-by-token"]) == {"9", "21"}
+
+
+def test_chunk_kernel_benches_json(tmp_path):
+    """The chunk kernel benches on small shapes: matmul GFLOP/s per variant (tiled and forced wide,
+    a split-k one among them), attention per rows-per-workgroup setting, a chunk profile by kernel."""
+    from bench import attention_rows_bench, matmul_rows_bench, prefill_profile
+    mm, attn, prof = tmp_path / "mm.json", tmp_path / "attn.json", tmp_path / "prof.json"
+    matmul_rows_bench.PRESETS["test"] = [("q4_1", 64, 64, "wk/wv")]
+    try:
+        assert matmul_rows_bench.main(["--preset", "test", "--widths", "20", "--reps", "1",
+                                       "--variants", "tiled", "wide", "--out", str(mm)]) == 0
+    finally:
+        del matmul_rows_bench.PRESETS["test"]
+    r = json.loads(mm.read_text())
+    assert [x["variant"] for x in r["rows"]] == ["tiled", "wide"] and all(x["GFLOPs"] > 0 for x in r["rows"])
+    assert [c["shader"] for c in r["rows"][1]["calls"]] == ["matmul_rows_wide", "matmul_rows_splitk"]
+    assert attention_rows_bench.main(["--heads", "4,2,16", "--widths", "8", "--pos", "3", "--rows-q", "-1", "0",
+                                      "--reps", "1", "--out", str(attn)]) == 0
+    shaders = [x["calls"][0]["shader"] for x in json.loads(attn.read_text())["rows"]]
+    assert shaders == ["attention_rows", "attention_rows_gqa"]
+    assert prefill_profile.main(["--shape", "tiny", "--width", "8", "--reps", "1", "--out", str(prof)]) == 0
+    p = json.loads(prof.read_text())
+    assert p["chunk_gpu_ms"] > 0 and "attention_rows_gqa" in p["by_kernel"]
