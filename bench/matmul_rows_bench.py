@@ -157,6 +157,17 @@ def main(argv=None) -> int:
     res["layer_us"] = [{"model": m, "variant": v, "rows": n, "us": us} for (m, v, n), us in sorted(sums.items())]
     for row in res["layer_us"]:
         print(f"layer of {row['model']:8s} {row['variant']:16s} T {row['rows']:4d} {row['us']:9.1f} us", flush=True)
+    # the fastest variant per shape and width (what KernelCaps' automatic choice should pick)
+    best: dict[tuple, dict] = {}
+    for r in res["rows"]:
+        key = (r["model"], r["what"], r["dtype"], r["rows"])
+        if key not in best or r["us"] < best[key]["us"]:
+            best[key] = r
+    res["best"] = [{"model": m, "what": w, "dtype": d, "rows": n, "variant": r["variant"], "us": r["us"],
+                    "GFLOPs": r["GFLOPs"]} for (m, w, d, n), r in sorted(best.items())]
+    for b in res["best"]:
+        print(f"best: {b['model']:8s} {b['what']:8s} T {b['rows']:4d} {b['variant']:16s} {b['GFLOPs']:8.0f} GFLOP/s",
+              flush=True)
     dev.check_validation()
     dev.close()
     if a.out:
