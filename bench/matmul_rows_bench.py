@@ -13,6 +13,7 @@ A variant a device cannot run (the narrow kernel beyond 16 rows) is left out.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -52,11 +53,16 @@ def _program(dtype, out, n_in, rows) -> Program:
     return p
 
 
+@functools.lru_cache(maxsize=2)
+def _weights(dtype: str, out: int, n_in: int) -> dict:
+    """Random weight parts of a shape, made once for all its widths and variants."""
+    return random_parts(dtype, out, n_in, np.random.default_rng(0))
+
+
 def measure(dev, dtype, out, n_in, rows, caps: KernelCaps, reps: int) -> dict:
-    rng = np.random.default_rng(0)
     p = _program(dtype, out, n_in, rows)
-    arrays = {("w", part): a for part, a in random_parts(dtype, out, n_in, rng).items()}
-    arrays[("x", "data")] = rng.standard_normal(rows * n_in).astype(np.float32)
+    arrays = {("w", part): a for part, a in _weights(dtype, out, n_in).items()}
+    arrays[("x", "data")] = np.random.default_rng(rows).standard_normal(rows * n_in).astype(np.float32)
     r = time_calls(dev, p, op_calls(p, 0, caps), arrays, reps)
     r["GFLOPs"] = 2 * rows * out * n_in / (r["us"] * 1e3)
     return r
