@@ -189,13 +189,22 @@ GQA_BKV = 32        # keys per attention_rows_gqa tile
 def gqa_rows(caps: KernelCaps, g: int, d: int, rows: int) -> int:
     """BQ, chunk rows per attention_rows_gqa workgroup (its G * BQ query vectors share each K/V tile
     load), or 0 (the per-row attention_rows). Auto: 16 rows (32 query vectors for Qwen3's G = 2),
-    halved until the tiles fit the shared memory."""
+    halved until the tiles fit the shared memory and the workgroup has an invocation per vector."""
     if caps.attn_rows_q < 0:
         return 0
+
+    def fits(bq):
+        return gqa_shared(g * bq, d) <= caps.max_shared and g * bq <= gqa_wg(caps, g * bq)
     bq = caps.attn_rows_q or min(16, matmul_tile_rows(rows))
-    while bq > 1 and gqa_shared(g * bq, d) > caps.max_shared:
+    while bq > 1 and not fits(bq):
         bq //= 2
-    return bq if gqa_shared(g * bq, d) <= caps.max_shared else 0
+    return bq if fits(bq) else 0
+
+
+def gqa_wg(caps: KernelCaps, qg: int) -> int:
+    """attention_rows_gqa's workgroup: a power of two dividing QG * BKV (whole scores per invocation)."""
+    qgk = qg * GQA_BKV
+    return min(256, caps.max_invocations, qgk & -qgk)
 
 
 def gqa_shared(qg: int, d: int) -> int:
@@ -210,8 +219,7 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     b = (Binding(q), Binding(kc), Binding(vc), Binding(step), Binding(op.outputs[0]))
     bq = gqa_rows(caps, h // kvh, d, rows)
     if bq:
-        qgk = h // kvh * bq * GQA_BKV
-        wg = min(256, caps.max_invocations, qgk & -qgk)    # a power of two dividing QG * BKV
+        wg = gqa_wg(caps, h // kvh * bq)
         spec = (wg, h, kvh, d, rows, float(a["scale"]), int(a.get("window", 0)), bq, GQA_BKV)
         return [KernelCall("attention_rows_gqa", spec, b, (4,), (kvh, -(-rows // bq), 1),
                            defines=kv_defines(p, kc), label=op.outputs[0])]

@@ -221,6 +221,19 @@ def test_attention_rows_gqa(device, h, kvh, d, rows, pos0, bq, window, kv):
     assert err <= 1e-9, f"nmse {err:.3g}"
 
 
+def test_attention_rows_gqa_choice(device):
+    """Rows per workgroup: 16 (fewer for narrower chunks), halved until the query vectors fit the
+    shared memory and the workgroup; the per-row kernel where even one row does not."""
+    from vkdecode.kernels_rows import gqa_rows
+    caps = replace(caps_of(device), attn_rows_q=0, max_shared=49152, max_invocations=1024)
+    assert gqa_rows(caps, 2, 128, 512) == 16 and gqa_rows(caps, 3, 64, 512) == 16
+    assert gqa_rows(caps, 2, 128, 5) == 8
+    assert gqa_rows(replace(caps, max_shared=32768), 2, 128, 512) == 8
+    assert gqa_rows(caps, 33, 64, 512) == 0          # 33 vectors: a 32-invocation workgroup
+    assert gqa_rows(caps, 24, 64, 512) == 4          # 16 rows: 384 vectors > 256; 8: 83 KB of tiles
+    assert gqa_rows(replace(caps, attn_rows_q=-1), 2, 128, 512) == 0
+
+
 @pytest.mark.parametrize("layout", ["neox", "pairs"])
 def test_rope_rows(device, layout):
     rows, h, d = 7, 3, 16
