@@ -188,14 +188,14 @@ GQA_BKV = 32        # keys per attention_rows_gqa tile
 
 def gqa_rows(caps: KernelCaps, g: int, d: int, rows: int) -> int:
     """BQ, chunk rows per attention_rows_gqa workgroup (its G * BQ query vectors share each K/V tile
-    load), or 0 (the per-row attention_rows). Auto: 16 rows (32 query vectors for Qwen3's G = 2),
+    load), or 0 (the per-row attention_rows). Auto: 16 rows or the chunk's (32 query vectors for Qwen3's G = 2),
     halved until the tiles fit the shared memory and the workgroup has an invocation per vector."""
     if caps.attn_rows_q < 0:
         return 0
 
     def fits(bq):
         return gqa_shared(g * bq, d) <= caps.max_shared and g * bq <= gqa_wg(caps, g * bq)
-    bq = caps.attn_rows_q or min(16, matmul_tile_rows(rows))
+    bq = caps.attn_rows_q or min(16, rows)
     while bq > 1 and not fits(bq):
         bq //= 2
     return bq if fits(bq) else 0

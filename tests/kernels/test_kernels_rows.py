@@ -227,7 +227,7 @@ def test_attention_rows_gqa_choice(device):
     from vkdecode.kernels_rows import gqa_rows
     caps = replace(caps_of(device), attn_rows_q=0, max_shared=49152, max_invocations=1024)
     assert gqa_rows(caps, 2, 128, 512) == 16 and gqa_rows(caps, 3, 64, 512) == 16
-    assert gqa_rows(caps, 2, 128, 5) == 8
+    assert gqa_rows(caps, 2, 128, 5) == 5            # a narrow chunk: its own rows, no padding vectors
     assert gqa_rows(replace(caps, max_shared=32768), 2, 128, 512) == 8
     assert gqa_rows(caps, 33, 64, 512) == 0          # 33 vectors: a 32-invocation workgroup
     assert gqa_rows(caps, 24, 64, 512) == 4          # 16 rows: 384 vectors > 256; 8: 83 KB of tiles
