@@ -14,7 +14,8 @@
 // would leave a GPU's SMs idle).
 // Bindings: f32/f16: 0 W, 1 X, 2 Y (or P); quant: 0 q words, 1 scales, 2 X, 3 Y (or P).
 // Spec: 0 wg size (256), 1 K, 2 M (rows bound), 3 T, 4 MTOT (Y row stride), 5 S (k splits).
-// Defines: TM, TN (micro-tile, 4 or 8 each), PAD (0 or 1). Push: row0 (first output row of a row-split weight).
+// Defines: TM, TN (micro-tile, 4 or 8 each), PAD (0 or 1), QUADS (K % 4 == 0 off the unit path:
+// dequant_quad.glsl, 4 elements a decode). Push: row0 (first output row of a row-split weight).
 #define NO_WG_REDUCE
 #include "common.glsl"
 
@@ -30,6 +31,9 @@
 #define UNIT_WEIGHTS 1
 #endif
 #include "dequant.glsl"
+#ifdef QUADS
+#include "dequant_quad.glsl"
+#endif
 #ifndef ROW_SCALES
 #define ROW_SCALES(k) ((k) / 32)    // scale words per row of the 32-element block dtypes
 #endif
@@ -99,6 +103,21 @@ void main() {
         barrier();
         const uint k1 = k0 + S * BK;
         if (k1 < K) { FETCH(k1) }
+#elif defined(QUADS)
+    for (uint k0 = z * BK; k0 < K; k0 += S * BK) {
+        // K % 4 == 0: four consecutive elements per decode (dequant_quad.glsl) and per x load;
+        // adjacent invocations take adjacent quads of a row: contiguous reads
+        for (uint e = tid; e < BM * (BK / 4); e += WG) {
+            const uint r = e / (BK / 4), kk = 4 * (e % (BK / 4)), m = m0 + r, k = k0 + kk;
+            const vec4 w = (m < M && k < K) ? dequant_quad(m * ROW_WORDS(K), m * ROW_SCALES(K), k) : vec4(0.0);
+            for (uint c = 0; c < 4; c++) WS_PUT(kk + c, r, w[c]);
+        }
+        for (uint e = tid; e < BN * (BK / 4); e += WG) {
+            const uint c = e / (BK / 4), kk = 4 * (e % (BK / 4)), n = n0 + c, k = k0 + kk;
+            const vec4 v = (n < T && k < K) ? x4[(n * K + k) / 4] : vec4(0.0);
+            for (uint q = 0; q < 4; q++) XS_PUT(kk + q, c, v[q]);
+        }
+        barrier();
 #else
     for (uint k0 = z * BK; k0 < K; k0 += S * BK) {
         // adjacent invocations take adjacent k: contiguous weight and activation reads

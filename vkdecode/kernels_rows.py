@@ -146,6 +146,8 @@ def _wide_calls(out: str, ins: tuple, wide: tuple, dims: tuple, r0: int, defines
     grid = (-(-n // (16 * tm)), -(-rows // (16 * tn)), s)
     pad = int(wide_shared(tm, tn, 1) <= caps.max_shared)
     defines = defines + (("TM", str(tm)), ("TN", str(tn)), ("PAD", str(pad)))
+    if ("UNITS", "1") not in defines and n_in % 4 == 0:
+        defines += (("QUADS", "1"),)
     push = struct.pack("<I", r0)
     spec = (WIDE_WG, n_in, n, rows, n_out, s)
     if s == 1:

@@ -101,10 +101,11 @@ def test_matmul_rows_narrow_choice(device):
 
 ALL_DTYPES = DTYPES + ("q5_1", "iq4_nl", "q4_k", "q5_k", "q6_k", "q2_k", "q3_k")
 # (rows T, out, in, tile, k splits; a 1-row chunk is the decode matvec): T straddles the 16-row thread grid and the 64/128-row tiles,
-# out the 64/128 weight rows, in the 32-wide k step (40, 48: element path); every tile, with and
+# out the 64/128 weight rows, in the 32-wide k step (40, 48: 4-element quads; 42: element by
+# element); every tile, with and
 # without a split over k (3 splits of 5 k tiles: uneven)
 WIDE_SHAPES = [(2, 33, 32, "4x4", 1), (3, 64, 64, "8x4", 2), (17, 65, 96, "4x8", 1), (63, 130, 64, "8x8", 1),
-               (64, 129, 160, "4x4", 3), (65, 63, 48, "8x4", 1), (130, 70, 40, "8x8", 2)]
+               (64, 129, 160, "4x4", 3), (65, 63, 48, "8x4", 1), (130, 70, 40, "8x8", 2), (5, 70, 42, "4x4", 2)]
 K_SHAPES = [(3, 65, 256, "8x4", 1), (65, 33, 512, "4x8", 2), (130, 129, 256, "4x4", 1)]
 
 
