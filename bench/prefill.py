@@ -5,6 +5,7 @@ Writes one JSON; never asserts timings.
     python -m bench.prefill --shape smollm2-135m --quant q4_1 --lengths 128 512 2000 --out $OUT/p.json
     python -m bench.prefill --model model.gguf --lengths 512          # the same GGUF llama.cpp reads
     python -m bench.prefill --shape tiny --lengths 16 40 --reps 1     # seconds, also on lavapipe
+    python -m bench.prefill --shape qwen3-0.6b --quant f16 --lengths 512 --caps matmul_wide=-1   # A/B
 
 TTFT here is from the first prompt token written to the first new token read back (the prompt's
 last token runs through the decode step); prompt tok/s = prompt tokens / TTFT, the figure
@@ -27,6 +28,7 @@ import numpy as np
 from vkdecode import bench
 from vkdecode.cli_bench import write_json
 from vkdecode.executors import MODES, make_executor
+from vkdecode.kernels import KernelCaps
 
 
 def time_prompt(ex, ids: list[int], reps: int, warmup: int) -> dict:
@@ -62,6 +64,9 @@ def main(argv=None) -> int:
                     help="also time the token-by-token prompt (fused) for lengths up to this (0 = never)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--caps", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="KernelCaps tuning for an A/B run, e.g. matmul_wide=-1 (the tiled chunk matmul) "
+                         "or matmul_tile=8x4 matmul_splitk=1")
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default=None, help="JSON path (default: stdout only)")
     a = ap.parse_args(argv)
@@ -74,11 +79,13 @@ def main(argv=None) -> int:
     from vkdecode.vk import Device
     dev = Device(a.device)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)
+    tuning = {k: (v if k == "matmul_tile" else int(v)) for k, v in (c.split("=", 1) for c in a.caps)}
+    caps = KernelCaps.from_info(dev.info, **tuning)
     out = {"model": model.describe(), "device": dev.info.name, "git_commit": bench.git_commit(),
-           "ctx": ctx, "results": {}}
+           "ctx": ctx, "caps": tuning, "results": {}}
     try:
         for mode in a.modes:
-            ex = make_executor(mode, dev, model.program, model.weights)
+            ex = make_executor(mode, dev, model.program, model.weights, caps=caps)
             try:
                 t0 = time.perf_counter()
                 ex.enable_prefill(widths)

@@ -181,3 +181,26 @@ def test_llama3_8b_q4_k_m_mix():
     assert more == [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31]
     assert all(d[f"layers.{i}.w_down"] == ("q6_k" if i in more else "q4_k") for i in range(32))
     assert {d[f"layers.{i}.{k}"] for i in range(32) for k in ("wq", "wk", "wo", "w_gate", "w_up")} == {"q4_k"}
+
+
+def test_chunk_kernel_benches_json(tmp_path):
+    """The chunk kernel benches on small shapes: matmul GFLOP/s per variant (tiled and forced wide,
+    a split-k one among them), attention per rows-per-workgroup setting, a chunk profile by kernel."""
+    from bench import attention_rows_bench, matmul_rows_bench, prefill_profile
+    mm, attn, prof = tmp_path / "mm.json", tmp_path / "attn.json", tmp_path / "prof.json"
+    matmul_rows_bench.PRESETS["test"] = [("q4_1", 64, 64, "wk/wv")]
+    try:
+        assert matmul_rows_bench.main(["--preset", "test", "--widths", "20", "--reps", "1",
+                                       "--variants", "tiled", "wide", "--out", str(mm)]) == 0
+    finally:
+        del matmul_rows_bench.PRESETS["test"]
+    r = json.loads(mm.read_text())
+    assert [x["variant"] for x in r["rows"]] == ["tiled", "wide"] and all(x["GFLOPs"] > 0 for x in r["rows"])
+    assert [c["shader"] for c in r["rows"][1]["calls"]] == ["matmul_rows_wide", "matmul_rows_splitk"]
+    assert attention_rows_bench.main(["--heads", "4,2,16", "--widths", "8", "--pos", "3", "--rows-q", "-1", "0",
+                                      "--reps", "1", "--out", str(attn)]) == 0
+    shaders = [x["calls"][0]["shader"] for x in json.loads(attn.read_text())["rows"]]
+    assert shaders == ["attention_rows", "attention_rows_gqa"]
+    assert prefill_profile.main(["--shape", "tiny", "--width", "8", "--reps", "1", "--out", str(prof)]) == 0
+    p = json.loads(prof.read_text())
+    assert p["chunk_gpu_ms"] > 0 and "attention_rows_gqa" in p["by_kernel"]

@@ -57,7 +57,12 @@ class KernelCaps:
     prefetch_bytes: int = 0     # weight bytes each fused attention prefetches into L2 (0: auto, < 0: none)
     prefetch_groups: int = 0    # prefetch workgroups per attention dispatch (0: fused_prefetch default)
     matmul_narrow: int = 0      # chunk widths up to this take matmul_rows_narrow (0: 16, < 0: never)
-    attn_rows_tiled: int = 0    # chunk attention staged through shared memory (0: where it fits, < 0: never)
+    matmul_wide: int = 0        # chunk widths from this take matmul_rows_wide (0: 17, < 0: never)
+    matmul_tile: str = ""       # its TMxTN micro-tile ("8x8", "8x4", "4x8", "4x4"; "": kernels_rows chooses)
+    matmul_splitk: int = 0      # its k splits (0: enough for matmul_groups workgroups, 1: none)
+    matmul_groups: int = 0      # workgroups a wide matmul should reach at least (0: 264, 2 per SM of an H100)
+    prefill_chunk_rows: int = 0  # a prompt chunk's fixed cost in rows, for padded chunk plans (0: 64; < 0: no padding)
+    attn_rows_q: int = 0        # chunk attention: rows per attention_rows_gqa workgroup (0: auto, < 0: per-row kernel)
 
     @classmethod
     def from_info(cls, info, **tuning) -> KernelCaps:
@@ -73,9 +78,11 @@ class KernelCaps:
             # and the tiled chunk matmul at every width (tuned there; the narrow kernel's 64-lane
             # workgroups over few rows fill a GPU, not a few CPU cores)
             tuning.setdefault("matmul_narrow", -1)
-            # and the per-(row, head) chunk attention: the tiled one was slower there (SmolLM2 Q4_1,
-            # 64-row chunk: 2.6 vs 1.7 s of attention, a busy 2-core machine)
-            tuning.setdefault("attn_rows_tiled", -1)
+            # nor the register-blocked wide one: lavapipe, best of 3 (bench/matmul_rows_bench.py),
+            # q4_1 [1536, 576] 32 rows 14.3 ms tiled vs 23.3 wide 8x4, 64 rows 34.8 vs 29.6 (a wash)
+            tuning.setdefault("matmul_wide", -1)
+            # and exact chunk widths: a CPU's chunk costs its rows, so padding rows is waste there
+            tuning.setdefault("prefill_chunk_rows", -1)
         return cls(subgroup_size=int(f.get("subgroup_size", 1) or 1),
                    subgroup_arithmetic=bool(f.get("subgroup_arithmetic", False)),
                    subgroup_fixed=f.get("min_subgroup_size") == f.get("max_subgroup_size") == f.get("subgroup_size"),

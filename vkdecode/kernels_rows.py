@@ -67,6 +67,43 @@ def _narrow_rows(caps: KernelCaps, bn: int) -> int:
     return NARROW_OUTPUTS // bn if bn <= min(limit, 16) and fits else 0
 
 
+WIDE_WG = 256                   # matmul_rows_wide: 16 x 16 invocations
+WIDE_BK = 32                    # its k step
+WIDE_TILES = ((8, 8), (8, 4), (4, 8), (4, 4))   # TM x TN micro-tiles, the most work per load first
+MAX_SPLITS = 8
+
+
+def wide_shared(tm: int, tn: int, pad: int) -> int:
+    """Shared bytes of matmul_rows_wide's weight and activation tiles (vec4 rows + pad vec4s)."""
+    return 16 * WIDE_BK * (4 * tm + 4 * tn + 2 * pad)
+
+
+def wide_shape(caps: KernelCaps, n: int, rows: int, n_in: int) -> tuple[int, int, int] | None:
+    """(TM, TN, k splits) of matmul_rows_wide for n weight rows x `rows` chunk rows, or None (the
+    device's limits do not hold it, or caps keep this width off it). Auto: the largest tile whose
+    grid reaches caps.matmul_groups workgroups (tiles wider than the chunk are skipped), else the
+    smallest tile, split over k until it does (a GPU of ~132 SMs sits half idle on fewer)."""
+    start = 17 if caps.matmul_wide == 0 else caps.matmul_wide
+    if caps.matmul_wide < 0 or rows < start or caps.max_invocations < WIDE_WG:
+        return None
+    fits = [(tm, tn) for tm, tn in WIDE_TILES if wide_shared(tm, tn, 0) <= caps.max_shared]
+    if caps.matmul_tile:
+        tm, tn = (int(v) for v in caps.matmul_tile.split("x"))
+        if (tm, tn) not in fits:
+            raise ValueError(f"matmul_tile {caps.matmul_tile}: not one of {[f'{a}x{b}' for a, b in fits]} here")
+        fits = [(tm, tn)]
+    fits = [f for f in fits if 16 * f[1] <= max(64, rows)] or fits[-1:]
+    if not fits:
+        return None
+    target = caps.matmul_groups or 264
+
+    def groups(t):
+        return -(-n // (16 * t[0])) * -(-rows // (16 * t[1]))
+    tile = next((t for t in fits if groups(t) >= target), fits[-1])
+    splits = caps.matmul_splitk or max(1, min(MAX_SPLITS, -(-target // groups(tile))))
+    return tile[0], tile[1], max(1, min(splits, -(-n_in // WIDE_BK)))
+
+
 def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     w, x = op.inputs
     wv = p.values[w]
@@ -82,19 +119,50 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     calls = []
     for r0, n in chunks:
         b = _wbindings(w, wv.dtype, r0, None if len(chunks) == 1 else n)
+        label = op.outputs[0] + (f"[{r0}:]" if len(chunks) > 1 else "")
+        wide = None if narrow else wide_shape(caps, n, rows, n_in)
+        if wide is not None:
+            calls += _wide_calls(op.outputs[0], b + (Binding(x),), wide, (n_in, n, rows, n_out), r0,
+                                 defines, label, caps)
+            continue
         b += (Binding(x), Binding(op.outputs[0]))
         if narrow and -(-n // narrow) <= MAX_GROUPS_X:
             kernel, spec = "matmul_rows_narrow", (NARROW_OUTPUTS, n_in, n, rows, n_out, bn, narrow)
             grid = (-(-n // narrow), 1, 1)
-            call_defines = defines + _reduce_defines(caps)
+            call_defines = defines + _reduce_defines(caps)   # its partial sums: subgroup adds first
         else:
             kernel, spec = "matmul_rows", (wg, n_in, n, rows, n_out, bn)
             grid = (-(-n // MATMUL_BM), -(-rows // bn), 1)
             call_defines = defines
         calls.append(KernelCall(kernel, spec, b, (len(b) - 1,), grid, push=struct.pack("<I", r0),
-                                defines=call_defines,
-                                label=op.outputs[0] + (f"[{r0}:]" if len(chunks) > 1 else "")))
+                                defines=call_defines, label=label))
     return calls
+
+
+def _wide_calls(out: str, ins: tuple, wide: tuple, dims: tuple, r0: int, defines: tuple, label: str,
+                caps: KernelCaps) -> list[KernelCall]:
+    """matmul_rows_wide into Y, or (k splits > 1) into a scratch of partial sums that
+    matmul_rows_splitk adds into Y. The scratch is one name for every matmul: the calls run one
+    after another, so the largest split set is all that is ever live."""
+    (tm, tn, s), (n_in, n, rows, n_out) = wide, dims
+    grid = (-(-n // (16 * tm)), -(-rows // (16 * tn)), s)
+    pad = int(wide_shared(tm, tn, 1) <= caps.max_shared)
+    defines = defines + (("TM", str(tm)), ("TN", str(tn)), ("PAD", str(pad)))
+    if ("UNITS", "1") not in defines and n_in % 4 == 0:
+        defines += (("QUADS", "1"),)
+    push = struct.pack("<I", r0)
+    spec = (WIDE_WG, n_in, n, rows, n_out, s)
+    if s == 1:
+        b = ins + (Binding(out),)
+        return [KernelCall("matmul_rows_wide", spec, b, (len(b) - 1,), grid, push=push, defines=defines,
+                           label=label)]
+    part, nbytes = "scratch:matmul_rows.splitk", s * rows * n * 4
+    b = ins + (Binding(part),)
+    wg = _wg(caps, 256)
+    return [KernelCall("matmul_rows_wide", spec, b, (len(b) - 1,), grid, push=push,
+                       defines=defines + (("SPLITK", "1"),), scratch=((part, nbytes),), label=label + "[splitk]"),
+            KernelCall("matmul_rows_splitk", (wg, n, rows, n_out, s), (Binding(part), Binding(out)), (1,),
+                       _groups(-(-n * rows // wg)), push=push, scratch=((part, nbytes),), label=label + "[sum]")]
 
 
 def _rope(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
@@ -119,15 +187,33 @@ def _kv_write(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
                        defines=kv_defines(p, op.outputs[0]), label=op.outputs[0])]
 
 
-def _attention_tile(caps: KernelCaps, d: int) -> tuple[int, int] | None:
-    """(BQ query rows, BK keys) per workgroup of attention_rows_tiled.comp that fit the device's
-    shared memory, or None (attention_rows.comp)."""
-    if caps.attn_rows_tiled < 0 or caps.max_invocations < 256:
-        return None
-    for bq, bk in ((16, 32), (16, 16), (8, 16)):
-        if 4 * (bq * d + bk * (d + 1) + bk * d + bq * bk + 3 * bq) <= caps.max_shared:
-            return bq, bk
-    return None
+GQA_BKV = 32        # keys per attention_rows_gqa tile
+
+
+def gqa_rows(caps: KernelCaps, g: int, d: int, rows: int) -> int:
+    """BQ, chunk rows per attention_rows_gqa workgroup (its G * BQ query vectors share each K/V tile
+    load), or 0 (the per-row attention_rows). Auto: 16 rows or the chunk's (32 query vectors for Qwen3's G = 2),
+    halved until the tiles fit the shared memory and the workgroup has an invocation per vector."""
+    if caps.attn_rows_q < 0:
+        return 0
+
+    def fits(bq):
+        return gqa_shared(g * bq, d) <= caps.max_shared and g * bq <= gqa_wg(caps, g * bq)
+    bq = caps.attn_rows_q or min(16, rows)
+    while bq > 1 and not fits(bq):
+        bq //= 2
+    return bq if fits(bq) else 0
+
+
+def gqa_wg(caps: KernelCaps, qg: int) -> int:
+    """attention_rows_gqa's workgroup: a power of two dividing QG * BKV (whole scores per invocation)."""
+    qgk = qg * GQA_BKV
+    return min(256, caps.max_invocations, qgk & -qgk)
+
+
+def gqa_shared(qg: int, d: int) -> int:
+    """Shared bytes of attention_rows_gqa: q vectors and a K/V tile (rows of d + 1), scores, factors."""
+    return 4 * ((qg + GQA_BKV) * (d + 1) + qg * GQA_BKV + qg)
 
 
 def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
@@ -135,16 +221,17 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     a = op.attrs
     h, kvh, d, rows = int(a["n_heads"]), int(a["n_kv_heads"]), int(a["head_dim"]), int(a["rows"])
     b = (Binding(q), Binding(kc), Binding(vc), Binding(step), Binding(op.outputs[0]))
-    spec = (h, kvh, d, rows, float(a["scale"]), int(a.get("window", 0)))
-    tile = _attention_tile(caps, d)
-    if tile is not None:
-        bq, bk = tile
-        return [KernelCall("attention_rows_tiled", (256,) + spec + (bq, bk), b, (4,), (h, -(-rows // bq), 1),
+    bq = gqa_rows(caps, h // kvh, d, rows)
+    if bq:
+        wg = gqa_wg(caps, h // kvh * bq)
+        spec = (wg, h, kvh, d, rows, float(a["scale"]), int(a.get("window", 0)), bq, GQA_BKV)
+        return [KernelCall("attention_rows_gqa", spec, b, (4,), (kvh, -(-rows // bq), 1),
                            defines=kv_defines(p, kc), label=op.outputs[0])]
     wg = _wg(caps, max(d, 64), cap=max(256, d))
     if wg < d:
         raise ValueError(f"attention {op.outputs[0]}: head_dim {d} > workgroup size {wg}")
-    return [KernelCall("attention_rows", (wg,) + spec, b, (4,), (h, rows, 1),
+    spec = (wg, h, kvh, d, rows, float(a["scale"]), int(a.get("window", 0)))
+    return [KernelCall("attention_rows", spec, b, (4,), (h, rows, 1),
                        defines=_reduce_defines(caps) + kv_defines(p, kc), label=op.outputs[0])]
 
 

@@ -90,6 +90,32 @@ def test_prefill_with_the_gpu_narrow_matmul(device, tiny, mode):
         check_against(ex, toks, *want, what=f"narrow {mode}")
 
 
+# the GPU choice (forced on lavapipe): narrow kernel up to 16 rows, wide one from 17, auto tile and
+# split over k (the tiny model's grids are small, so the 32-row chunk splits); wide for every row
+# count with one tile; and element-path K-quants
+WIDE_CAPS = {"gpu": {"matmul_narrow": 16, "matmul_wide": 0},
+             "all-8x4": {"matmul_narrow": -1, "matmul_wide": 1, "matmul_tile": "8x4", "matmul_splitk": 1}}
+
+
+@pytest.mark.parametrize("src,mode,setting", [("hf", "fused", "gpu"), ("hf", "replay-nofuse", "all-8x4"),
+                                              ("q4_1", "fused", "gpu"), ("q4_k", "unfused", "all-8x4")])
+def test_prefill_with_the_gpu_wide_matmul(device, tiny, models_dir, src, mode, setting):
+    """Chunks through matmul_rows_wide (+ matmul_rows_splitk) equal the token path."""
+    m = tiny["qwen3"] if src == "hf" else load_model(write_gguf(
+        tiny_hf_model("qwen3", models_dir, hidden_size=256, intermediate_size=256),
+        models_dir / f"prefill-qwen3-h256.{src}.gguf", src), ctx=CTX)
+    toks = prompt(45, seed=4)
+    want = reference_path(m, toks)
+    caps = KernelCaps.from_info(device.info, **WIDE_CAPS[setting])
+    with make_executor(mode, device, m.program, m.weights, caps=caps) as ex:
+        ex.enable_prefill((32, 8, 3))           # 44 = 32 + 8 + 3 + one decode step, then the last
+        check_against(ex, toks, *want, what=f"wide {src} {mode} {setting}")
+        assert [c.width for c in ex.prefill_set.chunks] == [32, 8, 3]
+        for w, runner in ex.prefill_set.runners.items():
+            shaders = {it.call.shader for it in runner.items}
+            assert ("matmul_rows_wide" in shaders) == (w == 32 or setting != "gpu"), (w, shaders)
+
+
 @pytest.mark.parametrize("dtype", ["f16", "q8_0", "q4_0", "q4_1", "q5_0"])
 def test_prefill_every_weight_dtype(device, models_dir, dtype):
     path = write_gguf(tiny_hf_model("qwen2", models_dir), models_dir / f"prefill-qwen2.{dtype}.gguf", dtype)
@@ -131,6 +157,44 @@ def test_prefill_then_decode_equals_plain_decode(device, tiny):
     assert out["plain"] == out["chunks"]
 
 
+@pytest.mark.parametrize("mode", ["unfused", "fused"])
+def test_padded_last_chunk_then_decode(device, tiny, mode):
+    """The GPU chunk plan (forced here): a last chunk wider than the prompt's rest writes KV rows
+    past the prompt; the KV rows of the prompt and the first token equal the token path, and the
+    greedy tokens after it equal plain decode (each later step overwrites its row before reading)."""
+    m = tiny["llama"]
+    caps = KernelCaps.from_info(device.info, prefill_chunk_rows=64)
+    toks = prompt(30, seed=8)
+    want = reference_path(m, toks)
+    with make_executor(mode, device, m.program, m.weights) as ex:
+        nxt = ex.prefill(toks, 0)
+        plain = [nxt] + list(ex.decode(nxt, len(toks), 10))
+    with make_executor(mode, device, m.program, m.weights, caps=caps) as ex:
+        ex.enable_prefill((16, 8))
+        check_against(ex, toks, *want, what=f"padded {mode}")
+        assert [c.width for c in ex.prefill_set.chunks] == [16, 16]      # 29 tokens: 16 + 13 in 16 rows
+        nxt = ex.prefill(toks, 0)
+        assert [nxt] + list(ex.decode(nxt, len(toks), 10)) == plain
+
+
+def test_chunk_plan():
+    """plan_chunks: the cheapest cover (chunk = fixed + width rows, decode token = step), padding
+    only the last chunk and only within the context."""
+    from vkdecode.executors.prefill import plan_chunks
+    gpu = (512, 256, 128, 64, 16, 4)
+    assert plan_chunks(511, gpu, 10 ** 6, 64, 21) == ((512, 511),)
+    assert plan_chunks(511, gpu, 511, 64, 21) == ((256, 256), (128, 128), (64, 64), (16, 16), (16, 16),
+                                                  (16, 16), (4, 4), (4, 4), (4, 4))   # 512 rows do not fit
+    assert plan_chunks(1999, gpu, 10 ** 6, 64, 21) == ((512, 512),) * 3 + ((512, 463),)
+    assert plan_chunks(3, gpu, 10 ** 6, 64, 21) == ()                        # three decode steps
+    assert plan_chunks(19, gpu, 10 ** 6, 64, 21) == ((64, 19),)
+    for n in range(0, 700, 7):
+        for room in (n, n + 3, n + 600):
+            plan = plan_chunks(n, gpu, room, 64, 21)
+            assert sum(k for _, k in plan) <= n and all(k == w for w, k in plan[:-1])
+            assert sum(w for w, _ in plan) <= max(room, sum(k for _, k in plan))
+
+
 def test_prefill_regions_reported(device, tiny):
     m = tiny["llama"]
     with make_executor("fused", device, m.program, m.weights) as ex:
@@ -163,15 +227,3 @@ def test_prefill_gemma3_window_and_k_quants(device, models_dir):
             ex.enable_prefill((16, 5))
             check_against(ex, toks, *want, what=str(src))
 
-
-def test_split_prompt_pads_a_nearly_full_chunk():
-    from vkdecode.executors.prefill import split_prompt
-    ws = (512, 256, 128, 64, 16, 4)
-    assert split_prompt(511, ws, 2048) == [(512, 511)]                 # one padded chunk, not nine
-    assert split_prompt(511, ws) == [(256, 256), (128, 128), (64, 64), (16, 16), (16, 16), (16, 16),
-                                     (4, 4), (4, 4), (4, 4)]          # no room given: no padding
-    assert split_prompt(511, ws, 511) == split_prompt(511, ws)         # padding must fit the context
-    assert split_prompt(1999, ws, 4096) == [(512, 512)] * 3 + [(512, 463)]
-    assert split_prompt(300, ws, 4096) == [(256, 256), (16, 16), (16, 16), (16, 12)]
-    assert split_prompt(2, ws, 100) == []                              # under the narrowest width
-    assert split_prompt(3, ws, 100) == [(4, 3)]

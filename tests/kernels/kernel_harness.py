@@ -2,14 +2,14 @@
 KernelCalls on the device, compare with the numpy reference.
 
 The runner is the smallest executor: one buffer per value (one per weight part), a buffer per
-scratch name, one descriptor set per call, a barrier wherever a call reads or overwrites what an
-earlier call wrote, one submit. Outputs start as NaN so a kernel that skips an element fails.
+scratch name, one descriptor set per call, the executors' barriers (executors/plan.barriers_before), one submit. Outputs start as NaN so a kernel that skips an element fails.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from fusion.ir import STEP_WORDS, Program
+from vkdecode.executors.plan import barriers_before
 from vkdecode.kernels import KernelCall, KernelCaps, op_calls
 from vkdecode.quant import PackedWeight
 from vkdecode.reference import make_step, run_op
@@ -97,21 +97,18 @@ class OpRun:
         cmd = dev.command_buffer()
         try:
             cmd.begin()
-            written: set[str] = set()
-            for call in self.calls:
+            for call, barrier in zip(self.calls, barriers_before(self.calls)):
                 pipe = dev.pipeline(call.shader, spec=call.spec, defines=dict(call.defines),
                                     n_bindings=len(call.bindings), push_size=len(call.push))
                 dset = pool.allocate(pipe)
                 write_descriptor_set(dev, dset, [self._range(b) for b in call.bindings])
-                # RAW and WAW on anything an earlier call of this op wrote need a barrier
-                if written & {b.value for b in call.bindings}:
+                # the executors' barriers (RAW, WAW and WAR: a split-k scratch is reused by name)
+                if barrier:
                     cmd.barrier()
-                    written.clear()
                 cmd.bind(pipe, dset)
                 if call.push:
                     cmd.push(pipe, call.push)
                 cmd.dispatch(*call.groups)
-                written |= {call.bindings[i].value for i in call.writes}
             cmd.host_barrier()
             cmd.end()
             dev.submit([cmd])

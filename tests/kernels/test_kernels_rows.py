@@ -103,32 +103,140 @@ def test_matmul_rows_narrow_choice(device):
     assert kernel(17, matmul_narrow=0) == kernel(8, matmul_narrow=-1) == "matmul_rows"
 
 
-HEADS = [(4, 2, 16), (3, 1, 6), (2, 2, 128)]
+ALL_DTYPES = DTYPES + ("q5_1", "iq4_nl", "q4_k", "q5_k", "q6_k", "q2_k", "q3_k")
+# (rows T, out, in, tile, k splits; a 1-row chunk is the decode matvec): T straddles the 16-row thread grid and the 64/128-row tiles,
+# out the 64/128 weight rows, in the 32-wide k step (40, 48: 4-element quads; 42: element by
+# element); every tile, with and
+# without a split over k (3 splits of 5 k tiles: uneven)
+WIDE_SHAPES = [(2, 33, 32, "4x4", 1), (3, 64, 64, "8x4", 2), (17, 65, 96, "4x8", 1), (63, 130, 64, "8x8", 1),
+               (64, 129, 160, "4x4", 3), (65, 63, 48, "8x4", 1), (130, 70, 40, "8x8", 2), (5, 70, 42, "4x4", 2)]
+K_SHAPES = [(3, 65, 256, "8x4", 1), (65, 33, 512, "4x8", 2), (130, 129, 256, "4x4", 1)]
 
 
-@pytest.mark.parametrize("h,kvh,d", HEADS, ids=[f"h{h}kv{k}d{d}" for h, k, d in HEADS])
-@pytest.mark.parametrize("rows,pos0,window", [(1, 0, 0), (3, 0, 0), (8, 5, 0), (16, 100, 0), (5, 123, 0),
-                                               (17, 30, 0), (40, 50, 0), (20, 40, 7), (33, 2, 9)])
-@pytest.mark.parametrize("path", ["sg", "smem", "tiled"])
-def test_attention_rows(device, h, kvh, d, rows, pos0, window, path):
-    caps = caps_of(device)
-    if path == "sg" and not caps.subgroup_arithmetic:
-        pytest.skip("device has no subgroup arithmetic")
-    caps = replace(caps, subgroup_arithmetic=(path == "sg"), attn_rows_tiled=0 if path == "tiled" else -1)
+def _wide_case(device, dtype, rows, out, n_in, tile, splits):
+    rng = np.random.default_rng(rows * 1000 + out * 7 + n_in)
+    w = quantize((rng.standard_normal((out, n_in)) * 0.1).astype(np.float32), dtype)
+    x = rng.standard_normal(rows * n_in).astype(np.float32)
+    p = one_op("matmul", {"w": ((out, n_in), dtype, "weight"), "x": ((rows * n_in,), "f32", "activation")},
+               {"y": ((rows * out,), "f32", "output")}, rows=rows)
+    caps = caps_of(device, matmul_wide=1, matmul_tile=tile, matmul_splitk=splits)
+    calls = op_calls(p, 0, caps)
+    assert [c.shader for c in calls] == ["matmul_rows_wide"] + (["matmul_rows_splitk"] if splits > 1 else [])
+    got, want = run_and_reference(device, p, {"w": w, "x": x}, caps)
+    err = nmse(got["y"], want["y"])
+    assert err <= LIMIT, f"wide matmul rows={rows} {dtype} [{out}, {n_in}] {tile}/{splits}: nmse {err:.3g}"
+
+
+# quant rows are whole 32-element blocks: in-dims off 32 only for f32 / f16
+WIDE_CASES = [(dt,) + s for dt in DTYPES for s in WIDE_SHAPES if s[2] % 32 == 0 or dt in ("f32", "f16")]
+
+
+@pytest.mark.parametrize("dtype,rows,out,n_in,tile,splits", WIDE_CASES,
+                         ids=[f"{d}-T{t}-{o}x{i}-{m}-s{s}" for d, t, o, i, m, s in WIDE_CASES])
+def test_matmul_rows_wide(device, dtype, rows, out, n_in, tile, splits):
+    """The register-blocked wide-chunk kernel (forced from 2 rows; lavapipe keeps the tiled one)."""
+    _wide_case(device, dtype, rows, out, n_in, tile, splits)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES[len(DTYPES):])
+@pytest.mark.parametrize("rows,out,n_in,tile,splits", K_SHAPES,
+                         ids=[f"T{t}-{o}x{i}-{m}-s{s}" for t, o, i, m, s in K_SHAPES])
+def test_matmul_rows_wide_element_dtypes(device, dtype, rows, out, n_in, tile, splits):
+    """Dtypes without a unit decode (K-quants, q5_1, iq4_nl) through dequant_elem in the loader."""
+    _wide_case(device, dtype, rows, out, n_in, tile, splits)
+
+
+def test_matmul_rows_wide_split_weight(device):
+    """A row-split weight: each range's wide call (and its split-k sum) writes its own columns."""
+    rng = np.random.default_rng(2)
+    w = quantize((rng.standard_normal((300, 64)) * 0.1).astype(np.float32), "q8_0")
+    x = rng.standard_normal(20 * 64).astype(np.float32)
+    p = one_op("matmul", {"w": ((300, 64), "q8_0", "weight"), "x": ((20 * 64,), "f32", "activation")},
+               {"y": ((20 * 300,), "f32", "output")}, rows=20)
+    for splits in (1, 2):
+        caps = replace(caps_of(device, matmul_wide=1, matmul_splitk=splits), max_storage_range=64 * 256, min_align=16)
+        assert len(op_calls(p, 0, caps)) == 2 * splits
+        got, want = run_and_reference(device, p, {"w": w, "x": x}, caps)
+        assert nmse(got["y"], want["y"]) <= LIMIT
+
+
+def test_matmul_rows_wide_choice(device):
+    """GPU caps: the narrow kernel up to 16 rows, the wide one from 17; the auto tile is the largest
+    whose grid reaches matmul_groups, else 4x4 split over k; lavapipe never takes it by default."""
+    from vkdecode.kernels_rows import wide_shape
+    gpu = replace(caps_of(device), matmul_wide=0, matmul_narrow=0, max_shared=49152, max_invocations=1024)
+    assert wide_shape(gpu, 1024, 16, 1024) is None
+    assert wide_shape(gpu, 8192, 512, 1024) == (8, 4, 1)          # 8x8: 64 x 4 = 256 < 264; 8x4: 512
+    assert wide_shape(replace(gpu, matmul_groups=32), 1024, 512, 1024) == (8, 8, 1)
+    assert wide_shape(gpu, 1024, 512, 1024) == (4, 4, 3)          # 16 x 8 = 128 groups -> 3 splits
+    assert wide_shape(gpu, 576, 64, 64) == (4, 4, 2)              # only 2 k tiles to split
+    assert wide_shape(gpu, 3072, 32, 1024) == (4, 4, 6)           # 48 groups (tiles over 64 rows skipped)
+    assert wide_shape(replace(gpu, matmul_wide=-1), 3072, 512, 1024) is None
+    if getattr(device.info, "device_type", "") == "cpu":
+        assert wide_shape(caps_of(device), 3072, 512, 1024) is None
+
+
+HEADS = [(4, 2, 16), (3, 1, 6), (2, 2, 128), (9, 3, 64)]
+
+
+def _attention_case(device, h, kvh, d, rows, pos0, caps, window=0, kv="f32"):
     ctx = 128
     rng = np.random.default_rng(h * 100 + rows + pos0)
     kc = rng.standard_normal((ctx, kvh * d)).astype(np.float32)
     vc = rng.standard_normal((ctx, kvh * d)).astype(np.float32)
+    kc[pos0 + rows:] = vc[pos0 + rows:] = 1e4       # past the last row's position: must not be read
+    if window:                                       # before the first row's window: neither
+        kc[:max(0, pos0 + 1 - window)] = vc[:max(0, pos0 + 1 - window)] = 1e4
+    if kv == "f16":     # the reference reads the very halves the GPU holds
+        kc, vc = (c.astype(np.float16).astype(np.float32) for c in (kc, vc))
     q = rng.standard_normal(rows * h * d).astype(np.float32)
-    p = one_op("attention", {"q": ((rows * h * d,), "f32", "activation"), "kc": ((ctx, kvh * d), "f32", "state"),
-                             "vc": ((ctx, kvh * d), "f32", "state"), "step": ((8,), "u32", "step")},
+    p = one_op("attention", {"q": ((rows * h * d,), "f32", "activation"), "kc": ((ctx, kvh * d), kv, "state"),
+                             "vc": ((ctx, kvh * d), kv, "state"), "step": ((8,), "u32", "step")},
                {"o": ((rows * h * d,), "f32", "output")}, n_heads=h, n_kv_heads=kvh, head_dim=d,
-               scale=d ** -0.5, rows=rows, window=window)
-    shader = op_calls(p, 0, caps)[0].shader
-    if rows > 1:   # one row is the decode step's attention
-        assert shader == ("attention_rows_tiled" if path == "tiled" else "attention_rows")
+               scale=d ** -0.5, rows=rows, **({"window": window} if window else {}))
     got, want = run_and_reference(device, p, {"q": q, "kc": kc, "vc": vc, "step": step(0, pos0)}, caps)
-    assert nmse(got["o"], want["o"]) <= 1e-9
+    return op_calls(p, 0, caps)[0].shader, nmse(got["o"], want["o"])
+
+
+@pytest.mark.parametrize("h,kvh,d", HEADS, ids=[f"h{h}kv{k}d{d}" for h, k, d in HEADS])
+@pytest.mark.parametrize("rows,pos0", [(1, 0), (3, 0), (8, 5), (16, 100), (5, 123), (17, 40), (65, 0)])
+@pytest.mark.parametrize("path", ["sg", "smem", "gqa"])
+def test_attention_rows(device, h, kvh, d, rows, pos0, path):
+    """The per-row kernel (subgroup or shared-memory reductions) and the kv-head one (auto rows)."""
+    caps = caps_of(device, attn_rows_q=0 if path == "gqa" else -1)
+    if path == "sg" and not caps.subgroup_arithmetic:
+        pytest.skip("device has no subgroup arithmetic")
+    caps = replace(caps, subgroup_arithmetic=(path == "sg"))
+    shader, err = _attention_case(device, h, kvh, d, rows, pos0, caps)
+    assert shader == ("attention" if rows == 1 else "attention_rows_gqa" if path == "gqa" else "attention_rows")
+    assert err <= 1e-9
+
+
+GQA_CASES = [(9, 3, 64, 33, 7, 1, 0, "f32"), (9, 3, 64, 33, 7, 4, 0, "f16"), (16, 8, 128, 40, 60, 8, 0, "f16"),
+             (4, 2, 16, 20, 90, 2, 13, "f32"), (4, 1, 32, 17, 3, 16, 5, "f16"), (3, 1, 6, 9, 30, 3, 4, "f32")]
+
+
+@pytest.mark.parametrize("h,kvh,d,rows,pos0,bq,window,kv", GQA_CASES,
+                         ids=[f"h{h}kv{k}d{d}-T{t}-pos{p}-bq{b}-w{w}-{kv}" for h, k, d, t, p, b, w, kv in GQA_CASES])
+def test_attention_rows_gqa(device, h, kvh, d, rows, pos0, bq, window, kv):
+    """attention_rows_gqa over row blocks that do not divide the chunk, sliding windows shorter than
+    the chunk (rows whose window starts inside the block's first key tile) and f16 caches."""
+    shader, err = _attention_case(device, h, kvh, d, rows, pos0, caps_of(device, attn_rows_q=bq), window, kv)
+    assert shader == "attention_rows_gqa"
+    assert err <= 1e-9, f"nmse {err:.3g}"
+
+
+def test_attention_rows_gqa_choice(device):
+    """Rows per workgroup: 16 (fewer for narrower chunks), halved until the query vectors fit the
+    shared memory and the workgroup; the per-row kernel where even one row does not."""
+    from vkdecode.kernels_rows import gqa_rows
+    caps = replace(caps_of(device), attn_rows_q=0, max_shared=49152, max_invocations=1024)
+    assert gqa_rows(caps, 2, 128, 512) == 16 and gqa_rows(caps, 3, 64, 512) == 16
+    assert gqa_rows(caps, 2, 128, 5) == 5            # a narrow chunk: its own rows, no padding vectors
+    assert gqa_rows(replace(caps, max_shared=32768), 2, 128, 512) == 8
+    assert gqa_rows(caps, 33, 64, 512) == 0          # 33 vectors: a 32-invocation workgroup
+    assert gqa_rows(caps, 24, 64, 512) == 4          # 16 rows: 384 vectors > 256; 8: 83 KB of tiles
+    assert gqa_rows(replace(caps, attn_rows_q=-1), 2, 128, 512) == 0
 
 
 @pytest.mark.parametrize("layout", ["neox", "pairs"])

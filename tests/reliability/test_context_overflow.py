@@ -51,8 +51,10 @@ def expected_submits(device, n_prompt: int, prefill: bool) -> int:
     """Token path: one submit per prompt token. Prefill: one per chunk, the rest token by token."""
     if not prefill:
         return n_prompt
-    from vkdecode.executors.prefill import default_widths, split_prompt
-    chunks = split_prompt(n_prompt - 1, default_widths(device), CTX)  # the last prompt token runs the decode step
+    from vkdecode.executors.prefill import chunk_plan, default_widths
+    from vkdecode.kernels import KernelCaps
+    # the last prompt token runs the decode step; chunks may be padded up to the context end
+    chunks = chunk_plan(n_prompt - 1, default_widths(device), CTX, KernelCaps.from_info(device.info))
     return len(chunks) + (n_prompt - sum(n for _, n in chunks))
 
 

@@ -5,15 +5,19 @@ A width is built once (replay modes: its descriptor sets written and its command
 once, like the decode step); per chunk the host writes the T token ids and the first position,
 submits and waits: 0 descriptor writes and 0 recordings per chunk. Unfused mode re-records per
 chunk, as it does per token. Widths come from a small fixed set (the number of recordings stays
-bounded); a prompt is cut greedily into the widest chunks that fit, a rest that nearly fills a
-width runs as one padded chunk (split_prompt), and what is left (fewer tokens than the narrowest
-width, and always the prompt's last token) runs through the decode step, the width-1 chunk.
+bounded); a prompt is cut greedily into the widest chunks that fit and the rest (fewer tokens
+than the narrowest width, and always the prompt's last token) runs through the decode step, which
+is the width-1 chunk. On GPUs (KernelCaps.prefill_chunk_rows >= 0) the last chunk may be wider
+than what is left of the prompt (plan_chunks): its extra rows write KV rows past the prompt,
+which the decode steps at those positions overwrite before any step reads them (as rejected
+draft rows in speculative decode), and never past the context. On CPUs (< 0) no chunk is padded.
 
 Narrower widths reuse the widest width's activation buffers (chunks never run concurrently), so
 activation memory is that of the widest chunk only.
 """
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 from fusion.chunk import TOKENS, chunk_program
@@ -35,33 +39,61 @@ def default_widths(device) -> tuple[int, ...]:
     return WIDTHS_CPU if getattr(device.info, "device_type", "") == "cpu" else WIDTHS_GPU
 
 
-# A rest of at least this fraction of the next wider width runs as one chunk of that width, its
-# last rows padding: one 512-row chunk for a 511-token prompt instead of nine (256+128+64+16x3+4x3).
-# Padding rows write KV rows past the prompt, which decode steps overwrite before anything reads
-# them (attention reads rows up to its own position only), as with a verify step's rejected drafts.
-PAD_FILL = 0.75
-
-
-def split_prompt(n: int, widths, room: int | None = None) -> list[tuple[int, int]]:
-    """(width, prompt tokens) of the chunks covering n tokens: the widest chunks that fit, and a
-    rest of >= PAD_FILL of a width as one padded chunk, if `room` (context rows left from the
-    first chunk's position; None: no padding) holds it. What is left (fewer tokens than the
-    narrowest width) is not covered: the caller runs it through the decode step."""
-    ws = sorted(set(widths), reverse=True)
-    out: list[tuple[int, int]] = []
-    while n > 0:
-        up = [w for w in ws if n <= w <= (room if room is not None else n)]
-        if up and n >= PAD_FILL * min(up):
-            out.append((min(up), n))
-            break
-        down = [w for w in ws if w <= n]
-        if not down:
-            break
-        out.append((down[0], down[0]))
-        n -= down[0]
-        if room is not None:
-            room -= down[0]
+def split_prompt(n: int, widths) -> list[int]:
+    """Chunk widths covering n tokens greedily, widest first; what is left (< the narrowest
+    width) is not covered (the caller runs it through the decode step)."""
+    out = []
+    for w in sorted(set(widths), reverse=True):
+        while n >= w:
+            out.append(w)
+            n -= w
     return out
+
+
+def chunk_plan(n: int, widths, room: int, caps) -> list[tuple[int, int]]:
+    """(width, tokens) of each chunk for n prompt tokens with `room` KV rows left: exact widths
+    greedily where caps.prefill_chunk_rows < 0 (CPUs), else plan_chunks with that chunk cost
+    (0: 64 rows; a decode-step token costs a third of it: an H100 runs a Qwen3-0.6B F16 decode step
+    in ~1 ms, a 4-row chunk in 3.1)."""
+    fixed = caps.prefill_chunk_rows
+    if fixed < 0:
+        return [(w, w) for w in split_prompt(n, widths)]
+    fixed = fixed or 64
+    return list(plan_chunks(n, tuple(sorted(set(widths))), room, fixed, fixed // 3))
+
+
+@functools.lru_cache(maxsize=256)
+def plan_chunks(n: int, widths: tuple[int, ...], room: int, fixed: int, step: int) -> tuple[tuple[int, int], ...]:
+    """((width, tokens), ...) covering a prefix of n tokens; the rest runs through the decode step.
+    Only the last chunk may hold fewer tokens than its width (padded), and only when `room` (KV
+    rows from the first chunk's position to the context end) holds all its rows. Minimises the
+    sum of fixed + width per chunk plus `step` per decode-step token (costs in rows of work):
+    a GPU pays a chunk's dispatches and weight reads whatever its width, so 511 tokens run as one
+    512-row chunk rather than 256 + 128 + 64 + 16 x 3 + 4 x 3 + 3 decode steps."""
+    ws = sorted(set(widths))
+    head: list[tuple[int, int]] = []
+    while n >= 2 * ws[-1]:                      # whole widest chunks; plan only the last stretch
+        head.append((ws[-1], ws[-1]))
+        n, room = n - ws[-1], room - ws[-1]
+    inf = float("inf")
+    best, last = [0.0] + [inf] * n, [0] * (n + 1)   # exact covers of k tokens
+    for k in range(1, n + 1):
+        for w in ws:
+            if w <= k and best[k - w] + fixed + w < best[k]:
+                best[k], last[k] = best[k - w] + fixed + w, w
+    cost, k_best, tail = inf, 0, None
+    for k in range(n + 1):
+        r = n - k
+        opts = [(best[k] + step * r, None)] + [(best[k] + fixed + w, w) for w in ws if w >= r > 0 and k + w <= room]
+        for c, w in opts:
+            if c < cost:
+                cost, k_best, tail = c, k, w
+    chunks, k = [], k_best
+    while k:
+        chunks.append((last[k], last[k]))
+        k -= last[k]
+    chunks = head + sorted(chunks, reverse=True)
+    return tuple(chunks + ([(tail, n - k_best)] if tail else []))
 
 
 class ChunkRun(NamedTuple):
@@ -106,13 +138,14 @@ class Prefill:
         prefix: the caller runs the rest through the decode step), or None when should_stop()
         turned true before a chunk."""
         done = 0
-        for w, n in split_prompt(len(tokens), self.widths, self.decode.ctx - pos0):
+        for w, n in chunk_plan(len(tokens), self.widths, self.decode.ctx - pos0, self.decode.caps):
             if should_stop is not None and should_stop():
                 return None
             ex = self.runners[w]
             ids = ex.plan.slices[(TOKENS, "data")]
-            real = [int(t) for t in tokens[done:done + n]]
-            ids.buffer.write_u32(ids.offset // 4, real + real[-1:] * (w - n))   # padding rows
+            # padding rows repeat the last token: their KV rows (past the prompt's) are written and
+            # later overwritten by the decode steps of those positions before any step reads them
+            ids.buffer.write_u32(ids.offset // 4, [int(t) for t in tokens[done:done + n]] + [int(tokens[done + n - 1])] * (w - n))
             ex.step(int(tokens[done]), pos0 + done)
             self.chunks.append(ChunkRun(w, n, ex.token_stats[-1]))
             ex.token_stats.clear()

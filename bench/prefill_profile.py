@@ -1,0 +1,94 @@
+"""GPU time of one prompt chunk, by kernel: where a chunk's milliseconds go (matmuls by kernel and
+weight, attention, norms, rope, ...). The chunk is recorded once with a timestamp after every
+dispatch (replay without fusion, which is what prefill runs) and run at a given position.
+Writes JSON; never asserts timings.
+
+    python -m bench.prefill_profile --shape qwen3-0.6b --quant f16 --width 512 --out $OUT/prof.json
+    python -m bench.prefill_profile --shape qwen3-0.6b --quant f16 --width 512 --caps matmul_wide=-1 attn_rows_q=-1
+    python -m bench.prefill_profile --shape tiny --width 16 --reps 1          # seconds, also on lavapipe
+    python -m bench.prefill_profile --shape smollm2-135m --width 9 --tail all # a K=8 speculative verify step
+
+Timestamps between dispatches include the barrier before each one, so per-kernel sums add up to
+the chunk's GPU time; the median of `reps` runs per dispatch is reported.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # run from anywhere
+
+import numpy as np
+
+from fusion.chunk import TOKENS, chunk_program
+from vkdecode import bench
+from vkdecode.kernels import KernelCaps
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shape", required=True, choices=sorted(bench.SHAPES))
+    ap.add_argument("--quant", default="q4_1")
+    ap.add_argument("--width", type=int, default=512)
+    ap.add_argument("--pos", type=int, default=0, help="the chunk's first position")
+    ap.add_argument("--caps", nargs="*", default=[], metavar="KEY=VALUE", help="KernelCaps tuning (A/B)")
+    ap.add_argument("--tail", default="kv", choices=["kv", "all"],
+                    help="kv: a prompt chunk; all: a speculative verify step (every row's logits and argmax)")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--out", default="")
+    a = ap.parse_args(argv)
+    from vkdecode.executors.replay import ReplayExecutor
+    from vkdecode.vk import Device
+    ctx = -(-(a.pos + a.width + 1) // 64) * 64
+    model = bench.random_model(a.shape, a.quant, ctx, 1)
+    dev = Device()
+    tuning = {k: (v if k == "matmul_tile" else int(v)) for k, v in (c.split("=", 1) for c in a.caps)}
+    caps = KernelCaps.from_info(dev.info, **tuning)
+    try:
+        dec = ReplayExecutor(dev, model.program, model.weights, caps, fuse=False)
+        ex = ReplayExecutor(dev, chunk_program(model.program, a.width, a.tail), {}, caps, fuse=False,
+                            share=[dec.plan], profile=True)
+        ids = ex.plan.slices[(TOKENS, "data")]
+        toks = np.random.default_rng(0).integers(0, model.args.vocab_size, a.width).tolist()
+        ids.buffer.write_u32(ids.offset // 4, toks)
+        runs = []
+        for r in range(a.reps + 1):
+            ex.step(int(toks[0]), a.pos)
+            if r:      # the first run includes the driver's pipeline warm-up
+                runs.append(ex.region_times_us())
+        per_region = [statistics.median(v) for v in zip(*runs)]
+        # every region is one op without fusion; its kernels' shaders and labels name it
+        by_kernel: dict[str, dict] = {}
+        rows = []
+        for ri, us in enumerate(per_region):
+            calls = [it.call for it in ex.items if it.region == ri]
+            key = "+".join(sorted({c.shader for c in calls}))
+            k = by_kernel.setdefault(key, {"us": 0.0, "count": 0})
+            k["us"] += us
+            k["count"] += 1
+            rows.append({"region": ri, "kernels": [c.shader for c in calls], "label": calls[0].label if calls else "",
+                         "groups": [list(c.groups) for c in calls], "us": us})
+        total = sum(per_region)
+        out = {"model": model.describe(), "device": dev.info.name, "git_commit": bench.git_commit(),
+               "date": time.strftime("%Y-%m-%d"), "width": a.width, "tail": a.tail, "pos": a.pos, "caps": tuning,
+               "chunk_gpu_ms": total / 1e3, "by_kernel": by_kernel, "dispatches": rows}
+        for key, k in sorted(by_kernel.items(), key=lambda kv: -kv[1]["us"]):
+            print(f"{key:45s} {k['count']:4d} x  {k['us'] / 1e3:8.2f} ms  {100 * k['us'] / total:5.1f} %", flush=True)
+        print(f"{'chunk of ' + str(a.width) + ' rows':45s}        {total / 1e3:8.2f} ms", flush=True)
+        ex.close()
+        dec.close()
+        dev.check_validation()
+    finally:
+        dev.close()
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
