@@ -15,8 +15,9 @@ recent occurrence (continued periodically where it reaches the end of the text).
 plain decode step runs instead (one row is cheaper than K+1).
 
 A draft is only checked when checking pays (VerifyPolicy): a verify step costs what K+1 rows cost
-on this device (on an H100 the per-op 9-row chunk step of SmolLM2 is ~4.5 plain fused steps), so low acceptance (code edits on the H100: 2.2 tokens per verify, 0.75x plain) must fall
-back to plain steps instead of losing to them.
+on this device (on an H100 the per-op 9-row chunk step of SmolLM2 is ~4.5 plain fused steps), so
+low acceptance (code edits on the H100: 2.2 tokens per verify, 0.75x plain) must fall back to plain
+steps instead of losing to them.
 """
 from __future__ import annotations
 
