@@ -11,7 +11,6 @@ random contents. `attention_ms_per_chunk` = time x the model's layers.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -23,6 +22,7 @@ import numpy as np
 
 from bench.matmul_rows_bench import time_calls
 from fusion.ir import STEP_WORDS, Program
+from vkdecode.cli_bench import write_json
 from vkdecode.kernels import KernelCaps, op_calls
 
 MODELS = {"qwen3-0.6b": ((16, 8, 128), 28), "smollm2-135m": ((9, 3, 64), 30)}
@@ -79,8 +79,7 @@ def main(argv=None) -> int:
     dev.check_validation()
     dev.close()
     if a.out:
-        with open(a.out, "w") as f:
-            json.dump(res, f, indent=1)
+        write_json(res, a.out)
     return 0
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import sys
 import time
@@ -26,6 +25,7 @@ import numpy as np
 
 from bench.matvec_bench import random_parts
 from fusion.ir import Program
+from vkdecode.cli_bench import write_json
 from vkdecode.kernels import KernelCaps, op_calls
 from vkdecode.kernels_rows import WIDE_TILES
 
@@ -177,8 +177,7 @@ def main(argv=None) -> int:
     dev.check_validation()
     dev.close()
     if a.out:
-        with open(a.out, "w") as f:
-            json.dump(res, f, indent=1)
+        write_json(res, a.out)
     return 0
 
 

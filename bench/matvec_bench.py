@@ -10,7 +10,6 @@ Writes JSON; never asserts timings.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import replace
@@ -18,6 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from fusion.ir import Program
+from vkdecode.cli_bench import write_json
 from vkdecode.kernels import KernelCaps, op_calls, weight_parts
 
 # (dtype, out, in, what)
@@ -177,8 +177,7 @@ def main(argv=None) -> int:
         case.close()
     dev.close()
     if a.out:
-        with open(a.out, "w") as f:
-            json.dump(res, f, indent=1)
+        write_json(res, a.out)
     return 0
 
 

@@ -14,7 +14,6 @@ the chunk's GPU time; the median of `reps` runs per dispatch is reported.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -26,6 +25,7 @@ import numpy as np
 
 from fusion.chunk import TOKENS, chunk_program
 from vkdecode import bench
+from vkdecode.cli_bench import write_json
 from vkdecode.kernels import KernelCaps
 
 
@@ -85,8 +85,7 @@ def main(argv=None) -> int:
     finally:
         dev.close()
     if a.out:
-        with open(a.out, "w") as f:
-            json.dump(out, f, indent=1)
+        write_json(out, a.out)
     return 0
 
 
