@@ -7,3 +7,5 @@
 // The combined o_h = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s, M the max over non-empty splits.
 #define PART_O(s, h, j, H, D) (((s) * (H) + (h)) * (D) + (j))
 #define PART_ML(s, h, H, D, S) ((S) * (H) * (D) + 2u * ((s) * (H) + (h)))
+
+#include "attn_live.glsl"
