@@ -48,25 +48,29 @@ uint cx_live;   // splits with rows at this position (attn_live_splits); the oth
 // before), so the combine adds no round trip to the matvec's own; a test on a loaded value before
 // the next load made one round trip per split.
 #define CX_COMBINE(T, load) { \
+    if (cx_live == 1u) { /* split 0 holds the final o (attention writes it so): a plain load */ \
+        const uint s = 0u; \
+        return load; \
+    } \
     T p[CX_S]; \
     vec2 ml[CX_S]; \
     for (uint s = 0; s < CX_S; s++) { \
         if (s < cx_live) { \
             p[s] = load; \
             ml[s] = x2[CX_ML(s, h) / 2u]; \
-        } else { \
-            p[s] = T(0.0); \
-            ml[s] = vec2(0.0);   /* l = 0: skipped below */ \
         } \
     } \
     float mx = NEG_INF; \
-    for (uint s = 0; s < CX_S; s++) mx = ml[s].y > 0.0 ? max(mx, ml[s].x) : mx; \
+    for (uint s = 0; s < CX_S; s++) \
+        if (s < cx_live) mx = ml[s].y > 0.0 ? max(mx, ml[s].x) : mx; \
     float l = 0.0; \
     T a = T(0.0); \
     for (uint s = 0; s < CX_S; s++) { \
-        const float w = ml[s].y > 0.0 ? exp(ml[s].x - mx) : 0.0; \
-        l += w * ml[s].y; \
-        a += w * p[s]; \
+        if (s < cx_live) {   /* uniform: a dead split costs no load and no exp */ \
+            const float w = ml[s].y > 0.0 ? exp(ml[s].x - mx) : 0.0; \
+            l += w * ml[s].y; \
+            a += w * p[s]; \
+        } \
     } \
     return a / l; \
 }

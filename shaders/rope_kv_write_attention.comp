@@ -207,10 +207,11 @@ void main() {
         float acc = 0.0;
         for (uint g = 0; g < RG; g++) acc += part[g * D + j];
 #ifdef SPLIT
-        o[PART_O(s, h, j, H, D)] = acc;
+        // one live split: the final o (as without SPLIT) with l = 1, so a combine passes it through
+        o[PART_O(s, h, j, H, D)] = live == 1u ? acc / l : acc;
         if (j == 0) {
             o[PART_ML(s, h, H, D, S)] = m;
-            o[PART_ML(s, h, H, D, S) + 1] = l;  // 0 for an empty chunk: the combine skips it
+            o[PART_ML(s, h, H, D, S) + 1] = live == 1u ? 1.0 : l;  // 0 for an empty chunk: the combine skips it
         }
 #else
         o[h * D + j] = acc / l;

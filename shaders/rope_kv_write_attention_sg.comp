@@ -232,10 +232,11 @@ void main() {
         float a = 0.0;
         for (uint g = 0; g < NSG; g++) a += sg_w[g] * sg_o[g * D + j];
 #ifdef SPLIT
-        o[PART_O(s, h, j, H, D)] = a;
+        // one live split: the final o (as without SPLIT) with l = 1, so a combine passes it through
+        o[PART_O(s, h, j, H, D)] = live == 1u ? a / lt : a;
         if (j == 0) {
             o[PART_ML(s, h, H, D, S)] = sg_mx;
-            o[PART_ML(s, h, H, D, S) + 1] = lt;  // 0 for an empty chunk: the combine skips it
+            o[PART_ML(s, h, H, D, S) + 1] = live == 1u ? 1.0 : lt;  // 0 for an empty chunk: the combine skips it
         }
 #else
         o[h * D + j] = a / lt;

@@ -48,6 +48,7 @@ def _model(models, arch: str, dtype: str, ctx: int, kv: str = "f32", **over):
 
 def _caps(device, path: str, **tuning):
     from vkdecode.kernels import KernelCaps
+    tuning.setdefault("cx_rows", 0)   # the o-projection combines split attention, as on GPUs
     caps = KernelCaps.from_info(device.info, **tuning)
     if path == "smem":
         return replace(caps, subgroup_arithmetic=False)

@@ -117,7 +117,10 @@ def absorb_combines(program: Program, calls: list[KernelCall], owners: list[int]
     (the o-projection + residual) is dropped, and that matmul_add combines the partials as it loads
     its input (shaders/matmul_add.comp, COMBINE_X): one dispatch and one barrier fewer per layer.
     Any other reader (a row-chunked o-projection, a per-op matmul) keeps the combine dispatch.
-    owners[i] is the region of calls[i]; returns both lists without the absorbed combines."""
+    owners[i] is the region of calls[i]; returns both lists without the absorbed combines.
+    caps.cx_rows < 0 absorbs none (every o-projection workgroup would redo the whole combine)."""
+    if caps.cx_rows < 0:
+        return calls, owners
     readers = Counter(b.value for c in calls for i, b in enumerate(c.bindings) if i not in c.writes)
     held: dict[str, tuple[KernelCall, int]] = {}   # combine output -> (combine, owner) not yet placed
     out_calls, out_owners = [], []

@@ -75,7 +75,8 @@ class KernelCaps:
     attn_splits: int = 0        # fused attention workgroups per head at least (0: fused_attention chooses)
     attn_wg: int = 0            # fused attention workgroup size (0: fused_attention.ATTN_WG[_SG])
     attn_kernel: str = ""       # fused attention: "sg" (subgroup rows) where it fits, "wg" never; "" auto
-    cx_rows: int = 0            # rows per workgroup of an o-projection combining attention partials (0: auto)
+    cx_rows: int = 0            # rows per workgroup of an o-projection combining attention partials (0: auto,
+                                # < 0: none does, split attention keeps its attention_combine dispatch)
     matvec_wg: int = 0
     matvec_rows: int = 0
     prefetch_bytes: int = 0     # weight bytes each fused attention prefetches into L2 (0: auto, < 0: none)
@@ -91,6 +92,10 @@ class KernelCaps:
             tuning.setdefault("matvec_rows", 16)
             # and one attention workgroup per head unless the context needs more (attn_max_chunk)
             tuning.setdefault("attn_splits", 1)
+            # and split attention combined by its own dispatch, not by every o-projection workgroup
+            # (lavapipe runs the absorbed combine's code even when one split is live: SmolLM2 Q4_1
+            # ctx 4096 pos 16-24, 302 ms/token absorbed, 279-289 separate, 277-284 at ctx 256)
+            tuning.setdefault("cx_rows", -1)
             # and no L2 prefetch (fused_prefetch.py): a CPU has no GPU cache to fill, only work to waste
             tuning.setdefault("prefetch_bytes", -1)
             # and the tiled chunk matmul at every width (tuned there; the narrow kernel's 64-lane
