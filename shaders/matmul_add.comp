@@ -99,7 +99,11 @@ vec4 cx4(uint i) {  // CX_D % 4 == 0: the four elements share a head
 
 void main() {
 #ifdef COMBINE_X
+#if CX_MIN_S >= CX_S
+    cx_live = CX_S;   // a grid no larger than its minimum: every split is live at every position
+#else
     cx_live = attn_live_splits(cx_step[STEP_POS], CX_WINDOW, CX_S, CX_MAXCHUNK, CX_MIN_S);
+#endif
 #endif
     matvec_main();
 }

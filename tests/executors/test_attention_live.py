@@ -19,16 +19,22 @@ from vkdecode.reference import Reference
 
 CTX = 72
 CHUNK = 4       # attn_max_chunk: 18 splits at full context (gemma3's window of 6: 2), one live below 4
-MODES = ["fused", "fused-absorbed", "replay-nofuse", "unfused"]   # absorbed: the o-projection combines
+# lavapipe's defaults keep the combine dispatch (cx_rows -1) and one split at least; GPUs combine in
+# the o-projection (absorbed) and keep 4 splits at least (gpu: live 4..18; gpu-fixed: a grid of 4
+# that never narrows, the o-projection's combine folded to a constant split count)
+TUNING = {"fused": {}, "fused-absorbed": {"cx_rows": 0}, "fused-gpu": {"cx_rows": 0, "attn_splits": 4},
+          "fused-gpu-fixed": {"cx_rows": 0, "attn_splits": 4, "attn_max_chunk": 256},
+          "replay-nofuse": {}, "unfused": {}}
+MODES = list(TUNING)
 
 
 def _caps(device, mode: str) -> KernelCaps:
-    # lavapipe's default keeps the combine dispatch (cx_rows -1); GPUs combine in the o-projection
-    return KernelCaps.from_info(device.info, attn_max_chunk=CHUNK, **({"cx_rows": 0} if mode == "fused-absorbed" else {}))
+    return KernelCaps.from_info(device.info, **{"attn_max_chunk": CHUNK, **TUNING[mode]})
 
 
 def _executor(device, m, mode: str, **kw):
-    return make_executor(mode.split("-absorbed")[0], device, m.program, m.weights, caps=_caps(device, mode), **kw)
+    return make_executor(mode.split("-")[0] if mode.startswith("fused") else mode, device, m.program, m.weights,
+                         caps=_caps(device, mode), **kw)
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +81,9 @@ def test_every_position_and_a_shorter_sequence_after_a_longer(device, tiny, arch
     ref = Reference(m.program, m.weights)
     with _executor(device, m, mode) as ex:
         live = [it for it in ex.items if it.grid is not None]
-        assert live and all(it.call.groups[0] == it.call.live.s > 1 for it in live)
-        if mode == "fused-absorbed" and arch == "llama":   # gemma's o-projection is no MATMUL_ADD
+        assert bool(live) != (mode == "fused-gpu-fixed")
+        assert all(it.call.groups[0] == it.call.live.s > it.call.live.min_s for it in live)
+        if mode.startswith("fused-") and arch == "llama":   # the o-projection combines (gemma's is no MATMUL_ADD)
             assert any(("COMBINE_X", "1") in it.call.defines for it in ex.items)
         long = greedy_against_reference(ex, ref, CTX)[0]
         short = greedy_against_reference(ex, ref, 12, first=3)[0]
