@@ -64,6 +64,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-profile", action="store_true", help="skip GPU µs per region")
     ap.add_argument("--quick", action="store_true", help="-n 4 --reps 2 --warmup 1 --prompt-tokens 2 --copy-mib 8")
     ap.add_argument("--device", default=None)
+    ap.add_argument("--ctx", type=int, default=0,
+                    help="context (KV cache and attention grid) size; default the prompt + -n rounded up to 64")
     ap.add_argument("--kv-dtype", default="f16", choices=("f16", "f32"), help="KV cache storage (default f16)")
     ap.add_argument("--from-json", metavar="DIR", default=None,
                     help="run nothing: rebuild DIR/summary.md and DIR/latency.png from DIR/*.json")
@@ -73,7 +75,9 @@ def main(argv=None) -> int:
     if a.quick:
         a.tokens, a.reps, a.warmup, a.prompt_tokens, a.copy_mib = 4, 2, 1, 2, 8
     configs = [c for c in CONFIGS if not a.only or any(s in c[0] for s in a.only)]
-    ctx = max(64, -(-(a.prompt_tokens + a.tokens) // 64) * 64)
+    ctx = a.ctx or max(64, -(-(a.prompt_tokens + a.tokens) // 64) * 64)
+    if a.prompt_tokens + a.tokens > ctx:
+        ap.error(f"--prompt-tokens + -n = {a.prompt_tokens + a.tokens} does not fit --ctx {ctx}")
     from vkdecode.vk import Device
     dev = Device(a.device)
     out_dir = os.path.join(a.out, device_slug(dev.info.name))

@@ -21,6 +21,7 @@ layout(binding = 1) writeonly buffer TB { uint token[]; };
 layout(constant_id = 3) const uint RING = 64;
 layout(binding = 2) buffer SB { uint step_buf[]; };
 layout(binding = 3) writeonly buffer RB { uint ring[]; };
+#include "attn_live.glsl"   // GRID_ARGS (binding 4): the next step's attention grids, as advance_step
 #endif
 #else
 layout(binding = 0) readonly buffer LB { float logits[]; };
@@ -81,6 +82,9 @@ void main() {
         ring[pos % RING] = si;
         step_buf[STEP_TOKEN] = si;
         step_buf[STEP_POS] = pos + 1u;
+#ifdef GRID_ARGS
+        grid_args_update(pos + 1u);
+#endif
 #endif
 #else
         pout[g] = uvec2(floatBitsToUint(sv), si);

@@ -1,14 +1,16 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // attention (decode, GQA): o_h = softmax(scale * q_h . K[0..pos]) V[0..pos] over kv head
-// h / (H / KVH), pos read from the step buffer. Split-K with a grid fixed at build time: workgroup
-// (s, h) takes rows [s*c, min(len, (s+1)*c)) with c = ceil(len / S), len = pos + 1, so the grid
-// never depends on the token. With SPLIT defined it writes (unnormalised o, max, sum) partials for
-// attention_combine; without it (S == 1) it writes o directly.
+// h / (H / KVH), pos read from the step buffer. Split-K with a grid fixed at build time: of its S
+// splits, the first L = attn_live_splits(pos) take rows (workgroup (s, h): [s*c, min(len, (s+1)*c))
+// with c = ceil(len / L), len = pos + 1) and the others return at once, so the recording never
+// depends on the token and the work grows with pos, not with S. With SPLIT defined it writes
+// (unnormalised o, max, sum) partials for attention_combine; without it (S == 1) it writes o.
 // Bindings: 0 q, 1 k_cache, 2 v_cache (f32, or f16 with KV_F16: kv_cache.glsl), 3 step, 4 o (or
 // partials, attn_partials.glsl).
 // Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK (= ceil(rows / S)), 6 scale (float),
-// 7 WINDOW (0: all rows; else rows [len - WINDOW, len), attn_partials.glsl's window_start).
+// 7 WINDOW (0: all rows; else rows [len - WINDOW, len), common.glsl's window_start), 8 MIN_S (live
+// splits at least, attn_partials.glsl).
 #include "common.glsl"
 #include "attn_partials.glsl"
 
@@ -19,6 +21,7 @@ layout(constant_id = 4) const uint S = 1;
 layout(constant_id = 5) const uint MAXCHUNK = 1;
 layout(constant_id = 6) const float SCALE = 1.0;
 layout(constant_id = 7) const uint WINDOW = 0;   // keys a sliding-window layer sees (0: all)
+layout(constant_id = 8) const uint MIN_S = 1;
 // Row groups of the P.V phase: with more invocations than D, each row group sums a slice of rows.
 const uint RG = gl_WorkGroupSize.x >= D ? gl_WorkGroupSize.x / D : 1;
 
@@ -39,9 +42,12 @@ void main() {
     const uint s = gl_WorkGroupID.x, h = gl_WorkGroupID.y;
     const uint ROW = KVH * D;
     const uint kvoff = (h / (H / KVH)) * D;
-    uint len = step[STEP_POS] + 1;
+    const uint pos = step[STEP_POS];
+    const uint live = attn_live_splits(pos, WINDOW, S, MAXCHUNK, MIN_S);
+    if (s >= live) return;   // uniform over the workgroup: no barrier is skipped
+    uint len = pos + 1;
     uint lo = window_start(len, WINDOW);
-    uint chunk = (len - lo + S - 1) / S;
+    uint chunk = (len - lo + live - 1) / live;   // <= MAXCHUNK: live >= rows / MAXCHUNK
     uint r0 = lo + min(s * chunk, len - lo);
     uint n = min(len - r0, chunk);
 
@@ -81,10 +87,11 @@ void main() {
         float acc = 0.0;
         for (uint g = 0; g < RG; g++) acc += part[g * D + j];
 #ifdef SPLIT
-        o[PART_O(s, h, j, H, D)] = acc;
+        // one live split: the final o (as without SPLIT) with l = 1, so a combine passes it through
+        o[PART_O(s, h, j, H, D)] = live == 1u ? acc / l : acc;
         if (j == 0) {
             o[PART_ML(s, h, H, D, S)] = m;
-            o[PART_ML(s, h, H, D, S) + 1] = l;  // 0 for an empty chunk: the combine skips it
+            o[PART_ML(s, h, H, D, S) + 1] = live == 1u ? 1.0 : l;  // 0 for an empty chunk: the combine skips it
         }
 #else
         o[h * D + j] = acc / l;

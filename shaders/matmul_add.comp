@@ -4,7 +4,8 @@
 // add done in the matvec epilogue: one dispatch and no intermediate W @ x buffer.
 // Bindings: f32/f16: 0 W data, 1 x, 2 r, 3 y; quant: 0 q words, 1 scales, 2 x, 3 r, 4 y.
 // BIAS (MATMUL_BIAS_ADD): y = r + (W @ x + b), b bound after y.
-// COMBINE_X (defines CX_H, CX_D, CX_S): x is split-K attention partials, combined on load.
+// COMBINE_X (defines CX_H, CX_D, CX_S, CX_MAXCHUNK, CX_MIN_S, CX_WINDOW: the attention's grid): x is
+// split-K attention partials, combined on load; the step buffer is bound last (after y, and b).
 // Spec and push as matmul.comp (matvec.glsl): 0 wg size, 1 K, 2 M, 3 ROWS; push row0.
 #define NO_WG_REDUCE
 #include "common.glsl"
@@ -33,26 +34,43 @@ layout(binding = B_X + 3) readonly buffer BB { float bias[]; };
 #include "attn_partials.glsl"
 #define CX_ML(s, h) PART_ML(s, h, CX_H, CX_D, CX_S)
 layout(binding = B_X) readonly buffer X2B { vec2 x2[]; };   // (m, l) pairs: PART_ML is even
+#ifdef BIAS
+#define B_STEP (B_X + 4)
+#else
+#define B_STEP (B_X + 3)
+#endif
+layout(binding = B_STEP) readonly buffer StepB { uint cx_step[]; };
+uint cx_live;   // splits with rows at this position (attn_live_splits); the others are stale
 
 // The S splits of x element(s) at i, combined: sum_s e^(m_s - M) p_s / sum_s e^(m_s - M) l_s over
-// the non-empty splits (l_s > 0), M their max. Every load (S partials, S (m, l) pairs) is issued
-// before any is used and none sits behind a branch, so the combine adds no round trip to the
-// matvec's own; a test on a loaded value before the next load made one round trip per split.
+// the non-empty live splits (l_s > 0, s < cx_live), M their max. Every load (live partials and
+// (m, l) pairs) is issued before any is used and none waits on a loaded value (cx_live is known
+// before), so the combine adds no round trip to the matvec's own; a test on a loaded value before
+// the next load made one round trip per split.
 #define CX_COMBINE(T, load) { \
+    if (cx_live == 1u) { /* split 0 holds the final o (attention writes it so): a plain load */ \
+        const uint s = 0u; \
+        return load; \
+    } \
     T p[CX_S]; \
     vec2 ml[CX_S]; \
     for (uint s = 0; s < CX_S; s++) { \
-        p[s] = load; \
-        ml[s] = x2[CX_ML(s, h) / 2u]; \
+        if (s < cx_live) { \
+            p[s] = load; \
+            ml[s] = x2[CX_ML(s, h) / 2u]; \
+        } \
     } \
     float mx = NEG_INF; \
-    for (uint s = 0; s < CX_S; s++) mx = ml[s].y > 0.0 ? max(mx, ml[s].x) : mx; \
+    for (uint s = 0; s < CX_S; s++) \
+        if (s < cx_live) mx = ml[s].y > 0.0 ? max(mx, ml[s].x) : mx; \
     float l = 0.0; \
     T a = T(0.0); \
     for (uint s = 0; s < CX_S; s++) { \
-        const float w = ml[s].y > 0.0 ? exp(ml[s].x - mx) : 0.0; \
-        l += w * ml[s].y; \
-        a += w * p[s]; \
+        if (s < cx_live) {   /* uniform: a dead split costs no load and no exp */ \
+            const float w = ml[s].y > 0.0 ? exp(ml[s].x - mx) : 0.0; \
+            l += w * ml[s].y; \
+            a += w * p[s]; \
+        } \
     } \
     return a / l; \
 }
@@ -79,4 +97,13 @@ vec4 cx4(uint i) {  // CX_D % 4 == 0: the four elements share a head
 #include "dequant.glsl"
 #include "matvec.glsl"
 
-void main() { matvec_main(); }
+void main() {
+#ifdef COMBINE_X
+#if CX_MIN_S >= CX_S
+    cx_live = CX_S;   // a grid no larger than its minimum: every split is live at every position
+#else
+    cx_live = attn_live_splits(cx_step[STEP_POS], CX_WINDOW, CX_S, CX_MAXCHUNK, CX_MIN_S);
+#endif
+#endif
+    matvec_main();
+}

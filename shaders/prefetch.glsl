@@ -41,6 +41,7 @@ PF_BUF(5)
 
 // Workgroup g (< PF_G) of the prefetch part of the grid.
 void prefetch(uint g) {
+    if (g >= PF_G) return;   // an indirect grid's last prefetch row may run past PF_G (attn_live.glsl)
     const uint stride = PF_G * gl_WorkGroupSize.x;
     const uint i = g * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
     uint acc = 0u;

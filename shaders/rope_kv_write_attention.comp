@@ -1,7 +1,8 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // (QK_NORM_)ROPE_KV_WRITE_ATTENTION in one dispatch on attention.comp's fixed split-K grid
-// (workgroup (s, h): rows [s*c, min(len, (s+1)*c)), c = ceil(len / S), len = pos + 1):
+// (workgroup (s, h): rows [s*c, min(len, (s+1)*c)), c = ceil(len / L), len = pos + 1, for the
+// L = attn_live_splits(pos) splits with rows; the others return at once):
 //   every workgroup builds rope(q_h) (QK_NORM: of the per-head rms-normed q_h) and its kv head's
 //   current k (normed, roped) and v in shared memory itself; the workgroup (0, first q head of the
 //   kv group) writes that k, v as row pos of the caches; attention reads cache rows < pos, written
@@ -16,7 +17,8 @@
 //   QK_NORM: 7 q_norm_w[D], 8 k_norm_w[D]; then with PF_N the prefetched weights and the sink
 //   (prefetch.glsl: grid rows H.. are prefetch workgroups).
 // Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK, 6 scale, 7 (unused), 8 eps (QK_NORM),
-// 9 WINDOW (0: all rows). Define B_FREQ: the binding of the rope inverse-frequency table.
+// 9 WINDOW (0: all rows), 10 MIN_S (live splits at least: attn_partials.glsl's attn_live_splits;
+// workgroups s >= the live count return at once). Define B_FREQ: the binding of the rope inverse-frequency table.
 #include "common.glsl"
 #include "attn_partials.glsl"
 
@@ -28,6 +30,7 @@ layout(constant_id = 5) const uint MAXCHUNK = 1;
 layout(constant_id = 6) const float SCALE = 1.0;
 layout(constant_id = 8) const float EPS = 1e-6;
 layout(constant_id = 9) const uint WINDOW = 0;   // keys a sliding-window layer sees (0: all)
+layout(constant_id = 10) const uint MIN_S = 1;
 #ifdef KVEC
 #define DU (D / 4)
 #else
@@ -86,9 +89,11 @@ void main() {
     const uint ROW = KVH * D;
     const uint kvh = h / (H / KVH), kvoff = kvh * D;
     const uint pos = step[STEP_POS];
+    const uint live = attn_live_splits(pos, WINDOW, S, MAXCHUNK, MIN_S);
+    if (s >= live) return;   // no rows at this position (never the writer, s = 0); uniform
     const uint len = pos + 1;
     const uint lo = window_start(len, WINDOW);
-    const uint chunk = (len - lo + S - 1) / S;
+    const uint chunk = (len - lo + live - 1) / live;   // <= MAXCHUNK
     const uint r0 = lo + min(s * chunk, len - lo);
     const uint n = min(len - r0, chunk);
     const bool cur = n > 0 && r0 + n == len;  // this split ends with row pos: from shared memory
@@ -202,10 +207,11 @@ void main() {
         float acc = 0.0;
         for (uint g = 0; g < RG; g++) acc += part[g * D + j];
 #ifdef SPLIT
-        o[PART_O(s, h, j, H, D)] = acc;
+        // one live split: the final o (as without SPLIT) with l = 1, so a combine passes it through
+        o[PART_O(s, h, j, H, D)] = live == 1u ? acc / l : acc;
         if (j == 0) {
             o[PART_ML(s, h, H, D, S)] = m;
-            o[PART_ML(s, h, H, D, S) + 1] = l;  // 0 for an empty chunk: the combine skips it
+            o[PART_ML(s, h, H, D, S) + 1] = live == 1u ? 1.0 : l;  // 0 for an empty chunk: the combine skips it
         }
 #else
         o[h * D + j] = acc / l;

@@ -2,7 +2,8 @@
 #extension GL_GOOGLE_include_directive : require
 // (QK_NORM_)ROPE_KV_WRITE_ATTENTION, subgroup-rows form: the same grid, bindings and results as
 // rope_kv_write_attention.comp (workgroup (s, h) takes rows [s*c, min(len, (s+1)*c)), c =
-// ceil(len / S), len = pos + 1; SPLIT writes attn_partials.glsl's partials), built for latency:
+// ceil(len / L), len = pos + 1, L = attn_live_splits(pos) splits with rows, the others return;
+// SPLIT writes attn_partials.glsl's partials), built for latency:
 //   - each subgroup owns whole rows (rows sg, sg + NSG, ...) and each lane EPL = D / LANES
 //     contiguous elements of a row, so a score is one subgroupAdd and no workgroup barrier;
 //   - every lane rotates (and with QK_NORM rms-normalises) its own q and k elements straight from
@@ -18,7 +19,8 @@
 //   QK_NORM: 7 q_norm_w[D], 8 k_norm_w[D]; then with PF_N the prefetched weights and the sink
 //   (prefetch.glsl: grid rows H.. are prefetch workgroups).
 // Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK, 6 scale, 7 (unused), 8 eps (QK_NORM),
-// 9 WINDOW (0: all rows). Define B_FREQ: the binding of the rope inverse-frequency table.
+// 9 WINDOW (0: all rows), 10 MIN_S (live splits at least: attn_partials.glsl's attn_live_splits;
+// workgroups s >= the live count return at once). Define B_FREQ: the binding of the rope inverse-frequency table.
 // Defines: LANES (subgroup size), EPL (D / LANES), RB (rows per batch), NEOX, QK_NORM, SPLIT.
 #define NO_WG_REDUCE
 #include "common.glsl"
@@ -32,6 +34,7 @@ layout(constant_id = 5) const uint MAXCHUNK = 1;
 layout(constant_id = 6) const float SCALE = 1.0;
 layout(constant_id = 8) const float EPS = 1e-6;
 layout(constant_id = 9) const uint WINDOW = 0;   // keys a sliding-window layer sees (0: all)
+layout(constant_id = 10) const uint MIN_S = 1;
 const uint NSG = gl_WorkGroupSize.x / LANES;
 
 layout(binding = 0) readonly buffer QB { float q[]; };
@@ -125,7 +128,10 @@ void main() {
         kb[c] = k[kvoff + p];
         vcur[c] = kv_round(v[kvoff + e]);
     }
+    // after the loads above, so a live workgroup waits for them and the step word together
     const uint pos = step[STEP_POS];
+    const uint live = attn_live_splits(pos, WINDOW, S, MAXCHUNK, MIN_S);
+    if (s >= live) return;   // no rows at this position (never the writer, s = 0); uniform
 #ifdef QK_NORM
     float sq = 0.0, sk = 0.0;
     for (uint c = 0; c < EPL; c++) {
@@ -166,7 +172,7 @@ void main() {
 
     const uint len = pos + 1;
     const uint lo = window_start(len, WINDOW);
-    const uint chunk = (len - lo + S - 1) / S;
+    const uint chunk = (len - lo + live - 1) / live;   // <= MAXCHUNK
     const uint r0 = lo + min(s * chunk, len - lo);
     const uint n = min(len - r0, chunk);
     const uint nc = (n > 0 && r0 + n == len) ? n - 1 : n;   // rows from the caches; row n - 1 may be pos
@@ -226,10 +232,11 @@ void main() {
         float a = 0.0;
         for (uint g = 0; g < NSG; g++) a += sg_w[g] * sg_o[g * D + j];
 #ifdef SPLIT
-        o[PART_O(s, h, j, H, D)] = a;
+        // one live split: the final o (as without SPLIT) with l = 1, so a combine passes it through
+        o[PART_O(s, h, j, H, D)] = live == 1u ? a / lt : a;
         if (j == 0) {
             o[PART_ML(s, h, H, D, S)] = sg_mx;
-            o[PART_ML(s, h, H, D, S) + 1] = lt;  // 0 for an empty chunk: the combine skips it
+            o[PART_ML(s, h, H, D, S) + 1] = live == 1u ? 1.0 : lt;  // 0 for an empty chunk: the combine skips it
         }
 #else
         o[h * D + j] = a / lt;

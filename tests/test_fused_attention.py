@@ -28,13 +28,16 @@ def _lowered(spec="qwen3-0.6b", ctx=256, caps=CAPS, **rules):
 
 
 def test_attention_grid_splits():
-    assert attention_grid(256, 64, CAPS) == (4, 64)            # automatic: 256 head elements
-    assert attention_grid(256, 128, CAPS) == (2, 128)
-    assert attention_grid(256, 16, CAPS) == (8, 32)            # at most 8
-    assert attention_grid(4096, 64, CAPS) == (16, 256)         # attn_max_chunk rows per split
-    assert attention_grid(256, 64, replace(CAPS, attn_splits=8)) == (8, 32)
-    assert attention_grid(256, 128, replace(CAPS, attn_splits=1)) == (1, 256)
-    assert attention_grid(5, 64, replace(CAPS, attn_splits=8)) == (5, 1)   # never more than ctx
+    # (splits, max rows per split, live splits at least)
+    assert attention_grid(256, 64, CAPS) == (4, 64, 4)         # automatic: 256 head elements
+    assert attention_grid(256, 128, CAPS) == (2, 128, 2)
+    assert attention_grid(256, 16, CAPS) == (8, 32, 8)         # at most 8
+    assert attention_grid(4096, 64, CAPS) == (16, 256, 4)      # attn_max_chunk rows per split
+    assert attention_grid(4096, 128, CAPS) == (16, 256, 2)
+    assert attention_grid(256, 64, replace(CAPS, attn_splits=8)) == (8, 32, 8)
+    assert attention_grid(256, 128, replace(CAPS, attn_splits=1)) == (1, 256, 1)
+    assert attention_grid(4096, 64, replace(CAPS, attn_splits=1)) == (16, 256, 1)   # as on lavapipe
+    assert attention_grid(5, 64, replace(CAPS, attn_splits=8)) == (5, 1, 5)   # never more than ctx
 
 
 def test_combine_absorbed_by_the_o_projection():
@@ -49,8 +52,11 @@ def test_combine_absorbed_by_the_o_projection():
         part, out = comb.bindings[0].value, comb.bindings[1].value
         mm = next(c for c in new if ("COMBINE_X", "1") in c.defines and part in {b.value for b in c.bindings})
         assert mm.shader == "matmul_add" and out not in {b.value for b in mm.bindings}
-        _, h, d, s = comb.spec
-        assert {("CX_H", str(h)), ("CX_D", str(d)), ("CX_S", str(s))} <= set(mm.defines)
+        _, h, d, s, maxchunk, min_s, window = comb.spec
+        assert {("CX_H", str(h)), ("CX_D", str(d)), ("CX_S", str(s)), ("CX_MAXCHUNK", str(maxchunk)),
+                ("CX_MIN_S", str(min_s)), ("CX_WINDOW", str(window))} <= set(mm.defines)
+        # it reads the step buffer last: the live split count comes from the position
+        assert mm.bindings[-1] == comb.bindings[2] and mm.bindings[-1].value == "step"
         assert (part, comb.scratch[0][1]) in mm.scratch
         # the call keeps its region: the o-projection's MATMUL_ADD
         assert new_owners[new.index(mm)] == owners[calls.index(next(c for c in calls if c.label == mm.label[:-8]))]

@@ -48,6 +48,7 @@ def _model(models, arch: str, dtype: str, ctx: int, kv: str = "f32", **over):
 
 def _caps(device, path: str, **tuning):
     from vkdecode.kernels import KernelCaps
+    tuning.setdefault("cx_rows", 0)   # the o-projection combines split attention, as on GPUs
     caps = KernelCaps.from_info(device.info, **tuning)
     if path == "smem":
         return replace(caps, subgroup_arithmetic=False)
@@ -226,20 +227,22 @@ def test_fused_sg_attention_several_batches(device, models, arch, shape, ctx):
     assert all(c.spec[0] == 16 and ("RB", "8") in c.defines for c in att)
 
 
-@pytest.mark.parametrize("arch,dtype,path", [("qwen3", "f32", "sg"), ("llama", "q4_1", "smem"),
-                                             ("qwen2", "f16", "sg")])
-def test_fused_attention_prefetch(device, models, monkeypatch, arch, dtype, path):
+@pytest.mark.parametrize("arch,dtype,path,chunk", [("qwen3", "f32", "sg", 256), ("llama", "q4_1", "smem", 256),
+                                                   ("qwen2", "f16", "sg", 256), ("llama", "f32", "sg", 4)])
+def test_fused_attention_prefetch(device, models, monkeypatch, arch, dtype, path, chunk):
     """Prefetch rows appended to every attention grid (on here although lavapipe turns it off by
     default, and for weights far below the size it skips): same tokens and logits as the
-    reference, a budget cut inside a weight."""
+    reference, a budget cut inside a weight. chunk 4: a grid of 6 splits dispatched indirectly
+    with 1..6 live, whose prefetch rows grow as it narrows (shaders/attn_live.glsl)."""
     from vkdecode import fused_prefetch
     from vkdecode.fused_prefetch import HOSTS
     monkeypatch.setattr(fused_prefetch, "MIN_WEIGHT_BYTES", 0)
     m = _model(models, arch, dtype, 24, **SHAPES["h96d32"])
-    caps = _caps(device, path, prefetch_bytes=40_000, prefetch_groups=3)
+    caps = _caps(device, path, prefetch_bytes=40_000, prefetch_groups=3, attn_max_chunk=chunk)
     items, _ = decode_and_compare(device, m, caps)
     att = [it.call for it in items if it.call.shader in HOSTS]
     assert len(att) == m.args.n_layers
+    assert all((it.grid is not None) == (chunk == 4) for it in items if it.call.shader in HOSTS)
     for c in att:
         d = dict(c.defines)
         n = int(d["PF_N"])

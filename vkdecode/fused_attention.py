@@ -8,6 +8,7 @@ from dataclasses import replace
 from fusion.ir import Program
 from fusion.rules import Region
 from vkdecode.kernels import (
+    AttnGrid,
     Binding,
     KernelCall,
     KernelCaps,
@@ -34,16 +35,18 @@ SPLIT_WIDTH = 256       # automatic splits: about this many head elements per he
 SG_BATCH = 8            # rows per subgroup batch of the subgroup-rows kernel (registers: 2 x RB x EPL)
 
 
-def attention_grid(ctx: int, head_dim: int, caps: KernelCaps) -> tuple[int, int]:
-    """(splits S, max rows per split) of the fused attention: kernels.attention_splits (bounded
-    by attn_max_chunk rows at full context), and at least caps.attn_splits (automatic: 4 for
-    head_dim 64, 2 for 128)."""
+def attention_grid(ctx: int, head_dim: int, caps: KernelCaps) -> tuple[int, int, int]:
+    """(splits S, max rows per split, live splits at least) of the fused attention:
+    kernels.attention_splits (bounded by attn_max_chunk rows at full context), and at least
+    caps.attn_splits (automatic: 4 for head_dim 64, 2 for 128). A step at a position uses the splits
+    its rows need but at least the third value (the same minimum), so a small position of a long
+    context runs the grid a short context would (attn_partials.glsl attn_live_splits)."""
     s, maxchunk = attention_splits(ctx, caps)
     want = caps.attn_splits or max(1, min(8, SPLIT_WIDTH // head_dim))
     if s < want:
         s = min(want, ctx)
         maxchunk = -(-ctx // s)
-    return s, maxchunk
+    return s, maxchunk, min(want, s)
 
 
 def _subgroup_rows(d: int, wg: int, caps: KernelCaps) -> bool:
@@ -67,7 +70,7 @@ def rope_kv_write_attention(p: Program, region: Region, caps: KernelCaps) -> lis
     out = r["out"]
     ctx = p.values[r["k_cache"]].shape[0]
     window = int(a.get("window", 0))
-    s, maxchunk = attention_grid(min(ctx, window) if window else ctx, d, caps)   # rows it can see
+    s, maxchunk, min_s = attention_grid(min(ctx, window) if window else ctx, d, caps)   # rows it can see
     qk_norm = "q_norm_w" in r
     defines = _reduce_defines(caps) + ((("NEOX", "1"),) if a["layout"] == "neox" else ()) \
         + ((("QK_NORM", "1"),) if qk_norm else ()) + kv_defines(p, r["k_cache"])
@@ -90,7 +93,7 @@ def rope_kv_write_attention(p: Program, region: Region, caps: KernelCaps) -> lis
         if 4 * (3 * d + maxchunk + rg * d + 2 * wg) > caps.max_shared:
             return None
         defines += (("KVEC", "1"),) if d % 4 == 0 else ()
-    spec = (wg, h, kvh, d, s, maxchunk, float(a["scale"]), 0.0, float(a.get("eps", 0.0)), window)
+    spec = (wg, h, kvh, d, s, maxchunk, float(a["scale"]), 0.0, float(a.get("eps", 0.0)), window, min_s)
     ins = (Binding(r["q"]), Binding(r["k"]), Binding(r["v"]), Binding(r["step"]),
            Binding(r["k_cache"]), Binding(r["v_cache"]))
     # then the q/k norm weights, then the rope table (binding B_FREQ); prefetch appends after it
@@ -101,9 +104,11 @@ def rope_kv_write_attention(p: Program, region: Region, caps: KernelCaps) -> lis
         return [KernelCall(shader, spec, ins + (Binding(out),) + norms, (4, 5, 6),
                            (1, h, 1), defines=defines, label=out)]
     part, nbytes = partials(out, h, d, s)
+    grid = AttnGrid(h, d, s, maxchunk, min_s, window)
     return [KernelCall(shader, spec, ins + (Binding(part),) + norms, (4, 5, 6), (s, h, 1),
-                       defines=defines + (("SPLIT", "1"),), scratch=((part, nbytes),), label=out + "[split]"),
-            combine_call(out, h, d, s, caps)]
+                       defines=defines + (("SPLIT", "1"),), scratch=((part, nbytes),), label=out + "[split]",
+                       live=grid if min_s < s else None),
+            combine_call(out, r["step"], grid, caps)]
 
 
 def absorb_combines(program: Program, calls: list[KernelCall], owners: list[int],
@@ -112,7 +117,10 @@ def absorb_combines(program: Program, calls: list[KernelCall], owners: list[int]
     (the o-projection + residual) is dropped, and that matmul_add combines the partials as it loads
     its input (shaders/matmul_add.comp, COMBINE_X): one dispatch and one barrier fewer per layer.
     Any other reader (a row-chunked o-projection, a per-op matmul) keeps the combine dispatch.
-    owners[i] is the region of calls[i]; returns both lists without the absorbed combines."""
+    owners[i] is the region of calls[i]; returns both lists without the absorbed combines.
+    caps.cx_rows < 0 absorbs none (every o-projection workgroup would redo the whole combine)."""
+    if caps.cx_rows < 0:
+        return calls, owners
     readers = Counter(b.value for c in calls for i, b in enumerate(c.bindings) if i not in c.writes)
     held: dict[str, tuple[KernelCall, int]] = {}   # combine output -> (combine, owner) not yet placed
     out_calls, out_owners = [], []
@@ -139,13 +147,15 @@ def absorb_combines(program: Program, calls: list[KernelCall], owners: list[int]
 
 
 def _combining_matmul_add(call: KernelCall, x: int, comb: KernelCall, caps: KernelCaps) -> KernelCall:
-    _, h, d, s = comb.spec
+    _, h, d, s, maxchunk, min_s, window = comb.spec
     wg, k, m, rows = call.spec
     # every workgroup combines all of x, so more rows per workgroup would share that work; measured
     # slower on an H100 (sweep-cx-*.json), so the matvec's own rows unless caps.cx_rows says
     rows = min(wg, caps.cx_rows or rows)
-    bindings = call.bindings[:x] + (comb.bindings[0],) + call.bindings[x + 1:]
-    defines = call.defines + (("COMBINE_X", "1"), ("CX_H", str(h)), ("CX_D", str(d)), ("CX_S", str(s)))
+    # the partials replace x; the step buffer goes last (it says how many splits are live)
+    bindings = call.bindings[:x] + (comb.bindings[0],) + call.bindings[x + 1:] + (comb.bindings[2],)
+    defines = call.defines + (("COMBINE_X", "1"), ("CX_H", str(h)), ("CX_D", str(d)), ("CX_S", str(s)),
+                              ("CX_MAXCHUNK", str(maxchunk)), ("CX_MIN_S", str(min_s)), ("CX_WINDOW", str(window)))
     return replace(call, spec=(wg, k, m, rows), groups=_groups(-(-m // rows)), bindings=bindings, defines=defines,
                    scratch=call.scratch + comb.scratch, label=call.label + "+combine")
 

@@ -25,6 +25,27 @@ class Binding:
 
 
 @dataclass(frozen=True)
+class AttnGrid:
+    """A split-K attention grid as its combine needs it: H heads of D, S splits of at most maxchunk
+    rows, at least min_s live (attn_partials.glsl attn_live_splits), the sliding window (0: none)."""
+    h: int
+    d: int
+    s: int
+    maxchunk: int
+    min_s: int
+    window: int
+
+    def spec(self) -> tuple[int, ...]:
+        return (self.h, self.d, self.s, self.maxchunk, self.min_s, self.window)
+
+
+def live_splits(pos: int, grid: AttnGrid) -> int:
+    """Splits of `grid` with rows at position pos: shaders/attn_live.glsl attn_live_splits."""
+    rows = min(pos + 1, grid.window) if grid.window else pos + 1
+    return min(max(-(-rows // grid.maxchunk), min(grid.min_s, grid.s)), grid.s)
+
+
+@dataclass(frozen=True)
 class KernelCall:
     shader: str                          # stem of shaders/<shader>.comp
     spec: tuple                          # specialization constants by constant_id 0..n-1
@@ -35,6 +56,9 @@ class KernelCall:
     defines: tuple[tuple[str, str], ...] = ()
     scratch: tuple[tuple[str, int], ...] = ()   # (scratch name, nbytes) this call needs allocated
     label: str = ""
+    # split-K attention whose live splits vary with the position: groups[0] is its grid's S, and the
+    # executor dispatches it indirectly with x = live_splits(pos, live) (executors/plan.py GridArgs)
+    live: AttnGrid | None = None
 
 
 @dataclass(frozen=True)
@@ -51,7 +75,8 @@ class KernelCaps:
     attn_splits: int = 0        # fused attention workgroups per head at least (0: fused_attention chooses)
     attn_wg: int = 0            # fused attention workgroup size (0: fused_attention.ATTN_WG[_SG])
     attn_kernel: str = ""       # fused attention: "sg" (subgroup rows) where it fits, "wg" never; "" auto
-    cx_rows: int = 0            # rows per workgroup of an o-projection combining attention partials (0: auto)
+    cx_rows: int = 0            # rows per workgroup of an o-projection combining attention partials (0: auto,
+                                # < 0: none does, split attention keeps its attention_combine dispatch)
     matvec_wg: int = 0
     matvec_rows: int = 0
     prefetch_bytes: int = 0     # weight bytes each fused attention prefetches into L2 (0: auto, < 0: none)
@@ -73,6 +98,10 @@ class KernelCaps:
             tuning.setdefault("matvec_rows", 16)
             # and one attention workgroup per head unless the context needs more (attn_max_chunk)
             tuning.setdefault("attn_splits", 1)
+            # and split attention combined by its own dispatch, not by every o-projection workgroup
+            # (lavapipe runs the absorbed combine's code even when one split is live: SmolLM2 Q4_1
+            # ctx 4096 pos 16-24, 302 ms/token absorbed, 279-289 separate, 277-284 at ctx 256)
+            tuning.setdefault("cx_rows", -1)
             # and no L2 prefetch (fused_prefetch.py): a CPU has no GPU cache to fill, only work to waste
             tuning.setdefault("prefetch_bytes", -1)
             # and the tiled chunk matmul at every width (tuned there; the narrow kernel's 64-lane
@@ -249,7 +278,9 @@ def _kv_write(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
 
 
 def attention_splits(ctx: int, caps: KernelCaps) -> tuple[int, int]:
-    """(splits S, max rows per split): fixed at build time from the context length."""
+    """(splits S, max rows per split): the grid, fixed at build time from the context length. A step
+    uses only the splits its rows need (shaders/attn_partials.glsl attn_live_splits: ceil(rows /
+    max rows), at least a minimum), so its cost follows the position, not the context."""
     s = max(1, -(-ctx // max(1, caps.attn_max_chunk)))
     return s, -(-ctx // s)
 
@@ -268,16 +299,18 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     if shared > caps.max_shared:
         raise ValueError(f"attention {out}: {shared} bytes of shared memory > {caps.max_shared}; "
                          f"lower attn_max_chunk")
-    spec = (wg, h, kvh, d, s, maxchunk, float(a["scale"]), window)
+    spec = (wg, h, kvh, d, s, maxchunk, float(a["scale"]), window, 1)   # live splits at least 1
     defines = _reduce_defines(caps) + ((("KVEC", "1"),) if d % 4 == 0 else ()) + kv_defines(p, kc)
     ins = (Binding(q), Binding(kc), Binding(vc), Binding(step))
     if s == 1:
         return [KernelCall("attention", spec, ins + (Binding(out),), (4,), (1, h, 1),
                            defines=defines, label=out)]
     part, nbytes = partials(out, h, d, s)
+    grid = AttnGrid(h, d, s, maxchunk, 1, window)
     return [KernelCall("attention", spec, ins + (Binding(part),), (4,), (s, h, 1),
-                       defines=defines + (("SPLIT", "1"),), scratch=((part, nbytes),), label=out + "[split]"),
-            combine_call(out, h, d, s, caps)]
+                       defines=defines + (("SPLIT", "1"),), scratch=((part, nbytes),), label=out + "[split]",
+                       live=grid),
+            combine_call(out, step, grid, caps)]
 
 
 def partials(out: str, h: int, d: int, s: int) -> tuple[str, int]:
@@ -285,12 +318,13 @@ def partials(out: str, h: int, d: int, s: int) -> tuple[str, int]:
     return f"scratch:{out}.partials", s * h * (d + 2) * 4
 
 
-def combine_call(out: str, h: int, d: int, s: int, caps: KernelCaps) -> KernelCall:
-    """attention_combine: the partials of `out` -> out. Spec (wg, H, D, S), as
-    fused_attention.absorb_combines reads it back."""
-    part, nbytes = partials(out, h, d, s)
-    return KernelCall("attention_combine", (_wg(caps, d, cap=128), h, d, s), (Binding(part), Binding(out)), (1,),
-                      (h, 1, 1), scratch=((part, nbytes),), label=out + "[combine]")
+def combine_call(out: str, step: str, grid: AttnGrid, caps: KernelCaps) -> KernelCall:
+    """attention_combine: the partials of `out` -> out, reading the splits live at step.pos. Spec
+    (wg, *grid.spec()), as fused_attention.absorb_combines reads it back."""
+    part, nbytes = partials(out, grid.h, grid.d, grid.s)
+    return KernelCall("attention_combine", (_wg(caps, grid.d, cap=128),) + grid.spec(),
+                      (Binding(part), Binding(out), Binding(step)), (1,), (grid.h, 1, 1),
+                      scratch=((part, nbytes),), label=out + "[combine]")
 
 
 def _argmax(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:

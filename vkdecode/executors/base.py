@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from fusion.ir import STEP_POS, STEP_SEED, STEP_TOKEN
 from vkdecode.errors import ContextError, UsageError
-from vkdecode.executors.plan import MemoryPlan, barriers_before, with_advance
+from vkdecode.executors.plan import GRID_ARGS, GridArgs, MemoryPlan, barriers_before, with_advance
 from vkdecode.kernels import KernelCall, KernelCaps
 from vkdecode.stats import Counters
 
@@ -38,6 +38,7 @@ class Item:
     ranges: list
     barrier: bool
     region: int
+    grid: int | None = None   # record of GridArgs: dispatched indirectly from it
 
 
 class Executor:
@@ -67,15 +68,20 @@ class Executor:
             calls += rc
             owners += [ri] * len(rc)
         calls, owners = self._across_regions(calls, owners)
+        self.grids = GridArgs(calls)
         # a prompt chunk (fusion/chunk.py) hands no token to a next step: the host starts decode
         if "chunk_rows" not in self.program.meta:
-            calls, added = with_advance(calls)
+            calls, added = with_advance(calls, len(self.grids))
             if added:
                 owners.append(owners[-1])       # counted with the last region (the token choice)
+        assert len(self.grids) == 0 or "chunk_rows" not in self.program.meta
+        self.plan.add_grid_args(self.grids)
         self.plan.add_scratch(calls)
         pipelines = [self._pipeline(c) for c in _shader_progress(calls, show_progress)]
-        self.items = [Item(c, pipe, self.plan.ranges(c), b, ri)
-                      for c, pipe, b, ri in zip(calls, pipelines, barriers_before(calls), owners)]
+        index = self.grids.index + [None] * (len(calls) - len(self.grids.index))   # the advance: direct
+        self.items = [Item(c, pipe, self.plan.ranges(c), b, ri, g)
+                      for c, pipe, b, ri, g in zip(calls, pipelines, barriers_before(calls), owners, index)]
+        self._grid_slice = self.plan.slices.get((GRID_ARGS, "data"))
         self.timestamps = self.device.timestamp_pool(2 + len(self.regions))
         self._next = self.plan.slices.get(("next_token", "data"))
         assert STEP_POS == STEP_TOKEN + 1
@@ -106,11 +112,13 @@ class Executor:
         ts = ts or self.timestamps
         ts.reset_cmd(cmd)
         last = len(self.items) - 1
+        grids = self._grid_slice
         for step in range(steps):
             # the previous step's shader writes are visible (the host's step write is, by the
             # submit; transfers end with their own barrier: vk/memory.py). Compute to compute
-            # only: an H100 takes 2.2 µs for this barrier and 4.7 for one over all stages.
-            cmd.compute_barrier()
+            # only: an H100 takes 2.2 µs for this barrier and 4.7 for one over all stages; and
+            # to the indirect argument reads when the previous step wrote this one's grids.
+            cmd.compute_barrier(indirect=grids is not None)
             if step == 0:
                 cmd.timestamp(ts, 0)
             for i, it in enumerate(self.items):
@@ -119,7 +127,10 @@ class Executor:
                 cmd.bind(it.pipeline, with_sets(i, it))
                 if it.call.push:
                     cmd.push(it.pipeline, it.call.push)
-                cmd.dispatch(*it.call.groups)
+                if it.grid is None:
+                    cmd.dispatch(*it.call.groups)
+                else:   # x = the splits live at the step's position (GridArgs)
+                    cmd.dispatch_indirect(grids.buffer, grids.offset + it.grid * GridArgs.RECORD_WORDS * 4)
                 if profile and (i == last or self.items[i + 1].region != it.region):
                     cmd.timestamp(ts, 2 + it.region)
         cmd.timestamp(ts, 1)
@@ -192,6 +203,10 @@ class Executor:
     def _write_step(self, token: int, pos: int) -> None:
         # STEP_TOKEN and STEP_POS are adjacent words: one small write into the mapped step buffer
         self.plan.step.buffer.write_u32(self._step_word, (token, pos))
+        if self._grid_slice is not None:    # and the attention grids sized to pos (GridArgs)
+            words, base = self.grids.args(pos), self._grid_slice.offset // 4
+            for g in range(len(self.grids)):
+                self._grid_slice.buffer.write_u32(base + g * GridArgs.RECORD_WORDS, words[3 * g:3 * g + 3])
 
     def _enqueue(self, token: int, pos: int) -> None:
         raise NotImplementedError   # each executor's way of recording and submitting

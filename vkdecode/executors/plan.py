@@ -15,16 +15,75 @@ SMALL_OUTPUT_BYTES = 4096  # outputs this small (next_token) live in host-visibl
 TOKEN_RING = 64            # tokens the GPU appends (advance_step); the host reads them by position
 
 
-def advance_call() -> KernelCall:
-    """Appended to every step: feeds the chosen token to the next step on the GPU."""
+GRID_ARGS = "attn_grid_args"   # slice of the indirect attention grids' records (GridArgs)
+
+
+class GridArgs:
+    """The step's split-K attention grids that are dispatched indirectly (KernelCall.live), so a
+    step at position pos runs only the live_splits(pos) splits with rows, whatever --ctx sized the
+    grid for. One record of RECORD_WORDS u32 per distinct grid (layout: shaders/attn_live.glsl):
+    the dispatch's (x, y, z), then the grid's constants, written once at build. (x, y, z) are
+    written by the host with the position (Executor._write_step) and by the step's last dispatch
+    for the next position (advance_step / argmax ADVANCE, which run grid_args_update), so a
+    replayed step and the pipelined steps after it need no host work and no recording."""
+    RECORD_WORDS = 16
+
+    def __init__(self, calls: list[KernelCall]):
+        self.records: list[tuple[int, ...]] = []   # (S, MAXCHUNK, MIN_S, WINDOW, H, PF_G)
+        self.index: list[int | None] = []          # record of each call, None: a direct dispatch
+        for c in calls:
+            if c.live is None:
+                self.index.append(None)
+                continue
+            g = c.live
+            rec = (g.s, g.maxchunk, g.min_s, g.window, g.h, int(dict(c.defines).get("PF_G", 0)))
+            assert c.groups[0] == g.s and c.groups[2] == 1, c.label
+            if rec not in self.records:
+                self.records.append(rec)
+            self.index.append(self.records.index(rec))
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def args(self, pos: int) -> list[int]:
+        """(x, y, z) of every record at position pos, as grid_args_update computes them."""
+        from vkdecode.kernels import AttnGrid, live_splits
+        out = []
+        for s, maxchunk, min_s, window, h, pf_g in self.records:
+            x = live_splits(pos, AttnGrid(h, 0, s, maxchunk, min_s, window))
+            out += [x, h + -(-pf_g // x), 1]
+        return out
+
+    def initial_words(self) -> list[int]:
+        """Every record whole, at position 0."""
+        out = []
+        a = self.args(0)
+        for g, rec in enumerate(self.records):
+            out += a[3 * g:3 * g + 3] + list(rec) + [0] * (self.RECORD_WORDS - 3 - len(rec))
+        return out
+
+
+def advance_call(n_grids: int = 0) -> KernelCall:
+    """Appended to every step: feeds the chosen token to the next step on the GPU (and sizes its
+    n_grids indirect attention grids: GridArgs)."""
     b = (Binding("next_token"), Binding("step"), Binding("token_ring"))
-    return KernelCall("advance_step", (TOKEN_RING,), b, (1, 2), (1, 1, 1), label="advance_step")
+    call = KernelCall("advance_step", (TOKEN_RING,), b, (1, 2), (1, 1, 1), label="advance_step")
+    return _with_grid_args(call, n_grids)
 
 
-def with_advance(calls: list[KernelCall]) -> tuple[list[KernelCall], bool]:
+def _with_grid_args(call: KernelCall, n_grids: int) -> KernelCall:
+    if not n_grids:
+        return call
+    n = len(call.bindings)
+    return replace(call, bindings=call.bindings + (Binding(GRID_ARGS),), writes=call.writes + (n,),
+                   defines=call.defines + (("GRID_ARGS", str(n)), ("GRID_N", str(n_grids))))
+
+
+def with_advance(calls: list[KernelCall], n_grids: int = 0) -> tuple[list[KernelCall], bool]:
     """The step's calls with the token hand-off at the end, and whether it took a dispatch of its
     own: a final argmax pass writing next_token does it itself (shaders/argmax.comp ADVANCE: one
-    dispatch and one barrier fewer per token); any other last call gets advance_call() after it."""
+    dispatch and one barrier fewer per token); any other last call gets advance_call() after it.
+    Either also writes the next step's n_grids indirect attention grids (GridArgs)."""
     last = calls[-1] if calls else None
     if (last is not None and last.shader == "argmax" and ("FINAL", "1") in last.defines
             and last.bindings[1].value == "next_token" and len(last.spec) == 3):
@@ -33,8 +92,8 @@ def with_advance(calls: list[KernelCall]) -> tuple[list[KernelCall], bool]:
                          bindings=last.bindings + (Binding("step"), Binding("token_ring")),
                          writes=last.writes + (n, n + 1), defines=last.defines + (("ADVANCE", "1"),),
                          label=last.label + "+advance")
-        return calls[:-1] + [folded], False
-    return calls + [advance_call()], True
+        return calls[:-1] + [_with_grid_args(folded, n_grids)], False
+    return calls + [advance_call(n_grids)], True
 
 
 def value_bytes(v) -> int:
@@ -147,6 +206,13 @@ class MemoryPlan:
         if v.name not in weights:
             raise KeyError(f"weight {v.name} missing from the loaded weights")
         return weights[v.name]
+
+    def add_grid_args(self, grids: GridArgs) -> None:
+        """The host-visible records of the step's indirect attention grids, written at position 0."""
+        if len(grids):
+            s = self._host.alloc(len(grids) * GridArgs.RECORD_WORDS * 4, GRID_ARGS)
+            s.buffer.write_u32(s.offset // 4, grids.initial_words())
+            self.slices[(GRID_ARGS, "data")] = s
 
     def add_scratch(self, calls: list[KernelCall]) -> None:
         """Scratch is shared by name (e.g. attention partials, written and read in one step)."""

@@ -40,6 +40,10 @@ class CommandBuffer:
         self._mb = new("VkMemoryBarrier*", {"srcAccessMask": _WRITES, "dstAccessMask": _ACCESS})
         self._cb = new("VkMemoryBarrier*", {"srcAccessMask": vk.VK_ACCESS_SHADER_WRITE_BIT,
                                             "dstAccessMask": vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT})
+        # the same, and the step's indirect dispatch arguments a shader wrote (executors/plan.py GridArgs)
+        self._ib = new("VkMemoryBarrier*", {"srcAccessMask": vk.VK_ACCESS_SHADER_WRITE_BIT,
+                                            "dstAccessMask": vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
+                                            | vk.VK_ACCESS_INDIRECT_COMMAND_READ_BIT})
         self._hb = new("VkMemoryBarrier*", {"srcAccessMask": _WRITES, "dstAccessMask": vk.VK_ACCESS_HOST_READ_BIT})
         self._region = ffi.new("VkBufferCopy*")
 
@@ -93,11 +97,19 @@ class CommandBuffer:
         self.device.counters.dispatches += 1
         self.device.counters.recorded_commands += 1
 
-    def compute_barrier(self) -> None:
+    def dispatch_indirect(self, buf, offset: int) -> None:
+        """Group counts read at run time from buf (a Buffer) at byte offset (3 u32)."""
+        lib.vkCmdDispatchIndirect(self.handle, buf.handle, offset)
+        self.device.counters.dispatches += 1
+        self.device.counters.recorded_commands += 1
+
+    def compute_barrier(self, indirect: bool = False) -> None:
         """Compute writes -> compute reads/writes only: the barrier inside a decode step. Narrower
-        stages and access than barrier(), so the driver has less to wait for and flush."""
-        lib.vkCmdPipelineBarrier(self.handle, vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                                 vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, self._cb, 0, NULL, 0, NULL)
+        stages and access than barrier(), so the driver has less to wait for and flush. indirect:
+        also -> the indirect argument reads of later vkCmdDispatchIndirect."""
+        dst = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | (vk.VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT if indirect else 0)
+        lib.vkCmdPipelineBarrier(self.handle, vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, dst, 0, 1,
+                                 self._ib if indirect else self._cb, 0, NULL, 0, NULL)
         self.device.counters.barriers += 1
         self.device.counters.recorded_commands += 1
 
