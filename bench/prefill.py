@@ -62,6 +62,8 @@ def main(argv=None) -> int:
     ap.add_argument("--widths", default="auto", help="chunk widths, comma separated, or auto")
     ap.add_argument("--token-path-max", type=int, default=512,
                     help="also time the token-by-token prompt (fused) for lengths up to this (0 = never)")
+    ap.add_argument("--ctx", type=int, default=0,
+                    help="KV cache rows (0: the longest prompt, rounded up to 64; `vkdecode run` uses 4096)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--caps", nargs="*", default=[], metavar="KEY=VALUE",
@@ -70,7 +72,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default=None, help="JSON path (default: stdout only)")
     a = ap.parse_args(argv)
-    ctx = -(-(max(a.lengths) + 1) // 64) * 64
+    ctx = a.ctx or -(-(max(a.lengths) + 1) // 64) * 64
     model = (bench.random_model(a.shape, a.quant, ctx, 1) if a.shape
              else bench.file_model(a.model, ctx, 1))
     widths = None if a.widths == "auto" else tuple(int(w) for w in a.widths.split(","))
