@@ -65,6 +65,14 @@ class KernelCaps:
             # lavapipe pays per workgroup (each is a coroutine over SIMD lanes) and the fused
             # norm+matvec recomputes the norm per workgroup: 16 rows each is ~2x faster there.
             tuning.setdefault("matvec_rows", 16)
+            # and per idle lane: a 128/256-lane matvec over 72/192 units (SmolLM2 q4_1) runs its
+            # idle subgroups too. 16 lanes: fused step 148 -> 100 ms, per-op replay 151 -> 97
+            # (8 lanes, 32 x 32 rows and 64 were slower; bench/results/llvmpipe/cpufuse-*.json)
+            tuning.setdefault("matvec_wg", 16)
+            # and the fused attention in 32-lane workgroups (4 subgroups owning rows) instead of
+            # 512: SmolLM2 at position 120, 30 layers: 67 -> 6.6 ms (16 / 64 lanes 7.8 / 9.3, the
+            # workgroup form at 64 17); its per-op ops (rope, kv_write, attention) took 31 ms
+            tuning.setdefault("attn_wg", 32)
             # and one attention workgroup per head unless the context needs more (attn_max_chunk)
             tuning.setdefault("attn_splits", 1)
             # and no L2 prefetch (fused_prefetch.py): a CPU has no GPU cache to fill, only work to waste
