@@ -258,6 +258,53 @@ def test_fused_lm_head_row_chunks(device, models, path):
     assert [it.call.shader for it in items].count("rms_norm_matmul_argmax") == 2
 
 
+# (path, matvec_wg, matvec_rows, argmax partials): vocab 300 in blocks of 3 / 16 / 33 rows (the
+# last block ragged), one block per workgroup (BLOCKS == 1, lavapipe's default) or several, the
+# last workgroup taking fewer
+LM_HEAD_BLOCKS = [("sg", 8, 3, 4096), ("sg", 16, 16, 4), ("smem", 16, 16, 4096), ("smem", 8, 3, 7),
+                  ("sg", 64, 33, 3)]
+
+
+@pytest.mark.parametrize("path,wg,rows,partials", [
+    pytest.param(*c, id=f"lm-head-{c[0]}-wg{c[1]}-rows{c[2]}-pairs{c[3]}") for c in LM_HEAD_BLOCKS])
+def test_fused_lm_head_blocks(device, models, monkeypatch, path, wg, rows, partials):
+    """rms_norm_matmul_argmax with one row block per workgroup (a spec-constant branch without the
+    block loop, which lavapipe runs 1.6x slower) and with several: logits and token as the reference."""
+    from vkdecode import fused_matvec
+    monkeypatch.setattr(fused_matvec, "ARGMAX_PARTIALS", partials)
+    m = _model(models, "llama", "q4_1", 10, **SHAPES["h96d32"])
+    items, _ = decode_and_compare(device, m, _caps(device, path, matvec_wg=wg, matvec_rows=rows))
+    head = [it.call for it in items if it.call.shader == "rms_norm_matmul_argmax"]
+    blocks = -(-m.args.vocab_size // rows)
+    per = max(1, -(-blocks // partials))
+    assert [c.spec[0::2] for c in head] == [(wg, rows, m.args.vocab_size)]
+    assert head[0].spec[5] == per and head[0].groups[0] == -(-blocks // per)
+    assert (per > 1) == (partials < blocks)
+
+
+# GPU default shapes (matvec and attention workgroups, rows, splits chosen as on a GPU) still run
+# on lavapipe, whose own defaults (KernelCaps.from_info, device_type cpu) differ
+GPU_SHAPE_CASES = [("llama", "q4_1", "h96d64", "sg", 24), ("qwen3", "f16", "h64d128", "smem", 20),
+                   ("qwen2", "f32", "h96d32", "sg", 20)]
+
+
+@pytest.mark.parametrize("arch,dtype,shape,path,ctx", [
+    pytest.param(*c, id=f"gpu-shapes-{c[0]}-{c[1]}-{c[2]}-{c[3]}") for c in GPU_SHAPE_CASES])
+def test_fused_model_gpu_shapes(device, models, arch, dtype, shape, path, ctx):
+    m = _model(models, arch, dtype, ctx, **SHAPES[shape])
+    caps = _caps(device, path, matvec_wg=0, matvec_rows=0, attn_wg=0, attn_splits=0)
+    items, _ = decode_and_compare(device, m, caps)
+    from vkdecode.kernels import matvec_shape
+    lanes = []
+    for c in [it.call for it in items if it.call.shader == "matmul_add"]:
+        rows, k = m.program.values[c.bindings[0].value].shape
+        assert c.spec[0] == matvec_shape(dtype, k, rows, caps)[0]
+        lanes.append(c.spec[0])
+    assert max(lanes) > 16   # not lavapipe's 16 lanes throughout
+    att = [it.call for it in items if it.call.shader.startswith("rope_kv")]
+    assert all(c.spec[0] >= 256 for c in att)   # fused_attention.ATTN_WG(_SG), not lavapipe's 32
+
+
 @pytest.mark.parametrize("v_dtype,dispatches", [("q8_0", 1), ("f16", 2)])
 @pytest.mark.parametrize("path", ["sg", "smem"])
 def test_fused_mixed_dtypes(device, models, path, v_dtype, dispatches):
