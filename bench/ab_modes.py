@@ -88,7 +88,7 @@ def run(dev, model, variants: list[str], n: int, rounds: int) -> list[dict]:
     return rows
 
 
-def main() -> None:
+def main(argv=None) -> int:
     from vkdecode.cli_stats import add_model_source_options, bench_model_from_args, open_device
     ap = argparse.ArgumentParser()
     ap.add_argument("variants", nargs="+", help="MODE[:KNOB=V,...]")
@@ -98,7 +98,7 @@ def main() -> None:
     ap.add_argument("--prompt-tokens", type=int, default=4, help="steps before the profiled ones")
     ap.add_argument("--detail", action="store_true", help="also print GPU µs by region kind")
     ap.add_argument("--out")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     ctx = a.ctx or max(64, -(-(a.prompt_tokens + a.n) // 64) * 64)
     model = bench_model_from_args(a, ctx, a.prompt_tokens)
     with open_device(a.device) as dev:
@@ -117,7 +117,8 @@ def main() -> None:
         with open(a.out, "w") as f:
             json.dump({"device": name, "model": model.describe(), "ctx": ctx, "prompt_tokens": a.prompt_tokens,
                        "n": a.n, "rounds": a.rounds, "rows": rows, "tokens_agree": same}, f, indent=1)
+    return 0 if same else 1
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -148,3 +148,18 @@ def test_prefill_bench_json(tmp_path):
     assert r["fused"]["21"]["chunks"] == [8, 8, 4] and r["fused"]["widths"] == [8, 4]
     assert r["unfused"]["9"]["prompt_tok_s"] > 0
     assert set(r["fused-token-by-token"]) == {"9", "21"}
+
+
+def test_ab_modes_json(tmp_path):
+    """bench/ab_modes.py on the tiny shape: modes and a KernelCaps variant interleaved, GPU µs by
+    region kind in the replay modes, the whole step in unfused, the same tokens everywhere."""
+    from bench.ab_modes import main, parse_variant
+    assert parse_variant("fused:matvec_wg=0,attn_kernel=wg") == ("fused", {"matvec_wg": 0, "attn_kernel": "wg"})
+    out = tmp_path / "ab.json"
+    assert main(["fused", "unfused", "fused:matvec_wg=32,matvec_rows=2", "--shape", "tiny", "-n", "2",
+                 "--rounds", "2", "--prompt-tokens", "2", "--out", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["tokens_agree"] and [x["variant"] for x in r["rows"]] == ["fused", "unfused", "fused:matvec_wg=32,matvec_rows=2"]
+    assert all(x["step_us"]["n"] == 4 and x["tok_s"]["n"] == 2 for x in r["rows"])
+    assert any(k.startswith("RMS_NORM_MATMUL_ARGMAX") for k in r["rows"][0]["region_us"]) and not r["rows"][1]["region_us"]
+    assert any("matmul_add/32x" in k for k in r["rows"][2]["region_us"])
