@@ -157,7 +157,7 @@ def test_ab_modes_json(tmp_path):
     assert parse_variant("fused:matvec_wg=0,attn_kernel=wg") == ("fused", {"matvec_wg": 0, "attn_kernel": "wg"})
     out = tmp_path / "ab.json"
     assert main(["fused", "unfused", "fused:matvec_wg=32,matvec_rows=2", "--shape", "tiny", "-n", "2",
-                 "--rounds", "2", "--prompt-tokens", "2", "--out", str(out)]) == 0
+                 "--rounds", "2", "--prompt-tokens", "2", "--detail", "--out", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["tokens_agree"] and [x["variant"] for x in r["rows"]] == ["fused", "unfused", "fused:matvec_wg=32,matvec_rows=2"]
     assert all(x["step_us"]["n"] == 4 and x["tok_s"]["n"] == 2 for x in r["rows"])

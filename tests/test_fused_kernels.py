@@ -258,28 +258,29 @@ def test_fused_lm_head_row_chunks(device, models, path):
     assert [it.call.shader for it in items].count("rms_norm_matmul_argmax") == 2
 
 
-# (path, matvec_wg, matvec_rows, argmax partials): vocab 300 in blocks of 3 / 16 / 33 rows (the
-# last block ragged), one block per workgroup (BLOCKS == 1, lavapipe's default) or several, the
-# last workgroup taking fewer
-LM_HEAD_BLOCKS = [("sg", 8, 3, 4096), ("sg", 16, 16, 4), ("smem", 16, 16, 4096), ("smem", 8, 3, 7),
-                  ("sg", 64, 33, 3)]
+# (path, matvec_wg, matvec_rows, argmax partials, head_blocks): vocab 300 in blocks of 3 / 16 / 33
+# rows (the last block ragged), one block per workgroup (BLOCKS == 1, lavapipe's default) or several
+# (from ARGMAX_PARTIALS as on GPUs, or head_blocks), the last workgroup taking fewer
+LM_HEAD_BLOCKS = [("sg", 8, 3, 4096, 0), ("sg", 16, 16, 4, 0), ("smem", 16, 16, 4096, 0), ("smem", 8, 3, 7, 0),
+                  ("sg", 64, 33, 3, 0), ("sg", 16, 16, 4096, 3), ("smem", 8, 3, 4, 1)]
 
 
-@pytest.mark.parametrize("path,wg,rows,partials", [
-    pytest.param(*c, id=f"lm-head-{c[0]}-wg{c[1]}-rows{c[2]}-pairs{c[3]}") for c in LM_HEAD_BLOCKS])
-def test_fused_lm_head_blocks(device, models, monkeypatch, path, wg, rows, partials):
+@pytest.mark.parametrize("path,wg,rows,partials,blocks", [
+    pytest.param(*c, id=f"lm-head-{c[0]}-wg{c[1]}-rows{c[2]}-pairs{c[3]}-blocks{c[4]}") for c in LM_HEAD_BLOCKS])
+def test_fused_lm_head_blocks(device, models, monkeypatch, path, wg, rows, partials, blocks):
     """rms_norm_matmul_argmax with one row block per workgroup (a spec-constant branch without the
     block loop, which lavapipe runs 1.6x slower) and with several: logits and token as the reference."""
     from vkdecode import fused_matvec
     monkeypatch.setattr(fused_matvec, "ARGMAX_PARTIALS", partials)
     m = _model(models, "llama", "q4_1", 10, **SHAPES["h96d32"])
-    items, _ = decode_and_compare(device, m, _caps(device, path, matvec_wg=wg, matvec_rows=rows))
+    caps = _caps(device, path, matvec_wg=wg, matvec_rows=rows, head_blocks=blocks)
+    items, _ = decode_and_compare(device, m, caps)
     head = [it.call for it in items if it.call.shader == "rms_norm_matmul_argmax"]
-    blocks = -(-m.args.vocab_size // rows)
-    per = max(1, -(-blocks // partials))
+    n_blocks = -(-m.args.vocab_size // rows)
+    per = blocks or max(1, -(-n_blocks // partials))
     assert [c.spec[0::2] for c in head] == [(wg, rows, m.args.vocab_size)]
-    assert head[0].spec[5] == per and head[0].groups[0] == -(-blocks // per)
-    assert (per > 1) == (partials < blocks)
+    assert head[0].spec[5] == per and head[0].groups[0] == -(-n_blocks // per)
+    assert (per > 1) == (blocks > 1 or (blocks == 0 and partials < n_blocks))
 
 
 # GPU default shapes (matvec and attention workgroups, rows, splits chosen as on a GPU) still run

@@ -194,7 +194,7 @@ def rms_norm_matmul_argmax(p: Program, region: Region, caps: KernelCaps) -> list
         # either way; 128- and 256-wide workgroups were slower).
         wg, rpw = caps.matvec_wg or _wg(caps, 32), caps.matvec_rows or 4
         blocks = -(-rows // rpw)
-        per = max(1, -(-blocks * len(chunks) // ARGMAX_PARTIALS))   # row blocks per workgroup
+        per = caps.head_blocks or max(1, -(-blocks * len(chunks) // ARGMAX_PARTIALS))   # row blocks per workgroup
         plan.append((r0, rows, wg, rpw, wvec, per, -(-blocks // per)))
     n_pairs = sum(g for *_, g in plan)
     scratch = ((part, n_pairs * 8),)

@@ -57,6 +57,7 @@ class KernelCaps:
     prefetch_bytes: int = 0     # weight bytes each fused attention prefetches into L2 (0: auto, < 0: none)
     prefetch_groups: int = 0    # prefetch workgroups per attention dispatch (0: fused_prefetch default)
     matmul_narrow: int = 0      # chunk widths up to this take matmul_rows_narrow (0: 16, < 0: never)
+    head_blocks: int = 0        # row blocks per lm_head + argmax workgroup (0: fused_matvec.ARGMAX_PARTIALS pairs)
 
     @classmethod
     def from_info(cls, info, **tuning) -> KernelCaps:
@@ -73,6 +74,9 @@ class KernelCaps:
             # 512: SmolLM2 at position 120, 30 layers: 67 -> 6.6 ms (16 / 64 lanes 7.8 / 9.3, the
             # workgroup form at 64 17); its per-op ops (rope, kv_write, attention) took 31 ms
             tuning.setdefault("attn_wg", 32)
+            # and one row block per lm_head workgroup: lavapipe runs the block loop of
+            # rms_norm_matmul_argmax 1.6-2.3x slower (SmolLM2's head with 2 blocks each: 52 vs 23 ms)
+            tuning.setdefault("head_blocks", 1)
             # and one attention workgroup per head unless the context needs more (attn_max_chunk)
             tuning.setdefault("attn_splits", 1)
             # and no L2 prefetch (fused_prefetch.py): a CPU has no GPU cache to fill, only work to waste
