@@ -47,8 +47,10 @@ def _model(models, arch: str, dtype: str, ctx: int, kv: str = "f32", **over):
 
 
 def _caps(device, path: str, **tuning):
+    """The device's caps with the fused lm_head kernel (CPUs run that region's ops by default:
+    test_fused_head_ops) and `path`'s reductions."""
     from vkdecode.kernels import KernelCaps
-    caps = KernelCaps.from_info(device.info, **tuning)
+    caps = KernelCaps.from_info(device.info, **{"head_ops": False, **tuning})
     if path == "smem":
         return replace(caps, subgroup_arithmetic=False)
     if not caps.subgroup_arithmetic:
@@ -281,6 +283,17 @@ def test_fused_lm_head_blocks(device, models, monkeypatch, path, wg, rows, parti
     assert [c.spec[0::2] for c in head] == [(wg, rows, m.args.vocab_size)]
     assert head[0].spec[5] == per and head[0].groups[0] == -(-n_blocks // per)
     assert (per > 1) == (blocks > 1 or (blocks == 0 and partials < n_blocks))
+
+
+@pytest.mark.parametrize("path", ["sg", "smem"])
+def test_fused_head_ops(device, models, path):
+    """head_ops (CPU devices' default): the final norm + lm_head + argmax region runs its ops'
+    kernels inside the fused step; logits and tokens as the reference and the unfused executor."""
+    m = _model(models, "qwen2", "q4_1", 12, **SHAPES["h96d32"])
+    items, regions = decode_and_compare(device, m, _caps(device, path, head_ops=True))
+    head = [it.call.shader for it in items if regions[it.region].rule == "RMS_NORM_MATMUL_ARGMAX"]
+    assert head == ["rms_norm", "matmul", "argmax", "argmax"]
+    assert len(items) == 5 * m.args.n_layers + 5
 
 
 # GPU default shapes (matvec and attention workgroups, rows, splits chosen as on a GPU) still run

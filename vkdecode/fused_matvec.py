@@ -179,7 +179,10 @@ matmul_silu_mul = _swiglu(norm=False)
 def rms_norm_matmul_argmax(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
     """Norm + lm_head writing logits and one (max, index) pair per workgroup, then argmax.comp's
     FINAL pass over the pairs. A head beyond maxStorageBufferRange runs as row chunks, each call
-    writing its own range of pairs (push: first logits row, first pair)."""
+    writing its own range of pairs (push: first logits row, first pair). caps.head_ops (CPUs): the
+    region's own per-op kernels instead."""
+    if caps.head_ops:
+        return None
     r = region.roles
     w, x, logits, token = r["weight"], r["x"], r["logits"], r["token"]
     wv = p.values[w]

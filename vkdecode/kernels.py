@@ -58,6 +58,7 @@ class KernelCaps:
     prefetch_groups: int = 0    # prefetch workgroups per attention dispatch (0: fused_prefetch default)
     matmul_narrow: int = 0      # chunk widths up to this take matmul_rows_narrow (0: 16, < 0: never)
     head_blocks: int = 0        # row blocks per lm_head + argmax workgroup (0: fused_matvec.ARGMAX_PARTIALS pairs)
+    head_ops: bool = False      # the final norm + lm_head + argmax region runs its ops' kernels, not the fused one
 
     @classmethod
     def from_info(cls, info, **tuning) -> KernelCaps:
@@ -77,6 +78,11 @@ class KernelCaps:
             # and one row block per lm_head workgroup: lavapipe runs the block loop of
             # rms_norm_matmul_argmax 1.6-2.3x slower (SmolLM2's head with 2 blocks each: 52 vs 23 ms)
             tuning.setdefault("head_blocks", 1)
+            # and even one block of rms_norm_matmul_argmax ran slower than the per-op rms_norm +
+            # matmul + 2-pass argmax (SmolLM2: 27 vs 23.5 ms; cause not found: not the norm, the
+            # serial logits store, the accumulator array or a barrier), so that region runs its ops'
+            # kernels, still recorded once (fused / replay-nofuse tok/s by round 0.97 -> 1.00)
+            tuning.setdefault("head_ops", True)
             # and one attention workgroup per head unless the context needs more (attn_max_chunk)
             tuning.setdefault("attn_splits", 1)
             # and no L2 prefetch (fused_prefetch.py): a CPU has no GPU cache to fill, only work to waste
