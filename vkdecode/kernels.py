@@ -69,7 +69,7 @@ class KernelCaps:
             tuning.setdefault("matvec_rows", 16)
             # and per idle lane: a 128/256-lane matvec over 72/192 units (SmolLM2 q4_1) runs its
             # idle subgroups too. 16 lanes: fused step 148 -> 100 ms, per-op replay 151 -> 97
-            # (8 lanes, 32 x 32 rows and 64 were slower; bench/results/llvmpipe/cpufuse-*.json)
+            # (8 lanes, 32 x 32 rows and 64 were slower; bench/results/llvmpipe/cpufuse/summary.md)
             tuning.setdefault("matvec_wg", 16)
             # and the fused attention in 32-lane workgroups (4 subgroups owning rows) instead of
             # 512: SmolLM2 at position 120, 30 layers: 67 -> 6.6 ms (16 / 64 lanes 7.8 / 9.3, the
