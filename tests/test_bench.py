@@ -204,3 +204,18 @@ def test_chunk_kernel_benches_json(tmp_path):
     assert prefill_profile.main(["--shape", "tiny", "--width", "8", "--reps", "1", "--out", str(prof)]) == 0
     p = json.loads(prof.read_text())
     assert p["chunk_gpu_ms"] > 0 and "attention_rows_gqa" in p["by_kernel"]
+
+
+def test_ab_modes_json(tmp_path):
+    """bench/ab_modes.py on the tiny shape: modes and a KernelCaps variant interleaved, GPU µs by
+    region kind in the replay modes, the whole step in unfused, the same tokens everywhere."""
+    from bench.ab_modes import main, parse_variant
+    assert parse_variant("fused:matvec_wg=0,attn_kernel=wg") == ("fused", {"matvec_wg": 0, "attn_kernel": "wg"})
+    out = tmp_path / "ab.json"
+    assert main(["fused", "unfused", "fused:matvec_wg=32,matvec_rows=2", "--shape", "tiny", "-n", "2",
+                 "--rounds", "2", "--prompt-tokens", "2", "--detail", "--out", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["tokens_agree"] and [x["variant"] for x in r["rows"]] == ["fused", "unfused", "fused:matvec_wg=32,matvec_rows=2"]
+    assert all(x["step_us"]["n"] == 4 and x["tok_s"]["n"] == 2 for x in r["rows"])
+    assert any(k.startswith("RMS_NORM_MATMUL_ARGMAX") for k in r["rows"][0]["region_us"]) and not r["rows"][1]["region_us"]
+    assert any("matmul_add/32x" in k for k in r["rows"][2]["region_us"])

@@ -47,9 +47,11 @@ def _model(models, arch: str, dtype: str, ctx: int, kv: str = "f32", **over):
 
 
 def _caps(device, path: str, **tuning):
+    """The device's caps with the fused lm_head kernel (CPUs run that region's ops by default:
+    test_fused_head_ops) and `path`'s reductions."""
     from vkdecode.kernels import KernelCaps
     tuning.setdefault("cx_rows", 0)   # the o-projection combines split attention, as on GPUs
-    caps = KernelCaps.from_info(device.info, **tuning)
+    caps = KernelCaps.from_info(device.info, **{"head_ops": False, **tuning})
     if path == "smem":
         return replace(caps, subgroup_arithmetic=False)
     if not caps.subgroup_arithmetic:
@@ -259,6 +261,65 @@ def test_fused_lm_head_row_chunks(device, models, path):
     caps = replace(_caps(device, path), max_storage_range=64 << 10)   # 300 x 64 f32 = 75 KiB
     items, _ = decode_and_compare(device, m, caps)
     assert [it.call.shader for it in items].count("rms_norm_matmul_argmax") == 2
+
+
+# (path, matvec_wg, matvec_rows, argmax partials, head_blocks): vocab 300 in blocks of 3 / 16 / 33
+# rows (the last block ragged), one block per workgroup (BLOCKS == 1, lavapipe's default) or several
+# (from ARGMAX_PARTIALS as on GPUs, or head_blocks), the last workgroup taking fewer
+LM_HEAD_BLOCKS = [("sg", 8, 3, 4096, 0), ("sg", 16, 16, 4, 0), ("smem", 16, 16, 4096, 0), ("smem", 8, 3, 7, 0),
+                  ("sg", 64, 33, 3, 0), ("sg", 16, 16, 4096, 3), ("smem", 8, 3, 4, 1)]
+
+
+@pytest.mark.parametrize("path,wg,rows,partials,blocks", [
+    pytest.param(*c, id=f"lm-head-{c[0]}-wg{c[1]}-rows{c[2]}-pairs{c[3]}-blocks{c[4]}") for c in LM_HEAD_BLOCKS])
+def test_fused_lm_head_blocks(device, models, monkeypatch, path, wg, rows, partials, blocks):
+    """rms_norm_matmul_argmax with one row block per workgroup (a spec-constant branch without the
+    block loop, which lavapipe runs 1.6x slower) and with several: logits and token as the reference."""
+    from vkdecode import fused_matvec
+    monkeypatch.setattr(fused_matvec, "ARGMAX_PARTIALS", partials)
+    m = _model(models, "llama", "q4_1", 10, **SHAPES["h96d32"])
+    caps = _caps(device, path, matvec_wg=wg, matvec_rows=rows, head_blocks=blocks)
+    items, _ = decode_and_compare(device, m, caps)
+    head = [it.call for it in items if it.call.shader == "rms_norm_matmul_argmax"]
+    n_blocks = -(-m.args.vocab_size // rows)
+    per = blocks or max(1, -(-n_blocks // partials))
+    assert [c.spec[0::2] for c in head] == [(wg, rows, m.args.vocab_size)]
+    assert head[0].spec[5] == per and head[0].groups[0] == -(-n_blocks // per)
+    assert (per > 1) == (blocks > 1 or (blocks == 0 and partials < n_blocks))
+
+
+@pytest.mark.parametrize("path", ["sg", "smem"])
+def test_fused_head_ops(device, models, path):
+    """head_ops (CPU devices' default): the final norm + lm_head + argmax region runs its ops'
+    kernels inside the fused step; logits and tokens as the reference and the unfused executor."""
+    m = _model(models, "qwen2", "q4_1", 12, **SHAPES["h96d32"])
+    items, regions = decode_and_compare(device, m, _caps(device, path, head_ops=True))
+    head = [it.call.shader for it in items if regions[it.region].rule == "RMS_NORM_MATMUL_ARGMAX"]
+    assert head == ["rms_norm", "matmul", "argmax", "argmax"]
+    assert len(items) == 5 * m.args.n_layers + 5
+
+
+# GPU default shapes (matvec and attention workgroups, rows, splits chosen as on a GPU) still run
+# on lavapipe, whose own defaults (KernelCaps.from_info, device_type cpu) differ
+GPU_SHAPE_CASES = [("llama", "q4_1", "h96d64", "sg", 24), ("qwen3", "f16", "h64d128", "smem", 20),
+                   ("qwen2", "f32", "h96d32", "sg", 20)]
+
+
+@pytest.mark.parametrize("arch,dtype,shape,path,ctx", [
+    pytest.param(*c, id=f"gpu-shapes-{c[0]}-{c[1]}-{c[2]}-{c[3]}") for c in GPU_SHAPE_CASES])
+def test_fused_model_gpu_shapes(device, models, arch, dtype, shape, path, ctx):
+    m = _model(models, arch, dtype, ctx, **SHAPES[shape])
+    caps = _caps(device, path, matvec_wg=0, matvec_rows=0, attn_wg=0, attn_splits=0)
+    items, _ = decode_and_compare(device, m, caps)
+    from vkdecode.kernels import matvec_shape
+    lanes = []
+    for c in [it.call for it in items if it.call.shader == "matmul_add"]:
+        rows, k = m.program.values[c.bindings[0].value].shape
+        assert c.spec[0] == matvec_shape(dtype, k, rows, caps)[0]
+        lanes.append(c.spec[0])
+    assert max(lanes) > 16   # not lavapipe's 16 lanes throughout
+    att = [it.call for it in items if it.call.shader.startswith("rope_kv")]
+    assert all(c.spec[0] >= 256 for c in att)   # fused_attention.ATTN_WG(_SG), not lavapipe's 32
 
 
 @pytest.mark.parametrize("v_dtype,dispatches", [("q8_0", 1), ("f16", 2)])

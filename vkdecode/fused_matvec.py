@@ -187,7 +187,10 @@ matmul_silu_mul = _swiglu(norm=False)
 def rms_norm_matmul_argmax(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
     """Norm + lm_head writing logits and one (max, index) pair per workgroup, then argmax.comp's
     FINAL pass over the pairs. A head beyond maxStorageBufferRange runs as row chunks, each call
-    writing its own range of pairs (push: first logits row, first pair)."""
+    writing its own range of pairs (push: first logits row, first pair). caps.head_ops (CPUs): the
+    region's own per-op kernels instead."""
+    if caps.head_ops:
+        return None
     r = region.roles
     w, x, logits, token = r["weight"], r["x"], r["logits"], r["token"]
     wv = p.values[w]
@@ -202,7 +205,7 @@ def rms_norm_matmul_argmax(p: Program, region: Region, caps: KernelCaps) -> list
         # either way; 128- and 256-wide workgroups were slower).
         wg, rpw = caps.matvec_wg or _wg(caps, 32), caps.matvec_rows or 4
         blocks = -(-rows // rpw)
-        per = max(1, -(-blocks * len(chunks) // ARGMAX_PARTIALS))   # row blocks per workgroup
+        per = caps.head_blocks or max(1, -(-blocks * len(chunks) // ARGMAX_PARTIALS))   # row blocks per workgroup
         plan.append((r0, rows, wg, rpw, wvec, per, -(-blocks // per)))
     n_pairs = sum(g for *_, g in plan)
     scratch = ((part, n_pairs * 8),)

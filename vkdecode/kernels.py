@@ -88,6 +88,8 @@ class KernelCaps:
     matmul_groups: int = 0      # workgroups a wide matmul should reach at least (0: 264, 2 per SM of an H100)
     prefill_chunk_rows: int = 0  # a prompt chunk's fixed cost in rows, for padded chunk plans (0: 64; < 0: no padding)
     attn_rows_q: int = 0        # chunk attention: rows per attention_rows_gqa workgroup (0: auto, < 0: per-row kernel)
+    head_blocks: int = 0        # row blocks per lm_head + argmax workgroup (0: fused_matvec.ARGMAX_PARTIALS pairs)
+    head_ops: bool = False      # the final norm + lm_head + argmax region runs its ops' kernels, not the fused one
 
     @classmethod
     def from_info(cls, info, **tuning) -> KernelCaps:
@@ -96,6 +98,22 @@ class KernelCaps:
             # lavapipe pays per workgroup (each is a coroutine over SIMD lanes) and the fused
             # norm+matvec recomputes the norm per workgroup: 16 rows each is ~2x faster there.
             tuning.setdefault("matvec_rows", 16)
+            # and per idle lane: a 128/256-lane matvec over 72/192 units (SmolLM2 q4_1) runs its
+            # idle subgroups too. 16 lanes: fused step 148 -> 100 ms, per-op replay 151 -> 97
+            # (8 lanes, 32 x 32 rows and 64 were slower; bench/results/llvmpipe/cpufuse/summary.md)
+            tuning.setdefault("matvec_wg", 16)
+            # and the fused attention in 32-lane workgroups (4 subgroups owning rows) instead of
+            # 512: SmolLM2 at position 120, 30 layers: 67 -> 6.6 ms (16 / 64 lanes 7.8 / 9.3, the
+            # workgroup form at 64 17); its per-op ops (rope, kv_write, attention) took 31 ms
+            tuning.setdefault("attn_wg", 32)
+            # and one row block per lm_head workgroup: lavapipe runs the block loop of
+            # rms_norm_matmul_argmax 1.6-2.3x slower (SmolLM2's head with 2 blocks each: 52 vs 23 ms)
+            tuning.setdefault("head_blocks", 1)
+            # and even one block of rms_norm_matmul_argmax ran slower than the per-op rms_norm +
+            # matmul + 2-pass argmax (SmolLM2: 27 vs 23.5 ms; cause not found: not the norm, the
+            # serial logits store, the accumulator array or a barrier), so that region runs its ops'
+            # kernels, still recorded once (fused / replay-nofuse tok/s by round 0.97 -> 1.00)
+            tuning.setdefault("head_ops", True)
             # and one attention workgroup per head unless the context needs more (attn_max_chunk)
             tuning.setdefault("attn_splits", 1)
             # and split attention combined by its own dispatch, not by every o-projection workgroup

@@ -94,3 +94,27 @@ def test_attention_split_count():
     assert split.groups == (32, 16, 1) and combine.groups == (16, 1, 1)
     assert split.bindings[4] == combine.bindings[0]
     assert len(op_calls(p, i, replace(NVIDIA, attn_max_chunk=8192))) == 1
+
+
+def _info(device_type: str, subgroup: int):
+    from types import SimpleNamespace
+    return SimpleNamespace(
+        device_type=device_type,
+        features={"subgroup_size": subgroup, "subgroup_arithmetic": True, "min_subgroup_size": subgroup,
+                  "max_subgroup_size": subgroup},
+        limits={"max_storage_buffer_range": 1 << 27, "max_workgroup_invocations": 1024,
+                "max_shared_memory": 32768, "min_storage_buffer_offset_alignment": 16})
+
+
+def test_cpu_caps_pick_cpu_shapes_gpus_keep_automatic():
+    """lavapipe (device_type cpu) gets its measured launch shapes (16-lane matvecs of 16 rows,
+    32-lane fused attention, one split per head, no prefetch, one lm_head block per workgroup, the lm_head region as its ops); a GPU keeps every knob automatic;
+    an explicit tuning wins on both."""
+    from vkdecode.kernels import matvec_shape
+    cpu, gpu = KernelCaps.from_info(_info("cpu", 8)), KernelCaps.from_info(_info("discrete_gpu", 32))
+    knobs = ("matvec_wg", "matvec_rows", "attn_wg", "attn_splits", "prefetch_bytes", "head_blocks", "head_ops")
+    assert [getattr(cpu, k) for k in knobs] == [16, 16, 32, 1, -1, 1, True]
+    assert [getattr(gpu, k) for k in knobs] == [0] * 6 + [False]
+    assert matvec_shape("q4_1", 576, 1536, cpu)[:2] == (16, 16)
+    assert matvec_shape("q4_1", 576, 1536, gpu)[:2] == (128, 2)
+    assert KernelCaps.from_info(_info("cpu", 8), matvec_wg=0, attn_wg=64).attn_wg == 64
