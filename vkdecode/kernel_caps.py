@@ -1,0 +1,87 @@
+"""KernelCaps: what the shaders may use on a device, and the tuning knobs with their per-device-type
+defaults (each CPU default names the lavapipe measurement that chose it). Split from kernels.py,
+which re-exports it: every kernel builder takes one."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class KernelCaps:
+    """What the shaders may use on this device, plus tuning knobs (0 = choose automatically)."""
+    subgroup_size: int
+    subgroup_arithmetic: bool
+    max_storage_range: int
+    max_invocations: int
+    max_shared: int
+    min_align: int
+    subgroup_fixed: bool = False  # min == max subgroup size: shaders may rely on subgroup_size lanes
+    attn_max_chunk: int = 256   # kv rows per attention workgroup at full context (sets the split count)
+    attn_splits: int = 0        # fused attention workgroups per head at least (0: fused_attention chooses)
+    attn_wg: int = 0            # fused attention workgroup size (0: fused_attention.ATTN_WG[_SG])
+    attn_kernel: str = ""       # fused attention: "sg" (subgroup rows) where it fits, "wg" never; "" auto
+    cx_rows: int = 0            # rows per workgroup of an o-projection combining attention partials (0: auto,
+                                # < 0: none does, split attention keeps its attention_combine dispatch)
+    matvec_wg: int = 0
+    matvec_rows: int = 0
+    prefetch_bytes: int = 0     # weight bytes each fused attention prefetches into L2 (0: auto, < 0: none)
+    prefetch_groups: int = 0    # prefetch workgroups per attention dispatch (0: fused_prefetch default)
+    matmul_narrow: int = 0      # chunk widths up to this take matmul_rows_narrow (0: 16, < 0: never)
+    matmul_wide: int = 0        # chunk widths from this take matmul_rows_wide (0: 17, < 0: never)
+    matmul_tile: str = ""       # its TMxTN micro-tile ("8x8", "8x4", "4x8", "4x4"; "": kernels_rows chooses)
+    matmul_splitk: int = 0      # its k splits (0: enough for matmul_groups workgroups, 1: none)
+    matmul_groups: int = 0      # workgroups a wide matmul should reach at least (0: 264, 2 per SM of an H100)
+    prefill_chunk_rows: int = 0  # a prompt chunk's fixed cost in rows, for padded chunk plans (0: 64; < 0: no padding)
+    attn_rows_q: int = 0        # chunk attention: rows per attention_rows_gqa workgroup (0: auto, < 0: per-row kernel)
+    head_blocks: int = 0        # row blocks per lm_head + argmax workgroup (0: fused_matvec.ARGMAX_PARTIALS pairs)
+    head_ops: bool = False      # the final norm + lm_head + argmax region runs its ops' kernels, not the fused one
+
+    @classmethod
+    def from_info(cls, info, **tuning) -> KernelCaps:
+        f, lim = info.features, info.limits
+        if getattr(info, "device_type", "") == "cpu":
+            # lavapipe pays per workgroup (each is a coroutine over SIMD lanes) and the fused
+            # norm+matvec recomputes the norm per workgroup: 16 rows each is ~2x faster there.
+            tuning.setdefault("matvec_rows", 16)
+            # and per idle lane: a 128/256-lane matvec over 72/192 units (SmolLM2 q4_1) runs its
+            # idle subgroups too. 16 lanes: fused step 148 -> 100 ms, per-op replay 151 -> 97
+            # (8 lanes, 32 x 32 rows and 64 were slower; bench/results/llvmpipe/cpufuse/summary.md)
+            tuning.setdefault("matvec_wg", 16)
+            # and the fused attention in 32-lane workgroups (4 subgroups owning rows) instead of
+            # 512: SmolLM2 at position 120, 30 layers: 67 -> 6.6 ms (16 / 64 lanes 7.8 / 9.3, the
+            # workgroup form at 64 17); its per-op ops (rope, kv_write, attention) took 31 ms
+            tuning.setdefault("attn_wg", 32)
+            # and one row block per lm_head workgroup: lavapipe runs the block loop of
+            # rms_norm_matmul_argmax 1.6-2.3x slower (SmolLM2's head with 2 blocks each: 52 vs 23 ms)
+            tuning.setdefault("head_blocks", 1)
+            # and even one block of rms_norm_matmul_argmax ran slower than the per-op rms_norm +
+            # matmul + 2-pass argmax (SmolLM2: 27 vs 23.5 ms; cause not found: not the norm, the
+            # serial logits store, the accumulator array or a barrier), so that region runs its ops'
+            # kernels, still recorded once (fused / replay-nofuse tok/s by round 0.97 -> 1.00)
+            tuning.setdefault("head_ops", True)
+            # and one attention workgroup per head unless the context needs more (attn_max_chunk)
+            tuning.setdefault("attn_splits", 1)
+            # and split attention combined by its own dispatch, not by every o-projection workgroup
+            # (lavapipe runs the absorbed combine's code even when one split is live: SmolLM2 Q4_1
+            # ctx 4096 pos 16-24, 302 ms/token absorbed, 279-289 separate, 277-284 at ctx 256)
+            tuning.setdefault("cx_rows", -1)
+            # and no L2 prefetch (fused_prefetch.py): a CPU has no GPU cache to fill, only work to waste
+            tuning.setdefault("prefetch_bytes", -1)
+            # and the tiled chunk matmul at every width (tuned there; the narrow kernel's 64-lane
+            # workgroups over few rows fill a GPU, not a few CPU cores)
+            tuning.setdefault("matmul_narrow", -1)
+            # nor the register-blocked wide one: lavapipe, best of 3 (bench/matmul_rows_bench.py),
+            # q4_1 [1536, 576] 32 rows 14.3 ms tiled vs 23.3 wide 8x4, 64 rows 34.8 vs 29.6 (a wash)
+            tuning.setdefault("matmul_wide", -1)
+            # and exact chunk widths: a CPU's chunk costs its rows, so padding rows is waste there
+            tuning.setdefault("prefill_chunk_rows", -1)
+        return cls(subgroup_size=int(f.get("subgroup_size", 1) or 1),
+                   subgroup_arithmetic=bool(f.get("subgroup_arithmetic", False)),
+                   subgroup_fixed=f.get("min_subgroup_size") == f.get("max_subgroup_size") == f.get("subgroup_size"),
+                   max_storage_range=int(lim["max_storage_buffer_range"]),
+                   max_invocations=int(lim["max_workgroup_invocations"]),
+                   max_shared=int(lim["max_shared_memory"]),
+                   min_align=int(lim["min_storage_buffer_offset_alignment"]), **tuning)
+
+
+# ---------------------------------------------------------------- helpers
