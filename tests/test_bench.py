@@ -219,3 +219,12 @@ def test_ab_modes_json(tmp_path):
     assert all(x["step_us"]["n"] == 4 and x["tok_s"]["n"] == 2 for x in r["rows"])
     assert any(k.startswith("RMS_NORM_MATMUL_ARGMAX") for k in r["rows"][0]["region_us"]) and not r["rows"][1]["region_us"]
     assert any("matmul_add/32x" in k for k in r["rows"][2]["region_us"])
+
+
+def test_gpu_session_script_parses():
+    """bench/gpu_session.sh (the GPU runs still owed) is valid bash and refuses an unknown part."""
+    import subprocess
+    assert subprocess.run(["bash", "-n", "bench/gpu_session.sh"]).returncode == 0
+    r = subprocess.run(["bash", "bench/gpu_session.sh", "nothing"], env={"OUT": "/tmp", "PATH": "/usr/bin:/bin"},
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "usage" in r.stderr

@@ -1,0 +1,55 @@
+# The GPU measurements still owed (issues 14 and 15), grouped so that each part fits one device
+# call of at most 10 minutes. Run from the project root on the GPU machine, after
+# `source .device/setup-remote.sh`; results go under $OUT. Nothing here asserts timings.
+#
+#   bash bench/gpu_session.sh decode    # decode: modes, attention vs --ctx, per-rule breakdown + llama.cpp
+#   bash bench/gpu_session.sh prefill   # prompt chunks: new vs old chunk kernels, kernel sweeps, llama.cpp
+#   bash bench/gpu_session.sh spec GGUF # speculative decode on a real GGUF (the policy and every draft)
+set -euo pipefail
+OUT=${OUT:?set OUT to the results folder}
+LLAMA=/tmp/llama/llama-server
+export VKDECODE_GIT_COMMIT=${VKDECODE_GIT_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
+
+llama_server() {   # llama.cpp's Vulkan server from .device/llama-server.tar.xz
+    [ -x "$LLAMA" ] || { tar xJf .device/llama-server.tar.xz -C /tmp && chmod +x "$LLAMA"; }
+}
+
+case "${1:-}" in
+decode)
+    llama_server
+    python -m bench.run_all --only smollm2-135m-q4_1 qwen3-0.6b-f16 qwen3-0.6b-q4_k_m \
+        --modes fused fused:k8 replay-nofuse --reps 3 --out "$OUT/run_all"
+    for s in "smollm2-135m q4_1" "qwen3-0.6b f16"; do
+        set -- $s
+        python -m bench.attention_ctx --shape "$1" --quant "$2" --ctx 512 8192 --modes fused -n 64 \
+            --reps 3 --prompt-tokens 16 --out "$OUT/attention-ctx-$1-$2.json"
+        python -m bench.attention_ctx --shape "$1" --quant "$2" --ctx 1280 8192 --modes fused -n 64 \
+            --reps 3 --prompt-tokens 1000 --out "$OUT/attention-ctx-pos1000-$1-$2.json"
+    done
+    python -m bench.decode_breakdown --shape llama3.2-1b:f16 llama3.1-8b:q4_k_m --gguf-dir /tmp/shapes \
+        --llama-server "$LLAMA" --ctx 1024 --tokens 128 --reps 3 --llama-reps 3 --out "$OUT/decode-breakdown.json"
+    ;;
+prefill)
+    llama_server
+    for s in "qwen3-0.6b f16" "smollm2-135m q4_1"; do
+        set -- $s
+        python -m bench.shape_gguf --shape "$1" --quant "$2" "/tmp/$1-$2.gguf"
+        for c in "matmul_wide=-1 attn_rows_q=-1 prefill_chunk_rows=-1" ""; do
+            python -m bench.prefill --model "/tmp/$1-$2.gguf" --lengths 128 512 2000 --modes fused \
+                --token-path-max 0 --caps $c --out "$OUT/prefill-$1-$2$(echo " $c" | tr ' =' '_-').json"
+        done
+        python -m bench.llama_server_peer --server "$LLAMA" --model "/tmp/$1-$2.gguf" --lengths 128 512 2000 \
+            --vocab 49152 --out "$OUT/peer-$1-$2.json"
+    done
+    python -m bench.prefill_profile --shape qwen3-0.6b --quant f16 --width 512 --out "$OUT/prefill-profile-512.json"
+    python -m bench.prefill_profile --shape smollm2-135m --quant q4_1 --width 9 --tail all --out "$OUT/verify-profile-9.json"
+    python -m bench.matmul_rows_bench --preset qwen3 --widths 64 128 256 512 --sweep --out "$OUT/matmul-rows-qwen3.json"
+    ;;
+spec)
+    python -m bench.speculative --model "${2:?the GGUF}" --k 4 8 --reps 3 --out "$OUT/speculative.json"
+    ;;
+*)
+    echo "usage: bash bench/gpu_session.sh decode|prefill|spec GGUF" >&2
+    exit 2
+    ;;
+esac
