@@ -88,11 +88,16 @@ def test_verify_policy_checks_drafts_only_while_they_pay():
     p = VerifyPolicy()
     assert p.pays()                       # costs unknown: verify to learn them
     p.note_plain(1.0)
-    p.note_verify(4.0, 2)                 # 2 tokens for 4 plain steps' time: a loss
-    declined = [p.pays() for _ in range(VerifyPolicy.PROBE_EVERY)]
-    assert declined[:-1] == [False] * (VerifyPolicy.PROBE_EVERY - 1)
-    assert declined[-1]                   # but one probe in PROBE_EVERY
-    for _ in range(12):
+    p.note_verify(1.5, 2)                 # 2 tokens for 1.5 plain steps' time: verifying pays
+    assert p.pays() and p.pays()
+    p.note_verify(1.5 + 4 * (4.0 - 1.5), 2)   # the running mean moves to 4 plain steps: a loss
+    assert p.verify_s == 4.0
+    declined = [p.pays() for _ in range(VerifyPolicy.PROBE_COST * 4)]
+    assert declined == [False] * (VerifyPolicy.PROBE_COST * 4 - 1) + [True]   # probes: <= 1/8 of the time
+    p.note_verify(40.0, 2)                # a verify costing ~13 plain steps: probes further apart
+    gap = int(VerifyPolicy.PROBE_COST * p.verify_s / p.plain_s)
+    assert [p.pays() for _ in range(gap)][-2:] == [False, True]
+    for _ in range(30):
         p.note_verify(4.0, 8)             # the text turned repetitive: 8 tokens per verify
     assert p.pays()
     assert VerifyPolicy(always=True).pays()
