@@ -4,8 +4,8 @@ Each verify step runs the chunk program of width K+1 with every row's logits and
 (fusion/chunk.py, tail "all"): rows are [current token, draft 1..K] at positions pos..pos+K, and
 row i's argmax g_i is the greedy token after row i. Draft i+1 is accepted while it equals g_i;
 the step emits g_0..g_n (n accepted drafts + the token that follows them), so greedy output is
-the plain decode's token for token (up to the f32 rounding of another summation order, which
-can only matter on an exact near-tie of two logits). KV rows of rejected drafts (pos+n+1 ..
+the plain decode's token for token up to the rounding of another summation order, which matters
+only where two logits are that close (seen once: SmolLM2, 24.7971 vs 24.7958, README). KV rows of rejected drafts (pos+n+1 ..
 pos+K) stay in the cache but are never read: the next step starts at pos+n+1 and overwrites them,
 and attention reads only rows up to each query's own position.
 
