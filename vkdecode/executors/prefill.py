@@ -22,8 +22,10 @@ from typing import NamedTuple
 
 from fusion.chunk import TOKENS, chunk_program
 
-# widths by device kind. A CPU (lavapipe) gains little past 32-64 rows; width 2 keeps the tokens
-# left to the decode step (each as costly as a whole chunk there: ~0.7 s for SmolLM2) at one or two.
+# widths by device kind. A CPU (lavapipe) gains little past 32-64 rows, and since its decode step
+# got CPU launch shapes (67 ms a token, SmolLM2 Q4_1) a 2-row chunk (~250 ms) loses to two steps:
+# lavapipe, the demo's 37-token prompt at ctx 4096, widths 64/32/8/2 1.63 s, 64/32 1.40 s; 21
+# tokens: one 16-row chunk + 5 steps 1.01 s, 21 steps 1.35 s.
 # On an H100 (Qwen3-0.6B F16, one chunk + the decode step) the GPU narrow-chunk matmul (<= 16 rows,
 # matmul_rows_narrow.comp) makes a 16-row chunk 3.9 ms, while the tiled kernel's 32- and 128-row
 # chunks cost 32 and 30-63 ms (its grid shrinks with the width; 2 rows took 96 ms before the narrow
@@ -32,7 +34,7 @@ from fusion.chunk import TOKENS, chunk_program
 # 66/119, 105/205, 264/717; 512/256/128/64/16/4 30/52, 74/148, 283/728, the best balance.
 # bench/results/nvidia-h100-80gb-hbm3/prefill-*/
 WIDTHS_GPU = (512, 256, 128, 64, 16, 4)
-WIDTHS_CPU = (64, 32, 8, 2)
+WIDTHS_CPU = (64, 32, 16)
 
 
 def default_widths(device) -> tuple[int, ...]:
