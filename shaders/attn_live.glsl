@@ -16,8 +16,9 @@ uint attn_live_splits(uint pos, uint window, uint S, uint maxchunk, uint min_s) 
 #ifdef GRID_ARGS
 // GRID_ARGS = binding of the grid records, GRID_N = their number. Record g (GRID_RECORD words at
 // g * GRID_RECORD, vkdecode/executors/plan.py GridArgs): 0..2 the dispatch's (x, y, z) group
-// counts, then its grid: 3 S, 4 MAXCHUNK, 5 MIN_S, 6 WINDOW, 7 H (heads: grid rows), 8 PF_G
-// (prefetch workgroups, rows H.. of the grid, prefetch.glsl; 0: none). x = the live splits.
+// counts, then its grid: 3 S, 4 rows per live split (MAXCHUNK or fewer: fused_attention.live_rows),
+// 5 MIN_S, 6 WINDOW, 7 H (heads: grid rows), 8 PF_G (prefetch workgroups, rows H.. of the grid,
+// prefetch.glsl; 0: none). x = the live splits.
 #define GRID_RECORD 16u
 layout(binding = GRID_ARGS) buffer GridArgsB { uint grid_args[]; };
 

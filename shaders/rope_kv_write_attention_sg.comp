@@ -31,6 +31,11 @@ layout(constant_id = 2) const uint KVH = 1;
 layout(constant_id = 3) const uint D = 2;
 layout(constant_id = 4) const uint S = 1;
 layout(constant_id = 5) const uint MAXCHUNK = 1;
+// rows per live split in attn_live_splits (fused_attention.live_rows): MAXCHUNK, or fewer on GPUs so
+// a long context's mid positions keep splits of about the tuned short-context size
+#ifndef LIVE_ROWS
+#define LIVE_ROWS MAXCHUNK
+#endif
 layout(constant_id = 6) const float SCALE = 1.0;
 layout(constant_id = 8) const float EPS = 1e-6;
 layout(constant_id = 9) const uint WINDOW = 0;   // keys a sliding-window layer sees (0: all)
@@ -130,7 +135,7 @@ void main() {
     }
     // after the loads above, so a live workgroup waits for them and the step word together
     const uint pos = step[STEP_POS];
-    const uint live = attn_live_splits(pos, WINDOW, S, MAXCHUNK, MIN_S);
+    const uint live = attn_live_splits(pos, WINDOW, S, LIVE_ROWS, MIN_S);
     if (s >= live) return;   // no rows at this position (never the writer, s = 0); uniform
 #ifdef QK_NORM
     float sq = 0.0, sk = 0.0;

@@ -32,6 +32,7 @@ from vkdecode.kernels import (
 ATTN_WG = 256           # invocations per workgroup, workgroup form
 ATTN_WG_SG = 512        # invocations per workgroup, subgroup-rows form
 SPLIT_WIDTH = 256       # automatic splits: about this many head elements per head over all splits
+SPLIT_ROWS_CTX = 256    # the context those sweeps ran at: GPU live splits keep its rows per split (live_rows)
 SG_BATCH = 8            # rows per subgroup batch of the subgroup-rows kernel (registers: 2 x RB x EPL)
 
 
@@ -47,6 +48,17 @@ def attention_grid(ctx: int, head_dim: int, caps: KernelCaps) -> tuple[int, int,
         s = min(want, ctx)
         maxchunk = -(-ctx // s)
     return s, maxchunk, min(want, s)
+
+
+def live_rows(maxchunk: int, min_s: int, caps: KernelCaps) -> int:
+    """Rows per live split of a step (attn_live_splits divides a position's rows by this): at most
+    the grid's MAXCHUNK. GPUs keep splits of the size tuned at ctx 192-256 (SPLIT_ROWS_CTX / min_s:
+    64 rows for head_dim 64, 128 for 128), so mid positions of a long context spread over as many
+    workgroups as there are such splits (ctx 8192, position 1000: 16 splits of 63 rows rather than
+    4 of 250); a CPU (caps.attn_live_rows < 0) takes the fewest splits, each workgroup costing it."""
+    if caps.attn_live_rows < 0:
+        return maxchunk
+    return min(maxchunk, caps.attn_live_rows or -(-SPLIT_ROWS_CTX // max(1, min_s)))
 
 
 def _subgroup_rows(d: int, wg: int, caps: KernelCaps) -> bool:
@@ -104,7 +116,11 @@ def rope_kv_write_attention(p: Program, region: Region, caps: KernelCaps) -> lis
         return [KernelCall(shader, spec, ins + (Binding(out),) + norms, (4, 5, 6),
                            (1, h, 1), defines=defines, label=out)]
     part, nbytes = partials(out, h, d, s)
-    grid = AttnGrid(h, d, s, maxchunk, min_s, window)
+    per_split = live_rows(maxchunk, min_s, caps)
+    if per_split < maxchunk:
+        defines += (("LIVE_ROWS", str(per_split)),)
+    # the grid as its combine and the indirect dispatch see it: the live formula's rows per split
+    grid = AttnGrid(h, d, s, per_split, min_s, window)
     return [KernelCall(shader, spec, ins + (Binding(part),) + norms, (4, 5, 6), (s, h, 1),
                        defines=defines + (("SPLIT", "1"),), scratch=((part, nbytes),), label=out + "[split]",
                        live=grid if min_s < s else None),

@@ -18,6 +18,7 @@ class KernelCaps:
     subgroup_fixed: bool = False  # min == max subgroup size: shaders may rely on subgroup_size lanes
     attn_max_chunk: int = 256   # kv rows per attention workgroup at full context (sets the split count)
     attn_splits: int = 0        # fused attention workgroups per head at least (0: fused_attention chooses)
+    attn_live_rows: int = 0     # rows per live split at a position (0: fused_attention.live_rows, < 0: MAXCHUNK)
     attn_wg: int = 0            # fused attention workgroup size (0: fused_attention.ATTN_WG[_SG])
     attn_kernel: str = ""       # fused attention: "sg" (subgroup rows) where it fits, "wg" never; "" auto
     cx_rows: int = 0            # rows per workgroup of an o-projection combining attention partials (0: auto,
@@ -59,8 +60,10 @@ class KernelCaps:
             # serial logits store, the accumulator array or a barrier), so that region runs its ops'
             # kernels, still recorded once (fused / replay-nofuse tok/s by round 0.97 -> 1.00)
             tuning.setdefault("head_ops", True)
-            # and one attention workgroup per head unless the context needs more (attn_max_chunk)
+            # and one attention workgroup per head unless the context needs more (attn_max_chunk),
+            # live splits as few as the rows allow (empty ones cost ~0.1 ms each there)
             tuning.setdefault("attn_splits", 1)
+            tuning.setdefault("attn_live_rows", -1)
             # and split attention combined by its own dispatch, not by every o-projection workgroup
             # (lavapipe runs the absorbed combine's code even when one split is live: SmolLM2 Q4_1
             # ctx 4096 pos 16-24, 302 ms/token absorbed, 279-289 separate, 277-284 at ctx 256)

@@ -27,8 +27,9 @@ class Binding:
 
 @dataclass(frozen=True)
 class AttnGrid:
-    """A split-K attention grid as its combine needs it: H heads of D, S splits of at most maxchunk
-    rows, at least min_s live (attn_partials.glsl attn_live_splits), the sliding window (0: none)."""
+    """A split-K attention grid as its combine needs it: H heads of D, S splits, live ones
+    ceil(rows / maxchunk) but at least min_s (attn_live.glsl attn_live_splits; maxchunk is the
+    kernel's MAXCHUNK or, fused on GPUs, fewer: fused_attention.live_rows), the sliding window."""
     h: int
     d: int
     s: int

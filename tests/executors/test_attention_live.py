@@ -24,6 +24,9 @@ CHUNK = 4       # attn_max_chunk: 18 splits at full context (gemma3's window of 
 # that never narrows, the o-projection's combine folded to a constant split count)
 TUNING = {"fused": {}, "fused-absorbed": {"cx_rows": 0}, "fused-gpu": {"cx_rows": 0, "attn_splits": 4},
           "fused-gpu-fixed": {"cx_rows": 0, "attn_splits": 4, "attn_max_chunk": 256},
+          # rows per live split below the grid's MAXCHUNK (GPUs at a long context: live_rows):
+          # 9 splits of at most 8 rows, live ceil(rows / 3) of them, 4 at least
+          "fused-gpu-live": {"cx_rows": 0, "attn_splits": 4, "attn_max_chunk": 8, "attn_live_rows": 3},
           "replay-nofuse": {}, "unfused": {}}
 MODES = list(TUNING)
 
@@ -83,6 +86,8 @@ def test_every_position_and_a_shorter_sequence_after_a_longer(device, tiny, arch
         live = [it for it in ex.items if it.grid is not None]
         assert bool(live) != (mode == "fused-gpu-fixed")
         assert all(it.call.groups[0] == it.call.live.s > it.call.live.min_s for it in live)
+        if mode == "fused-gpu-live" and arch == "llama":    # the kernel divides by 3, not MAXCHUNK 8
+            assert all(("LIVE_ROWS", "3") in it.call.defines for it in live)
         if mode.startswith("fused-") and arch == "llama":   # the o-projection combines (gemma's is no MATMUL_ADD)
             assert any(("COMBINE_X", "1") in it.call.defines for it in ex.items)
         long = greedy_against_reference(ex, ref, CTX)[0]
@@ -90,7 +95,7 @@ def test_every_position_and_a_shorter_sequence_after_a_longer(device, tiny, arch
     assert long and short
 
 
-@pytest.mark.parametrize("mode", ["fused", "fused-absorbed", "replay-nofuse"])
+@pytest.mark.parametrize("mode", ["fused", "fused-absorbed", "fused-gpu-live", "replay-nofuse"])
 def test_the_gpu_sizes_the_next_grids_as_the_host_would(device, tiny, mode):
     """After each replayed step the step's last dispatch has written the next position's (x, y, z)
     of every grid record, equal to GridArgs.args (the host's copy of attn_live.glsl); steady state
@@ -99,7 +104,9 @@ def test_the_gpu_sizes_the_next_grids_as_the_host_would(device, tiny, mode):
     with _executor(device, m, mode) as ex:
         s = ex.plan.slices[(GRID_ARGS, "data")]
         n = len(ex.grids)
-        assert n == 2          # the sliding-window layer's grid and the global one's
+        # the sliding-window layer's grid and the global one's (gpu-live: the window of 6 fits the
+        # 4 splits it keeps at least, so that grid never narrows and is dispatched directly)
+        assert n == (1 if mode == "fused-gpu-live" else 2)
         tok = 7
         for pos in range(CTX - 1):
             tok = ex.step(tok, pos)
@@ -147,3 +154,20 @@ def test_after_prompt_chunks_and_speculative_steps(device, tiny, mode):
         nxt = ex.prefill(prompt, 0)
         got = [nxt] + list(ex.speculative.run(prompt, nxt, len(prompt), CTX - 1 - len(prompt)))
         assert got == cont, (got, cont)
+
+
+def test_gpu_live_splits_keep_the_short_context_split_size():
+    """fused_attention.live_rows: GPUs divide a position's rows by the split size tuned at ctx 256
+    (capped by the grid's MAXCHUNK); CPUs by MAXCHUNK (the fewest splits)."""
+    from dataclasses import replace as dc_replace
+
+    from vkdecode.fused_attention import attention_grid, live_rows
+    gpu = KernelCaps(subgroup_size=32, subgroup_arithmetic=True, max_storage_range=1 << 30,
+                     max_invocations=1024, max_shared=49152, min_align=64)
+    s, maxchunk, min_s = attention_grid(8192, 64, gpu)
+    assert (s, maxchunk, min_s) == (32, 256, 4) and live_rows(maxchunk, min_s, gpu) == 64
+    assert live_splits(1000, AttnGrid(9, 64, s, live_rows(maxchunk, min_s, gpu), min_s, 0)) == 16
+    assert live_rows(*attention_grid(256, 64, gpu)[1:], gpu) == 64       # ctx 256: unchanged grid
+    assert live_rows(*attention_grid(8192, 128, gpu)[1:], gpu) == 128    # head_dim 128: 2 splits at least
+    cpu = dc_replace(gpu, attn_live_rows=-1)
+    assert live_rows(maxchunk, min_s, cpu) == maxchunk

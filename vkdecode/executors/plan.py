@@ -29,7 +29,7 @@ class GridArgs:
     RECORD_WORDS = 16
 
     def __init__(self, calls: list[KernelCall]):
-        self.records: list[tuple[int, ...]] = []   # (S, MAXCHUNK, MIN_S, WINDOW, H, PF_G)
+        self.records: list[tuple[int, ...]] = []   # (S, rows per live split, MIN_S, WINDOW, H, PF_G)
         self.index: list[int | None] = []          # record of each call, None: a direct dispatch
         for c in calls:
             if c.live is None:
