@@ -1,6 +1,6 @@
 """Prompt-chunk attention time per chunk width and position: the per-row attention_rows against
 attention_rows_gqa (the G query heads of a kv head share each K/V tile load) at each rows-per-
-workgroup setting. Writes JSON; never asserts timings.
+workgroup setting, and attention_rows_coop (tensor cores) where the device has cooperative matrices. Writes JSON; never asserts timings.
 
     python -m bench.attention_rows_bench --out $OUT/attn.json                 # Qwen3-0.6B and SmolLM2 heads
     python -m bench.attention_rows_bench --heads 9,3,64 --widths 32 --pos 0 --reps 2   # lavapipe
@@ -48,6 +48,7 @@ def main(argv=None) -> int:
     ap.add_argument("--pos", type=int, nargs="+", default=[0, 1024], help="the chunk's first position")
     ap.add_argument("--rows-q", type=int, nargs="+", default=[-1, 0, 4, 8, 16],
                     help="KernelCaps.attn_rows_q settings (-1: per-row kernel, 0: auto)")
+    ap.add_argument("--no-coop", action="store_true", help="leave out attention_rows_coop (tensor cores)")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
@@ -69,8 +70,12 @@ def main(argv=None) -> int:
                           ("kc", "data"): rng.standard_normal(ctx * kvh * d).astype(np.float16),
                           ("vc", "data"): rng.standard_normal(ctx * kvh * d).astype(np.float16),
                           ("step", "data"): step}
-                for rq in a.rows_q:
-                    r = time_calls(dev, p, op_calls(p, 0, replace(base, attn_rows_q=rq)), arrays, a.reps)
+                variants = [replace(base, attn_rows_q=rq, attn_coop=-1) for rq in a.rows_q]
+                if base.coop_matrix and not a.no_coop:
+                    variants.append(replace(base, attn_coop=0))
+                for caps in variants:
+                    rq = caps.attn_rows_q
+                    r = time_calls(dev, p, op_calls(p, 0, caps), arrays, a.reps)
                     r.update(model=model, heads=[h, kvh, d], rows=rows, pos=pos, attn_rows_q=rq,
                              attention_ms_per_chunk=r["us"] * layers / 1e3)
                     res["rows"].append(r)

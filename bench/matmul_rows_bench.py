@@ -1,6 +1,7 @@
 """Prompt-chunk matmul throughput (GFLOP/s) per chunk width, weight shape and kernel: the tiled
-matmul_rows, the narrow one (<= 16 rows), matmul_rows_wide with the automatic tile / split and,
-with --sweep, every tile x split. Writes JSON; never asserts timings.
+matmul_rows, the narrow one (<= 16 rows), matmul_rows_wide with the automatic tile / split, the tensor-core
+matmul_rows_coop where the device has cooperative matrices and, with --sweep / --coop-sweep,
+every tile x split. Writes JSON; never asserts timings.
 
     python -m bench.matmul_rows_bench --preset qwen3 --out $OUT/mm.json
     python -m bench.matmul_rows_bench --preset smollm2 --widths 64 512 --sweep --out $OUT/mm.json
@@ -27,6 +28,7 @@ from bench.matvec_bench import random_parts
 from fusion.ir import Program
 from vkdecode.cli_bench import write_json
 from vkdecode.kernels import KernelCaps, op_calls
+from vkdecode.kernels_coop import COOP_TILES
 from vkdecode.kernels_rows import WIDE_TILES
 
 # (dtype, out, in, what): the matmuls of one layer of a prompt chunk (no lm_head: a prefill chunk
@@ -39,9 +41,10 @@ PRESETS = {
 }
 # how many times each shape runs per layer (q, k, v, o, gate, up, down)
 PER_LAYER = {"wq/wo": 2, "wk/wv": 2, "gate/up": 2, "wq": 1, "wo": 1, "down": 1}
-VARIANTS = {"tiled": {"matmul_narrow": -1, "matmul_wide": -1},
-            "narrow": {"matmul_narrow": 16, "matmul_wide": -1},
-            "wide": {"matmul_narrow": -1, "matmul_wide": 1}}
+VARIANTS = {"tiled": {"matmul_narrow": -1, "matmul_wide": -1, "matmul_coop": -1},
+            "narrow": {"matmul_narrow": 16, "matmul_wide": -1, "matmul_coop": -1},
+            "wide": {"matmul_narrow": -1, "matmul_wide": 1, "matmul_coop": -1},
+            "coop": {"matmul_narrow": -1, "matmul_wide": 1, "matmul_coop": 1}}   # wide where coop cannot
 
 
 def _program(dtype, out, n_in, rows) -> Program:
@@ -126,8 +129,9 @@ def main(argv=None) -> int:
     ap.add_argument("--preset", default="all", choices=sorted(PRESETS) + ["all"])
     ap.add_argument("--dtype", default="", help="override the preset's weight dtype (e.g. q4_k, q8_0)")
     ap.add_argument("--widths", type=int, nargs="+", default=[16, 32, 64, 128, 256, 512])
-    ap.add_argument("--variants", nargs="+", default=["tiled", "narrow", "wide"], choices=sorted(VARIANTS))
+    ap.add_argument("--variants", nargs="+", default=["tiled", "narrow", "wide", "coop"], choices=sorted(VARIANTS))
     ap.add_argument("--sweep", action="store_true", help="also every wide tile x k splits 1, 2, 4")
+    ap.add_argument("--coop-sweep", action="store_true", help="also every tensor-core tile x k splits 1, 2, 4")
     ap.add_argument("--groups", type=int, default=0, help="KernelCaps.matmul_groups for the auto wide choice")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--out", default="")
@@ -140,13 +144,17 @@ def main(argv=None) -> int:
     if a.sweep:
         tunings += [(f"wide-{tm}x{tn}-s{s}", dict(VARIANTS["wide"], matmul_tile=f"{tm}x{tn}", matmul_splitk=s))
                     for tm, tn in WIDE_TILES for s in (1, 2, 4)]
+    if a.coop_sweep and base.coop_matrix:
+        tunings += [(f"coop-{':'.join('x'.join(map(str, t[i:i + 2])) for i in (0, 2))}-s{s}",
+                     dict(VARIANTS["coop"], coop_tile=f"{t[0]}x{t[1]}:{t[2]}x{t[3]}", matmul_splitk=s))
+                    for t in COOP_TILES for s in (1, 2, 4)]
     sums: dict[tuple[str, str, int], float] = {}
     shapes = [(m,) + s for m in (sorted(PRESETS) if a.preset == "all" else [a.preset]) for s in PRESETS[m]]
     for model, dtype, out, n_in, what in shapes:
         dtype = a.dtype or dtype
         for rows in a.widths:
             for name, t in tunings:
-                if name == "narrow" and rows > 16:
+                if (name == "narrow" and rows > 16) or (name.startswith("coop") and not base.coop_matrix):
                     continue
                 try:
                     r = measure(dev, dtype, out, n_in, rows, replace(base, **t), a.reps)

@@ -16,6 +16,7 @@ class KernelCaps:
     max_shared: int
     min_align: int
     subgroup_fixed: bool = False  # min == max subgroup size: shaders may rely on subgroup_size lanes
+    coop_matrix: bool = False   # VK_NV_cooperative_matrix, shaderFloat16, vulkanMemoryModel, 16-bit storage (*_coop.comp)
     attn_max_chunk: int = 256   # kv rows per attention workgroup at full context (sets the split count)
     attn_splits: int = 0        # fused attention workgroups per head at least (0: fused_attention chooses)
     attn_live_rows: int = 0     # rows per live split at a position (0: fused_attention.live_rows, < 0: MAXCHUNK)
@@ -29,10 +30,13 @@ class KernelCaps:
     prefetch_groups: int = 0    # prefetch workgroups per attention dispatch (0: fused_prefetch default)
     matmul_narrow: int = 0      # chunk widths up to this take matmul_rows_narrow (0: 16, < 0: never)
     matmul_wide: int = 0        # chunk widths from this take matmul_rows_wide (0: 17, < 0: never)
+    matmul_coop: int = 0        # chunk widths from this take matmul_rows_coop where coop_matrix (0: 64, < 0: never)
+    coop_tile: str = ""         # its subgroups x 16x16 blocks, "SG_MxSG_N:BLK_MxBLK_N" ("": kernels_rows chooses)
     matmul_tile: str = ""       # its TMxTN micro-tile ("8x8", "8x4", "4x8", "4x4"; "": kernels_rows chooses)
     matmul_splitk: int = 0      # its k splits (0: enough for matmul_groups workgroups, 1: none)
     matmul_groups: int = 0      # workgroups a wide matmul should reach at least (0: 264, 2 per SM of an H100)
     prefill_chunk_rows: int = 0  # a prompt chunk's fixed cost in rows, for padded chunk plans (0: 64; < 0: no padding)
+    attn_coop: int = 0          # chunk attention on the tensor cores where coop_matrix (0: head_dim <= 64, > 0: any, < 0: never)
     attn_rows_q: int = 0        # chunk attention: rows per attention_rows_gqa workgroup (0: auto, < 0: per-row kernel)
     head_blocks: int = 0        # row blocks per lm_head + argmax workgroup (0: fused_matvec.ARGMAX_PARTIALS pairs)
     head_ops: bool = False      # the final norm + lm_head + argmax region runs its ops' kernels, not the fused one
@@ -81,6 +85,8 @@ class KernelCaps:
         return cls(subgroup_size=int(f.get("subgroup_size", 1) or 1),
                    subgroup_arithmetic=bool(f.get("subgroup_arithmetic", False)),
                    subgroup_fixed=f.get("min_subgroup_size") == f.get("max_subgroup_size") == f.get("subgroup_size"),
+                   coop_matrix=bool(f.get("coop_matrix_nv") and f.get("float16") and f.get("vulkan_memory_model")
+                                    and f.get("storage_16bit") and "shuffle" in f.get("subgroup_ops", ())),
                    max_storage_range=int(lim["max_storage_buffer_range"]),
                    max_invocations=int(lim["max_workgroup_invocations"]),
                    max_shared=int(lim["max_shared_memory"]),

@@ -24,6 +24,7 @@ from vkdecode.kernels import (
     kv_defines,
     row_chunks,
 )
+from vkdecode.kernels_coop import coop_attention_subgroups, coop_shape, tile_dims
 
 MATMUL_BM = 64      # weight rows per workgroup (shaders/matmul_rows.comp BM)
 NARROW_OUTPUTS = 64  # outputs (weight rows x BN) per matmul_rows_narrow workgroup = its size
@@ -120,6 +121,11 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     for r0, n in chunks:
         b = _wbindings(w, wv.dtype, r0, None if len(chunks) == 1 else n)
         label = op.outputs[0] + (f"[{r0}:]" if len(chunks) > 1 else "")
+        coop = None if narrow else coop_shape(caps, str(p.meta.get("arch", "")), n, rows, n_in)
+        if coop is not None:
+            calls += _coop_calls(op.outputs[0], b + (Binding(x),), coop, (n_in, n, rows, n_out), r0,
+                                 defines, label, caps)
+            continue
         wide = None if narrow else wide_shape(caps, n, rows, n_in)
         if wide is not None:
             calls += _wide_calls(op.outputs[0], b + (Binding(x),), wide, (n_in, n, rows, n_out), r0,
@@ -141,28 +147,45 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
 
 def _wide_calls(out: str, ins: tuple, wide: tuple, dims: tuple, r0: int, defines: tuple, label: str,
                 caps: KernelCaps) -> list[KernelCall]:
-    """matmul_rows_wide into Y, or (k splits > 1) into a scratch of partial sums that
-    matmul_rows_splitk adds into Y. The scratch is one name for every matmul: the calls run one
-    after another, so the largest split set is all that is ever live."""
-    (tm, tn, s), (n_in, n, rows, n_out) = wide, dims
+    """matmul_rows_wide into Y, or (k splits > 1) into partial sums that matmul_rows_splitk adds."""
+    (tm, tn, s), (_, n, rows, _) = wide, dims
     grid = (-(-n // (16 * tm)), -(-rows // (16 * tn)), s)
     pad = int(wide_shared(tm, tn, 1) <= caps.max_shared)
     defines = defines + (("TM", str(tm)), ("TN", str(tn)), ("PAD", str(pad)))
+    return _tiled_calls("matmul_rows_wide", WIDE_WG, grid, out, ins, dims, r0, defines, label, caps)
+
+
+def _coop_calls(out: str, ins: tuple, shape: tuple, dims: tuple, r0: int, defines: tuple, label: str,
+                caps: KernelCaps) -> list[KernelCall]:
+    """matmul_rows_coop (tensor cores) into Y, or into split-k partials like the wide kernel."""
+    *tile, s = shape
+    bm, bn, wg = tile_dims(tuple(tile))
+    grid = (dims[1] // bm, dims[2] // bn, s)
+    defines = defines + tuple((k, str(v)) for k, v in zip(("SG_M", "SG_N", "BLK_M", "BLK_N"), tile))
+    return _tiled_calls("matmul_rows_coop", wg, grid, out, ins, dims, r0, defines, label, caps)
+
+
+def _tiled_calls(kernel: str, wg: int, grid: tuple, out: str, ins: tuple, dims: tuple, r0: int,
+                 defines: tuple, label: str, caps: KernelCaps) -> list[KernelCall]:
+    """A k-tiled matmul (grid z = k splits) into Y, or (splits > 1) into a scratch of partial sums
+    that matmul_rows_splitk adds into Y. The scratch is one name for every matmul: the calls run
+    one after another, so the largest split set is all that is ever live."""
+    n_in, n, rows, n_out = dims
+    s = grid[2]
     if ("UNITS", "1") not in defines and n_in % 4 == 0:
         defines += (("QUADS", "1"),)
     push = struct.pack("<I", r0)
-    spec = (WIDE_WG, n_in, n, rows, n_out, s)
+    spec = (wg, n_in, n, rows, n_out, s)
     if s == 1:
         b = ins + (Binding(out),)
-        return [KernelCall("matmul_rows_wide", spec, b, (len(b) - 1,), grid, push=push, defines=defines,
-                           label=label)]
+        return [KernelCall(kernel, spec, b, (len(b) - 1,), grid, push=push, defines=defines, label=label)]
     part, nbytes = "scratch:matmul_rows.splitk", s * rows * n * 4
     b = ins + (Binding(part),)
-    wg = _wg(caps, 256)
-    return [KernelCall("matmul_rows_wide", spec, b, (len(b) - 1,), grid, push=push,
+    sum_wg = _wg(caps, 256)
+    return [KernelCall(kernel, spec, b, (len(b) - 1,), grid, push=push,
                        defines=defines + (("SPLITK", "1"),), scratch=((part, nbytes),), label=label + "[splitk]"),
-            KernelCall("matmul_rows_splitk", (wg, n, rows, n_out, s), (Binding(part), Binding(out)), (1,),
-                       _groups(-(-n * rows // wg)), push=push, scratch=((part, nbytes),), label=label + "[sum]")]
+            KernelCall("matmul_rows_splitk", (sum_wg, n, rows, n_out, s), (Binding(part), Binding(out)), (1,),
+                       _groups(-(-n * rows // sum_wg)), push=push, scratch=((part, nbytes),), label=label + "[sum]")]
 
 
 def _rope(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
@@ -221,6 +244,10 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     a = op.attrs
     h, kvh, d, rows = int(a["n_heads"]), int(a["n_kv_heads"]), int(a["head_dim"]), int(a["rows"])
     b = (Binding(q), Binding(kc), Binding(vc), Binding(step), Binding(op.outputs[0]))
+    nsg = coop_attention_subgroups(caps, str(p.meta.get("arch", "")), a, bool(kv_defines(p, kc)))
+    if nsg:
+        spec = (32 * nsg, h, kvh, d, rows, float(a["scale"]))
+        return [KernelCall("attention_rows_coop", spec, b, (4,), (h, rows // (16 * nsg), 1), label=op.outputs[0])]
     bq = gqa_rows(caps, h // kvh, d, rows)
     if bq:
         wg = gqa_wg(caps, h // kvh * bq)

@@ -33,6 +33,12 @@ FEATURE_STRUCTS = [
      {"shaderFloat16": "float16", "shaderInt8": "int8"}),
     ("VkPhysicalDeviceSubgroupSizeControlFeatures", (1, 3), "VK_EXT_subgroup_size_control",
      {"subgroupSizeControl": "subgroup_size_control"}),
+    # glslang declares the Vulkan memory model in every cooperative-matrix shader
+    ("VkPhysicalDeviceVulkanMemoryModelFeatures", (1, 2), "VK_KHR_vulkan_memory_model",
+     {"vulkanMemoryModel": "vulkan_memory_model"}),
+    # tensor-core matmuls for prompt chunks (shaders/matmul_rows_coop.comp); never core, hence 99
+    ("VkPhysicalDeviceCooperativeMatrixFeaturesNV", (99, 0), "VK_NV_cooperative_matrix",
+     {"cooperativeMatrix": "coop_matrix_nv"}),
 ]
 
 

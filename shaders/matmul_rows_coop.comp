@@ -1,0 +1,156 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#extension GL_NV_cooperative_matrix : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_KHR_memory_scope_semantics : require
+// matmul over a wide prompt chunk on the tensor cores (VK_NV_cooperative_matrix, 16 x 16 x 16
+// f16 inputs, f32 sums): Y[t, row0 + m] = W[m, :] . X[t, :], W of any weight dtype decoded by
+// dequant.glsl into f16 in the tile loader, X (f32) rounded to f16 there too (the prompt path's
+// only loss against the f32 kernels: one f16 rounding of each input, sums kept in f32).
+// A workgroup of SG_M x SG_N subgroups (32 lanes: kernels_rows.py enables this kernel only where
+// the subgroup size is fixed at 32) owns a BM x BN output tile; each subgroup a BLK_M x BLK_N grid
+// of 16 x 16 accumulators. Per BK-wide k step the decoded weight tile and the activation tile are
+// staged in shared memory as f16 rows of BK (+8 halves so that the 16 row starts of a matrix load
+// fall on different banks); the next step's weights and activations are fetched into registers
+// before this step's multiplies, so their memory latency hides behind the tensor work.
+// C (t x m) = A (t x k, the activation tile, row-major) x B (k x m, the weight tile read
+// column-major: a weight row is a column of B).
+// Exact tiles only (kernels_rows.coop_shape): M % BM == 0, T % BN == 0, K % BK == 0.
+// SPLITK: workgroup z sums k tiles z, z+S, ... into P[z][t][m]; matmul_rows_splitk adds them.
+// Bindings: f32/f16: 0 W, 1 X, 2 Y (or P); quant: 0 q words, 1 scales, 2 X, 3 Y (or P).
+// Spec: 0 wg size (32 SG_M SG_N), 1 K, 2 M (rows bound), 3 T, 4 MTOT (Y row stride), 5 S.
+// Defines: SG_M, SG_N, BLK_M, BLK_N; UNITS (dequant.glsl's unit loads) or QUADS or neither.
+#define NO_WG_REDUCE
+#include "common.glsl"
+
+#define B_W 0
+#if defined(DT_F32) || defined(DT_F16)
+#define B_X 1
+#else
+#define B_S 1
+#define B_X 2
+#endif
+#define B_Y (B_X + 1)
+#ifdef UNITS
+#define UNIT_WEIGHTS 1
+#endif
+#include "dequant.glsl"
+#ifdef QUADS
+#include "dequant_quad.glsl"
+#endif
+#ifndef ROW_SCALES
+#define ROW_SCALES(k) ((k) / 32)
+#endif
+
+layout(constant_id = 1) const uint K = 32;
+layout(constant_id = 2) const uint M = 1;
+layout(constant_id = 3) const uint T = 1;
+layout(constant_id = 4) const uint MTOT = 1;
+layout(constant_id = 5) const uint S = 1;
+layout(push_constant) uniform Push { uint row0; } pc;
+layout(binding = B_X) readonly buffer XB4 { vec4 x4[]; };
+layout(binding = B_Y) writeonly buffer YB { float y[]; };
+
+const uint BK = 32;                    // a whole quant block per k step
+const uint WG = 32 * SG_M * SG_N;
+const uint BM = 16 * BLK_M * SG_M, BN = 16 * BLK_N * SG_N;
+const uint LDS = BK + 8;               // halves per staged row (80 bytes: 16-byte aligned rows)
+shared float16_t ws[BM * LDS];         // ws[m * LDS + k]: weight row m of the tile
+shared float16_t xs[BN * LDS];         // xs[t * LDS + k]: chunk row t of the tile
+
+#define CM16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
+#define CM32 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
+
+#ifdef UNITS
+const uint UPR = BK / UNIT_ELEMS;                  // units per weight row of a k tile
+const uint NWU = (BM * UPR + WG - 1) / WG;         // weight units per invocation
+#define WR_VEC4 XU_VEC4
+#else
+const uint NWU = (BM * (BK / 4) + WG - 1) / WG;    // weight quads per invocation
+#define WR_VEC4 1
+#endif
+const uint NXV = (BN * (BK / 4) + WG - 1) / WG;    // activation vec4s per invocation
+vec4 wr[NWU * WR_VEC4], xr[NXV];
+
+// Fetch the k tile at k0 into registers (wr, xr).
+void fetch(uint m0, uint n0, uint k0, uint tid) {
+    for (uint i = 0; i < NWU; i++) {
+#ifdef UNITS
+        const uint e = min(tid + i * WG, BM * UPR - 1), r = e / UPR, u = k0 / UNIT_ELEMS + e % UPR;
+        vec4 w[XU_VEC4];
+        unit_weights((m0 + r) * ROW_WORDS(K), (m0 + r) * ROW_SCALES(K), u, w);
+        for (uint j = 0; j < XU_VEC4; j++) wr[i * XU_VEC4 + j] = w[j];
+#else
+        const uint e = min(tid + i * WG, BM * (BK / 4) - 1), r = e / (BK / 4), k = k0 + 4 * (e % (BK / 4));
+        const uint m = m0 + r;
+#ifdef QUADS
+        wr[i] = dequant_quad(m * ROW_WORDS(K), m * ROW_SCALES(K), k);
+#else
+        for (uint c = 0; c < 4; c++) wr[i][c] = dequant_elem(m * ROW_WORDS(K), m * ROW_SCALES(K), k + c);
+#endif
+#endif
+    }
+    for (uint i = 0; i < NXV; i++) {
+        const uint e = min(tid + i * WG, BN * (BK / 4) - 1), c = e / (BK / 4);
+        xr[i] = x4[(n0 + c) * (K / 4) + k0 / 4 + e % (BK / 4)];
+    }
+}
+
+// Store the registers into the shared tiles as f16 (an index clamped by fetch stores a duplicate
+// of the last element's value onto itself: harmless).
+void stage(uint k0, uint tid) {
+    for (uint i = 0; i < NWU; i++) {
+#ifdef UNITS
+        const uint e = min(tid + i * WG, BM * UPR - 1), r = e / UPR, u = k0 / UNIT_ELEMS + e % UPR;
+        for (uint j = 0; j < XU_VEC4; j++) {
+            const uint kk = 4 * unit_vec4(u, j) - k0;
+            for (uint c = 0; c < 4; c++) ws[r * LDS + kk + c] = float16_t(wr[i * XU_VEC4 + j][c]);
+        }
+#else
+        const uint e = min(tid + i * WG, BM * (BK / 4) - 1), r = e / (BK / 4), kk = 4 * (e % (BK / 4));
+        for (uint c = 0; c < 4; c++) ws[r * LDS + kk + c] = float16_t(wr[i][c]);
+#endif
+    }
+    for (uint i = 0; i < NXV; i++) {
+        const uint e = min(tid + i * WG, BN * (BK / 4) - 1), c = e / (BK / 4), kk = 4 * (e % (BK / 4));
+        for (uint q = 0; q < 4; q++) xs[c * LDS + kk + q] = float16_t(xr[i][q]);
+    }
+}
+
+void main() {
+    const uint tid = gl_LocalInvocationID.x, sg = tid / 32;
+    const uint sm = sg % SG_M, sn = sg / SG_M;
+    const uint m0 = gl_WorkGroupID.x * BM, n0 = gl_WorkGroupID.y * BN, z = gl_WorkGroupID.z;
+    CM32 acc[BLK_N * BLK_M];
+    for (uint i = 0; i < BLK_N * BLK_M; i++) acc[i] = CM32(0.0);
+
+    uint k0 = z * BK;
+    if (k0 < K) fetch(m0, n0, k0, tid);
+    for (; k0 < K; k0 += S * BK) {
+        stage(k0, tid);
+        barrier();
+        if (k0 + S * BK < K) fetch(m0, n0, k0 + S * BK, tid);
+        for (uint kk = 0; kk < BK; kk += 16) {
+            CM16 a[BLK_N], b[BLK_M];
+            for (uint i = 0; i < BLK_N; i++)
+                coopMatLoadNV(a[i], xs, (16 * (sn * BLK_N + i)) * LDS + kk, LDS, false);
+            for (uint j = 0; j < BLK_M; j++)
+                coopMatLoadNV(b[j], ws, (16 * (sm * BLK_M + j)) * LDS + kk, LDS, true);
+            for (uint i = 0; i < BLK_N; i++)
+                for (uint j = 0; j < BLK_M; j++)
+                    acc[i * BLK_M + j] = coopMatMulAddNV(a[i], b[j], acc[i * BLK_M + j]);
+        }
+        barrier();
+    }
+    for (uint i = 0; i < BLK_N; i++) {
+        const uint t = n0 + 16 * (sn * BLK_N + i);
+        for (uint j = 0; j < BLK_M; j++) {
+            const uint m = m0 + 16 * (sm * BLK_M + j);
+#ifdef SPLITK
+            coopMatStoreNV(acc[i * BLK_M + j], y, (z * T + t) * M + m, M, false);
+#else
+            coopMatStoreNV(acc[i * BLK_M + j], y, t * MTOT + pc.row0 + m, MTOT, false);
+#endif
+        }
+    }
+}
