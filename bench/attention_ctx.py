@@ -3,6 +3,8 @@ attention grid costs when it is sized for a context the sequence has not reached
 
     python -m bench.attention_ctx --ctx 256 4096 --prompt-tokens 16 -n 8          # default model
     python -m bench.attention_ctx --shape smollm2-135m --quant q4_1 --ctx 512 8192 -n 128 --reps 5
+    python -m bench.attention_ctx --shape qwen3-0.6b --quant f16 --ctx 1280 8192 --prompt-tokens 1000 \
+        --caps cx_rows=-1 attn_max_splits=8       # KernelCaps tuning over the device's defaults
 
 Each ctx gets its own Program (the KV cache and the attention grid are sized by it) and executor per
 mode; the prompt runs token by token, then -n pipelined greedy steps are timed (as vkdecode bench).
@@ -27,6 +29,8 @@ def run_ctx(dev, a, ctx: int) -> dict:
     out = {"ctx": ctx, "model": model.name, "quant": model.quant, "modes": {}}
     for mode in a.modes:
         base, kw = bench.parse_mode(mode)
+        if a.caps:
+            kw["caps"] = caps_with(dev, a.caps)
         with make_executor(base, dev, model.program, model.weights, **kw) as ex:
             for _ in range(a.warmup):
                 bench.decode_run(ex, model.prompt_ids, a.n)
@@ -52,6 +56,16 @@ def run_ctx(dev, a, ctx: int) -> dict:
     return out
 
 
+def caps_with(dev, settings: list[str]):
+    """The device's KernelCaps with KEY=VALUE tuning (ints, else strings) over its defaults."""
+    from vkdecode.kernels import KernelCaps
+    tuning = {}
+    for kv in settings:
+        key, _, value = kv.partition("=")
+        tuning[key] = int(value) if value.lstrip("-").isdigit() else value
+    return KernelCaps.from_info(dev.info, **tuning)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", help="a .gguf or HF directory (default: the default model)")
@@ -64,6 +78,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--profile", action="store_true", help="also GPU µs by rule (replay modes)")
+    ap.add_argument("--caps", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="KernelCaps tuning, e.g. cx_rows=-1 attn_max_splits=8 (default: the device's)")
     ap.add_argument("--out", help="JSON output path")
     a = ap.parse_args()
     from vkdecode.vk.device import Device

@@ -4,7 +4,8 @@
 // add done in the matvec epilogue: one dispatch and no intermediate W @ x buffer.
 // Bindings: f32/f16: 0 W data, 1 x, 2 r, 3 y; quant: 0 q words, 1 scales, 2 x, 3 r, 4 y.
 // BIAS (MATMUL_BIAS_ADD): y = r + (W @ x + b), b bound after y.
-// COMBINE_X (defines CX_H, CX_D, CX_S, CX_MAXCHUNK, CX_MIN_S, CX_WINDOW: the attention's grid): x is
+// COMBINE_X (defines CX_H, CX_D, CX_S, CX_MAXCHUNK, CX_MIN_S, CX_WINDOW: the attention's grid, and
+// CX_B: splits combined per batch): x is
 // split-K attention partials, combined on load; the step buffer is bound last (after y, and b).
 // Spec and push as matmul.comp (matvec.glsl): 0 wg size, 1 K, 2 M, 3 ROWS; push row0.
 #define NO_WG_REDUCE
@@ -42,35 +43,45 @@ layout(binding = B_X) readonly buffer X2B { vec2 x2[]; };   // (m, l) pairs: PAR
 layout(binding = B_STEP) readonly buffer StepB { uint cx_step[]; };
 uint cx_live;   // splits with rows at this position (attn_live_splits); the others are stale
 
-// The S splits of x element(s) at i, combined: sum_s e^(m_s - M) p_s / sum_s e^(m_s - M) l_s over
-// the non-empty live splits (l_s > 0, s < cx_live), M their max. Every load (live partials and
-// (m, l) pairs) is issued before any is used and none waits on a loaded value (cx_live is known
-// before), so the combine adds no round trip to the matvec's own; a test on a loaded value before
-// the next load made one round trip per split.
+// The live splits of x element(s) at i, combined: sum_s e^(m_s - M) p_s / sum_s e^(m_s - M) l_s over
+// the non-empty live splits (l_s > 0, s < cx_live), M their max. CX_B splits at a time (CX_B <=
+// CX_S): every load of a batch (partials and (m, l) pairs) is issued before any is used and none
+// waits on a loaded value (cx_live is known before), so a batch adds no round trip to the
+// matvec's own (a test on a loaded value before the next load made one round trip per split);
+// later batches rescale the sums by e^(M_old - M_new). The batch arrays and the trip count
+// ceil(cx_live / CX_B) follow the position, not CX_S (the grid, which grows with --ctx): arrays
+// of CX_S held 32 vec4 + 32 vec2 per load at ctx 8192 on a GPU grid of 32 splits.
 #define CX_COMBINE(T, load) { \
     if (cx_live == 1u) { /* split 0 holds the final o (attention writes it so): a plain load */ \
         const uint s = 0u; \
         return load; \
     } \
-    T p[CX_S]; \
-    vec2 ml[CX_S]; \
-    for (uint s = 0; s < CX_S; s++) { \
-        if (s < cx_live) { \
-            p[s] = load; \
-            ml[s] = x2[CX_ML(s, h) / 2u]; \
-        } \
-    } \
-    float mx = NEG_INF; \
-    for (uint s = 0; s < CX_S; s++) \
-        if (s < cx_live) mx = ml[s].y > 0.0 ? max(mx, ml[s].x) : mx; \
-    float l = 0.0; \
+    float mx = NEG_INF, l = 0.0; \
     T a = T(0.0); \
-    for (uint s = 0; s < CX_S; s++) { \
-        if (s < cx_live) {   /* uniform: a dead split costs no load and no exp */ \
-            const float w = ml[s].y > 0.0 ? exp(ml[s].x - mx) : 0.0; \
-            l += w * ml[s].y; \
-            a += w * p[s]; \
+    for (uint s0 = 0u; s0 < cx_live; s0 += CX_B) { \
+        T p[CX_B]; \
+        vec2 ml[CX_B]; \
+        for (uint b = 0u; b < CX_B; b++) { \
+            const uint s = s0 + b; \
+            if (s < cx_live) {   /* uniform: a dead split costs no load and no exp */ \
+                p[b] = load; \
+                ml[b] = x2[CX_ML(s, h) / 2u]; \
+            } \
         } \
+        float bm = mx; \
+        for (uint b = 0u; b < CX_B; b++) \
+            if (s0 + b < cx_live) bm = ml[b].y > 0.0 ? max(bm, ml[b].x) : bm; \
+        const float keep = mx == NEG_INF ? 0.0 : exp(mx - bm);   /* l, a are 0 while mx is -inf */ \
+        l *= keep; \
+        a *= keep; \
+        for (uint b = 0u; b < CX_B; b++) { \
+            if (s0 + b < cx_live) { \
+                const float w = ml[b].y > 0.0 ? exp(ml[b].x - bm) : 0.0; \
+                l += w * ml[b].y; \
+                a += w * p[b]; \
+            } \
+        } \
+        mx = bm; \
     } \
     return a / l; \
 }

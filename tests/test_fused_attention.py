@@ -8,8 +8,10 @@ import pytest
 
 from fusion.partition import partition
 from tests.fusion.programs import SPECS, build
-from vkdecode.fused_attention import _subgroup_rows, absorb_combines, attention_grid
-from vkdecode.kernels import KernelCall, KernelCaps
+from vkdecode.executors.plan import GridArgs
+from vkdecode.fused_attention import CX_BATCH, _subgroup_rows, absorb_combines, attention_grid
+from vkdecode.fused_prefetch import add_prefetch
+from vkdecode.kernels import AttnGrid, KernelCall, KernelCaps, live_splits
 from vkdecode.lowering import region_calls
 
 CAPS = KernelCaps(subgroup_size=32, subgroup_arithmetic=True, max_storage_range=128 << 20,
@@ -116,3 +118,48 @@ def test_subgroup_rows_workgroup_fits_shared_memory():
     att = next(c for c in calls if c.shader == "rope_kv_write_attention_sg")
     wg, d = att.spec[0], att.spec[3]
     assert wg == 256 and 4 * ((wg // 8) * (d + 3) + 1) <= 32768
+
+
+def _step_calls(spec: str, ctx: int, caps: KernelCaps) -> list[KernelCall]:
+    """A fused step's calls as replay records them: absorbed combines, prefetch rows."""
+    p, calls, owners = _lowered(spec, ctx, caps)
+    calls, owners = absorb_combines(p, calls, owners, caps)
+    return add_prefetch(p, calls, owners, caps)[0]
+
+
+def _work_at(calls: list[KernelCall], pos: int) -> list[tuple]:
+    """Per call at position pos: shader, workgroups launched (an indirect grid: GridArgs's (x, y, z)),
+    and for an o-projection combining partials the splits it reads, per batch and batches."""
+    grids = GridArgs(calls)
+    args = grids.args(pos)
+    out = []
+    for c, g in zip(calls, grids.index):
+        groups = tuple(args[3 * g:3 * g + 3]) if g is not None else c.groups
+        d = dict(c.defines)
+        combine = ()
+        if "COMBINE_X" in d:
+            grid = AttnGrid(int(d["CX_H"]), int(d["CX_D"]), int(d["CX_S"]), int(d["CX_MAXCHUNK"]),
+                            int(d["CX_MIN_S"]), int(d["CX_WINDOW"]))
+            live, b = live_splits(pos, grid), int(d.get("CX_B", d["CX_S"]))   # before CX_B: arrays of CX_S
+            combine = (live, b, -(-live // b))
+        out.append((c.shader, groups, combine))
+    return out
+
+
+@pytest.mark.parametrize("spec", ["qwen3-0.6b", "smollm2-135m"])
+def test_gpu_work_at_a_position_does_not_grow_with_ctx(spec):
+    """GPU defaults (live rows, absorbed combine, prefetch): at a fixed position every dispatch
+    launches the workgroups, and the o-projection combines the splits in the batches, that it does
+    at ctx 1280, up to ctx 32768 (before: position 1000 of Qwen3 ran 5 splits at ctx 1280 and 8 at
+    8192, and the absorbed combine held arrays of all 32 splits)."""
+    gpu = replace(CAPS, subgroup_fixed=True)
+    calls = {ctx: _step_calls(spec, ctx, gpu) for ctx in (1280, 8192, 32768)}
+    assert any("COMBINE_X" in dict(c.defines) for c in calls[8192])
+    for pos in (0, 16, 255, 1000, 1279):
+        work = {ctx: _work_at(c, pos) for ctx, c in calls.items()}
+        assert work[1280] == work[8192] == work[32768], pos
+    hd = 128 if spec == "qwen3-0.6b" else 64
+    attn = [w for w in _work_at(calls[8192], 1000) if w[0].startswith("rope_kv_write_attention")]
+    assert attn[0][1][0] == (8 if hd == 128 else 16)   # splits of 125 rows (head_dim 128), of 63 (64)
+    combine = [w[2] for w in _work_at(calls[32768], 32000) if w[2]]
+    assert combine and all(b <= CX_BATCH and n * b >= live for live, b, n in combine)

@@ -235,7 +235,8 @@ def test_fused_attention_prefetch(device, models, monkeypatch, arch, dtype, path
     """Prefetch rows appended to every attention grid (on here although lavapipe turns it off by
     default, and for weights far below the size it skips): same tokens and logits as the
     reference, a budget cut inside a weight. chunk 4: a grid of 6 splits dispatched indirectly
-    with 1..6 live, whose prefetch rows grow as it narrows (shaders/attn_live.glsl)."""
+    with 1..6 live (lavapipe's caps: CPU live splits), whose prefetch rows grow as it narrows
+    (shaders/attn_live.glsl)."""
     from vkdecode import fused_prefetch
     from vkdecode.fused_prefetch import HOSTS
     monkeypatch.setattr(fused_prefetch, "MIN_WEIGHT_BYTES", 0)
@@ -249,7 +250,9 @@ def test_fused_attention_prefetch(device, models, monkeypatch, arch, dtype, path
         d = dict(c.defines)
         n = int(d["PF_N"])
         assert c.groups[1] == m.args.n_heads + -(-3 // c.groups[0])
-        assert int(d["PF_G"]) == c.groups[0] * (c.groups[1] - m.args.n_heads)
+        # a direct grid prefetches with whole rows; an indirect one with prefetch_groups, its rows
+        # sized to the live splits (GridArgs), so --ctx (which sets S) does not change them
+        assert int(d["PF_G"]) == (3 if c.live else c.groups[0] * (c.groups[1] - m.args.n_heads))
         sectors = sum(int(d[f"PF_W{j}"]) for j in range(n))
         assert 40_000 - 32 < sectors * 32 <= 40_000 or n == 6 or c is att[-1]
 

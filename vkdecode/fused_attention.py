@@ -33,32 +33,56 @@ ATTN_WG = 256           # invocations per workgroup, workgroup form
 ATTN_WG_SG = 512        # invocations per workgroup, subgroup-rows form
 SPLIT_WIDTH = 256       # automatic splits: about this many head elements per head over all splits
 SPLIT_ROWS_CTX = 256    # the context those sweeps ran at: GPU live splits keep its rows per split (live_rows)
+# GPU grids at most this many splits: H100, Qwen3's 16 heads x 16 = 256 workgroups, about 2 per SM;
+# position 1000 gets 8 splits of 125 rows (head_dim 128) or 16 of 63 (64), whatever --ctx is
+MAX_SPLITS = 16
+CX_BATCH = 8            # splits the o-projection's absorbed combine loads together (matmul_add.comp CX_B)
 SG_BATCH = 8            # rows per subgroup batch of the subgroup-rows kernel (registers: 2 x RB x EPL)
 
 
 def attention_grid(ctx: int, head_dim: int, caps: KernelCaps) -> tuple[int, int, int]:
-    """(splits S, max rows per split, live splits at least) of the fused attention:
-    kernels.attention_splits (bounded by attn_max_chunk rows at full context), and at least
-    caps.attn_splits (automatic: 4 for head_dim 64, 2 for 128). A step at a position uses the splits
-    its rows need but at least the third value (the same minimum), so a small position of a long
-    context runs the grid a short context would (attn_partials.glsl attn_live_splits)."""
-    s, maxchunk = attention_splits(ctx, caps)
+    """(splits S, max rows per split, live splits at least) of the fused attention. CPUs
+    (caps.attn_live_rows < 0): kernels.attention_splits (bounded by attn_max_chunk rows at full
+    context), and at least caps.attn_splits. GPUs: the grid of live splits of gpu_split_rows rows,
+    at most max_splits of them (beyond that the rows per split grow), so a position runs the same
+    splits, of the same rows, whatever --ctx is (before, S = ctx / attn_max_chunk clamped the live
+    count: position 1000, head_dim 128 ran 5 splits at ctx 1280 and 8 at 8192). The minimum (the
+    third value; automatic: 4 for head_dim 64, 2 for 128) keeps small positions spread over a GPU."""
     want = caps.attn_splits or max(1, min(8, SPLIT_WIDTH // head_dim))
+    if caps.attn_live_rows >= 0:
+        rows = gpu_split_rows(want, caps)
+        s = min(ctx, max(want, min(max_splits(want, caps), -(-ctx // rows))))
+        # rows a split may get: rows until every split is live, then ctx / S (shared arrays, RB)
+        return s, max(min(rows, -(-ctx // min(want, s))), -(-ctx // s)), min(want, s)
+    s, maxchunk = attention_splits(ctx, caps)
     if s < want:
         s = min(want, ctx)
         maxchunk = -(-ctx // s)
     return s, maxchunk, min(want, s)
 
 
+def gpu_split_rows(min_s: int, caps: KernelCaps) -> int:
+    """Rows per live split on GPUs: the split size tuned at ctx 192-256 (SPLIT_ROWS_CTX / min_s: 64
+    rows for head_dim 64, 128 for 128) or caps.attn_live_rows, at most caps.attn_max_chunk."""
+    return max(1, min(caps.attn_max_chunk, caps.attn_live_rows or -(-SPLIT_ROWS_CTX // max(1, min_s))))
+
+
+def max_splits(min_s: int, caps: KernelCaps) -> int:
+    """Splits of a GPU attention grid at most (caps.attn_max_splits, automatic MAX_SPLITS): each
+    o-projection workgroup that absorbs the combine reads every live split's partials, so that
+    redundant read, not only the attention's rows, grows with the live splits."""
+    return max(min_s, caps.attn_max_splits or MAX_SPLITS)
+
+
 def live_rows(maxchunk: int, min_s: int, caps: KernelCaps) -> int:
     """Rows per live split of a step (attn_live_splits divides a position's rows by this): at most
-    the grid's MAXCHUNK. GPUs keep splits of the size tuned at ctx 192-256 (SPLIT_ROWS_CTX / min_s:
-    64 rows for head_dim 64, 128 for 128), so mid positions of a long context spread over as many
-    workgroups as there are such splits (ctx 8192, position 1000: 16 splits of 63 rows rather than
-    4 of 250); a CPU (caps.attn_live_rows < 0) takes the fewest splits, each workgroup costing it."""
+    the grid's MAXCHUNK. GPUs keep splits of the size tuned at short contexts (gpu_split_rows), so
+    mid positions of a long context spread over as many workgroups as there are such splits
+    (position 1000, head_dim 64: 16 splits of 63 rows rather than 4 of 250); a CPU
+    (caps.attn_live_rows < 0) takes the fewest splits, each workgroup costing it."""
     if caps.attn_live_rows < 0:
         return maxchunk
-    return min(maxchunk, caps.attn_live_rows or -(-SPLIT_ROWS_CTX // max(1, min_s)))
+    return min(maxchunk, gpu_split_rows(min_s, caps))
 
 
 def _subgroup_rows(d: int, wg: int, caps: KernelCaps) -> bool:
@@ -171,7 +195,8 @@ def _combining_matmul_add(call: KernelCall, x: int, comb: KernelCall, caps: Kern
     # the partials replace x; the step buffer goes last (it says how many splits are live)
     bindings = call.bindings[:x] + (comb.bindings[0],) + call.bindings[x + 1:] + (comb.bindings[2],)
     defines = call.defines + (("COMBINE_X", "1"), ("CX_H", str(h)), ("CX_D", str(d)), ("CX_S", str(s)),
-                              ("CX_MAXCHUNK", str(maxchunk)), ("CX_MIN_S", str(min_s)), ("CX_WINDOW", str(window)))
+                              ("CX_MAXCHUNK", str(maxchunk)), ("CX_MIN_S", str(min_s)), ("CX_WINDOW", str(window)),
+                              ("CX_B", str(min(s, CX_BATCH))))
     return replace(call, spec=(wg, k, m, rows), groups=_groups(-(-m // rows)), bindings=bindings, defines=defines,
                    scratch=call.scratch + comb.scratch, label=call.label + "+combine")
 

@@ -66,11 +66,15 @@ def upcoming_weights(p: Program, calls: list[KernelCall], start: int, nbytes: in
 
 def with_prefetch(call: KernelCall, targets: list[tuple[Binding, int]], groups: int) -> KernelCall:
     """The attention call with prefetch rows appended to its (S, H, 1) grid: ceil(groups / S)
-    rows of S workgroups, reading targets' sectors, each buffer bound after the call's own."""
+    rows of S workgroups (an indirect grid: of its live splits), reading targets' sectors, each
+    buffer bound after the call's own."""
     s, h, _ = call.groups
     rows = -(-groups // s)
     n = len(call.bindings)
-    defines = [("PF_N", str(len(targets))), ("PF_G", str(rows * s)), ("PF_SINK", str(n + len(targets)))]
+    # a direct grid prefetches with all of its rows; an indirect one (live) keeps `groups` whatever its
+    # S (which --ctx sets): GridArgs sizes its rows to the live splits, ceil(PF_G / live)
+    pf_g = groups if call.live is not None else rows * s
+    defines = [("PF_N", str(len(targets))), ("PF_G", str(pf_g)), ("PF_SINK", str(n + len(targets)))]
     for j, (_, sectors) in enumerate(targets):
         defines += [(f"PF_B{j}", str(n + j)), (f"PF_W{j}", str(sectors))]
     bindings = call.bindings + tuple(b for b, _ in targets) + (Binding(SINK),)

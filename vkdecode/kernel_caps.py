@@ -20,6 +20,7 @@ class KernelCaps:
     attn_max_chunk: int = 256   # kv rows per attention workgroup at full context (sets the split count)
     attn_splits: int = 0        # fused attention workgroups per head at least (0: fused_attention chooses)
     attn_live_rows: int = 0     # rows per live split at a position (0: fused_attention.live_rows, < 0: MAXCHUNK)
+    attn_max_splits: int = 0    # GPUs (attn_live_rows >= 0): splits of an attention grid at most (0: auto)
     attn_wg: int = 0            # fused attention workgroup size (0: fused_attention.ATTN_WG[_SG])
     attn_kernel: str = ""       # fused attention: "sg" (subgroup rows) where it fits, "wg" never; "" auto
     cx_rows: int = 0            # rows per workgroup of an o-projection combining attention partials (0: auto,

@@ -20,7 +20,7 @@ from vkdecode.reference import Reference
 CTX = 72
 CHUNK = 4       # attn_max_chunk: 18 splits at full context (gemma3's window of 6: 2), one live below 4
 # lavapipe's defaults keep the combine dispatch (cx_rows -1) and one split at least; GPUs combine in
-# the o-projection (absorbed) and keep 4 splits at least (gpu: live 4..18; gpu-fixed: a grid of 4
+# the o-projection (absorbed) and keep 4 splits at least (gpu: live 4..16, MAX_SPLITS; gpu-fixed: a grid of 4
 # that never narrows, the o-projection's combine folded to a constant split count)
 TUNING = {"fused": {}, "fused-absorbed": {"cx_rows": 0}, "fused-gpu": {"cx_rows": 0, "attn_splits": 4},
           "fused-gpu-fixed": {"cx_rows": 0, "attn_splits": 4, "attn_max_chunk": 256},
@@ -165,9 +165,31 @@ def test_gpu_live_splits_keep_the_short_context_split_size():
     gpu = KernelCaps(subgroup_size=32, subgroup_arithmetic=True, max_storage_range=1 << 30,
                      max_invocations=1024, max_shared=49152, min_align=64)
     s, maxchunk, min_s = attention_grid(8192, 64, gpu)
-    assert (s, maxchunk, min_s) == (32, 256, 4) and live_rows(maxchunk, min_s, gpu) == 64
+    # at most MAX_SPLITS (16) splits: 64 rows each up to position 1023, then 512 at most
+    assert (s, maxchunk, min_s) == (16, 512, 4) and live_rows(maxchunk, min_s, gpu) == 64
     assert live_splits(1000, AttnGrid(9, 64, s, live_rows(maxchunk, min_s, gpu), min_s, 0)) == 16
-    assert live_rows(*attention_grid(256, 64, gpu)[1:], gpu) == 64       # ctx 256: unchanged grid
+    assert attention_grid(256, 64, gpu) == (4, 64, 4)                    # ctx 256: unchanged grid
+    assert live_rows(*attention_grid(256, 64, gpu)[1:], gpu) == 64
     assert live_rows(*attention_grid(8192, 128, gpu)[1:], gpu) == 128    # head_dim 128: 2 splits at least
+    assert attention_grid(8192, 128, dc_replace(gpu, attn_max_splits=4)) == (4, 2048, 2)
     cpu = dc_replace(gpu, attn_live_rows=-1)
     assert live_rows(maxchunk, min_s, cpu) == maxchunk
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_gpu_caps_two_contexts_same_tokens_as_the_reference(device, models_dir, arch):
+    """GPU-style caps (absorbed combine, live splits of 3 rows, 2 at least, 12 at most: the combine
+    in batches of 8, two of them from position 24) at ctx 24 and 72: every position of each equals
+    the reference, and the shorter context's positions run the very grids the longer one runs."""
+    caps = KernelCaps.from_info(device.info, cx_rows=0, attn_splits=2, attn_live_rows=3, attn_max_splits=12,
+                                prefetch_bytes=0)
+    runs = {}
+    for ctx in (24, 72):
+        m = load_model(tiny_hf_model(arch, models_dir), ctx=ctx)
+        with make_executor("fused", device, m.program, m.weights, caps=caps) as ex:
+            assert ex.grids.records and all(r[1] == 3 for r in ex.grids.records)   # rows per live split
+            if arch == "llama":
+                assert any(("COMBINE_X", "1") in it.call.defines for it in ex.items)
+            grids = [ex.grids.args(pos) for pos in range(24)]
+            runs[ctx] = (greedy_against_reference(ex, Reference(m.program, m.weights), ctx)[0], grids)
+    assert runs[24][0] == runs[72][0][:24] and runs[24][1] == runs[72][1]
