@@ -1,6 +1,8 @@
 """GPU time of one prompt chunk, by kernel: where a chunk's milliseconds go (matmuls by kernel and
 weight, attention, norms, rope, ...). The chunk is recorded once with a timestamp after every
-dispatch (replay without fusion, which is what prefill runs) and run at a given position.
+region and run at a given position, as fused prefill runs it: per op, except a narrow chunk on a GPU
+(<= 16 rows: its projections fused with their norm / GLU / residual add, vkdecode/kernels_rows_fused.py);
+--no-fuse: every op its own kernel.
 Writes JSON; never asserts timings.
 
     python -m bench.prefill_profile --shape qwen3-0.6b --quant f16 --width 512 --out $OUT/prof.json
@@ -27,6 +29,7 @@ from fusion.chunk import TOKENS, chunk_program
 from vkdecode import bench
 from vkdecode.cli_bench import write_json
 from vkdecode.kernels import KernelCaps
+from vkdecode.kernels_rows_fused import chunk_rules
 
 
 def main(argv=None) -> int:
@@ -38,6 +41,7 @@ def main(argv=None) -> int:
     ap.add_argument("--caps", nargs="*", default=[], metavar="KEY=VALUE", help="KernelCaps tuning (A/B)")
     ap.add_argument("--tail", default="kv", choices=["kv", "all"],
                     help="kv: a prompt chunk; all: a speculative verify step (every row's logits and argmax)")
+    ap.add_argument("--no-fuse", action="store_true", help="one kernel per op (no chunk rules)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
@@ -50,8 +54,9 @@ def main(argv=None) -> int:
     caps = KernelCaps.from_info(dev.info, **tuning)
     try:
         dec = ReplayExecutor(dev, model.program, model.weights, caps, fuse=False)
-        ex = ReplayExecutor(dev, chunk_program(model.program, a.width, a.tail), {}, caps, fuse=False,
-                            share=[dec.plan], profile=True)
+        prog = chunk_program(model.program, a.width, a.tail)
+        rules = () if a.no_fuse else chunk_rules(prog, caps)
+        ex = ReplayExecutor(dev, prog, {}, caps, fuse=bool(rules), rules=list(rules), share=[dec.plan], profile=True)
         ids = ex.plan.slices[(TOKENS, "data")]
         toks = np.random.default_rng(0).integers(0, model.args.vocab_size, a.width).tolist()
         ids.buffer.write_u32(ids.offset // 4, toks)
@@ -61,12 +66,12 @@ def main(argv=None) -> int:
             if r:      # the first run includes the driver's pipeline warm-up
                 runs.append(ex.region_times_us())
         per_region = [statistics.median(v) for v in zip(*runs)]
-        # every region is one op without fusion; its kernels' shaders and labels name it
+        # an unfused region is one op, its kernels' shaders name it; a fused one its rule does
         by_kernel: dict[str, dict] = {}
         rows = []
         for ri, us in enumerate(per_region):
             calls = [it.call for it in ex.items if it.region == ri]
-            key = "+".join(sorted({c.shader for c in calls}))
+            key = ex.regions[ri].name if ex.regions[ri].rule else "+".join(sorted({c.shader for c in calls}))
             k = by_kernel.setdefault(key, {"us": 0.0, "count": 0})
             k["us"] += us
             k["count"] += 1
@@ -75,10 +80,12 @@ def main(argv=None) -> int:
         total = sum(per_region)
         out = {"model": model.describe(), "device": dev.info.name, "git_commit": bench.git_commit(),
                "date": time.strftime("%Y-%m-%d"), "width": a.width, "tail": a.tail, "pos": a.pos, "caps": tuning,
-               "chunk_gpu_ms": total / 1e3, "by_kernel": by_kernel, "dispatches": rows}
+               "fused": bool(rules), "n_dispatches": len(ex.items), "chunk_gpu_ms": total / 1e3,
+               "by_kernel": by_kernel, "dispatches": rows}
         for key, k in sorted(by_kernel.items(), key=lambda kv: -kv[1]["us"]):
             print(f"{key:45s} {k['count']:4d} x  {k['us'] / 1e3:8.2f} ms  {100 * k['us'] / total:5.1f} %", flush=True)
-        print(f"{'chunk of ' + str(a.width) + ' rows':45s}        {total / 1e3:8.2f} ms", flush=True)
+        print(f"{'chunk of ' + str(a.width) + ' rows':45s} {len(ex.items):4d} dispatches {total / 1e3:8.2f} ms",
+              flush=True)
         ex.close()
         dec.close()
         dev.check_validation()

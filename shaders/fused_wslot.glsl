@@ -43,6 +43,8 @@
 #define load_x FW_CAT(load_x_, SLOT)
 #define unit_dot FW_CAT(unit_dot_, SLOT)
 #define dequant_elem FW_CAT(dequant_elem_, SLOT)
+#define unit_weights FW_CAT(unit_weights_, SLOT)
+#define unit_vec4 FW_CAT(unit_vec4_, SLOT)
 #define B_W FW_CAT(WB_, SLOT)
 #define B_S FW_CAT(SB_, SLOT)
 #endif
@@ -108,6 +110,8 @@
 #undef XU_VEC4
 #include "dequant.glsl"
 
+#ifndef FW_NO_FMV_ROWS
+// (an includer without fused_matvec.glsl, e.g. matmul_rows_narrow_fused.comp, defines FW_NO_FMV_ROWS)
 // fmv_acc[base + i] += W[first + i, :] . x for i < ROWS (rows past m - 1 re-read row m - 1, their
 // sums are dropped by the caller), every invocation taking the units t, t + WG, ...
 void FW_CAT(fmv_rows_, SLOT)(uint first, uint m, uint base) {
@@ -120,3 +124,4 @@ void FW_CAT(fmv_rows_, SLOT)(uint first, uint m, uint base) {
         }
     }
 }
+#endif

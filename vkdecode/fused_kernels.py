@@ -3,12 +3,14 @@
 Each builder maps a Region (its roles and attrs from fusion/rules.py) to the KernelCalls of its
 fused shaders, or returns None to fall back to the region's per-op kernels (always correct), for
 shapes a fused shader does not cover. Builders live in fused_matvec.py (projections) and
-fused_attention.py (norm / rope / kv write / attention, add + norm).
+fused_attention.py (norm / rope / kv write / attention, add + norm); the narrow prompt-chunk
+forms of the projection rules (*_ROWS, fusion/chunk_rules.py) in kernels_rows_fused.py.
 """
 from __future__ import annotations
 
 from vkdecode import fused_attention as att
 from vkdecode import fused_matvec as mv
+from vkdecode import kernels_rows_fused as rows
 from vkdecode.lowering import FUSED
 
 FUSED.update({
@@ -25,4 +27,5 @@ FUSED.update({
     "QK_NORM_ROPE_KV_WRITE_ATTENTION": att.rope_kv_write_attention,
     "ADD_RMS_NORM": att.add_rms_norm,
     "RMS_NORM_ADD": att.rms_norm_add,
+    **rows.BUILDERS,
 })

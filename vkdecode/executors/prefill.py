@@ -106,12 +106,17 @@ class ChunkRun(NamedTuple):
 
 def chunk_executor(mode: str, device, program, caps, share):
     """An executor of a chunk program in `mode`, every slice it can share taken from `share`.
-    Replay modes run the per-op chunk kernels recorded once (no fusion rule matches rows > 1)."""
+    Replay modes run the chunk kernels recorded once: per op, except in fused mode where the
+    chunk takes the GPU narrow matmul (kernels_rows_fused.chunk_rules: the projections fused with
+    their norm, GLU or residual add). The decode rules are never applied to a chunk: their kernels are
+    matvecs."""
     from vkdecode.executors.replay import ReplayExecutor
     from vkdecode.executors.unfused import UnfusedExecutor
+    from vkdecode.kernels_rows_fused import chunk_rules
     if mode == "unfused":
         return UnfusedExecutor(device, program, {}, caps, share=share)
-    ex = ReplayExecutor(device, program, {}, caps, fuse=False, share=share)
+    rules = chunk_rules(program, caps) if mode == "fused" else ()
+    ex = ReplayExecutor(device, program, {}, caps, fuse=bool(rules), rules=list(rules), share=share)
     ex.mode = mode
     return ex
 
