@@ -31,6 +31,7 @@ class KernelCaps:
     prefetch_groups: int = 0    # prefetch workgroups per attention dispatch (0: fused_prefetch default)
     matmul_narrow: int = 0      # chunk widths up to this take matmul_rows_narrow (0: 16, < 0: never)
     matmul_wide: int = 0        # chunk widths from this take matmul_rows_wide (0: 17, < 0: never)
+    chunk_fuse: int = 0         # narrow chunks (verify steps) as fused regions (kernels_rows_fused; 0: off, 1: on)
     matmul_coop: int = 0        # chunk widths from this take matmul_rows_coop where coop_matrix (0: 64, < 0: never)
     coop_tile: str = ""         # its subgroups x 16x16 blocks, "SG_MxSG_N:BLK_MxBLK_N" ("": kernels_rows chooses)
     matmul_tile: str = ""       # its TMxTN micro-tile ("8x8", "8x4", "4x8", "4x4"; "": kernels_rows chooses)

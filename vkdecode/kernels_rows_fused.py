@@ -41,7 +41,13 @@ def narrow_tile(program: Program, caps: KernelCaps) -> tuple[int, int] | None:
 
 
 def chunk_rules(program: Program, caps: KernelCaps) -> tuple:
-    """The fusion rules of a chunk program on this device: ROW_RULES for a narrow chunk, else none."""
+    """The fusion rules of a chunk program on this device: ROW_RULES for a narrow chunk where
+    caps.chunk_fuse asks for them, else none. Off by default: on the H100 (real SmolLM2 Q4_1,
+    bench/speculative.py, every draft checked, K=8) speculative decode fell from 1706 tok/s with
+    per-op verify steps to 566 with these fused ones (summarise), i.e. the fused narrow kernels
+    cost more than the ~240 dispatches they save; not yet profiled kernel by kernel."""
+    if caps.chunk_fuse <= 0:
+        return ()
     return ROW_RULES if narrow_tile(program, caps) is not None else ()
 
 

@@ -16,7 +16,7 @@ from vkdecode.kernels_rows_fused import SHADER
 from vkdecode.models.loader import load_model
 
 # the GPU choice: the narrow matmul up to 16 rows (fused here), the wide one from 17 (per op)
-GPU = {"matmul_narrow": 16, "matmul_wide": 0}
+GPU = {"matmul_narrow": 16, "matmul_wide": 0, "chunk_fuse": 1}   # chunk_fuse: off by default (slower on the H100)
 
 
 def gpu_caps(device):

@@ -114,7 +114,7 @@ def run(device, c: Chunk, caps, want_regions: dict):
 
 
 def gpu_caps(device, **over):
-    return replace(caps_of(device, matmul_narrow=16), **over)
+    return replace(caps_of(device, matmul_narrow=16, chunk_fuse=1), **over)
 
 
 UNIT = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0")
@@ -184,6 +184,7 @@ def test_only_where_the_narrow_matmul_runs(device):
     if getattr(device.info, "device_type", "") == "cpu":
         assert chunk_rules(p, caps_of(device)) == ()
     assert chunk_rules(p, gpu_caps(device)) == ROW_RULES
+    assert chunk_rules(p, gpu_caps(device, chunk_fuse=0)) == ()          # the default: off
     assert narrow_tile(qkv(17, ("f16",) * 3).p, gpu_caps(device, matmul_narrow=0)) is None
     assert narrow_tile(qkv(1, ("f16",) * 3).p, gpu_caps(device)) is None
     assert narrow_tile(p, gpu_caps(device, max_shared=4 * 64 * 65)) is None   # the plain narrow kernel's only
