@@ -39,6 +39,7 @@ class KernelCaps:
     matmul_groups: int = 0      # workgroups a wide matmul should reach at least (0: 264, 2 per SM of an H100)
     prefill_chunk_rows: int = 0  # a prompt chunk's fixed cost in rows, for padded chunk plans (0: 64; < 0: no padding)
     attn_coop: int = 0          # chunk attention on the tensor cores where coop_matrix (0: head_dim <= 64, > 0: any, < 0: never)
+    attn_gqa_rows: int = 0      # chunks from this many rows take attention_rows_gqa when attn_rows_q is auto (0: 17)
     attn_rows_q: int = 0        # chunk attention: rows per attention_rows_gqa workgroup (0: auto, < 0: per-row kernel)
     head_blocks: int = 0        # row blocks per lm_head + argmax workgroup (0: fused_matvec.ARGMAX_PARTIALS pairs)
     head_ops: bool = False      # the final norm + lm_head + argmax region runs its ops' kernels, not the fused one
@@ -82,6 +83,9 @@ class KernelCaps:
             # nor the register-blocked wide one: lavapipe, best of 3 (bench/matmul_rows_bench.py),
             # q4_1 [1536, 576] 32 rows 14.3 ms tiled vs 23.3 wide 8x4, 64 rows 34.8 vs 29.6 (a wash)
             tuning.setdefault("matmul_wide", -1)
+            # and the kv-head chunk attention from 2 rows (its 32-row chunk: 42 vs 86 ms per row
+            # there; GPUs keep narrow chunks per row, where few kv-head workgroups starve them)
+            tuning.setdefault("attn_gqa_rows", 2)
             # and exact chunk widths: a CPU's chunk costs its rows, so padding rows is waste there
             tuning.setdefault("prefill_chunk_rows", -1)
         return cls(subgroup_size=int(f.get("subgroup_size", 1) or 1),

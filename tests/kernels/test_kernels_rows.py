@@ -293,3 +293,16 @@ def test_add_bias_rows_and_argmax_rows(device):
     got, want = run_and_reference(device, p, {"l": logits}, caps_of(device))
     np.testing.assert_array_equal(got["t"], want["t"])
     assert got["t"][1] == 7
+
+
+def test_gqa_attention_choice_by_width(device):
+    """GPU caps keep chunks under 17 rows on the per-row attention (a verify step's few kv-head
+    workgroups starved an H100); CPU caps take the kv-head kernel from 2 rows; attn_rows_q forces."""
+    from vkdecode.kernels_rows import gqa_rows
+    gpu = replace(caps_of(device), attn_gqa_rows=0, attn_rows_q=0, max_shared=49152, max_invocations=1024)
+    assert gqa_rows(gpu, 3, 64, 9) == 0 and gqa_rows(gpu, 3, 64, 16) == 0
+    assert gqa_rows(gpu, 3, 64, 17) > 0
+    assert gqa_rows(replace(gpu, attn_rows_q=4), 3, 64, 9) == 4
+    assert gqa_rows(replace(gpu, attn_gqa_rows=2), 3, 64, 9) > 0
+    if getattr(device.info, "device_type", "") == "cpu":
+        assert caps_of(device).attn_gqa_rows == 2
