@@ -204,7 +204,7 @@ def main(argv=None) -> int:
                 continue
             log = (a.out or os.path.join(a.gguf_dir or ".", "bd")) + f".{os.path.basename(path)}.llama-server.log"
             with llama_server(a.llama_server, path, a.ctx, a.port, log) as (url, peer):
-                peer["decode"] = decode_timings(url, ids, a.tokens, a.llama_reps, 2)
+                peer["decode"] = decode_timings(url, ids, a.tokens, a.llama_reps, 2, log)
             r["peer"] = peer
             r["ratio_vs_llama_cpp"] = r["tok_s"]["median"] / peer["decode"]["tok_s_median"]
             # both per decode step (vkdecode times n steps for n tokens; see llama_server_peer)

@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from contextlib import contextmanager
 
@@ -138,14 +139,34 @@ def decode_figures(reply: dict, n_predict: int) -> tuple[float, float]:
     return float(tok_s), float(ms)
 
 
-def decode_timings(url: str, prompt_ids: list[int], n_predict: int, reps: int, warmup: int) -> dict:
+def logged_decode(log_text: str, n_predict: int) -> tuple[float, float]:
+    """(decode tok/s, decode ms) from the server log's last `eval time = X ms / N tokens` line (not
+    the `prompt eval time` one); refuses a line of another token count."""
+    hits = re.findall(r"\|\s+eval time =\s+([\d.]+) ms /\s+(\d+) tokens", log_text)
+    if not hits or int(hits[-1][1]) != n_predict:
+        raise RuntimeError(f"no decode timing of {n_predict} tokens in the llama-server log")
+    ms = float(hits[-1][0])
+    return n_predict / (ms / 1e3), ms
+
+
+def decode_timings(url: str, prompt_ids: list[int], n_predict: int, reps: int, warmup: int,
+                   log_path: str | None = None) -> dict:
     """tg n_predict after the prompt `prompt_ids`, greedy, EOS ignored: the server's decode tok/s
-    (median, min, max and every repetition)."""
+    (median, min, max and every repetition). A random-weight model's output is not valid text, and
+    recent servers answer it with HTTP 500 ("does not match the expected Content-only format")
+    after timing it: then the timing comes from the server's log line (log_path), which reads
+    predicted_ms the same way (its clock also starts after the first token)."""
     body = {"prompt": [int(t) for t in prompt_ids], "n_predict": n_predict, "ignore_eos": True,
             "cache_prompt": False, "temperature": 0}
     speeds, ms = [], []
     for r in range(warmup + reps):
-        tok_s, dt = decode_figures(_post(url + "/completion", body), n_predict)
+        try:
+            tok_s, dt = decode_figures(_post(url + "/completion", body), n_predict)
+        except urllib.error.HTTPError:
+            if log_path is None:
+                raise
+            time.sleep(0.2)             # the log line is written before the reply; let it flush
+            tok_s, dt = logged_decode(_read(log_path), n_predict)
         if r >= warmup:
             speeds.append(tok_s)
             ms.append(dt)
@@ -178,7 +199,7 @@ def main(argv=None) -> int:
         result["lengths"] = prompt_timings(url, a.lengths, a.reps, a.warmup, a.vocab)
         if a.decode:
             ids = np.random.default_rng(1).integers(100, a.vocab, a.decode_prompt).tolist()
-            result["decode"] = decode_timings(url, ids, a.decode, a.reps, a.warmup)
+            result["decode"] = decode_timings(url, ids, a.decode, a.reps, a.warmup, (a.out or "llama-server") + ".log")
     if a.out:
         write_json(result, a.out)
     return 0

@@ -81,3 +81,15 @@ def test_peer_refuses_a_run_without_vulkan(tmp_path, monkeypatch):
         main(["--server", fake_server(tmp_path), "--model", "m.gguf", "--lengths", "--decode", "8",
               "--port", str(free_port()), "--out", str(tmp_path / "p.json")])
     assert not os.path.exists(tmp_path / "p.json")
+
+
+def test_logged_decode_reads_the_eval_line_not_the_prompt_one():
+    """A random-weight model's reply is refused by recent servers (HTTP 500) after timing it: the
+    decode figure then comes from the log's `eval time` line of the right token count."""
+    from bench.llama_server_peer import logged_decode
+    log = ("slot print_timing: id  0 | task 0 | prompt eval time =     619.26 ms /    16 tokens\n"
+           "slot print_timing: id  0 | task 0 |        eval time =     384.03 ms /   128 tokens\n")
+    tok_s, ms = logged_decode(log, 128)
+    assert ms == 384.03 and abs(tok_s - 128 / 0.38403) < 1e-6
+    with pytest.raises(RuntimeError, match="128 tokens"):
+        logged_decode(log.replace("128 tokens", "64 tokens"), 128)
