@@ -43,9 +43,10 @@ def narrow_tile(program: Program, caps: KernelCaps) -> tuple[int, int] | None:
 def chunk_rules(program: Program, caps: KernelCaps) -> tuple:
     """The fusion rules of a chunk program on this device: ROW_RULES for a narrow chunk where
     caps.chunk_fuse asks for them, else none. Off by default: on the H100 (real SmolLM2 Q4_1,
-    bench/speculative.py, every draft checked, K=8) speculative decode fell from 1706 tok/s with
-    per-op verify steps to 566 with these fused ones (summarise), i.e. the fused narrow kernels
-    cost more than the ~240 dispatches they save; not yet profiled kernel by kernel."""
+    bench/speculative.py, every draft checked, K=8, summarise) the fused verify steps measured no
+    faster than per-op ones (566 vs 582 tok/s; session-2026-11-23c/), half the dispatches
+    notwithstanding. (The commit that turned them off blamed them for a speculative slowdown. The
+    cause was the kv-head chunk attention, see kernels_rows.gqa_rows.)"""
     if caps.chunk_fuse <= 0:
         return ()
     return ROW_RULES if narrow_tile(program, caps) is not None else ()
