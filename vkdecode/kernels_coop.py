@@ -3,7 +3,8 @@
 Pure choice, no Vulkan: kernels_rows._matmul asks coop_shape first and falls back to the
 register-blocked matmul_rows_wide where it says None (no cooperative matrices, a subgroup size
 other than a fixed 32, a width under caps.matmul_coop, a tile grid that does not divide the
-weight or the chunk exactly, or an architecture whose matmul inputs do not fit f16).
+weight or the chunk exactly, or an architecture whose matmul inputs do not fit f16);
+kernels_rows._attention asks coop_attention_subgroups (shaders/attention_rows_coop.comp) likewise.
 """
 from __future__ import annotations
 
@@ -38,14 +39,20 @@ def parse_tile(text: str) -> tuple:
     return tile
 
 
+def coop_usable(caps: KernelCaps, arch: str) -> bool:
+    """Both coop kernels: cooperative matrices, subgroups fixed at 32 lanes (each kernel indexes its
+    16 x 16 matrices by subgroup), and an architecture whose inputs fit f16."""
+    return (caps.coop_matrix and caps.subgroup_size == 32 and caps.subgroup_fixed
+            and arch not in COOP_REFUSED_ARCHS)
+
+
 def coop_shape(caps: KernelCaps, arch: str, n: int, rows: int, n_in: int) -> tuple | None:
     """(SG_M, SG_N, BLK_M, BLK_N, k splits) of matmul_rows_coop for n weight rows x `rows` chunk
     rows over n_in, or None. Auto: the largest tile dividing both whose grid reaches
     caps.matmul_groups workgroups (COOP_GROUPS by default), else the smallest dividing tile,
     split over k until it does."""
     start = COOP_START if caps.matmul_coop == 0 else caps.matmul_coop
-    if (not caps.coop_matrix or caps.matmul_coop < 0 or rows < start or caps.subgroup_size != 32
-            or not caps.subgroup_fixed or arch in COOP_REFUSED_ARCHS or n_in % COOP_BK):
+    if not coop_usable(caps, arch) or caps.matmul_coop < 0 or rows < start or n_in % COOP_BK:
         return None
     tiles = [parse_tile(caps.coop_tile)] if caps.coop_tile else list(COOP_TILES)
     fits = []
@@ -76,14 +83,14 @@ ATTN_KNOWN_ATTRS = {"n_heads", "n_kv_heads", "head_dim", "scale", "rows", "windo
 
 def coop_attention_subgroups(caps: KernelCaps, arch: str, attrs: dict, kv_f16: bool) -> int:
     """Subgroups (16 chunk rows each) per attention_rows_coop workgroup, or 0 (the f32 kernels):
-    head_dim <= COOP_ATTN_AUTO_MAX_D unless caps.attn_coop > 0 forces it, f16 caches (it reads them as f16 matrices), no sliding window, head_dim a multiple of 16, chunk
-    rows a multiple of 16, and no attention attribute it does not implement."""
+    head_dim <= COOP_ATTN_AUTO_MAX_D unless caps.attn_coop > 0 forces it, f16 caches (it reads them
+    as f16 matrices), no sliding window, head_dim and chunk rows multiples of 16, and no attention
+    attribute it does not implement."""
     d, rows = int(attrs["head_dim"]), int(attrs.get("rows", 1))
     if caps.attn_coop == 0 and d > COOP_ATTN_AUTO_MAX_D:
         return 0
-    if (not caps.coop_matrix or caps.attn_coop < 0 or caps.subgroup_size != 32 or not caps.subgroup_fixed
-            or arch in COOP_REFUSED_ARCHS or not kv_f16 or int(attrs.get("window", 0)) or d % 16
-            or rows % 16 or set(attrs) - ATTN_KNOWN_ATTRS):
+    if (not coop_usable(caps, arch) or caps.attn_coop < 0 or not kv_f16 or int(attrs.get("window", 0))
+            or d % 16 or rows % 16 or set(attrs) - ATTN_KNOWN_ATTRS):
         return 0
     # the most subgroups per workgroup (they share nothing but the launch) that still gives
     # COOP_GROUPS workgroups, else one; shared per subgroup: queries / last K block and last V block

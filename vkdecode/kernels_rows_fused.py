@@ -8,8 +8,8 @@ matvecs do around it: derive each chunk row's 1/rms itself (RMS_NORM_MATMUL: q, 
 dispatch), pair gate and up rows for SwiGLU / GeGLU, add the residual in the store: 8 dispatches a
 layer (norm+qkv, 2 ropes, kv_write, attention, o+add, norm+gate+up+act, down+add).
 
-Rules apply only where the per-op chunk takes matmul_rows_narrow (chunk_rules: a GPU's caps, 2..16
-rows); a CPU (caps.matmul_narrow < 0) and wider chunks keep the per-op kernels. Every builder returns
+Rules apply only where caps.chunk_fuse asks for them (off by default: no faster on the H100) and
+the per-op chunk takes matmul_rows_narrow (chunk_rules: a GPU's caps, 2..16 rows); a CPU (caps.matmul_narrow < 0) and wider chunks keep the per-op kernels. Every builder returns
 None (the region's per-op kernels, always correct) for what the kernel does not cover: a weight
 bound in row ranges (beyond maxStorageBufferRange).
 """

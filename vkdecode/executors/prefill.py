@@ -106,9 +106,9 @@ class ChunkRun(NamedTuple):
 
 def chunk_executor(mode: str, device, program, caps, share):
     """An executor of a chunk program in `mode`, every slice it can share taken from `share`.
-    Replay modes run the chunk kernels recorded once: per op, except in fused mode where the
-    chunk takes the GPU narrow matmul (kernels_rows_fused.chunk_rules: the projections fused with
-    their norm, GLU or residual add). The decode rules are never applied to a chunk: their kernels are
+    Replay modes run the chunk kernels recorded once: per op, except in fused mode with
+    caps.chunk_fuse where the chunk takes the GPU narrow matmul (kernels_rows_fused.chunk_rules:
+    the projections fused with their norm, GLU or residual add). The decode rules are never applied to a chunk: their kernels are
     matvecs."""
     from vkdecode.executors.replay import ReplayExecutor
     from vkdecode.executors.unfused import UnfusedExecutor
