@@ -29,6 +29,12 @@ PRESETS = {
                (1024, 3072, "down"), (151936, 1024, "lm_head")]],
 }
 PRESETS["all"] = PRESETS["smollm2"] + PRESETS["qwen3"]
+# Llama-3.1-8B's matrices in llama.cpp's Q4_K_M mix (q6_k for attn_v, half the ffn_down and the
+# head), with f16 for the rate of the unquantised kernel on the same shapes
+PRESETS["llama8b"] = [("q4_k", 4096, 4096, "wq/wo"), ("q4_k", 1024, 4096, "wk"), ("q6_k", 1024, 4096, "wv"),
+                      ("q4_k", 14336, 4096, "gate/up"), ("q4_k", 4096, 14336, "down"),
+                      ("q6_k", 4096, 14336, "down"), ("q6_k", 128256, 4096, "lm_head"),
+                      ("f16", 14336, 4096, "gate/up"), ("q4_1", 14336, 4096, "gate/up")]
 # bytes/s per weight dtype on one shape (Qwen3-0.6B's gate/up and down): the K-quants' matvec should
 # read its bytes at no worse a rate than q4_1's (issue 13)
 PRESETS["dtypes"] = [(dt, o, i, w) for o, i, w in [(3072, 1024, "gate/up"), (1024, 3072, "down")]
@@ -141,34 +147,47 @@ def copy_bandwidth(dev, nbytes: int = 512 << 20, reps: int = 5) -> float:
     return copy_bandwidths(dev, nbytes, reps)["vkCmdCopyBuffer"]
 
 
+def _variants(ab: str) -> list[dict]:
+    """--ab "A,B=2,C+D,caps:kwide=-1": the default, then -DA, -DB=2, -DC -DD, and KernelCaps(kwide=-1)."""
+    return [{}] + [dict((kv.partition("=")[0], kv.partition("=")[2] or 1) for kv in v.split("+"))
+                   for v in ab.split(",") if v]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--preset", default="all", choices=sorted(PRESETS))
     ap.add_argument("--sweep", action="store_true", help="also try workgroup sizes x rows per workgroup")
+    ap.add_argument("--sweep-wg", type=int, nargs="+", default=[32, 64, 128, 256])
+    ap.add_argument("--sweep-rows", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--barrier", default="full", choices=["full", "compute", "none"])
     ap.add_argument("--only", default="", help="substring of 'dtype-outxin' to keep")
     ap.add_argument("--copies", type=int, default=0,
                     help="weight copies rotated over (default: enough to exceed L2; 1: weights L2-resident)")
-    ap.add_argument("--ab", default="", help="DEFINE: also time each tuning with -DDEFINE, alternating A, B, A, B")
+    ap.add_argument("--ab", default="", help="DEFINE[,DEFINE2..]: also time each tuning with each -DDEFINE "
+                    "(caps:KNOB=V: a KernelCaps knob), alternating A, B, A, B")
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
     from vkdecode.vk import Device
     dev = Device()
     caps = KernelCaps.from_info(dev.info)
     res = {"device": dev.info.name, "driver": dev.info.driver_version, "date": time.strftime("%Y-%m-%d"),
-           "caps": caps.__dict__, "copy_GBps": copy_bandwidth(dev), "rows": []}
+           "caps": caps.__dict__, "copy_GBps": copy_bandwidth(dev, min(512 << 20, caps.max_storage_range & ~0xFFFF)), "rows": []}
     print(f"{res['device']} ({res['driver']}): buffer copy {res['copy_GBps']:.0f} GB/s", flush=True)
     tunings = [{}]
     if a.sweep:
-        tunings += [{"matvec_wg": w, "matvec_rows": r} for w in (32, 64, 128, 256) for r in (1, 2, 4, 8)]
+        tunings += [{"matvec_wg": w, "matvec_rows": r} for w in a.sweep_wg for r in a.sweep_rows]
     for dtype, out, n_in, what in PRESETS[a.preset]:
         if a.only not in f"{dtype}-{out}x{n_in}":
             continue
         case = Case(dev, dtype, out, n_in, a.copies)
-        runs = [(t, d) for t in tunings for d in ([{}, {a.ab: 1}] * 2 if a.ab else [{}])]
+        # untimed: on the H100 the first measurements of fresh buffers ran ~1.6x slow (first touch)
+        measure(case, caps, a.reps, a.barrier)
+        runs = [(t, d) for t in tunings for d in _variants(a.ab) * (2 if a.ab else 1)]
         for t, d in runs:
-            r = measure(case, replace(caps, **t), a.reps, a.barrier, d)
+            ct = {k[5:]: int(v) for k, v in d.items() if k.startswith("caps:")}
+            r = measure(case, replace(caps, **t, **ct), a.reps, a.barrier,
+                        {k: v for k, v in d.items() if not k.startswith("caps:")})
             r.update(what=what, auto=not t, defines=d)
             res["rows"].append(r)
             print(f"{dtype:6s} {out:6d}x{n_in:<5d} {what:8s} wg {r['wg']:3d} rows {r['rows']} "

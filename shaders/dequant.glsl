@@ -47,7 +47,14 @@ layout(binding = B_W) readonly buffer WU4 { uvec4 w_u4[]; };
 #endif
 #if defined(DT_Q8_0) || defined(DT_Q4_0) || defined(DT_Q4_1) || defined(DT_Q5_0) || defined(DT_Q5_1) || defined(DT_IQ4_NL) || defined(KQUANT)
 #define QUANT 1
+#if defined(KQUANT) && defined(WVEC)
+// KWIDE: a K-quant unit of 32 elements, four of the 8-element units below that share their scales
+// (kernels.matvec_shape sets WVEC for K-quants in the decode matvecs)
+#define KWIDE 1
+#define UNIT_ELEMS 32
+#else
 #define UNIT_ELEMS 8
+#endif
 layout(binding = B_S) readonly buffer WS { uint w_s[]; };
 layout(binding = B_S) readonly buffer WS4 { uvec4 w_s4[]; };
 layout(binding = B_W) readonly buffer WU2 { uvec2 w_u2[]; };
@@ -125,6 +132,18 @@ int k3_scale(uvec4 sw, uint i) {
     return int(lo | (hi << 4)) - 32;
 }
 #endif
+#ifdef DT_Q6_K
+// The 6-bit quants n of a q6_k unit, the low nibble of each byte of q under the 2 bits at the bottom
+// of each byte of h, as v = 1 + n/64: n shifted into the top mantissa bits of 1.0 by shifts and
+// and-ors, no int-to-float conversion (H100, Llama-3.1-8B's q6_k matvecs 7% faster than vec4(n):
+// bench/results/nvidia-h100-80gb-hbm3/kquant-wide/); 64 (dot(v, x) - 1.5 sum(x)) = dot(n - 32, x).
+#define Q6_SCL 64.0
+#define Q6_OFF 1.5
+vec4 q6v(uint q, uint h) {
+    return uintBitsToFloat((uvec4(q << 17, q << 9, q << 1, q >> 7) & 0x001E0000u)
+                           | (uvec4(h << 21, h << 13, h << 5, h >> 3) & 0x00600000u) | 0x3F800000u);
+}
+#endif
 #if defined(DT_Q4_K) || defined(DT_Q5_K)
 // Scales (x) and mins (y) of sub-blocks 2c (low byte) and 2c+1 (next byte), 6 bits each, from a
 // superblock's s words (d|dmin, then the 12 packed bytes): sub-block j < 4 keeps its 6 bits in
@@ -139,15 +158,24 @@ uvec2 k4_scale_min(uvec4 sw, uint c) {
 #endif
 
 #if defined(QUANT) || (defined(DT_F16) && defined(WVEC))
-#define XU_VEC4 2
+#define XN_VEC4 2
 #else
-#define XU_VEC4 1
+#define XN_VEC4 1
+#endif
+#ifdef KWIDE
+#define XU_VEC4 8
+#define load_x_n load_x8
+#define unit_dot_n unit_dot8
+#else
+#define XU_VEC4 XN_VEC4
+#define load_x_n load_x
+#define unit_dot_n unit_dot
 #endif
 
 #ifdef X4
 // The activations unit u multiplies, loaded once and reused for every row a thread handles.
 // Scalar units fill only the leading components.
-void load_x(uint u, out vec4 xv[XU_VEC4]) {
+void load_x_n(uint u, out vec4 xv[XN_VEC4]) {
 #if defined(DT_Q4_K) || defined(DT_Q5_K)
     uint b = u / 32, c = (u % 32) / 8, w = u % 8;   // qs word w of chunk c: 64c+4w.., 64c+32+4w..
     xv[0] = X4(64 * b + 16 * c + w);
@@ -166,7 +194,7 @@ void load_x(uint u, out vec4 xv[XU_VEC4]) {
     xv[0] = X4(8 * b + k);
     xv[1] = X4(8 * b + 4 + k);
 #elif defined(QUANT) || defined(WVEC)
-    for (uint j = 0; j < XU_VEC4; j++) xv[j] = X4(XU_VEC4 * u + j);
+    for (uint j = 0; j < XN_VEC4; j++) xv[j] = X4(XN_VEC4 * u + j);
 #elif defined(DT_F16)
     xv[0] = vec4(X1(2 * u), X1(2 * u + 1), 0.0, 0.0);
 #else
@@ -176,7 +204,7 @@ void load_x(uint u, out vec4 xv[XU_VEC4]) {
 #endif
 
 // Dot product of unit u of the row whose words start at rw (scales at rs) with its activations.
-float unit_dot(uint rw, uint rs, uint u, vec4 xv[XU_VEC4]) {
+float unit_dot_n(uint rw, uint rs, uint u, vec4 xv[XN_VEC4]) {
 #if defined(DT_F32)
 #ifdef WVEC
     return dot(w_f4[rw / 4 + u], xv[0]);
@@ -224,10 +252,9 @@ float unit_dot(uint rw, uint rs, uint u, vec4 xv[XU_VEC4]) {
     const float d = unpackHalf2x16(w_s[rs + 5 * b + 4]).x;
     const float s0 = float(bitfieldExtract(int(w_s[sb]), int(8 * (w / 4)), 8));
     const float s1 = float(bitfieldExtract(int(w_s[sb + 1]), int(8 * (w / 4)), 8));
-    // 6-bit quants assembled as integers, one conversion per element
-    const float a0 = dot(u2f4(bytebits(q, 0u, 0xFu) | (bytebits(qh, sh, 3u) << 4)), xv[0]) - 32.0 * xs0;
-    const float a1 = dot(u2f4(bytebits(q, 4u, 0xFu) | (bytebits(qh, sh + 4, 3u) << 4)), xv[1]) - 32.0 * xs1;
-    return d * (s0 * a0 + s1 * a1);
+    const float a0 = dot(q6v(q, qh >> sh), xv[0]) - Q6_OFF * xs0;
+    const float a1 = dot(q6v(q >> 4, qh >> (sh + 4)), xv[1]) - Q6_OFF * xs1;
+    return Q6_SCL * d * (s0 * a0 + s1 * a1);
 #else
     const uint c = (u % 32) / 8;
     const uvec4 sw = w_s4[rs / 4 + b];
@@ -280,6 +307,58 @@ float unit_dot(uint rw, uint rs, uint u, vec4 xv[XU_VEC4]) {
 #endif
 #endif
 }
+
+#ifdef KWIDE
+// A 32-element K-quant unit: the 8-element units 4u..4u+3, whose weights are 4 adjacent words of one
+// q4_k chunk / q6_k half sharing their scales, decoded once per unit instead of once per word (H100,
+// Llama-3.1-8B shapes: the scale decode was ~25% of a q4_k matvec's time). The x layout is that of
+// the four narrow units: xv[2i], xv[2i + 1] multiply narrow unit 4u + i.
+#ifdef X4
+void load_x(uint u, out vec4 xv[XU_VEC4]) {
+    for (uint i = 0; i < 4; i++) {
+        vec4 t[2];
+        load_x8(4 * u + i, t);
+        xv[2 * i] = t[0];
+        xv[2 * i + 1] = t[1];
+    }
+}
+#endif
+
+float unit_dot(uint rw, uint rs, uint u, vec4 xv[XU_VEC4]) {
+#if defined(DT_Q4_K) || defined(DT_Q6_K)
+    const vec4 x0 = (xv[0] + xv[2]) + (xv[4] + xv[6]), x1 = (xv[1] + xv[3]) + (xv[5] + xv[7]);
+    const float xs0 = (x0.x + x0.y) + (x0.z + x0.w), xs1 = (x1.x + x1.y) + (x1.z + x1.w);
+    const uint b = u / 8;
+#endif
+#if defined(DT_Q4_K)
+    const uvec4 sw = w_s4[rs / 4 + b];
+    const vec2 dm = unpackHalf2x16(sw.x);
+    const uvec2 scm = k4_scale_min(sw, (u % 8) / 2);
+    const uvec4 q = w_u4[rw / 4 + u];   // rw: whole superblocks of 32 words
+    const float a0 = (dot(lo4(q.x), xv[0]) + dot(lo4(q.y), xv[2])) + (dot(lo4(q.z), xv[4]) + dot(lo4(q.w), xv[6]));
+    const float a1 = (dot(hi4(q.x), xv[1]) + dot(hi4(q.y), xv[3])) + (dot(hi4(q.z), xv[5]) + dot(hi4(q.w), xv[7]));
+    return dm.x * (u2f(scm.x & 0xFFu) * a0 + u2f(scm.x >> 8) * a1)
+         - dm.y * (u2f(scm.y & 0xFFu) * xs0 + u2f(scm.y >> 8) * xs1);
+#elif defined(DT_Q6_K)
+    const uint n = (u % 8) / 4, g = u % 4;     // ql words 4g.. of half n, their qh words 4(g % 2)..
+    const uvec4 q = w_u4[(rw + 48 * b + 16 * n + 4 * g) / 4];   // rw: whole superblocks of 48 words
+    const uvec4 qh = w_u4[(rw + 48 * b + 32 + 8 * n + 4 * (g % 2)) / 4] >> (g < 2u ? 0u : 2u);
+    const uint sb = rs + 5 * b + 2 * n;
+    const float d = unpackHalf2x16(w_s[rs + 5 * b + 4]).x;
+    const float s0 = float(bitfieldExtract(int(w_s[sb]), int(8 * g), 8));
+    const float s1 = float(bitfieldExtract(int(w_s[sb + 1]), int(8 * g), 8));
+    const float a0 = (dot(q6v(q.x, qh.x), xv[0]) + dot(q6v(q.y, qh.y), xv[2]))
+                   + (dot(q6v(q.z, qh.z), xv[4]) + dot(q6v(q.w, qh.w), xv[6])) - Q6_OFF * xs0;
+    const float a1 = (dot(q6v(q.x >> 4, qh.x >> 4), xv[1]) + dot(q6v(q.y >> 4, qh.y >> 4), xv[3]))
+                   + (dot(q6v(q.z >> 4, qh.z >> 4), xv[5]) + dot(q6v(q.w >> 4, qh.w >> 4), xv[7])) - Q6_OFF * xs1;
+    return Q6_SCL * d * (s0 * a0 + s1 * a1);
+#else
+    float s = 0.0;
+    for (uint i = 0; i < 4; i++) s += unit_dot8(rw, rs, 4 * u + i, vec4[2](xv[2 * i], xv[2 * i + 1]));
+    return s;
+#endif
+}
+#endif
 
 // Element i of the row whose words start at rw (scales at rs); used where a row is read once.
 float dequant_elem(uint rw, uint rs, uint i) {

@@ -42,6 +42,9 @@
 #define q5hi FW_CAT(q5hi_, SLOT)
 #define load_x FW_CAT(load_x_, SLOT)
 #define unit_dot FW_CAT(unit_dot_, SLOT)
+#define load_x8 FW_CAT(load_x8_, SLOT)
+#define unit_dot8 FW_CAT(unit_dot8_, SLOT)
+#define q6v FW_CAT(q6v_, SLOT)
 #define dequant_elem FW_CAT(dequant_elem_, SLOT)
 #define unit_weights FW_CAT(unit_weights_, SLOT)
 #define unit_vec4 FW_CAT(unit_vec4_, SLOT)
@@ -108,6 +111,12 @@
 #undef QUANT
 #undef BLOCK_WORDS
 #undef XU_VEC4
+#undef XN_VEC4
+#undef KWIDE
+#undef load_x_n
+#undef unit_dot_n
+#undef Q6_SCL
+#undef Q6_OFF
 #include "dequant.glsl"
 
 #ifndef FW_NO_FMV_ROWS

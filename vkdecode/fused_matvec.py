@@ -20,6 +20,7 @@ from vkdecode.kernels import (
     _reduce_defines,
     _wbindings,
     _wg,
+    kwide,
     matvec_shape,
     row_chunks,
     weight_parts,
@@ -100,6 +101,10 @@ def _norm_matmul_call(p: Program, region: Region, idx: list[int], caps: KernelCa
     else:   # quant dtypes only (_dtype_group): one per slot, shaders/fused_wslot.glsl SLOT_DTYPES
         dt_defines = _reduce_defines(caps) + (("SLOT_DTYPES", "1"),) + tuple(
             (f"DTS_{slot}", str(QUANT_TYPES.index(dt))) for slot, dt in enumerate(dtypes))
+        # the slots share one unit size: wide K-quant units only if every slot is a K-quant
+        wvec = all(kwide(dt, caps) for dt in dtypes)
+        wg, rpw, _ = matvec_shape(dtype if wvec else "q8_0", k, sum(rows), caps)
+        dt_defines += (("WVEC", "1"),) if wvec else ()
     s = _Slots()
     s.add("B_X", Binding(r["x"]))
     s.add("B_NW", Binding(r["norm_w"]))

@@ -27,6 +27,7 @@ class KernelCaps:
                                 # < 0: none does, split attention keeps its attention_combine dispatch)
     matvec_wg: int = 0
     matvec_rows: int = 0
+    kwide: int = 0              # K-quant matvecs in 32-element units sharing one scale decode (0: on, < 0: 8)
     prefetch_bytes: int = 0     # weight bytes each fused attention prefetches into L2 (0: auto, < 0: none)
     prefetch_groups: int = 0    # prefetch workgroups per attention dispatch (0: fused_prefetch default)
     matmul_narrow: int = 0      # chunk widths up to this take matmul_rows_narrow (0: 16, < 0: never)

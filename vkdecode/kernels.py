@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from fusion.ir import Op, Program
 from vkdecode.kernel_caps import KernelCaps
-from vkdecode.quant import QUANT_TYPES, row_words
+from vkdecode.quant import K_TYPES, QUANT_TYPES, row_words
 
 MAX_GROUPS_X = 65535  # the minimum maxComputeWorkGroupCount[0]; larger grids go 2-D
 
@@ -139,11 +139,17 @@ def _embed(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     return calls
 
 
+def kwide(dtype: str, caps: KernelCaps) -> bool:
+    """K-quant matvec rows in 32-element units (K-quant rows are whole 256-element superblocks)."""
+    return dtype in K_TYPES and caps.kwide >= 0
+
+
 def matvec_shape(dtype: str, n_in: int, n_rows: int, caps: KernelCaps) -> tuple[int, int, bool]:
-    """(workgroup size, rows per workgroup, wide loads) of a matvec; shared with fused kernels."""
-    wvec = (dtype == "f32" and n_in % 4 == 0) or (dtype == "f16" and n_in % 8 == 0)
+    """(workgroup size, rows per workgroup, wide units) of a matvec; shared with fused kernels. Wide
+    units (define WVEC): 16-byte loads of f32/f16 rows, 32-element K-quant units (dequant.glsl KWIDE)."""
+    wvec = (dtype == "f32" and n_in % 4 == 0) or (dtype == "f16" and n_in % 8 == 0) or kwide(dtype, caps)
     # elements per invocation step (shaders/dequant.glsl "unit")
-    unit = 8 if dtype in QUANT_TYPES else (4 if wvec else 1) * (2 if dtype == "f16" else 1)
+    unit = (32 if wvec else 8) if dtype in QUANT_TYPES else (4 if wvec else 1) * (2 if dtype == "f16" else 1)
     units = n_in // unit
     # Measured on an H100 (bench/matvec_bench.py --sweep): matrices with few rows want every
     # invocation on its own unit (most parallelism); an lm_head-sized one (>= 2M units) is
@@ -151,6 +157,10 @@ def matvec_shape(dtype: str, n_in: int, n_rows: int, caps: KernelCaps) -> tuple[
     # per-row reduction work.
     if n_rows * units >= (2 << 20):
         wg, rows = _wg(caps, -(-units // 2), cap=256), 2
+    elif wvec and dtype in K_TYPES:
+        # 32-element K-quant units: at most 128 lanes a row, 2 rows (H100, Llama-3.1-8B's q4_k / q6_k
+        # matvecs: 256 lanes 10-30% slower; bench/results/nvidia-h100-80gb-hbm3/kquant-wide/)
+        wg, rows = _wg(caps, units, cap=128), 2
     else:
         wg, rows = _wg(caps, units, cap=256), (2 if n_rows >= 1536 else 1)
     wg = caps.matvec_wg or wg

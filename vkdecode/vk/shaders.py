@@ -81,6 +81,16 @@ def _define_args(defines: dict | None) -> list[str]:
     return args
 
 
+def extra_defines() -> dict:
+    """VKDECODE_DEFINES=A,B=1: defines added to every shader, for A/B runs of a shader variant in a
+    whole decode step (bench/README.md); unset in normal use."""
+    out = {}
+    for item in filter(None, (t.strip() for t in os.environ.get("VKDECODE_DEFINES", "").split(","))):
+        k, _, v = item.partition("=")
+        out[k] = v or None
+    return out
+
+
 def compile_shader(name: str, defines: dict | None = None) -> bytes:
     """SPIR-V for shaders/<name>.comp (or a .comp path), from the cache when source+defines+compiler match."""
     global _invocations
@@ -88,7 +98,7 @@ def compile_shader(name: str, defines: dict | None = None) -> bytes:
     if not src.exists():
         raise ShaderError(f"shader {name!r} not found ({src})")
     compiler, version = _compiler()
-    dargs = _define_args(defines)
+    dargs = _define_args({**extra_defines(), **(defines or {})})
     h = hashlib.sha256()
     _hash_sources(src, [shader_dir()], h, set())
     h.update("\0".join(dargs).encode() + b"\0" + version.encode())
