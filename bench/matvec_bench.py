@@ -149,8 +149,8 @@ def copy_bandwidth(dev, nbytes: int = 512 << 20, reps: int = 5) -> float:
 
 def _variants(ab: str) -> list[dict]:
     """--ab "A,B=2,C+D,caps:kwide=-1": the default, then -DA, -DB=2, -DC -DD, and KernelCaps(kwide=-1)."""
-    return [{}] + [dict((kv.partition("=")[0], kv.partition("=")[2] or 1) for kv in v.split("+"))
-                   for v in ab.split(",") if v]
+    return [{}] + [{k: v or 1 for k, _, v in (kv.partition("=") for kv in item.split("+"))}
+                   for item in ab.split(",") if item]
 
 
 def main(argv=None) -> int:
