@@ -43,7 +43,7 @@ def test_attention_grid_splits():
 
 
 def test_combine_absorbed_by_the_o_projection():
-    p, calls, owners = _lowered()
+    p, calls, owners = _lowered("smollm2-135m")
     combines = [i for i, c in enumerate(calls) if c.shader == "attention_combine"]
     assert len(combines) == 2
     new, new_owners = absorb_combines(p, calls, owners, CAPS)
@@ -65,7 +65,7 @@ def test_combine_absorbed_by_the_o_projection():
 
 
 def test_combine_kept_when_another_call_reads_the_output():
-    p, calls, owners = _lowered()
+    p, calls, owners = _lowered("smollm2-135m")
     comb = next(c for c in calls if c.shader == "attention_combine")
     out = comb.bindings[1].value
     extra = KernelCall("add", (64, 8), (comb.bindings[1], comb.bindings[1], comb.bindings[1]), (2,), (1, 1, 1))
@@ -152,7 +152,9 @@ def test_gpu_work_at_a_position_does_not_grow_with_ctx(spec):
     launches the workgroups, and the o-projection combines the splits in the batches, that it does
     at ctx 1280, up to ctx 32768 (before: position 1000 of Qwen3 ran 5 splits at ctx 1280 and 8 at
     8192, and the absorbed combine held arrays of all 32 splits)."""
-    gpu = replace(CAPS, subgroup_fixed=True)
+    # Qwen3's o-projection keeps its combine dispatch by default (CX_ABSORB_MAX); absorbing is forced
+    # here so the absorbed combine's batches are checked at head_dim 128 too
+    gpu = replace(CAPS, subgroup_fixed=True, cx_rows=2 if spec == "qwen3-0.6b" else 0)
     calls = {ctx: _step_calls(spec, ctx, gpu) for ctx in (1280, 8192, 32768)}
     assert any("COMBINE_X" in dict(c.defines) for c in calls[8192])
     for pos in (0, 16, 255, 1000, 1279):
@@ -163,3 +165,14 @@ def test_gpu_work_at_a_position_does_not_grow_with_ctx(spec):
     assert attn[0][1][0] == (8 if hd == 128 else 16)   # splits of 125 rows (head_dim 128), of 63 (64)
     combine = [w[2] for w in _work_at(calls[32768], 32000) if w[2]]
     assert combine and all(b <= CX_BATCH and n * b >= live for live, b, n in combine)
+
+
+@pytest.mark.parametrize("spec,absorbed", [("smollm2-135m", True), ("qwen3-0.6b", False)])
+def test_combine_absorbed_only_while_it_pays(spec, absorbed):
+    """Every absorbing o-projection workgroup redoes the whole combine: kept as its own dispatch once
+    workgroups x heads x head_dim passes CX_ABSORB_MAX (Qwen3-0.6B: 512 x 2048), unless cx_rows asks."""
+    p, calls, owners = _lowered(spec)
+    new, _ = absorb_combines(p, calls, owners, CAPS)
+    assert (not [c for c in new if c.shader == "attention_combine"]) == absorbed
+    forced, _ = absorb_combines(p, calls, owners, replace(CAPS, cx_rows=4))
+    assert not [c for c in forced if c.shader == "attention_combine"]

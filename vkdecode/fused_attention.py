@@ -173,7 +173,7 @@ def absorb_combines(program: Program, calls: list[KernelCall], owners: list[int]
         for i, b in enumerate(call.bindings):
             if b.value in held and i not in call.writes:
                 comb, comb_owner = held.pop(b.value)
-                if call.shader == "matmul_add":
+                if call.shader == "matmul_add" and _absorb_pays(call, comb, caps):
                     call = _combining_matmul_add(call, i, comb, caps)
                 else:
                     out_calls.append(comb)
@@ -184,6 +184,22 @@ def absorb_combines(program: Program, calls: list[KernelCall], owners: list[int]
         out_calls.append(comb)
         out_owners.append(comb_owner)
     return out_calls, out_owners
+
+
+# An absorbing o-projection's workgroups each redo the whole combine (heads x head_dim floats per
+# live split), so it pays only while workgroups x that stay small. H100, ctx 1024 (ab_modes, GPU µs
+# per token, bench/results/nvidia-h100-80gb-hbm3/kquant-wide/ab-cx-*): Llama-3.1-8B Q4_K_M shape
+# (2048 workgroups x 4096) 5286 absorbed vs 4390 separate, Qwen3-0.6B Q4_K_M (512 x 2048) 1227 vs
+# 1146; SmolLM2 (576 x 576) absorbed was 6% faster (session-2026-11-23c/ab-cx-smollm2-*).
+CX_ABSORB_MAX = 512 * 1024
+
+
+def _absorb_pays(call: KernelCall, comb: KernelCall, caps: KernelCaps) -> bool:
+    if caps.cx_rows > 0:
+        return True
+    _, h, d = comb.spec[:3]
+    wg, _, m, rows = call.spec
+    return -(-m // min(wg, rows)) * h * d <= CX_ABSORB_MAX
 
 
 def _combining_matmul_add(call: KernelCall, x: int, comb: KernelCall, caps: KernelCaps) -> KernelCall:

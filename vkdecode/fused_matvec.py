@@ -102,7 +102,7 @@ def _norm_matmul_call(p: Program, region: Region, idx: list[int], caps: KernelCa
         dt_defines = _reduce_defines(caps) + (("SLOT_DTYPES", "1"),) + tuple(
             (f"DTS_{slot}", str(QUANT_TYPES.index(dt))) for slot, dt in enumerate(dtypes))
         # the slots share one unit size: wide K-quant units only if every slot is a K-quant
-        wvec = all(kwide(dt, caps) for dt in dtypes)
+        wvec = all(kwide(dt, k, caps) for dt in dtypes)
         wg, rpw, _ = matvec_shape(dtype if wvec else "q8_0", k, sum(rows), caps)
         dt_defines += (("WVEC", "1"),) if wvec else ()
     s = _Slots()

@@ -27,7 +27,8 @@ class KernelCaps:
                                 # < 0: none does, split attention keeps its attention_combine dispatch)
     matvec_wg: int = 0
     matvec_rows: int = 0
-    kwide: int = 0              # K-quant matvecs in 32-element units sharing one scale decode (0: on, < 0: 8)
+    kwide: int = 0              # K-quant matvecs in 32-element units sharing one scale decode (0: rows of
+                                # 4096 and more, > 0: all, < 0: none: 8-element units)
     prefetch_bytes: int = 0     # weight bytes each fused attention prefetches into L2 (0: auto, < 0: none)
     prefetch_groups: int = 0    # prefetch workgroups per attention dispatch (0: fused_prefetch default)
     matmul_narrow: int = 0      # chunk widths up to this take matmul_rows_narrow (0: 16, < 0: never)
@@ -76,6 +77,9 @@ class KernelCaps:
             # (lavapipe runs the absorbed combine's code even when one split is live: SmolLM2 Q4_1
             # ctx 4096 pos 16-24, 302 ms/token absorbed, 279-289 separate, 277-284 at ctx 256)
             tuning.setdefault("cx_rows", -1)
+            # and 32-element K-quant units at every width (lavapipe, q6_k 1024x4096 matvec
+            # 1.56 vs 2.98 ms in 8-element units: bench/matvec_bench.py --ab caps:kwide=-1)
+            tuning.setdefault("kwide", 1)
             # and no L2 prefetch (fused_prefetch.py): a CPU has no GPU cache to fill, only work to waste
             tuning.setdefault("prefetch_bytes", -1)
             # and the tiled chunk matmul at every width (tuned there; the narrow kernel's 64-lane

@@ -139,15 +139,18 @@ def _embed(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     return calls
 
 
-def kwide(dtype: str, caps: KernelCaps) -> bool:
-    """K-quant matvec rows in 32-element units (K-quant rows are whole 256-element superblocks)."""
-    return dtype in K_TYPES and caps.kwide >= 0
+def kwide(dtype: str, n_in: int, caps: KernelCaps) -> bool:
+    """K-quant matvec rows in 32-element units (K-quant rows are whole 256-element superblocks).
+    Automatic (caps.kwide 0) from 4096-wide rows: H100, Llama-3.1-8B Q4_K_M shape 5435 -> 4390 µs
+    per token (with the separate attention combine), while Qwen3-0.6B Q4_K_M's 1024..3072-wide rows
+    ran 2-5% slower in wide units (bench/results/nvidia-h100-80gb-hbm3/kquant-wide/)."""
+    return dtype in K_TYPES and (caps.kwide > 0 or (caps.kwide == 0 and n_in >= 4096))
 
 
 def matvec_shape(dtype: str, n_in: int, n_rows: int, caps: KernelCaps) -> tuple[int, int, bool]:
     """(workgroup size, rows per workgroup, wide units) of a matvec; shared with fused kernels. Wide
     units (define WVEC): 16-byte loads of f32/f16 rows, 32-element K-quant units (dequant.glsl KWIDE)."""
-    wvec = (dtype == "f32" and n_in % 4 == 0) or (dtype == "f16" and n_in % 8 == 0) or kwide(dtype, caps)
+    wvec = (dtype == "f32" and n_in % 4 == 0) or (dtype == "f16" and n_in % 8 == 0) or kwide(dtype, n_in, caps)
     # elements per invocation step (shaders/dequant.glsl "unit")
     unit = (32 if wvec else 8) if dtype in QUANT_TYPES else (4 if wvec else 1) * (2 if dtype == "f16" else 1)
     units = n_in // unit

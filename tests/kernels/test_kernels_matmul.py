@@ -88,11 +88,15 @@ VARIANTS = [("q4_1", 67, 576, {"matvec_wg": 8, "matvec_rows": 1}),
             ("f32", 70, 30, {"matvec_rows": 8, "matvec_wg": 16}),
             ("q4_k", 67, 512, {"matvec_wg": 8, "matvec_rows": 3}),
             ("q6_k", 33, 1024, {"matvec_rows": 2, "matvec_wg": 256}),
-            ("q5_k", 35, 256, {"matvec_rows": 4, "matvec_wg": 16})]
+            ("q5_k", 35, 256, {"matvec_rows": 4, "matvec_wg": 16}),
+            # both K-quant unit widths (dequant.glsl KWIDE), whatever this device's default
+            ("q4_k", 67, 512, {"kwide": -1}), ("q6_k", 33, 1024, {"kwide": -1}), ("q3_k", 35, 512, {"kwide": -1}),
+            ("q4_k", 67, 512, {"kwide": 1}), ("q6_k", 33, 1024, {"kwide": 1}), ("q3_k", 35, 512, {"kwide": 1}),
+            ("q5_k", 35, 256, {"kwide": 1, "matvec_wg": 8}), ("q2_k", 35, 768, {"kwide": 1, "matvec_rows": 3})]
 
 
 @pytest.mark.parametrize("dtype,out,n_in,tune", [
-    pytest.param(d, o, i, t, id=f"matmul-{d}-{o}x{i}-" + "-".join(f"{k[7:]}{v}" for k, v in t.items()))
+    pytest.param(d, o, i, t, id=f"matmul-{d}-{o}x{i}-" + "-".join(f"{k.removeprefix('matvec_')}{v}" for k, v in t.items()))
     for d, o, i, t in VARIANTS])
 @pytest.mark.parametrize("path", ["sg", "smem"])
 def test_matmul_workgroup_shapes(device, dtype, out, n_in, tune, path):
