@@ -143,6 +143,15 @@ vec4 q6v(uint q, uint h) {
     return uintBitsToFloat((uvec4(q << 17, q << 9, q << 1, q >> 7) & 0x001E0000u)
                            | (uvec4(h << 21, h << 13, h << 5, h >> 3) & 0x00600000u) | 0x3F800000u);
 }
+// d * (s0 * a0 + s1 * a1) for half n of superblock b, whose int8 scales are byte g of its s words
+// 2n (low nibbles' sub-block) and 2n + 1 (high), a0 / a1 the sums of (v - Q6_OFF) x of each
+float q6_scaled(uint rs, uint b, uint n, uint g, float a0, float a1) {
+    const uint sb = rs + 5 * b + 2 * n;
+    const float d = unpackHalf2x16(w_s[rs + 5 * b + 4]).x;
+    const float s0 = float(bitfieldExtract(int(w_s[sb]), int(8 * g), 8));
+    const float s1 = float(bitfieldExtract(int(w_s[sb + 1]), int(8 * g), 8));
+    return Q6_SCL * d * (s0 * a0 + s1 * a1);
+}
 #endif
 #if defined(DT_Q4_K) || defined(DT_Q5_K)
 // Scales (x) and mins (y) of sub-blocks 2c (low byte) and 2c+1 (next byte), 6 bits each, from a
@@ -154,6 +163,12 @@ uvec2 k4_scale_min(uvec4 sw, uint c) {
     // a select, not a branch: c differs between the 8-lane groups of one subgroup
     return c < 2u ? uvec2(a & 0x3F3Fu, b & 0x3F3Fu)
                   : uvec2((e & 0x0F0Fu) | ((a >> 2) & 0x3030u), ((e >> 4) & 0x0F0Fu) | ((b >> 2) & 0x3030u));
+}
+// dm.x (sc0 a0 + sc1 a1) - dm.y (m0 xs0 + m1 xs1): the dots a0 / a1 of sub-blocks 2c / 2c+1 scaled
+// (scm = k4_scale_min), their x sums xs0 / xs1 times the mins subtracted
+float k4_scaled(vec2 dm, uvec2 scm, float a0, float a1, float xs0, float xs1) {
+    return dm.x * (u2f(scm.x & 0xFFu) * a0 + u2f(scm.x >> 8) * a1)
+         - dm.y * (u2f(scm.y & 0xFFu) * xs0 + u2f(scm.y >> 8) * xs1);
 }
 #endif
 
@@ -248,13 +263,9 @@ float unit_dot_n(uint rw, uint rs, uint u, vec4 xv[XN_VEC4]) {
     const uint q = w_u[rw + 48 * b + u % 32];
     const uint qh = w_u[rw + 48 * b + 32 + 8 * n + w % 8];
     const uint sh = w < 8u ? 0u : 2u;          // ql bytes 32.. pair with qh bits 2-3 / 6-7
-    const uint sb = rs + 5 * b + 2 * n;        // int8 scales of this half: word 2n (low), 2n+1 (high)
-    const float d = unpackHalf2x16(w_s[rs + 5 * b + 4]).x;
-    const float s0 = float(bitfieldExtract(int(w_s[sb]), int(8 * (w / 4)), 8));
-    const float s1 = float(bitfieldExtract(int(w_s[sb + 1]), int(8 * (w / 4)), 8));
     const float a0 = dot(q6v(q, qh >> sh), xv[0]) - Q6_OFF * xs0;
     const float a1 = dot(q6v(q >> 4, qh >> (sh + 4)), xv[1]) - Q6_OFF * xs1;
-    return Q6_SCL * d * (s0 * a0 + s1 * a1);
+    return q6_scaled(rs, b, n, w / 4, a0, a1);
 #else
     const uint c = (u % 32) / 8;
     const uvec4 sw = w_s4[rs / 4 + b];
@@ -269,8 +280,7 @@ float unit_dot_n(uint rw, uint rs, uint u, vec4 xv[XN_VEC4]) {
     const uint q = w_u[rw + u];
     const float a0 = dot(lo4(q), xv[0]), a1 = dot(hi4(q), xv[1]);
 #endif
-    return dm.x * (u2f(scm.x & 0xFFu) * a0 + u2f(scm.x >> 8) * a1)
-         - dm.y * (u2f(scm.y & 0xFFu) * xs0 + u2f(scm.y >> 8) * xs1);
+    return k4_scaled(dm, scm, a0, a1, xs0, xs1);
 #endif
 #else
     vec2 dm = unpackHalf2x16(w_s[rs + u / 4]);
@@ -337,21 +347,16 @@ float unit_dot(uint rw, uint rs, uint u, vec4 xv[XU_VEC4]) {
     const uvec4 q = w_u4[rw / 4 + u];   // rw: whole superblocks of 32 words
     const float a0 = (dot(lo4(q.x), xv[0]) + dot(lo4(q.y), xv[2])) + (dot(lo4(q.z), xv[4]) + dot(lo4(q.w), xv[6]));
     const float a1 = (dot(hi4(q.x), xv[1]) + dot(hi4(q.y), xv[3])) + (dot(hi4(q.z), xv[5]) + dot(hi4(q.w), xv[7]));
-    return dm.x * (u2f(scm.x & 0xFFu) * a0 + u2f(scm.x >> 8) * a1)
-         - dm.y * (u2f(scm.y & 0xFFu) * xs0 + u2f(scm.y >> 8) * xs1);
+    return k4_scaled(dm, scm, a0, a1, xs0, xs1);
 #elif defined(DT_Q6_K)
     const uint n = (u % 8) / 4, g = u % 4;     // ql words 4g.. of half n, their qh words 4(g % 2)..
     const uvec4 q = w_u4[(rw + 48 * b + 16 * n + 4 * g) / 4];   // rw: whole superblocks of 48 words
     const uvec4 qh = w_u4[(rw + 48 * b + 32 + 8 * n + 4 * (g % 2)) / 4] >> (g < 2u ? 0u : 2u);
-    const uint sb = rs + 5 * b + 2 * n;
-    const float d = unpackHalf2x16(w_s[rs + 5 * b + 4]).x;
-    const float s0 = float(bitfieldExtract(int(w_s[sb]), int(8 * g), 8));
-    const float s1 = float(bitfieldExtract(int(w_s[sb + 1]), int(8 * g), 8));
     const float a0 = (dot(q6v(q.x, qh.x), xv[0]) + dot(q6v(q.y, qh.y), xv[2]))
                    + (dot(q6v(q.z, qh.z), xv[4]) + dot(q6v(q.w, qh.w), xv[6])) - Q6_OFF * xs0;
     const float a1 = (dot(q6v(q.x >> 4, qh.x >> 4), xv[1]) + dot(q6v(q.y >> 4, qh.y >> 4), xv[3]))
                    + (dot(q6v(q.z >> 4, qh.z >> 4), xv[5]) + dot(q6v(q.w >> 4, qh.w >> 4), xv[7])) - Q6_OFF * xs1;
-    return Q6_SCL * d * (s0 * a0 + s1 * a1);
+    return q6_scaled(rs, b, n, g, a0, a1);
 #else
     float s = 0.0;
     for (uint i = 0; i < 4; i++) s += unit_dot8(rw, rs, 4 * u + i, vec4[2](xv[2 * i], xv[2 * i + 1]));

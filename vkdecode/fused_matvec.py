@@ -95,15 +95,16 @@ def _norm_matmul_call(p: Program, region: Region, idx: list[int], caps: KernelCa
     dtype = dtypes[0]
     k = p.values[ws[0]].shape[1]
     rows = [p.values[w].shape[0] for w in ws]
-    wg, rpw, wvec = matvec_shape(dtype, k, sum(rows), caps)
-    if len(set(dtypes)) == 1:
+    # mixed quant slots share one unit size: wide K-quant units only if every slot takes them, else
+    # the 8-element unit of any quant dtype (q8_0's)
+    mixed = len(set(dtypes)) > 1
+    wide = all(kwide(dt, k, caps) for dt in dtypes)
+    wg, rpw, wvec = matvec_shape(dtype if not mixed or wide else "q8_0", k, sum(rows), caps)
+    if not mixed:
         dt_defines = _mv_defines(dtype, wvec, caps)
     else:   # quant dtypes only (_dtype_group): one per slot, shaders/fused_wslot.glsl SLOT_DTYPES
         dt_defines = _reduce_defines(caps) + (("SLOT_DTYPES", "1"),) + tuple(
             (f"DTS_{slot}", str(QUANT_TYPES.index(dt))) for slot, dt in enumerate(dtypes))
-        # the slots share one unit size: wide K-quant units only if every slot is a K-quant
-        wvec = all(kwide(dt, k, caps) for dt in dtypes)
-        wg, rpw, _ = matvec_shape(dtype if wvec else "q8_0", k, sum(rows), caps)
         dt_defines += (("WVEC", "1"),) if wvec else ()
     s = _Slots()
     s.add("B_X", Binding(r["x"]))

@@ -141,9 +141,9 @@ def _embed(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
 
 def kwide(dtype: str, n_in: int, caps: KernelCaps) -> bool:
     """K-quant matvec rows in 32-element units (K-quant rows are whole 256-element superblocks).
-    Automatic (caps.kwide 0) from 4096-wide rows: H100, Llama-3.1-8B Q4_K_M shape 5435 -> 4390 µs
-    per token (with the separate attention combine), while Qwen3-0.6B Q4_K_M's 1024..3072-wide rows
-    ran 2-5% slower in wide units (bench/results/nvidia-h100-80gb-hbm3/kquant-wide/)."""
+    Automatic (caps.kwide 0) from 4096-wide rows: H100, Llama-3.1-8B Q4_K_M shape 4668 -> 4324 µs
+    per token at ctx 64 (ab-kwide-llama8b.json), while Qwen3-0.6B Q4_K_M's 1024..3072-wide rows ran
+    ~5% slower in wide units (1227 vs 1167 µs, ab-cx-q06-*; bench/results/nvidia-h100-80gb-hbm3/kquant-wide/)."""
     return dtype in K_TYPES and (caps.kwide > 0 or (caps.kwide == 0 and n_in >= 4096))
 
 
