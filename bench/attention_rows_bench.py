@@ -72,7 +72,7 @@ def main(argv=None) -> int:
                           ("step", "data"): step}
                 variants = [replace(base, attn_rows_q=rq, attn_coop=-1) for rq in a.rows_q]
                 if base.coop_matrix and not a.no_coop:
-                    variants.append(replace(base, attn_coop=0))
+                    variants.append(replace(base, attn_coop=1))
                 for caps in variants:
                     rq = caps.attn_rows_q
                     r = time_calls(dev, p, op_calls(p, 0, caps), arrays, a.reps)

@@ -6,23 +6,31 @@
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_KHR_shader_subgroup_vote : require
 // attention over a prompt chunk on the tensor cores (VK_NV_cooperative_matrix; f16 KV caches,
-// causal, no sliding window): each 32-lane subgroup owns 16 chunk rows of one query head,
-// o_t = softmax(scale q_t . K[0..pos+t]) V[0..pos+t], pos = step.pos, in steps of NB blocks of 16
-// keys: S (16 rows x 16 keys) = Q (16 x D, f16, scale folded in) x K^T (D x 16, read straight
-// from the f16 cache as a column-major matrix), one MMA per 16 of D. A step issues the loads of
-// all its NB blocks before their MMAs: a subgroup per 16 rows and head is few warps per SM (a
-// 512-row Qwen3 chunk: ~4), so memory latency, not tensor work, sets the time; one 16-key block
-// per step ran no faster than the f32 kernel.
-// Two passes over the keys instead of an online rescale (a cooperative matrix has no per-row
-// scaling): pass 1 keeps each row's max m and sum l of exp(s - m) (lanes 0..15, one row each);
-// pass 2 recomputes S, writes P = exp(s - m) / l as f16 and accumulates O += P (16 x 16) x V
-// (16 x D, row-major from the cache), so O needs no correction and is stored as is.
-// Keys past a row's pos + t are masked (later chunk rows, stale rows of rejected drafts). The
-// last block of a subgroup may reach past the rows this chunk wrote (and past the cache's end):
-// it is staged in shared memory with zeros there, because 0 x NaN of an unwritten row is NaN.
-// Bindings: 0 q, 1 k_cache, 2 v_cache, 3 step, 4 o. Spec: 0 wg size (32 x subgroups), 1 H, 2 KVH,
-// 3 D (a multiple of 16), 4 T (a multiple of 16 x subgroups), 5 scale (float).
+// causal, no sliding window), one pass with an online softmax, a kv head per workgroup:
+// workgroup (g, b) runs the G = H / KVH query heads of kv head g over chunk rows
+// t0 = b 16 RB .. t0 + 16 RB - 1, one 32-lane subgroup per head and 16-row block
+// (subgroup sg: head g G + sg % G, rows t0 + 16 (sg / G) ..), so each tile of BKV keys is read
+// from the cache once (16-byte loads, staged through registers while the previous tile computes)
+// into shared memory and used by all G RB subgroups; the earlier kernel read K and V straight
+// from the cache per subgroup and went over the keys twice, and was slower than the f32 kv-head
+// kernel at head_dim 128.
+// Per tile, per subgroup: S (16 rows x BKV keys) = Q (16 x D f16, scale folded in) x K^T, stored
+// to shared memory; lanes (row r = lane % 16, half lane / 16) take the masked row max and write
+// P = exp(s - m) as f16; O (16 x D, f32 accumulators) += P x V.
+// The running max m only moves when a row's tile max exceeds it by more than RESCALE (then every
+// row of the subgroup moves to its new max and O, l are multiplied by exp(m_old - m_new)); below
+// that P is at most e^RESCALE, well inside f16, and softmax does not depend on the reference
+// point. The rescale needs each accumulator element's row: a cooperative matrix's element layout
+// is the implementation's, but every matrix of one type shares it, so a matrix loaded with its
+// row index in every element (rowid) names the row of element e of any other.
+// Keys past a row's pos + t are masked (later chunk rows, stale rows of rejected drafts); the tile
+// holds zeros past the workgroup's last row (and past the cache's end), so 0 x NaN of an unwritten
+// row never reaches a sum.
+// Bindings: 0 q, 1 k_cache, 2 v_cache, 3 step, 4 o. Spec: 0 wg size (32 G RB), 1 H, 2 KVH,
+// 3 D (a multiple of 16), 4 T (a multiple of 16 RB), 5 scale (float), 6 RB, 7 BKV (keys per tile,
+// a multiple of 16).
 #define NO_WG_REDUCE
 #include "common.glsl"
 
@@ -31,107 +39,144 @@ layout(constant_id = 2) const uint KVH = 1;
 layout(constant_id = 3) const uint D = 16;
 layout(constant_id = 4) const uint T = 16;
 layout(constant_id = 5) const float SCALE = 1.0;
+layout(constant_id = 6) const uint RB = 1;
+layout(constant_id = 7) const uint BKV = 32;
 
 layout(binding = 0) readonly buffer QB { float q[]; };
-layout(binding = 1) readonly buffer KB { float16_t kh[]; };
-layout(binding = 2) readonly buffer VB { float16_t vh[]; };
+layout(binding = 1) readonly buffer KB { uvec4 k8[]; };     // 8 halves per element
+layout(binding = 2) readonly buffer VB { uvec4 v8[]; };
 layout(binding = 3) readonly buffer StepB { uint step[]; };
 layout(binding = 4) writeonly buffer OB { float o[]; };
 
 #define CM16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define CM32 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
-const uint NSG = gl_WorkGroupSize.x / 32;
-const uint NB = 4, BKV = 16 * NB;   // 16-key blocks per step, keys per step
-const uint DS = D + 8;         // halves per staged row (16-byte aligned, banks spread)
-const uint SS = BKV + 4;       // floats per score row
-const uint PS = BKV + 8;       // halves per probability row
-shared float16_t qk[NSG * 16 * DS];     // the subgroup's scaled queries, then its last K block
-shared float16_t vt[NSG * 16 * DS];     // its last V block
+const uint G = H / KVH;
+const uint WG = gl_WorkGroupSize.x, NSG = WG / 32;
+const uint DS = D + 8;                 // halves per staged row (16-byte aligned, banks spread)
+const uint SS = BKV + 4;               // floats per score row
+const uint PS = BKV + 8;               // halves per probability row (>= 16 + 8: also stages Q)
+const uint TILE8 = BKV * D / 8;        // uvec4s per K (or V) tile
+const uint NLD = (TILE8 + WG - 1) / WG;
+const float RESCALE = 8.0;
+shared float16_t ks[BKV * DS];
+shared float16_t vs[BKV * DS];
 shared float ss[NSG * 16 * SS];
 shared float16_t ps[NSG * 16 * PS];
+shared float rowf[NSG * 16];           // per row: the rescale factor, then 1 / l
 #define SYNC() { subgroupMemoryBarrierShared(); subgroupBarrier(); }
 
+uvec4 kreg[NLD], vreg[NLD];
+
+// tile keys base .. base + BKV - 1 of kv head g into registers (zeros at keys >= n)
+void fetch(uint base, uint n, uint kvoff8, uint tid) {
+    for (uint i = 0; i < NLD; i++) {
+        const uint e = tid + i * WG, key = e / (D / 8), j = e % (D / 8);
+        const bool live = e < TILE8 && base + key < n;
+        const uint at = live ? (base + key) * (KVH * D / 8) + kvoff8 + j : 0u;
+        kreg[i] = live ? k8[at] : uvec4(0u);
+        vreg[i] = live ? v8[at] : uvec4(0u);
+    }
+}
+
+void stage(uint tid) {
+    for (uint i = 0; i < NLD; i++) {
+        const uint e = tid + i * WG;
+        if (e >= TILE8) break;
+        const uint at = (e / (D / 8)) * DS + 8 * (e % (D / 8));
+        for (uint c = 0; c < 4; c++) {
+            const f16vec2 kk = unpackFloat2x16(kreg[i][c]), vv = unpackFloat2x16(vreg[i][c]);
+            ks[at + 2 * c] = kk.x; ks[at + 2 * c + 1] = kk.y;
+            vs[at + 2 * c] = vv.x; vs[at + 2 * c + 1] = vv.y;
+        }
+    }
+}
+
 void main() {
-    const uint lane = gl_LocalInvocationID.x % 32, sg = gl_LocalInvocationID.x / 32;
-    const uint h = gl_WorkGroupID.x, t0 = (gl_WorkGroupID.y * NSG + sg) * 16;
-    const uint ROW = KVH * D, kvoff = (h / (H / KVH)) * D;
+    const uint tid = gl_LocalInvocationID.x, lane = tid % 32, sg = tid / 32;
+    const uint g = gl_WorkGroupID.x, t0 = gl_WorkGroupID.y * 16 * RB;
+    const uint h = g * G + sg % G, tb = t0 + 16 * (sg / G);    // this subgroup's head and first row
     const uint pos = step[STEP_POS];
-    const uint bq = sg * 16 * DS, bs = sg * 16 * SS, bp = sg * 16 * PS;
+    const uint bs = sg * 16 * SS, bp = sg * 16 * PS, bf = sg * 16;
 
-    for (uint e = lane; e < 16 * D; e += 32) {
-        const uint r = e / D, j = e % D;
-        qk[bq + r * DS + j] = float16_t(q[((t0 + r) * H + h) * D + j] * SCALE);
-    }
-    SYNC();
+    // Q (scaled, f16) a 16 x 16 block at a time through the subgroup's probability rows
     CM16 qa[D / 16];
-    for (uint i = 0; i < D / 16; i++) coopMatLoadNV(qa[i], qk, bq + 16 * i, DS, false);
-    SYNC();                                          // qk is free for the last K block
-
-    const uint n_keys = pos + t0 + 16;               // keys 0 .. the subgroup's last row's position
-    const uint nfull = n_keys / 16, nblocks = (n_keys + 15) / 16, nsteps = (nblocks + NB - 1) / NB;
-    for (uint e = lane; e < 16 * D; e += 32) {
-        const uint r = e / D, j = e % D, key = 16 * nfull + r;
-        const bool live = key < n_keys;
-        qk[bq + r * DS + j] = live ? kh[key * ROW + kvoff + j] : float16_t(0.0);
-        vt[bq + r * DS + j] = live ? vh[key * ROW + kvoff + j] : float16_t(0.0);
+    for (uint i = 0; i < D / 16; i++) {
+        for (uint e = lane; e < 256; e += 32)
+            ps[bp + (e / 16) * PS + e % 16] = float16_t(q[((tb + e / 16) * H + h) * D + 16 * i + e % 16] * SCALE);
+        SYNC();
+        coopMatLoadNV(qa[i], ps, bp, PS, false);
+        SYNC();
     }
+    for (uint e = lane; e < 256; e += 32) ss[bs + (e / 16) * SS + e % 16] = float(e / 16);
+    SYNC();
+    CM32 rowid;
+    coopMatLoadNV(rowid, ss, bs, SS, false);
     SYNC();
 
-    const uint r = lane % 16, hf = lane / 16;        // softmax: row r, keys hf * BKV / 2 .. of a step
-    const uint qp = pos + t0 + r;                    // row r's position: keys 0 .. qp
+    CM32 acc[D / 16];
+    for (uint i = 0; i < D / 16; i++) acc[i] = CM32(0.0);
+    const uint r = lane % 16, c0 = (lane / 16) * (BKV / 2);   // softmax: row r, half of a tile's keys
+    const uint qp = pos + tb + r;                 // row r's position: it sees keys 0 .. qp
+    const uint n_sg = pos + tb + 16;              // keys this subgroup's last row sees
+    const uint n_all = pos + t0 + 16 * RB;        // ... the workgroup's last row
+    const uint kvoff8 = g * (D / 8);
     float m = NEG_INF, l = 0.0;
-    for (uint pass = 0; pass < 2; pass++) {
-        CM32 acc[D / 16];
-        for (uint i = 0; i < D / 16; i++) acc[i] = CM32(0.0);
-        const float inv_l = pass == 1 ? 1.0 / l : 0.0;
-        for (uint st = 0; st < nsteps; st++) {
-            CM32 s[NB];
-            for (uint b = 0; b < NB; b++) s[b] = CM32(0.0);
-            for (uint i = 0; i < D / 16; i++)
-                for (uint b = 0; b < NB; b++) {
-                    const uint blk = st * NB + b;
-                    if (blk >= nblocks) continue;            // past the last row: stays 0, masked
-                    CM16 kb;
-                    if (blk < nfull) coopMatLoadNV(kb, kh, 16 * blk * ROW + kvoff + 16 * i, ROW, true);
-                    else coopMatLoadNV(kb, qk, bq + 16 * i, DS, true);
-                    s[b] = coopMatMulAddNV(qa[i], kb, s[b]);
-                }
-            for (uint b = 0; b < NB; b++) coopMatStoreNV(s[b], ss, bs + 16 * b, SS, false);
-            SYNC();
-            const uint c0 = hf * (BKV / 2), key0 = st * BKV + c0;
-            if (pass == 0) {
-                float mt = m;
-                for (uint c = 0; c < BKV / 2; c++)
-                    if (key0 + c <= qp) mt = max(mt, ss[bs + r * SS + c0 + c]);
-                mt = max(mt, subgroupShuffleXor(mt, 16));
-                float sum = 0.0;
-                for (uint c = 0; c < BKV / 2; c++)
-                    if (key0 + c <= qp) sum += exp(ss[bs + r * SS + c0 + c] - mt);
-                sum += subgroupShuffleXor(sum, 16);
-                l = l * exp(m - mt) + sum;           // m = -inf before the first step: exp = 0
-                m = mt;
-            } else {
-                for (uint c = 0; c < BKV / 2; c++)
-                    ps[bp + r * PS + c0 + c] = float16_t(key0 + c <= qp ? exp(ss[bs + r * SS + c0 + c] - m) * inv_l : 0.0);
+
+    fetch(0u, n_all, kvoff8, tid);
+    for (uint base = 0; base < n_all; base += BKV) {
+        barrier();                                // the previous tile is consumed
+        stage(tid);
+        barrier();
+        if (base + BKV < n_all) fetch(base + BKV, n_all, kvoff8, tid);   // in flight during the MMAs
+        if (base >= n_sg) continue;               // subgroup-uniform: past this subgroup's rows
+                                                  // (the loop's trip count, so its barriers, stay uniform)
+        for (uint b = 0; b < BKV / 16; b++) {
+            CM32 s = CM32(0.0);
+            for (uint i = 0; i < D / 16; i++) {
+                CM16 kb;
+                coopMatLoadNV(kb, ks, 16 * b * DS + 16 * i, DS, true);
+                s = coopMatMulAddNV(qa[i], kb, s);
             }
-            SYNC();
-            if (pass == 1) {
-                for (uint b = 0; b < NB; b++) {
-                    const uint blk = st * NB + b;
-                    if (blk >= nblocks) continue;
-                    CM16 pa;
-                    coopMatLoadNV(pa, ps, bp + 16 * b, PS, false);
-                    for (uint i = 0; i < D / 16; i++) {
-                        CM16 vb;
-                        if (blk < nfull) coopMatLoadNV(vb, vh, 16 * blk * ROW + kvoff + 16 * i, ROW, false);
-                        else coopMatLoadNV(vb, vt, bq + 16 * i, DS, false);
-                        acc[i] = coopMatMulAddNV(pa, vb, acc[i]);
-                    }
-                }
-                SYNC();
+            coopMatStoreNV(s, ss, bs + 16 * b, SS, false);
+        }
+        SYNC();
+        float mt = NEG_INF;
+        for (uint c = 0; c < BKV / 2; c++)
+            if (base + c0 + c <= qp) mt = max(mt, ss[bs + r * SS + c0 + c]);
+        mt = max(mt, subgroupShuffleXor(mt, 16));
+        const float mn = max(m, mt);
+        const bool moved = subgroupAny(mn > m + RESCALE);     // m = -inf before the first tile
+        const float alpha = moved ? (m == NEG_INF ? 0.0 : exp(m - mn)) : 1.0;
+        if (moved) m = mn;
+        float sum = 0.0;
+        for (uint c = 0; c < BKV / 2; c++) {
+            const bool ok = base + c0 + c <= qp;
+            const float p = ok ? exp(ss[bs + r * SS + c0 + c] - m) : 0.0;
+            ps[bp + r * PS + c0 + c] = float16_t(p);
+            sum += p;
+        }
+        sum += subgroupShuffleXor(sum, 16);
+        l = l * alpha + sum;
+        if (lane < 16) rowf[bf + r] = alpha;
+        SYNC();
+        if (moved)
+            for (uint i = 0; i < D / 16; i++)
+                for (uint e = 0; e < acc[i].length(); e++) acc[i][e] *= rowf[bf + uint(rowid[e])];
+        for (uint b = 0; b < BKV / 16; b++) {
+            CM16 pa;
+            coopMatLoadNV(pa, ps, bp + 16 * b, PS, false);
+            for (uint i = 0; i < D / 16; i++) {
+                CM16 vb;
+                coopMatLoadNV(vb, vs, 16 * b * DS + 16 * i, DS, false);
+                acc[i] = coopMatMulAddNV(pa, vb, acc[i]);
             }
         }
-        if (pass == 1)
-            for (uint i = 0; i < D / 16; i++) coopMatStoreNV(acc[i], o, (t0 * H + h) * D + 16 * i, H * D, false);
+        SYNC();                                   // rowf, ss and ps are read before they are rewritten
+    }
+    if (lane < 16) rowf[bf + r] = 1.0 / l;
+    SYNC();
+    for (uint i = 0; i < D / 16; i++) {
+        for (uint e = 0; e < acc[i].length(); e++) acc[i][e] *= rowf[bf + uint(rowid[e])];
+        coopMatStoreNV(acc[i], o, (tb * H + h) * D + 16 * i, H * D, false);
     }
 }

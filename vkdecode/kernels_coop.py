@@ -4,7 +4,7 @@ Pure choice, no Vulkan: kernels_rows._matmul asks coop_shape first and falls bac
 register-blocked matmul_rows_wide where it says None (no cooperative matrices, a subgroup size
 other than a fixed 32, a width under caps.matmul_coop, a tile grid that does not divide the
 weight or the chunk exactly, or an architecture whose matmul inputs do not fit f16);
-kernels_rows._attention asks coop_attention_subgroups (shaders/attention_rows_coop.comp) likewise.
+kernels_rows._attention asks coop_attention_shape (shaders/attention_rows_coop.comp) likewise.
 """
 from __future__ import annotations
 
@@ -73,29 +73,41 @@ def coop_shape(caps: KernelCaps, arch: str, n: int, rows: int, n_in: int) -> tup
     return tile + (max(1, min(splits, n_in // COOP_BK)),)
 
 
-# Auto (attn_coop 0) only up to this head_dim. H100, bench/attention_rows_bench.py, per layer:
-# SmolLM2 heads (9/3 x 64) 512 rows at pos 0 / 1536: coop 124 / 505 us vs attention_rows_gqa
-# 145 / 561; Qwen3 heads (16/8 x 128): coop 339 / 1777 vs 256 / 1235 (a subgroup per 16 rows and
-# head leaves too few warps per SM to hide the cache reads; attn_coop=1 forces it).
-COOP_ATTN_AUTO_MAX_D = 64
+# Auto (attn_coop 0) up to this head_dim (the largest measured); > 0 forces the kernel at any
+# head_dim. H100, bench/attention_rows_bench.py, per layer, attention_rows_gqa -> this kernel:
+# Qwen3 heads (16/8 x 128) 512 rows at pos 0: 257 -> 73 us, at pos 1536: 1245 -> 246 us; SmolLM2
+# heads (9/3 x 64) 145 -> 44 and 560 -> 152 us. (The kernel before the kv-head form, a subgroup
+# per 16 rows and head reading K and V twice straight from the cache, ran 339 and 124 us at pos 0.)
+COOP_ATTN_AUTO_MAX_D = 128
 ATTN_KNOWN_ATTRS = {"n_heads", "n_kv_heads", "head_dim", "scale", "rows", "window"}
+COOP_ATTN_SUBGROUPS = 4      # subgroups per workgroup to aim for: 16-row blocks x the G heads of a kv head
+COOP_ATTN_TILES = (64, 32, 16)   # keys per shared K/V tile, the largest that fits first
 
 
-def coop_attention_subgroups(caps: KernelCaps, arch: str, attrs: dict, kv_f16: bool) -> int:
-    """Subgroups (16 chunk rows each) per attention_rows_coop workgroup, or 0 (the f32 kernels):
+def coop_attention_shared(g: int, rb: int, d: int, bkv: int) -> int:
+    """Shared bytes of attention_rows_coop: a K and a V tile (bkv rows of d + 8 halves); per
+    subgroup scores (16 x (bkv + 4) floats), probabilities (16 x (bkv + 8) halves), row factors."""
+    return 4 * bkv * (d + 8) + g * rb * 16 * (4 * (bkv + 4) + 2 * (bkv + 8) + 4)
+
+
+def coop_attention_shape(caps: KernelCaps, arch: str, attrs: dict, kv_f16: bool) -> tuple[int, int] | None:
+    """(RB 16-row blocks, BKV keys per tile) of attention_rows_coop, or None (the f32 kernels):
     head_dim <= COOP_ATTN_AUTO_MAX_D unless caps.attn_coop > 0 forces it, f16 caches (it reads them
     as f16 matrices), no sliding window, head_dim and chunk rows multiples of 16, and no attention
-    attribute it does not implement."""
+    attribute it does not implement. A workgroup is the G query heads of one kv head x RB row
+    blocks (a subgroup each; all share each K/V tile): RB = COOP_ATTN_SUBGROUPS / G where that
+    divides the chunk, at least 1; then the widest tile that fits the shared memory."""
     d, rows = int(attrs["head_dim"]), int(attrs.get("rows", 1))
     if caps.attn_coop == 0 and d > COOP_ATTN_AUTO_MAX_D:
-        return 0
+        return None
     if (not coop_usable(caps, arch) or caps.attn_coop < 0 or not kv_f16 or int(attrs.get("window", 0))
             or d % 16 or rows % 16 or set(attrs) - ATTN_KNOWN_ATTRS):
-        return 0
-    # the most subgroups per workgroup (they share nothing but the launch) that still gives
-    # COOP_GROUPS workgroups, else one; shared per subgroup: queries / last K block and last V block
-    # (16 x (D + 8) halves each), scores (16 x 68 floats), probabilities (16 x 72 halves)
-    fits = [n for n in (4, 2, 1) if rows % (16 * n) == 0 and 32 * n <= caps.max_invocations
-            and n * 16 * (4 * (d + 8) + 4 * 68 + 2 * 72) <= caps.max_shared]
-    heads = int(attrs["n_heads"])
-    return next((n for n in fits if heads * rows // (16 * n) >= COOP_GROUPS), fits[-1] if fits else 0)
+        return None
+    g = int(attrs["n_heads"]) // int(attrs["n_kv_heads"])
+    rb = max(1, COOP_ATTN_SUBGROUPS // g)
+    while rb > 1 and rows % (16 * rb):
+        rb //= 2
+    if 32 * g * rb > caps.max_invocations:
+        return None
+    bkv = next((t for t in COOP_ATTN_TILES if coop_attention_shared(g, rb, d, t) <= caps.max_shared), 0)
+    return (rb, bkv) if bkv else None

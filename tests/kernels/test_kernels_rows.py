@@ -76,19 +76,39 @@ def test_matmul_rows_narrow(device, dtype, rows, out, n_in):
     assert err <= LIMIT, f"narrow matmul rows={rows} {dtype} [{out}, {n_in}]: nmse {err:.3g}"
 
 
+@pytest.mark.parametrize("dtype", ["q4_1", "q4_k", "f16"])
+@pytest.mark.parametrize("lanes", [-1, 0, 8, 64])
+def test_matmul_rows_narrow_lanes(device, dtype, lanes):
+    """Every lanes-per-row setting (the tile width, auto, fewer and more than the row's 18 units)
+    on a SmolLM2-wide row, 9 chunk rows; the choice itself."""
+    from vkdecode.kernels_rows import narrow_shape
+    rng = np.random.default_rng(11)
+    w = quantize((rng.standard_normal((70, 768)) * 0.1).astype(np.float32), dtype)
+    x = rng.standard_normal(9 * 768).astype(np.float32)
+    p = one_op("matmul", {"w": ((70, 768), dtype, "weight"), "x": ((9 * 768,), "f32", "activation")},
+               {"y": ((9 * 70,), "f32", "output")}, rows=9)
+    caps = caps_of(device, matmul_narrow=16, narrow_lanes=lanes)
+    assert [c.shader for c in op_calls(p, 0, caps)] == ["matmul_rows_narrow"]
+    got, want = run_and_reference(device, p, {"w": w, "x": x}, caps)
+    assert nmse(got["y"], want["y"]) <= LIMIT
+    gpu = replace(caps_of(device), max_invocations=1024)
+    assert narrow_shape(gpu, 16, 576, True) == (4, 32)      # 18 units: one pass of 32 lanes
+    assert narrow_shape(gpu, 16, 256, True) == (4, 16)      # 8 units: the tile width is the floor
+    assert narrow_shape(gpu, 4, 576, True) == (8, 32)       # 16 rows' worth would pass 256 invocations
+    assert narrow_shape(gpu, 4, 20, False) == (8, 32)       # element path: 20 elements
+    assert narrow_shape(replace(gpu, narrow_lanes=-1), 8, 576, True) == (8, 8)
+    assert narrow_shape(replace(gpu, narrow_lanes=64, max_invocations=128), 16, 576, True) == (2, 64)
+
+
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
-@pytest.mark.parametrize("sg", [True, False], ids=["sg", "smem"])
-def test_matmul_rows_narrow_element_path(device, dtype, sg):
-    """The narrow kernel's element-at-a-time path (in-dim not a whole 32-wide tile), with the
-    partial sums reduced by subgroups and by shared memory alone."""
+def test_matmul_rows_narrow_element_path(device, dtype):
+    """The narrow kernel's element-at-a-time path (in-dim not a whole 32-wide tile)."""
     rng = np.random.default_rng(7)
     w = quantize((rng.standard_normal((70, 20)) * 0.1).astype(np.float32), dtype)
     x = rng.standard_normal(9 * 20).astype(np.float32)
     p = one_op("matmul", {"w": ((70, 20), dtype, "weight"), "x": ((9 * 20,), "f32", "activation")},
                {"y": ((9 * 70,), "f32", "output")}, rows=9)
-    caps = caps_of(device, matmul_narrow=16)
-    caps = replace(caps, subgroup_arithmetic=sg and caps.subgroup_arithmetic)
-    got, want = run_and_reference(device, p, {"w": w, "x": x}, caps)
+    got, want = run_and_reference(device, p, {"w": w, "x": x}, caps_of(device, matmul_narrow=16))
     assert nmse(got["y"], want["y"]) <= LIMIT
 
 
@@ -100,7 +120,8 @@ def test_matmul_rows_narrow_choice(device):
         return op_calls(p, 0, replace(caps_of(device), **over))[0].shader
     assert kernel(8) == ("matmul_rows" if getattr(device.info, "device_type", "") == "cpu" else "matmul_rows_narrow")
     assert kernel(8, matmul_narrow=0) == kernel(16, matmul_narrow=0) == "matmul_rows_narrow"
-    assert kernel(17, matmul_narrow=0) == kernel(8, matmul_narrow=-1) == "matmul_rows"
+    # the tiled kernel past 16 rows or with the narrow one off (a GPU's wide kernel kept off here)
+    assert kernel(17, matmul_narrow=0, matmul_wide=-1) == kernel(8, matmul_narrow=-1, matmul_wide=-1) == "matmul_rows"
 
 
 ALL_DTYPES = DTYPES + ("q5_1", "iq4_nl", "q4_k", "q5_k", "q6_k", "q2_k", "q3_k")
