@@ -140,7 +140,8 @@ def _wide_case(device, dtype, rows, out, n_in, tile, splits):
     x = rng.standard_normal(rows * n_in).astype(np.float32)
     p = one_op("matmul", {"w": ((out, n_in), dtype, "weight"), "x": ((rows * n_in,), "f32", "activation")},
                {"y": ((rows * out,), "f32", "output")}, rows=rows)
-    caps = caps_of(device, matmul_wide=1, matmul_tile=tile, matmul_splitk=splits)
+    # the wide kernel forced: off a GPU's narrow (<= 16 rows) and tensor-core (>= 64 rows) choices
+    caps = caps_of(device, matmul_wide=1, matmul_tile=tile, matmul_splitk=splits, matmul_narrow=-1, matmul_coop=-1)
     calls = op_calls(p, 0, caps)
     assert [c.shader for c in calls] == ["matmul_rows_wide"] + (["matmul_rows_splitk"] if splits > 1 else [])
     got, want = run_and_reference(device, p, {"w": w, "x": x}, caps)
@@ -175,7 +176,8 @@ def test_matmul_rows_wide_split_weight(device):
     p = one_op("matmul", {"w": ((300, 64), "q8_0", "weight"), "x": ((20 * 64,), "f32", "activation")},
                {"y": ((20 * 300,), "f32", "output")}, rows=20)
     for splits in (1, 2):
-        caps = replace(caps_of(device, matmul_wide=1, matmul_splitk=splits), max_storage_range=64 * 256, min_align=16)
+        caps = replace(caps_of(device, matmul_wide=1, matmul_splitk=splits, matmul_narrow=-1, matmul_coop=-1),
+                       max_storage_range=64 * 256, min_align=16)
         assert len(op_calls(p, 0, caps)) == 2 * splits
         got, want = run_and_reference(device, p, {"w": w, "x": x}, caps)
         assert nmse(got["y"], want["y"]) <= LIMIT
