@@ -10,7 +10,7 @@ from tests.helpers.make_models import tiny_hf_model
 from vkdecode.errors import UsageError
 from vkdecode.executors import make_executor
 from vkdecode.models.loader import load_model
-from vkdecode.speculative import PromptLookup, VerifyPolicy
+from vkdecode.speculative import DECLINE_BURST, PromptLookup, VerifyPolicy
 
 
 def test_prompt_lookup_drafts_what_followed_the_latest_match():
@@ -113,6 +113,30 @@ def test_speculative_policy_keeps_plain_output(device, tiny):
         assert spec_tokens(ex, toks, 40) == plain
         st = ex.speculative.stats
         assert st.verify_steps + st.plain_steps >= 1 and st.declined <= st.plain_steps
+
+
+@pytest.mark.parametrize("mode", ["unfused", "fused"])
+def test_declined_drafts_run_plain_bursts(device, tiny, mode):
+    """A policy that finds verifying a loss (costs pinned: no probe within the run): each declined
+    draft runs up to DECLINE_BURST plain steps back to back (the executor's pipelined decode in
+    replay modes) before drafts are looked up again; the output stays the plain one."""
+    toks = prompts()["repetitive"]
+    n = 60
+    with make_executor(mode, device, tiny.program, tiny.weights) as ex:
+        ex.enable_prefill((8,))
+        plain = plain_tokens(ex, toks, n)
+        ex.enable_speculative(4)
+        pol = ex.speculative.policy
+        pol.plain_s, pol.verify_s, pol.tokens = 1.0, 100.0, 2.0     # a verify: 100 steps for 2 tokens
+        pol.note_plain = lambda s: None
+        pol.note_verify = lambda s, e: None
+        assert spec_tokens(ex, toks, n) == plain
+        st = ex.speculative.stats
+    assert st.verify_steps == 0 and st.plain_steps == n - 1 and st.emitted == n - 1
+    # the repetitive prompt keeps drafts coming: far fewer looks than tokens, and every burst step
+    # counted toward the probe spacing (pol.declined: the steps run past declined drafts)
+    assert 0 < st.declined <= -(-(n - 1) // DECLINE_BURST) + 2, st.as_dict()
+    assert st.declined < pol.declined <= n - 1
 
 
 def test_speculative_refuses_sampling(device, models_dir):

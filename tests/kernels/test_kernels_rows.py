@@ -226,7 +226,8 @@ def _attention_case(device, h, kvh, d, rows, pos0, caps, window=0, kv="f32"):
 @pytest.mark.parametrize("path", ["sg", "smem", "gqa"])
 def test_attention_rows(device, h, kvh, d, rows, pos0, path):
     """The per-row kernel (subgroup or shared-memory reductions) and the kv-head one (auto rows)."""
-    caps = caps_of(device, attn_rows_q=0 if path == "gqa" else -1)
+    # gqa from 2 rows (a GPU's own choice is the per-row kernel under 17), never the tensor cores
+    caps = caps_of(device, attn_rows_q=0 if path == "gqa" else -1, attn_gqa_rows=2, attn_coop=-1)
     if path == "sg" and not caps.subgroup_arithmetic:
         pytest.skip("device has no subgroup arithmetic")
     caps = replace(caps, subgroup_arithmetic=(path == "sg"))
@@ -244,7 +245,7 @@ GQA_CASES = [(9, 3, 64, 33, 7, 1, 0, "f32"), (9, 3, 64, 33, 7, 4, 0, "f16"), (16
 def test_attention_rows_gqa(device, h, kvh, d, rows, pos0, bq, window, kv):
     """attention_rows_gqa over row blocks that do not divide the chunk, sliding windows shorter than
     the chunk (rows whose window starts inside the block's first key tile) and f16 caches."""
-    shader, err = _attention_case(device, h, kvh, d, rows, pos0, caps_of(device, attn_rows_q=bq), window, kv)
+    shader, err = _attention_case(device, h, kvh, d, rows, pos0, caps_of(device, attn_rows_q=bq, attn_coop=-1), window, kv)
     assert shader == "attention_rows_gqa"
     assert err <= 1e-9, f"nmse {err:.3g}"
 
@@ -253,7 +254,7 @@ def test_attention_rows_gqa_choice(device):
     """Rows per workgroup: 16 (fewer for narrower chunks), halved until the query vectors fit the
     shared memory and the workgroup; the per-row kernel where even one row does not."""
     from vkdecode.kernels_rows import gqa_rows
-    caps = replace(caps_of(device), attn_rows_q=0, max_shared=49152, max_invocations=1024)
+    caps = replace(caps_of(device), attn_rows_q=0, attn_gqa_rows=2, max_shared=49152, max_invocations=1024)
     assert gqa_rows(caps, 2, 128, 512) == 16 and gqa_rows(caps, 3, 64, 512) == 16
     assert gqa_rows(caps, 2, 128, 5) == 5            # a narrow chunk: its own rows, no padding vectors
     assert gqa_rows(replace(caps, max_shared=32768), 2, 128, 512) == 8
