@@ -167,48 +167,48 @@ class Speculative:
             t0 = time.perf_counter()
             if drafts and not self.policy.pays():
                 self.stats.declined += 1
-                emitted = list(ex.decode(token, pos, min(left, DECLINE_BURST)))   # its own TokenStats
+                emitted = list(ex.decode(token, pos, min(left, DECLINE_BURST)))   # a TokenStats each
                 self.stats.plain_steps += len(emitted)
                 self.policy.skip(len(emitted) - 1)
                 self.policy.note_plain((time.perf_counter() - t0) / len(emitted))
-                self.stats.emitted += len(emitted)
-                look.extend(emitted)
-                pos += len(emitted)
-                left -= len(emitted)
-                token = emitted[-1]
-                yield from emitted
-                continue
-            if not drafts:
-                emitted = [ex.step(token, pos)]
-                self.stats.plain_steps += 1
-                self.policy.note_plain(time.perf_counter() - t0)
             else:
-                self.stats.verify_steps += 1
-                self.stats.drafted += len(drafts)
-                rows = [token] + drafts + [drafts[-1]] * (k - len(drafts))   # padding: never accepted
-                ids.buffer.write_u32(ids.offset // 4, rows)
-                v.step(token, pos)
-                g = [int(x) for x in out.read_array("uint32", k + 1)]
-                n = 0
-                while n < len(drafts) and drafts[n] == g[n]:
-                    n += 1
-                self.stats.accepted += n
-                emitted = g[:n + 1]
-                self.policy.note_verify(time.perf_counter() - t0, len(emitted))
-                ex.token_stats.append(v.token_stats.pop())
-            # one TokenStats per emitted token (the step's counters on the first), so the run
-            # summary's tok/s and per-token figures stay per token
-            wall = (time.perf_counter() - t0) * 1e6 / len(emitted)
-            emitted = emitted[:left]
-            first = ex.token_stats[-1]
-            first.wall_us = wall
-            ex.token_stats.extend(TokenStats(Counters(), 0.0, first.gpu_us, wall) for _ in emitted[1:])
+                if not drafts:
+                    emitted = [ex.step(token, pos)]
+                    self.stats.plain_steps += 1
+                    self.policy.note_plain(time.perf_counter() - t0)
+                else:
+                    emitted = self._verify(drafts, token, pos, ids, out)
+                    self.policy.note_verify(time.perf_counter() - t0, len(emitted))
+                    ex.token_stats.append(v.token_stats.pop())
+                # one TokenStats per emitted token (the step's counters on the first), so the run
+                # summary's tok/s and per-token figures stay per token
+                wall = (time.perf_counter() - t0) * 1e6 / len(emitted)
+                emitted = emitted[:left]
+                first = ex.token_stats[-1]
+                first.wall_us = wall
+                ex.token_stats.extend(TokenStats(Counters(), 0.0, first.gpu_us, wall) for _ in emitted[1:])
             self.stats.emitted += len(emitted)
             look.extend(emitted)
             pos += len(emitted)
             left -= len(emitted)
             token = emitted[-1]
             yield from emitted
+
+    def _verify(self, drafts: list[int], token: int, pos: int, ids, out) -> list[int]:
+        """One verify step of [token, drafts, padding]: the greedy tokens it emits (the accepted
+        drafts' and the one after them)."""
+        k = self.k
+        self.stats.verify_steps += 1
+        self.stats.drafted += len(drafts)
+        rows = [token] + drafts + [drafts[-1]] * (k - len(drafts))   # padding: never accepted
+        ids.buffer.write_u32(ids.offset // 4, rows)
+        self.verify.step(token, pos)
+        g = [int(x) for x in out.read_array("uint32", k + 1)]
+        n = 0
+        while n < len(drafts) and drafts[n] == g[n]:
+            n += 1
+        self.stats.accepted += n
+        return g[:n + 1]
 
     def close(self) -> None:
         self.verify.close()
