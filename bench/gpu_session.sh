@@ -34,7 +34,7 @@ prefill)
     for s in "qwen3-0.6b f16" "smollm2-135m q4_1"; do
         set -- $s
         python -m bench.shape_gguf --shape "$1" --quant "$2" "/tmp/$1-$2.gguf"
-        for c in "matmul_wide=-1 attn_rows_q=-1 prefill_chunk_rows=-1" ""; do
+        for c in "matmul_wide=-1 attn_rows_q=-1 prefill_chunk_rows=-1" "attn_coop=-1" ""; do
             python -m bench.prefill --model "/tmp/$1-$2.gguf" --lengths 128 512 2000 --modes fused \
                 --token-path-max 0 --caps $c --out "$OUT/prefill-$1-$2$(echo " $c" | tr ' =' '_-').json"
         done
@@ -42,7 +42,11 @@ prefill)
             --vocab 49152 --out "$OUT/peer-$1-$2.json"
     done
     python -m bench.prefill_profile --shape qwen3-0.6b --quant f16 --width 512 --out "$OUT/prefill-profile-512.json"
-    python -m bench.prefill_profile --shape smollm2-135m --quant q4_1 --width 9 --tail all --out "$OUT/verify-profile-9.json"
+    python -m bench.attention_rows_bench --rows-q 0 --widths 128 512 --pos 0 1536 --out "$OUT/attention-rows.json"
+    for c in -1 0; do    # the narrow matmul: tile-width lanes per row (the first form) vs auto
+        python -m bench.prefill_profile --shape smollm2-135m --quant q4_1 --width 9 --tail all --pos 200 \
+            --caps narrow_lanes=$c --out "$OUT/verify-profile-9-lanes$c.json"
+    done
     python -m bench.matmul_rows_bench --preset qwen3 --widths 64 128 256 512 --sweep --out "$OUT/matmul-rows-qwen3.json"
     ;;
 spec)
