@@ -61,8 +61,8 @@ const uint BM = 16 * BLK_M * SG_M, BN = 16 * BLK_N * SG_N;
 const uint LDV = (BK + 8) / 4;
 shared uvec2 ws[BM * LDV];             // ws[m * LDV + k / 4]: weight row m of the tile
 shared uvec2 xs[BN * LDV];             // xs[t * LDV + k / 4]: chunk row t of the tile
-#define STORE4(arr, row, kk, v) arr[(row) * LDV + (kk) / 4] = uvec2(packFloat2x16(f16vec2((v).xy)), packFloat2x16(f16vec2((v).zw)))
 #define TILE_AT(row, kk) ((row) * LDV + (kk) / 4)
+#define STORE4(arr, row, kk, v) arr[TILE_AT(row, kk)] = uvec2(packFloat2x16(f16vec2((v).xy)), packFloat2x16(f16vec2((v).zw)))
 
 #define CM16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define CM32 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>

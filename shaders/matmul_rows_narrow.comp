@@ -52,8 +52,8 @@ void main() {
     // every invocation busy even where K holds fewer units than the workgroup has invocations (the
     // earlier form split K over all WG invocations for all RW rows at once, so SmolLM2's 576-wide
     // rows, 18 units, kept 46 of 64 idle and each held RW x BN sums)
-    const uint r = tid / LPR, l = tid % LPR;
-    const uint m = min(gl_WorkGroupID.x * RW + r, M - 1);   // rows past M decode the last row; never stored
+    const uint r = tid / LPR, l = tid % LPR, m0 = gl_WorkGroupID.x * RW;
+    const uint m = min(m0 + r, M - 1);    // rows past M decode the last row; never stored
     float acc[BN];
     for (uint t = 0; t < BN; t++) acc[t] = 0.0;
 
@@ -75,7 +75,7 @@ void main() {
     for (uint t = 0; t < T; t++) part[(r * BN + t) * (LPR + 1) + l] = acc[t];
     barrier();
     // NOUT <= WG: invocation o < NOUT sums output o (weight row o / BN, chunk row o % BN)
-    const uint ro = tid / BN, t = tid % BN, mo = gl_WorkGroupID.x * RW + ro;
+    const uint ro = tid / BN, t = tid % BN, mo = m0 + ro;
     if (tid < NOUT && t < T && mo < M) {
         float s = 0.0;
         for (uint i = 0; i < LPR; i++) s += part[tid * (LPR + 1) + i];
