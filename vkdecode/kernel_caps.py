@@ -46,6 +46,9 @@ class KernelCaps:
     attn_rows_q: int = 0        # chunk attention: rows per attention_rows_gqa workgroup (0: auto, < 0: per-row kernel)
     head_blocks: int = 0        # row blocks per lm_head + argmax workgroup (0: fused_matvec.ARGMAX_PARTIALS pairs)
     head_ops: bool = False      # the final norm + lm_head + argmax region runs its ops' kernels, not the fused one
+    persistent: int = 0         # FFN + next q/k/v as one persistent dispatch of this many workgroups where a probe
+                                # passes at twice that (0: off, measured slower on an H100: vkdecode/persistent.py)
+    device_cpu: bool = False    # a CPU implementation (lavapipe): never a persistent region
 
     @classmethod
     def from_info(cls, info, **tuning) -> KernelCaps:
@@ -94,6 +97,9 @@ class KernelCaps:
             tuning.setdefault("attn_gqa_rows", 2)
             # and exact chunk widths: a CPU's chunk costs its rows, so padding rows is waste there
             tuning.setdefault("prefill_chunk_rows", -1)
+            # and never a persistent region (device_cpu): a CPU runs a dispatch's workgroups a few at a
+            # time, so a grid barrier between them cannot be relied on (vkdecode/persistent.py)
+            tuning["device_cpu"] = True
         return cls(subgroup_size=int(f.get("subgroup_size", 1) or 1),
                    subgroup_arithmetic=bool(f.get("subgroup_arithmetic", False)),
                    subgroup_fixed=f.get("min_subgroup_size") == f.get("max_subgroup_size") == f.get("subgroup_size"),

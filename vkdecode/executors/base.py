@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from fusion.ir import STEP_POS, STEP_SEED, STEP_TOKEN
+from vkdecode import persistent
 from vkdecode.errors import ContextError, UsageError
 from vkdecode.executors.plan import GRID_ARGS, GridArgs, MemoryPlan, barriers_before, with_advance
 from vkdecode.kernels import KernelCall, KernelCaps
@@ -86,6 +87,12 @@ class Executor:
         self._next = self.plan.slices.get(("next_token", "data"))
         assert STEP_POS == STEP_TOKEN + 1
         self._step_word = self.plan.step.offset // 4 + STEP_TOKEN
+        self._has_grid = any(it.call.shader == persistent.SHADER for it in self.items)
+
+    def _check_grid(self) -> None:
+        """A persistent region whose grid barrier gave up made this step's tokens wrong: raise."""
+        if self._has_grid:
+            persistent.check_error(self.plan)
 
     # -- build helpers ------------------------------------------------------------------------
     def _partition(self):
@@ -132,7 +139,10 @@ class Executor:
                 else:   # x = the splits live at the step's position (GridArgs)
                     cmd.dispatch_indirect(grids.buffer, grids.offset + it.grid * GridArgs.RECORD_WORDS * 4)
                 if profile and (i == last or self.items[i + 1].region != it.region):
-                    cmd.timestamp(ts, 2 + it.region)
+                    # and of every region the call absorbed (persistent.merge): they end with it
+                    end = len(self.regions) if i == last else self.items[i + 1].region
+                    for r in range(it.region, max(end, it.region + 1)):
+                        cmd.timestamp(ts, 2 + r)
         cmd.timestamp(ts, 1)
         cmd.host_barrier()     # the next token is read by the host after the fence
 
@@ -145,6 +155,7 @@ class Executor:
         self._enqueue(token, pos)
         t1 = time.perf_counter()
         self.device.wait()
+        self._check_grid()
         nxt = int(self._next.read_array("uint32", 1)[0]) if self._next is not None else -1
         t2 = time.perf_counter()
         ns = self.timestamps.read_ns(0, 2)

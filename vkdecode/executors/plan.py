@@ -215,12 +215,17 @@ class MemoryPlan:
             self.slices[(GRID_ARGS, "data")] = s
 
     def add_scratch(self, calls: list[KernelCall]) -> None:
-        """Scratch is shared by name (e.g. attention partials, written and read in one step)."""
+        """Scratch is shared by name (e.g. attention partials, written and read in one step).
+        Names ending ".sync" (grid barrier counters) start zeroed; ".err" (error words the host
+        polls) are host-visible and start zeroed."""
         for call in calls:
             for name, nbytes in call.scratch:
                 have = self.slices.get((name, "data"))
                 if have is None or have.size < nbytes:
-                    self.slices[(name, "data")] = self._acts.alloc(nbytes, name)
+                    arena = self._host if name.endswith(".err") else self._acts
+                    s = self.slices[(name, "data")] = arena.alloc(nbytes, name)
+                    if name.endswith((".sync", ".err")):
+                        s.write(np.zeros(s.size // 4, np.uint32))
 
     def resolve(self, b: Binding) -> tuple:
         """(Buffer, offset, range) of a binding; a row range of a weight when the call splits it."""

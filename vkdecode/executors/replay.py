@@ -9,6 +9,7 @@ import os
 import time
 from collections import deque
 
+from vkdecode import persistent
 from vkdecode.executors.base import Executor, TokenStats
 from vkdecode.executors.plan import TOKEN_RING
 from vkdecode.stats import Counters
@@ -78,7 +79,8 @@ class ReplayExecutor(Executor):
         from vkdecode.fused_attention import absorb_combines
         from vkdecode.fused_prefetch import add_prefetch
         calls, owners = absorb_combines(self.program, calls, owners, self.caps)
-        return add_prefetch(self.program, calls, owners, self.caps)
+        calls, owners = add_prefetch(self.program, calls, owners, self.caps)
+        return persistent.merge(self.device, self.program, calls, owners, self.caps)
 
     def _enqueue(self, token: int, pos: int) -> None:
         self._write_step(token, pos)
@@ -121,6 +123,7 @@ class ReplayExecutor(Executor):
             while inflight:
                 fence, ts, size, host_us, counters = inflight.popleft()
                 dev.wait_fence(fence)
+                self._check_grid()
                 toks = [self.plan.ring_token(pos + first + i) for i in range(size)]
                 ns = ts.read_ns(0, 2)     # read before that recording is resubmitted
                 if nsub < len(sizes):
