@@ -198,11 +198,14 @@ def test_chunk_kernel_benches_json(tmp_path):
     r = json.loads(mm.read_text())
     assert [x["variant"] for x in r["rows"]] == ["tiled", "wide"] and all(x["GFLOPs"] > 0 for x in r["rows"])
     assert [c["shader"] for c in r["rows"][1]["calls"]] == ["matmul_rows_wide", "matmul_rows_splitk"]
-    assert attention_rows_bench.main(["--heads", "4,2,16", "--widths", "8", "--pos", "3", "--rows-q", "-1", "0",
+    # rows_q -1: the per-row kernel, 4: the kv-head one (0, auto, picks per device: kv-head from 2 rows
+    # on CPUs, per row below 17 on GPUs)
+    assert attention_rows_bench.main(["--heads", "4,2,16", "--widths", "8", "--pos", "3", "--rows-q", "-1", "4", "--no-coop",
                                       "--reps", "1", "--out", str(attn)]) == 0
     shaders = [x["calls"][0]["shader"] for x in json.loads(attn.read_text())["rows"]]
     assert shaders == ["attention_rows", "attention_rows_gqa"]
-    assert prefill_profile.main(["--shape", "tiny", "--width", "8", "--reps", "1", "--out", str(prof)]) == 0
+    assert prefill_profile.main(["--shape", "tiny", "--width", "8", "--reps", "1", "--caps", "attn_gqa_rows=2",
+                                 "--out", str(prof)]) == 0
     p = json.loads(prof.read_text())
     assert p["chunk_gpu_ms"] > 0 and "attention_rows_gqa" in p["by_kernel"]
 

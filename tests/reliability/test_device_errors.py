@@ -136,8 +136,10 @@ def test_out_of_device_memory_names_the_bytes_and_frees(device, tiny, monkeypatc
     n = [0]
 
     def alloc(dev, info, cb, out):
-        n[0] += 1      # the nth allocation of the load runs out: host arena, weights, activations
-        return vk.VK_ERROR_OUT_OF_DEVICE_MEMORY if n[0] == nth else vkmem.lib._real.vkAllocateMemory(
+        # from the nth allocation of the load on, memory is out (host arena, weights, activations):
+        # every memory type Buffer falls back to fails too (an H100 offers several device-local ones)
+        n[0] += 1
+        return vk.VK_ERROR_OUT_OF_DEVICE_MEMORY if n[0] >= nth else vkmem.lib._real.vkAllocateMemory(
             dev, info, cb, out)
 
     monkeypatch.setattr(vkmem, "lib", FakeLib(vkmem.lib, vkAllocateMemory=alloc))
