@@ -45,7 +45,8 @@ def _time(dev, entries, reps: int = 200) -> float:
 
 def phase_times(dev, model, caps, grids: list[int]) -> dict:
     """µs per call of the first merged region: its three separate dispatches, then per grid the merged
-    call (mode 0), each phase alone (modes 2-4) and its grid barriers alone (mode 1 / PROBE_N)."""
+    call (mode 0), each phase alone (modes 2-4), its grid barriers alone (mode 1 / PROBE_N) and the
+    dispatch doing nothing (mode 5)."""
     out = {}
     with make_executor("fused", dev, model.program, model.weights, caps=replace(caps, persistent=0)) as ex:
         calls = [it.call for it in ex.items]
@@ -61,7 +62,8 @@ def phase_times(dev, model, caps, grids: list[int]) -> dict:
                 continue
             it = ex.items[j]
             row = {}
-            for name, mode in (("all", 0), ("barriers_x8", 1), ("phase1", 2), ("phase2", 3), ("phase3", 4)):
+            for name, mode in (("all", 0), ("barriers_x8", 1), ("phase1", 2), ("phase2", 3), ("phase3", 4),
+                               ("empty", 5)):
                 push = struct.pack("<II", mode, persistent.SPIN_RUN)
                 row[name] = _time(dev, [(it.pipeline, ex.sets[j], push, (g, 1, 1))])
             out[f"g{g}"] = row

@@ -14,7 +14,7 @@
 // the error word (host-visible), which the executor checks, so a device where the grid is not
 // resident gets an error, never a hang.
 // Push: mode (0 all phases with grid barriers, 1 the probe: PROBE_N grid barriers and nothing else,
-//   2 + p phase p alone: no barrier, for a per-phase dispatch chain), spin (poll bound).
+//   2 + p phase p alone: no barrier, for a per-phase dispatch chain, 5+ nothing), spin (poll bound).
 // Bindings (numbers from persistent.py, as defines): B_X x, B_NF norm_ffn, WB_0/SB_0 gate,
 //   WB_1/SB_1 up, B_G g, WB_2/SB_2 down, B_Y y, QKV: B_NA norm_attn, WB_3..5/SB_3..5 q k v,
 //   B_Q B_K B_V; B_SYNC (arrivals, departures; zero between dispatches), B_ERR (error word).
@@ -239,6 +239,7 @@ void grid_leave() {
 void main() {
     const uint sgi = gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID;
     const uint nsg = gl_NumWorkGroups.x * gl_NumSubgroups;
+    if (pc.mode > 4u) return;   // nothing: the dispatch's own cost (bench/persistent_probe.py)
     if (pc.mode == 1u) {
         for (uint n = 1u; n <= PROBE_N; n++) grid_sync(n);
         grid_leave();

@@ -5,9 +5,10 @@ three dispatches with a pipeline barrier between each.
 
 Off by default: on an H100 it is slower than the three tuned dispatches it replaces (SmolLM2-135M
 Q4_1: 15.6 vs 11.3 µs per layer, Qwen3-0.6B F16: 25.7 vs 16.2; the whole step 979-1015 vs 691 µs;
-bench/results/nvidia-h100-80gb-hbm3/persistent/). A grid barrier costs ~1.5 µs there against ~2.2
-for a pipeline barrier, but its phases, a fixed grid of one to two workgroups per SM, keep fewer
-loads in flight than the dispatches' thousands of workgroups. KernelCaps.persistent = N turns it on
+bench/results/nvidia-h100-80gb-hbm3/persistent/). A grid barrier costs ~1.5 µs there against ~2.0
+for a dispatch with its pipeline barrier, so a merged boundary saves at most ~0.5 µs, and its
+phases, a fixed grid of one to two workgroups per SM, run about twice as long as the region
+kernels' thousands of workgroups. KernelCaps.persistent = N turns it on
 with N workgroups, for measuring and for work on the phases.
 
 A grid barrier is only safe where every workgroup of the dispatch runs at once, which Vulkan cannot
