@@ -23,7 +23,8 @@ from vkdecode.reference import Reference
 STEPS = 12
 # (family, weight dtype): llama and qwen3 merge the next q/k/v too (qwen3's q/k norms live in the
 # attention); qwen2's q/k/v biases keep its RMS_NORM_MATMUL a dispatch of its own
-CASES = [("llama", "f16"), ("qwen3", "q4_1"), ("qwen2", "q8_0"), ("llama", None)]
+CASES = [("llama", "f16"), ("qwen3", "q4_1"), ("qwen2", "q8_0"), ("llama", None), ("llama", "q5_1"),
+         ("qwen3", "iq4_nl"), ("llama", "q5_0"), ("qwen3", "q4_0")]
 
 
 @pytest.fixture(scope="module")
