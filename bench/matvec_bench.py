@@ -24,6 +24,8 @@ from vkdecode.kernels import KernelCaps, op_calls, weight_parts
 PRESETS = {
     "smollm2": [("q4_1", 576, 576, "wq/wo"), ("q4_1", 192, 576, "wk/wv"), ("q4_1", 1536, 576, "gate/up"),
                 ("q4_1", 576, 1536, "down"), ("q8_0", 49152, 576, "lm_head")],
+    "llama1b": [("f16", 2048, 2048, "wq/wo"), ("f16", 512, 2048, "wk/wv"), ("f16", 8192, 2048, "gate/up"),
+                ("f16", 2048, 8192, "down")],
     "qwen3": [(dt, o, i, w) for dt in ("f16", "q8_0") for o, i, w in
               [(2048, 1024, "wq"), (1024, 1024, "wk/wv"), (1024, 2048, "wo"), (3072, 1024, "gate/up"),
                (1024, 3072, "down"), (151936, 1024, "lm_head")]],
