@@ -21,7 +21,8 @@
 // Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK, 6 scale, 7 (unused), 8 eps (QK_NORM),
 // 9 WINDOW (0: all rows), 10 MIN_S (live splits at least: attn_partials.glsl's attn_live_splits;
 // workgroups s >= the live count return at once). Define B_FREQ: the binding of the rope inverse-frequency table.
-// Defines: LANES (subgroup size), EPL (D / LANES), RB (rows per batch), NEOX, QK_NORM, SPLIT.
+// Defines: LANES (subgroup size), EPL (D / LANES), RB (rows per batch), NEOX, QK_NORM, SPLIT,
+// QKV_IN (q, k, v computed here from x: qkv_in.glsl; spec 11 KIN, 12 EPS_IN).
 #define NO_WG_REDUCE
 #include "common.glsl"
 #include "attn_partials.glsl"
@@ -61,6 +62,18 @@ layout(binding = 8) readonly buffer KNB { float knw[]; };
 
 #include "fused_rope.glsl"
 #include "prefetch.glsl"
+#ifdef QKV_IN
+layout(constant_id = 11) const uint KIN = 4;
+layout(constant_id = 12) const float EPS_IN = 1e-6;
+#include "qkv_in.glsl"
+#define Q_AT(i) qi_out[(i) - h * D]
+#define K_AT(i) qi_out[D + (i) - kvoff]
+#define V_AT(i) qi_out[2u * D + (i) - kvoff]
+#else
+#define Q_AT(i) q[i]
+#define K_AT(i) k[i]
+#define V_AT(i) v[i]
+#endif
 
 shared float sg_ml[2 * NSG];
 shared float sg_o[NSG * D];
@@ -122,21 +135,30 @@ void main() {
     const uint kvh = h / (H / KVH), kvoff = kvh * D;
     const uint e0 = lane * EPL;   // this lane's first element of the head
 
+#ifdef QKV_IN
+    // a dead split computes nothing: the position first, then this workgroup's q, k, v
+    const uint pos = step[STEP_POS];
+    const uint live = attn_live_splits(pos, WINDOW, S, LIVE_ROWS, MIN_S);
+    if (s >= live) return;   // uniform
+    qkv_in(h, kvh, sg, lane);
+#endif
     // q, k (rotated, normed with QK_NORM) and v of the current token: the lane's elements
     float qr[EPL], kcur[EPL], vcur[EPL];
     float qa[EPL], qb[EPL], ka[EPL], kb[EPL];   // own and partner values
     for (uint c = 0; c < EPL; c++) {
         const uint e = e0 + c, p = rope_partner(e);
-        qa[c] = q[h * D + e];
-        qb[c] = q[h * D + p];
-        ka[c] = k[kvoff + e];
-        kb[c] = k[kvoff + p];
-        vcur[c] = kv_round(v[kvoff + e]);
+        qa[c] = Q_AT(h * D + e);
+        qb[c] = Q_AT(h * D + p);
+        ka[c] = K_AT(kvoff + e);
+        kb[c] = K_AT(kvoff + p);
+        vcur[c] = kv_round(V_AT(kvoff + e));
     }
+#ifndef QKV_IN
     // after the loads above, so a live workgroup waits for them and the step word together
     const uint pos = step[STEP_POS];
     const uint live = attn_live_splits(pos, WINDOW, S, LIVE_ROWS, MIN_S);
     if (s >= live) return;   // no rows at this position (never the writer, s = 0); uniform
+#endif
 #ifdef QK_NORM
     float sq = 0.0, sk = 0.0;
     for (uint c = 0; c < EPL; c++) {
