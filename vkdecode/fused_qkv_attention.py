@@ -50,6 +50,13 @@ def _fits(program: Program, ws: tuple, head_dim: int, caps: KernelCaps) -> bool:
     return 3 * head_dim * per_row <= MAX_BYTES
 
 
+def _shared_fits(att: KernelCall, caps: KernelCaps) -> bool:
+    """The attention's shared memory plus q, k and v of the current token (3 * D floats)."""
+    from vkdecode.fused_attention import _sg_shared_bytes
+    wg, d = att.spec[0], att.spec[3]
+    return _sg_shared_bytes(wg, int(dict(att.defines)["LANES"]), d) + 12 * d <= caps.max_shared
+
+
 def fold_qkv(program: Program, calls: list[KernelCall], owners: list[int],
              caps: KernelCaps) -> tuple[list, list]:
     """Each rms_norm_matmul (q, k, v) right before the subgroup-rows attention that alone reads
@@ -71,7 +78,7 @@ def fold_qkv(program: Program, calls: list[KernelCall], owners: list[int],
         if (proj is not None and att is not None and att.shader == ATTENTION
                 and tuple(b.value for b in att.bindings[:3]) == proj[3]
                 and all(readers.get(o, 0) == 1 for o in proj[3])
-                and _fits(program, proj[2], att.spec[3], caps)):
+                and _fits(program, proj[2], att.spec[3], caps) and _shared_fits(att, caps)):
             out_calls.append(_with_qkv(program, att, proj, calls[i]))
             out_owners.append(owners[i + 1])
             i += 2
