@@ -5,6 +5,7 @@
 #   bash bench/gpu_session.sh decode    # decode: modes, attention vs --ctx, per-rule breakdown + llama.cpp
 #   bash bench/gpu_session.sh prefill   # prompt chunks: new vs old chunk kernels, kernel sweeps, llama.cpp
 #   bash bench/gpu_session.sh spec GGUF # speculative decode on a real GGUF (the policy and every draft)
+#   bash bench/gpu_session.sh fold      # q/k/v inside the attention (attn_qkv_in) and the persistent region, A/B
 set -euo pipefail
 OUT=${OUT:?set OUT to the results folder}
 LLAMA=/tmp/llama/llama-server
@@ -48,6 +49,16 @@ prefill)
             --caps narrow_lanes=$c --out "$OUT/verify-profile-9-lanes$c.json"
     done
     python -m bench.matmul_rows_bench --preset qwen3 --widths 64 128 256 512 --sweep --out "$OUT/matmul-rows-qwen3.json"
+    ;;
+fold)
+    # the q/k/v fold where it applies (small heads) and the persistent region, against the default,
+    # one process each, greedy tokens compared (bench.ab_modes exits non-zero if they differ)
+    for c in 1024 256; do
+        python -m bench.ab_modes fused fused:attn_qkv_in=1 fused:persistent=132 --shape smollm2-135m --quant q4_1 \
+            --ctx $c --prompt-tokens 16 -n 64 --rounds 3 --out "$OUT/ab-fold-smollm2-q4_1-ctx$c.json"
+    done
+    python -m bench.ab_modes fused fused:persistent=132 --shape qwen3-0.6b --quant f16 --ctx 1024 \
+        --prompt-tokens 16 -n 64 --rounds 3 --out "$OUT/ab-fold-qwen3-f16.json"
     ;;
 spec)
     python -m bench.speculative --model "${2:?the GGUF}" --k 4 8 --reps 3 --out "$OUT/speculative.json"
