@@ -151,6 +151,11 @@ def rope_kv_write_attention(p: Program, region: Region, caps: KernelCaps) -> lis
             combine_call(out, r["step"], grid, caps)]
 
 
+def reader_counts(calls: list[KernelCall]) -> Counter:
+    """How many bindings of `calls` read each value (writes not counted)."""
+    return Counter(b.value for c in calls for i, b in enumerate(c.bindings) if i not in c.writes)
+
+
 def absorb_combines(program: Program, calls: list[KernelCall], owners: list[int],
                     caps: KernelCaps) -> tuple[list, list]:
     """Peephole over a fused step's calls: an attention_combine whose output only a matmul_add reads
@@ -161,7 +166,7 @@ def absorb_combines(program: Program, calls: list[KernelCall], owners: list[int]
     caps.cx_rows < 0 absorbs none (every o-projection workgroup would redo the whole combine)."""
     if caps.cx_rows < 0:
         return calls, owners
-    readers = Counter(b.value for c in calls for i, b in enumerate(c.bindings) if i not in c.writes)
+    readers = reader_counts(calls)
     held: dict[str, tuple[KernelCall, int]] = {}   # combine output -> (combine, owner) not yet placed
     out_calls, out_owners = [], []
     for call, owner in zip(calls, owners):

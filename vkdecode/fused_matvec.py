@@ -124,6 +124,22 @@ def _norm_matmul_call(p: Program, region: Region, idx: list[int], caps: KernelCa
                       label="+".join(r["outs"][i] for i in idx))
 
 
+def qkv_projection(call: KernelCall) -> tuple | None:
+    """(x, norm_w, (wq, wk, wv), (q, k, v), eps) of an rms_norm_matmul call of three whole
+    projections of one dtype and no biases (q/k/v), else None; read back from its bindings."""
+    d = dict(call.defines)
+    if call.shader != "rms_norm_matmul" or d.get("NW") != "3" or "SLOT_DTYPES" in d:
+        return None
+    if any(k.startswith("BIAS_") for k in d):
+        return None
+    w = [call.bindings[int(d[f"WB_{s}"])] for s in range(3)]
+    if any(b.rows is not None for b in w):
+        return None
+    outs = tuple(call.bindings[int(d[f"YB_{s}"])].value for s in range(3))
+    return (call.bindings[int(d["B_X"])].value, call.bindings[int(d["B_NW"])].value,
+            tuple(b.value for b in w), outs, float(call.spec[3]))
+
+
 def _dtype_group(dtype: str) -> str:
     """Projections of one group share a dispatch: all quant dtypes together (each slot decodes its
     own; a Q4_K_M layer's q, k are q4_k and its v q6_k), f32 and f16 each by themselves."""

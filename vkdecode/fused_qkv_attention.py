@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fusion.ir import Program
+from vkdecode.fused_attention import _sg_shared_bytes, reader_counts
+from vkdecode.fused_matvec import _Slots, qkv_projection
 from vkdecode.kernels import Binding, KernelCall, KernelCaps, row_bytes, weight_parts
 
 ATTENTION = "rope_kv_write_attention_sg"
@@ -23,22 +25,7 @@ MAX_BYTES = 96 << 10
 DTYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
 
 
-def _projection(program: Program, call: KernelCall) -> tuple | None:
-    """(x, norm_w, (wq, wk, wv), (q, k, v), eps) of a plain 3-projection rms_norm_matmul call."""
-    d = dict(call.defines)
-    if call.shader != "rms_norm_matmul" or d.get("NW") != "3" or "SLOT_DTYPES" in d:
-        return None
-    if any(k.startswith("BIAS_") for k in d):
-        return None
-    ws = tuple(call.bindings[int(d[f"WB_{s}"])].value for s in range(3))
-    if any(call.bindings[int(d[f"WB_{s}"])].rows is not None for s in range(3)):
-        return None
-    outs = tuple(call.bindings[int(d[f"YB_{s}"])].value for s in range(3))
-    return (call.bindings[int(d["B_X"])].value, call.bindings[int(d["B_NW"])].value, ws, outs,
-            float(call.spec[3]))
-
-
-def _fits(program: Program, ws: tuple, head_dim: int, caps: KernelCaps) -> bool:
+def _fits(program: Program, ws: tuple, head_dim: int) -> bool:
     dts = {program.values[w].dtype for w in ws}
     if len(dts) != 1 or next(iter(dts)) not in DTYPES:
         return False
@@ -52,7 +39,6 @@ def _fits(program: Program, ws: tuple, head_dim: int, caps: KernelCaps) -> bool:
 
 def _shared_fits(att: KernelCall, caps: KernelCaps) -> bool:
     """The attention's shared memory plus q, k and v of the current token (3 * D floats)."""
-    from vkdecode.fused_attention import _sg_shared_bytes
     wg, d = att.spec[0], att.spec[3]
     return _sg_shared_bytes(wg, int(dict(att.defines)["LANES"]), d) + 12 * d <= caps.max_shared
 
@@ -65,20 +51,16 @@ def fold_qkv(program: Program, calls: list[KernelCall], owners: list[int],
     no GPU time left, so it is checked against the reference (lavapipe) but not yet timed on a GPU."""
     if caps.attn_qkv_in <= 0:
         return calls, owners
-    readers: dict[str, int] = {}
-    for c in calls:
-        for i, b in enumerate(c.bindings):
-            if i not in c.writes:
-                readers[b.value] = readers.get(b.value, 0) + 1
+    readers = reader_counts(calls)
     out_calls, out_owners = [], []
     i = 0
     while i < len(calls):
-        proj = _projection(program, calls[i])
+        proj = qkv_projection(calls[i])
         att = calls[i + 1] if i + 1 < len(calls) else None
         if (proj is not None and att is not None and att.shader == ATTENTION
                 and tuple(b.value for b in att.bindings[:3]) == proj[3]
                 and all(readers.get(o, 0) == 1 for o in proj[3])
-                and _fits(program, proj[2], att.spec[3], caps) and _shared_fits(att, caps)):
+                and _fits(program, proj[2], att.spec[3]) and _shared_fits(att, caps)):
             out_calls.append(_with_qkv(program, att, proj, calls[i]))
             out_owners.append(owners[i + 1])
             i += 2
@@ -91,17 +73,15 @@ def fold_qkv(program: Program, calls: list[KernelCall], owners: list[int],
 
 def _with_qkv(program: Program, att: KernelCall, proj: tuple, pcall: KernelCall) -> KernelCall:
     x, norm_w, ws, _, eps = proj
-    bindings = list(att.bindings)
-    defines = [("QKV_IN", "1"), ("B_XIN", str(len(bindings))), ("B_NWIN", str(len(bindings) + 1))]
-    bindings += [Binding(x), Binding(norm_w)]
+    slots = _Slots()
+    slots.bindings = list(att.bindings)     # the attention's own bindings first, unchanged
+    slots.add("B_XIN", Binding(x))
+    slots.add("B_NWIN", Binding(norm_w))
     for s, w in enumerate(ws):
-        for part in weight_parts(program.values[w].dtype):
-            defines.append((f"{'SB' if part == 's' else 'WB'}_{s}", str(len(bindings))))
-            bindings.append(Binding(w, part))
+        slots.weight(program, w, s)
     # the weights' dtype and unit width, as the projection's kernel had them
-    pd = dict(pcall.defines)
+    defines = [("QKV_IN", "1")] + slots.defines
     defines += [(k, v) for k, v in pcall.defines if k.startswith("DT_") or k == "WVEC"]
-    assert "USE_SUBGROUP" in pd or ("USE_SUBGROUP", "1") in att.defines
     k = program.values[ws[0]].shape[1]
-    return replace(att, spec=att.spec + (k, eps), bindings=tuple(bindings),
+    return replace(att, spec=att.spec + (k, eps), bindings=tuple(slots.bindings),
                    defines=att.defines + tuple(defines), label=att.label + "+qkv")

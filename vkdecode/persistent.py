@@ -29,6 +29,7 @@ import numpy as np
 
 from fusion.ir import Program
 from vkdecode.errors import VulkanError
+from vkdecode.fused_matvec import _Slots, qkv_projection
 from vkdecode.kernels import Binding, KernelCall, KernelCaps, _dtype_define, _reduce_defines, weight_parts
 
 SHADER = "persistent_ffn_qkv"
@@ -101,53 +102,39 @@ def _parse(program: Program, calls: list[KernelCall], i: int) -> _Parsed | None:
     if any(program.values[w].dtype != dtype for w in wu + wd) or program.values[wd[0]].shape != (kh, kf):
         return None
     p = _Parsed(x, nf, wu[0], wu[1], g, wd[0], dy, dtype, kh, kf, float(up.spec[3]))
-    if i + 2 < len(calls) and calls[i + 2].shader == "rms_norm_matmul":
-        qkv, dq = calls[i + 2], _defs(calls[i + 2])
-        ws = _weights(program, qkv)
-        if (dq.get("NW") == "3" and not any(k.startswith("BIAS_") for k in dq) and "SLOT_DTYPES" not in dq
-                and len(ws) == 3 and qkv.bindings[int(dq["B_X"])].value == dy
-                and all(program.values[w].dtype == dtype and program.values[w].shape[1] == kh for w in ws)):
-            outs = tuple(qkv.bindings[int(dq[f"YB_{s}"])].value for s in range(3))
-            p.qkv = (qkv.bindings[int(dq["B_NW"])].value, tuple(ws), outs, float(qkv.spec[3]))
+    proj = qkv_projection(calls[i + 2]) if i + 2 < len(calls) else None
+    if proj is not None:
+        px, na, ws, outs, eps_a = proj
+        if px == dy and all(program.values[w].dtype == dtype and program.values[w].shape[1] == kh for w in ws):
+            p.qkv = (na, ws, outs, eps_a)
     return p
 
 
 def persistent_call(program: Program, p: _Parsed, groups: int, caps: KernelCaps,
                     mode: int = MODE_ALL, spin: int = SPIN_RUN) -> KernelCall:
-    bindings: list[Binding] = []
-    defines: list[tuple[str, str]] = []
-
-    def add(define: str, b: Binding) -> int:
-        defines.append((define, str(len(bindings))))
-        bindings.append(b)
-        return len(bindings) - 1
-
-    def weight(w: str, slot: int) -> None:
-        for part in weight_parts(program.values[w].dtype):
-            add(f"{'SB' if part == 's' else 'WB'}_{slot}", Binding(w, part))
-
-    add("B_X", Binding(p.x))
-    add("B_NF", Binding(p.norm_ffn))
-    weight(p.gate, 0)
-    weight(p.up, 1)
-    writes = [add("B_G", Binding(p.g))]
-    weight(p.down, 2)
-    writes.append(add("B_Y", Binding(p.y)))
+    s = _Slots()
+    s.add("B_X", Binding(p.x))
+    s.add("B_NF", Binding(p.norm_ffn))
+    s.weight(program, p.gate, 0)
+    s.weight(program, p.up, 1)
+    writes = [s.add("B_G", Binding(p.g))]
+    s.weight(program, p.down, 2)
+    writes.append(s.add("B_Y", Binding(p.y)))
     mq = mk = mv = 1
     eps_a = 1e-6
     if p.qkv is not None:
         na, ws, outs, eps_a = p.qkv
-        add("B_NA", Binding(na))
-        for s, w in enumerate(ws):
-            weight(w, 3 + s)
-        writes += [add(n, Binding(o)) for n, o in zip(("B_Q", "B_K", "B_V"), outs)]
+        s.add("B_NA", Binding(na))
+        for slot, w in enumerate(ws):
+            s.weight(program, w, 3 + slot)
+        writes += [s.add(n, Binding(o)) for n, o in zip(("B_Q", "B_K", "B_V"), outs)]
         mq, mk, mv = (program.values[w].shape[0] for w in ws)
-        defines.append(("QKV", "1"))
-    writes += [add("B_SYNC", Binding(SYNC)), add("B_ERR", Binding(ERR))]
-    defines += [_dtype_define(p.dtype)] + list(_reduce_defines(caps))
+        s.defines.append(("QKV", "1"))
+    writes += [s.add("B_SYNC", Binding(SYNC)), s.add("B_ERR", Binding(ERR))]
+    defines = s.defines + [_dtype_define(p.dtype)] + list(_reduce_defines(caps))
     defines += [("WVEC", "1")] if p.dtype in ("f32", "f16") else []
     label = f"{p.g}+{p.y}" + (f"+{'+'.join(p.qkv[2])}" if p.qkv else "")
-    return KernelCall(SHADER, (WG, p.kh, p.kf, p.eps_f, eps_a, mq, mk, mv), tuple(bindings), tuple(writes),
+    return KernelCall(SHADER, (WG, p.kh, p.kf, p.eps_f, eps_a, mq, mk, mv), tuple(s.bindings), tuple(writes),
                       (groups, 1, 1), push=struct.pack("<II", mode, spin), defines=tuple(defines),
                       scratch=((SYNC, 16), (ERR, 16)), label="persistent:" + label)
 
