@@ -6,6 +6,8 @@
 #   bash bench/gpu_session.sh prefill   # prompt chunks: new vs old chunk kernels, kernel sweeps, llama.cpp
 #   bash bench/gpu_session.sh spec GGUF # speculative decode on a real GGUF (the policy and every draft)
 #   bash bench/gpu_session.sh fold      # q/k/v inside the attention (attn_qkv_in) and the persistent region, A/B
+#   bash bench/gpu_session.sh head      # lm_head + argmax row blocks per workgroup, 4 shapes
+#   bash bench/gpu_session.sh kquant    # K-quant decode (in place vs NIB_OLD/Q6_OLD), lm_head blocks, 8B profile
 set -euo pipefail
 OUT=${OUT:?set OUT to the results folder}
 LLAMA=/tmp/llama/llama-server
@@ -60,11 +62,38 @@ fold)
     python -m bench.ab_modes fused fused:persistent=132 --shape qwen3-0.6b --quant f16 --ctx 1024 \
         --prompt-tokens 16 -n 64 --rounds 3 --out "$OUT/ab-fold-qwen3-f16.json"
     ;;
+kquant)
+    # K-quant decode by float bits in place (dequant.glsl pos4, the default for q6_k and wide K-quant
+    # units) against the previous decode (NIB_OLD, Q6_OLD), whole fused steps, one process per shader
+    # variant (tokens compared afterwards); then the lm_head's row blocks per workgroup and the
+    # per-kernel profile of the 8B step
+    for d in "" Q6_OLD NIB_OLD,Q6_OLD; do
+        for s in "llama3.1-8b q4_k_m" "qwen3-0.6b q4_k_m"; do
+            set -- $s
+            VKDECODE_DEFINES=$d python -m bench.ab_modes fused --shape "$1" --quant "$2" --ctx 1024 \
+                --prompt-tokens 16 -n 32 --rounds 3 --out "$OUT/ab-$1-$2-${d:-default}.json" | tail -2
+        done
+    done
+    python -m bench.ab_modes fused fused:head_blocks=1 fused:head_blocks=2 fused:head_blocks=4 \
+        --shape llama3.1-8b --quant q4_k_m --ctx 1024 --prompt-tokens 16 -n 32 --rounds 3 \
+        --out "$OUT/ab-llama3.1-8b-head-blocks.json" | tail -5
+    python -m bench.ab_modes fused --shape llama3.1-8b --quant q4_k_m --ctx 1024 \
+        --prompt-tokens 16 -n 16 --rounds 2 --detail --out "$OUT/ab-llama3.1-8b-detail.json" | tail -40
+    ;;
+head)
+    # lm_head + argmax: row blocks per workgroup (fewer: more (max, index) pairs for the final pass)
+    for s in "smollm2-135m q4_1" "qwen3-0.6b f16" "llama3.2-1b f16" "llama3.1-8b q4_k_m"; do
+        set -- $s
+        python -m bench.ab_modes fused fused:head_blocks=1 fused:head_blocks=2 fused:head_blocks=4 \
+            fused:head_blocks=8 --shape "$1" --quant "$2" --ctx 1024 --prompt-tokens 16 -n 32 --rounds 3 \
+            --out "$OUT/ab-head-blocks-$1-$2.json" | grep "GPU us"
+    done
+    ;;
 spec)
     python -m bench.speculative --model "${2:?the GGUF}" --k 4 8 --reps 3 --out "$OUT/speculative.json"
     ;;
 *)
-    echo "usage: bash bench/gpu_session.sh decode|prefill|spec GGUF" >&2
+    echo "usage: bash bench/gpu_session.sh decode|prefill|fold|kquant|head|spec GGUF" >&2
     exit 2
     ;;
 esac

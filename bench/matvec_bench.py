@@ -2,6 +2,9 @@
 
     python -m bench.matvec_bench [--preset smollm2|qwen3|all] [--sweep] [--out results.json]
 
+VKDECODE_PIPELINE_STATS=1 also records the driver's statistics of each kernel (registers per
+invocation, instruction counts) where it offers VK_KHR_pipeline_executable_properties (NVIDIA does).
+
 Each measurement records `reps` dispatches of one matmul with a barrier between them (as in the
 decode chain), rotating over enough distinct weight copies that the set exceeds the GPU's L2,
 and reads GPU time from timestamps. Weights are random words (timing does not depend on values).
@@ -139,7 +142,7 @@ def measure(case: Case, caps: KernelCaps, reps: int = 200, barrier: str = "full"
             "barrier": barrier, "copies": case.copies, "weight_bytes": case.wbytes, "us": med / 1e3,
             "us_min": min(times) / 1e3, "us_max": max(times) / 1e3, "GBps": case.wbytes / med,
             "bits_per_weight": 8 * case.wbytes / (case.out * case.n_in),
-            "Gweights_per_s": case.out * case.n_in / med}
+            "Gweights_per_s": case.out * case.n_in / med, "pipeline_stats": pipe.stats}
 
 
 def copy_bandwidth(dev, nbytes: int = 512 << 20, reps: int = 5) -> float:
@@ -153,6 +156,12 @@ def _variants(ab: str) -> list[dict]:
     """--ab "A,B=2,C+D,caps:kwide=-1": the default, then -DA, -DB=2, -DC -DD, and KernelCaps(kwide=-1)."""
     return [{}] + [{k: v or 1 for k, _, v in (kv.partition("=") for kv in item.split("+"))}
                    for item in ab.split(",") if item]
+
+
+def _stats_text(stats: dict) -> str:
+    """The driver's register and instruction counts, where VKDECODE_PIPELINE_STATS=1 captured them."""
+    keep = {k: v for k, v in stats.items() if any(w in k.lower() for w in ("register", "instruction", "spill"))}
+    return ("  [" + ", ".join(f"{k}: {v}" for k, v in keep.items()) + "]") if keep else ""
 
 
 def main(argv=None) -> int:
@@ -194,7 +203,7 @@ def main(argv=None) -> int:
             res["rows"].append(r)
             print(f"{dtype:6s} {out:6d}x{n_in:<5d} {what:8s} wg {r['wg']:3d} rows {r['rows']} "
                   f"{r['us']:8.2f} us {r['GBps']:7.0f} GB/s {r['Gweights_per_s']:7.0f} Gw/s"
-                  f"{'  (auto)' if not t else ''} {' '.join(d)}", flush=True)
+                  f"{'  (auto)' if not t else ''} {' '.join(d)}{_stats_text(r['pipeline_stats'])}", flush=True)
         case.close()
     dev.close()
     if a.out:

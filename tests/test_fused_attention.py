@@ -32,10 +32,11 @@ def _lowered(spec="qwen3-0.6b", ctx=256, caps=CAPS, **rules):
 def test_attention_grid_splits():
     # (splits, max rows per split, live splits at least)
     assert attention_grid(256, 64, CAPS) == (4, 64, 4)         # automatic: 256 head elements
-    assert attention_grid(256, 128, CAPS) == (2, 128, 2)
+    assert attention_grid(256, 128, CAPS) == (4, 64, 4)        # at least MIN_SPLITS_128 up to 128
+    assert attention_grid(256, 256, CAPS) == (1, 256, 1)
     assert attention_grid(256, 16, CAPS) == (8, 32, 8)         # at most 8
     assert attention_grid(4096, 64, CAPS) == (16, 256, 4)      # attn_max_chunk rows per split
-    assert attention_grid(4096, 128, CAPS) == (16, 256, 2)
+    assert attention_grid(4096, 128, CAPS) == (16, 256, 4)
     assert attention_grid(256, 64, replace(CAPS, attn_splits=8)) == (8, 32, 8)
     assert attention_grid(256, 128, replace(CAPS, attn_splits=1)) == (1, 256, 1)
     assert attention_grid(4096, 64, replace(CAPS, attn_splits=1)) == (16, 256, 1)   # as on lavapipe
@@ -160,9 +161,8 @@ def test_gpu_work_at_a_position_does_not_grow_with_ctx(spec):
     for pos in (0, 16, 255, 1000, 1279):
         work = {ctx: _work_at(c, pos) for ctx, c in calls.items()}
         assert work[1280] == work[8192] == work[32768], pos
-    hd = 128 if spec == "qwen3-0.6b" else 64
     attn = [w for w in _work_at(calls[8192], 1000) if w[0].startswith("rope_kv_write_attention")]
-    assert attn[0][1][0] == (8 if hd == 128 else 16)   # splits of 125 rows (head_dim 128), of 63 (64)
+    assert attn[0][1][0] == 16   # splits of 63 rows (head_dim 64 and 128: MIN_SPLITS_128)
     combine = [w[2] for w in _work_at(calls[32768], 32000) if w[2]]
     assert combine and all(b <= CX_BATCH and n * b >= live for live, b, n in combine)
 

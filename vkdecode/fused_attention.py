@@ -32,9 +32,14 @@ from vkdecode.kernels import (
 ATTN_WG = 256           # invocations per workgroup, workgroup form
 ATTN_WG_SG = 512        # invocations per workgroup, subgroup-rows form
 SPLIT_WIDTH = 256       # automatic splits: about this many head elements per head over all splits
+# and at least this many for heads up to 128 wide: H100, ctx 1024, whole step GPU µs at positions
+# 16-48 / 400-432, 2 splits (SPLIT_WIDTH's) vs 4: Qwen3-0.6B F16 1147 / 1232 vs 1073 / 1136,
+# Llama-3.1-8B Q4_K_M 4234 / 4333 vs 4111 / 4204; 8 were worse than 4 there and for head_dim 64
+# (SmolLM2 695 vs 709, Llama-3.2-1B 1227 vs 1242; bench/results/nvidia-h100-80gb-hbm3/attn-splits/)
+MIN_SPLITS_128 = 4
 SPLIT_ROWS_CTX = 256    # the context those sweeps ran at: GPU live splits keep its rows per split (live_rows)
 # GPU grids at most this many splits: H100, Qwen3's 16 heads x 16 = 256 workgroups, about 2 per SM;
-# position 1000 gets 8 splits of 125 rows (head_dim 128) or 16 of 63 (64), whatever --ctx is
+# position 1000 gets 16 splits of 63 rows (head_dim 64 and 128), whatever --ctx is
 MAX_SPLITS = 16
 CX_BATCH = 8            # splits the o-projection's absorbed combine loads together (matmul_add.comp CX_B)
 SG_BATCH = 8            # rows per subgroup batch of the subgroup-rows kernel (registers: 2 x RB x EPL)
@@ -47,8 +52,8 @@ def attention_grid(ctx: int, head_dim: int, caps: KernelCaps) -> tuple[int, int,
     at most max_splits of them (beyond that the rows per split grow), so a position runs the same
     splits, of the same rows, whatever --ctx is (before, S = ctx / attn_max_chunk clamped the live
     count: position 1000, head_dim 128 ran 5 splits at ctx 1280 and 8 at 8192). The minimum (the
-    third value; automatic: 4 for head_dim 64, 2 for 128) keeps small positions spread over a GPU."""
-    want = caps.attn_splits or max(1, min(8, SPLIT_WIDTH // head_dim))
+    third value; automatic: 4 for head_dim 64 and 128) keeps small positions spread over a GPU."""
+    want = caps.attn_splits or max(1, min(8, SPLIT_WIDTH // head_dim), MIN_SPLITS_128 if head_dim <= 128 else 1)
     if caps.attn_live_rows >= 0:
         rows = gpu_split_rows(want, caps)
         s = min(ctx, max(want, min(max_splits(want, caps), -(-ctx // rows))))

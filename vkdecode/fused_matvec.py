@@ -31,8 +31,12 @@ MAX_SLOTS = 4          # weights one rms_norm_matmul dispatch reads (q, k, v nee
 # about this many (max, index) pairs for the final argmax pass. Each workgroup reduces its row
 # blocks one after another, so few pairs serialise the lm_head; many make the one-workgroup final
 # pass long. H200, lm_head GPU µs for 512/1024/2048/4096/8192 pairs: SmolLM2 (q8_0 49152x576)
-# 101/57/38/37/34, Qwen3-0.6B f16 (151936x1024) 247/145/100/89/90.
-ARGMAX_PARTIALS = 4096
+# 101/57/38/37/34, Qwen3-0.6B f16 (151936x1024) 247/145/100/89/90. H100, whole step GPU µs with
+# 8 / 4 / 2 / 1 row blocks per workgroup: Llama-3.1-8B Q4_K_M (32064 blocks) 4255 / 4231 / 4193 /
+# 4237, Llama-3.2-1B F16 1217 / 1220 / 1220 / 1227, Qwen3-0.6B F16 1165 / 1137 / 1151 / 1149,
+# SmolLM2 Q4_1 702 / 692 / 692 / 698 (bench/results/nvidia-h100-80gb-hbm3/kquant-pos/ab-head-blocks-*):
+# 16384 pairs gives 2, 2, 3 and 1 of them.
+ARGMAX_PARTIALS = 16384
 
 
 def _fits(p: Program, w: str, caps: KernelCaps) -> bool:

@@ -162,8 +162,11 @@ def matvec_shape(dtype: str, n_in: int, n_rows: int, caps: KernelCaps) -> tuple[
         wg, rows = _wg(caps, -(-units // 2), cap=256), 2
     elif wvec and dtype in K_TYPES:
         # 32-element K-quant units: at most 128 lanes a row, 2 rows (H100, Llama-3.1-8B's q4_k / q6_k
-        # matvecs: 256 lanes 10-30% slower; bench/results/nvidia-h100-80gb-hbm3/kquant-wide/)
-        wg, rows = _wg(caps, units, cap=128), 2
+        # matvecs: 256 lanes 10-30% slower; bench/results/nvidia-h100-80gb-hbm3/kquant-wide/), and
+        # two units per lane where there are rows enough to fill the GPU without (H100, with the
+        # in-place nibble decode: q4_k 4096x4096 12.67 vs 13.11 µs, 14336x4096 26.56 vs 28.07; but
+        # 1024x4096 8.32 vs 7.86: bench/results/nvidia-h100-80gb-hbm3/kquant-pos/mv-sweep-*)
+        wg, rows = _wg(caps, units // 2 if n_rows >= 4096 else units, cap=128), 2
     else:
         wg, rows = _wg(caps, units, cap=256), (2 if n_rows >= 1536 else 1)
     wg = caps.matvec_wg or wg

@@ -4,6 +4,8 @@ Split out of device.py to keep both files small; device.py holds the public API.
 """
 from __future__ import annotations
 
+import os
+
 from vkdecode.errors import NoDeviceError, VulkanError
 from vkdecode.vk.ffi import (
     NULL,
@@ -40,6 +42,11 @@ FEATURE_STRUCTS = [
     ("VkPhysicalDeviceCooperativeMatrixFeaturesNV", (99, 0), "VK_NV_cooperative_matrix",
      {"cooperativeMatrix": "coop_matrix_nv"}),
 ]
+# the driver's statistics of each compiled pipeline (registers, instructions): a diagnostic for
+# bench scripts (VKDECODE_PIPELINE_STATS=1, vk/shaders.py), not enabled otherwise
+if os.environ.get("VKDECODE_PIPELINE_STATS"):
+    FEATURE_STRUCTS.append(("VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR", (99, 0),
+                            "VK_KHR_pipeline_executable_properties", {"pipelineExecutableInfo": "pipeline_stats"}))
 
 
 def _layers() -> set[str]:

@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 
 from vkdecode.errors import ShaderError, VulkanError
-from vkdecode.vk.ffi import NULL, check, cstr, ffi, lib, new, vk
+from vkdecode.vk.ffi import NULL, check, cstr, ffi, lib, new, stype, to_str, vk
 
 COMPILER = "glslangValidator"
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
@@ -182,7 +182,9 @@ class Pipeline:
                 entries[i].constantID, entries[i].offset, entries[i].size = i, 4 * i, 4
             spec_info = ffi.new("VkSpecializationInfo*", {"mapEntryCount": len(self.spec), "pMapEntries": entries,
                                                           "dataSize": len(data), "pData": spec_data})
-            ci = new("VkComputePipelineCreateInfo*", {"layout": self.layout, "basePipelineIndex": -1})
+            stats = bool(device.info.features.get("pipeline_stats"))
+            ci = new("VkComputePipelineCreateInfo*", {"layout": self.layout, "basePipelineIndex": -1,
+                                                       "flags": _CAPTURE_STATISTICS if stats else 0})
             ci.stage.sType = vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO
             ci.stage.stage = vk.VK_SHADER_STAGE_COMPUTE_BIT
             ci.stage.module = mod[0]
@@ -195,6 +197,7 @@ class Pipeline:
             finally:
                 lib.vkDestroyShaderModule(dev, mod[0], NULL)
             self.handle = out[0]
+            self.stats = _executable_stats(device, self.handle) if stats else {}
         except BaseException:
             self.close()
             raise
@@ -217,6 +220,28 @@ class Pipeline:
 
     def __repr__(self) -> str:
         return f"<Pipeline {self.shader} spec={self.spec} bindings={self.n_bindings} push={self.push_size}>"
+
+
+_CAPTURE_STATISTICS = 0x40   # VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR
+
+
+def _executable_stats(device, pipeline) -> dict:
+    """{statistic name: value} the driver reports for the pipeline's compute executable (NVIDIA:
+    registers per invocation, instructions, ...): why a kernel's occupancy is what it is."""
+    fn = ffi.cast("PFN_vkGetPipelineExecutableStatisticsKHR",
+                  lib.vkGetDeviceProcAddr(device.handle, b"vkGetPipelineExecutableStatisticsKHR"))
+    if fn == NULL:
+        return {}
+    info = new("VkPipelineExecutableInfoKHR*", {"pipeline": pipeline, "executableIndex": 0})
+    n = ffi.new("uint32_t*")
+    if fn(device.handle, info, n, NULL) != 0 or not n[0]:
+        return {}
+    st = ffi.new("VkPipelineExecutableStatisticKHR[]", n[0])
+    for i in range(n[0]):
+        st[i].sType = stype("VkPipelineExecutableStatisticKHR")
+    check("vkGetPipelineExecutableStatisticsKHR", fn(device.handle, info, n, st))
+    fmt = {0: "b32", 1: "i64", 2: "u64", 3: "f64"}
+    return {to_str(st[i].name): getattr(st[i].value, fmt[st[i].format]) for i in range(n[0])}
 
 
 def _pipeline_cache_path(device) -> pathlib.Path:
