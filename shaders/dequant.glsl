@@ -113,7 +113,8 @@ uvec4 bytebits(uint w, uint sh, uint mask) { return uvec4(w >> sh, w >> (sh + 8)
 // fewer than moving each field to bit 0. H100, Llama-3.1-8B Q4_K_M step 4430 -> 4283 µs (q6_k
 // alone 4349), q6_k matvecs 4-9% faster; narrow units of 1024-wide rows (Qwen3-0.6B Q4_K_M) ran 4%
 // slower with it, q4_1's 14336x4096 7% slower (bench/results/nvidia-h100-80gb-hbm3/kquant-pos/),
-// hence only q6_k and the wide K-quant units use it (NIB_OLD / Q6_OLD: the previous decode, for A/B).
+// hence only q6_k and the wide K-quant units use it. NIB_OLD / Q6_OLD: the previous decode (A/B;
+// CPUs keep NIB_OLD, KernelCaps.kq_inplace: lavapipe's q4_k matvec ran ~5% slower in place).
 const vec4 POS_S = vec4(1.0, 1.0 / 256.0, 1.0 / 65536.0, 1.0 / 65536.0);
 const vec4 POS_O = vec4(8388608.0, 32768.0, 128.0, 128.0);
 vec4 pos4(uint w, uint mask) {

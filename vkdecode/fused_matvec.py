@@ -24,6 +24,7 @@ from vkdecode.kernels import (
     matvec_shape,
     row_chunks,
     weight_parts,
+    wvec_defines,
 )
 from vkdecode.quant import QUANT_TYPES
 
@@ -45,7 +46,7 @@ def _fits(p: Program, w: str, caps: KernelCaps) -> bool:
 
 
 def _mv_defines(dtype: str, wvec: bool, caps: KernelCaps) -> tuple:
-    return (_dtype_define(dtype),) + _reduce_defines(caps) + ((("WVEC", "1"),) if wvec else ())
+    return (_dtype_define(dtype),) + _reduce_defines(caps) + wvec_defines(wvec, caps)
 
 
 class _Slots:
@@ -109,7 +110,7 @@ def _norm_matmul_call(p: Program, region: Region, idx: list[int], caps: KernelCa
     else:   # quant dtypes only (_dtype_group): one per slot, shaders/fused_wslot.glsl SLOT_DTYPES
         dt_defines = _reduce_defines(caps) + (("SLOT_DTYPES", "1"),) + tuple(
             (f"DTS_{slot}", str(QUANT_TYPES.index(dt))) for slot, dt in enumerate(dtypes))
-        dt_defines += (("WVEC", "1"),) if wvec else ()
+        dt_defines += wvec_defines(wvec, caps)
     s = _Slots()
     s.add("B_X", Binding(r["x"]))
     s.add("B_NW", Binding(r["norm_w"]))

@@ -31,6 +31,8 @@ class KernelCaps:
     matvec_rows: int = 0
     kwide: int = 0              # K-quant matvecs in 32-element units sharing one scale decode (0: rows of
                                 # 4096 and more, > 0: all, < 0: none: 8-element units)
+    kq_inplace: int = 0         # wide K-quant units' nibbles read in place by float bits (dequant.glsl pos4;
+                                # 0: yes, < 0: by shifts and int-to-float conversions, define NIB_OLD)
     prefetch_bytes: int = 0     # weight bytes each fused attention prefetches into L2 (0: auto, < 0: none)
     prefetch_groups: int = 0    # prefetch workgroups per attention dispatch (0: fused_prefetch default)
     matmul_narrow: int = 0      # chunk widths up to this take matmul_rows_narrow (0: 16, < 0: never)
@@ -86,6 +88,9 @@ class KernelCaps:
             # and 32-element K-quant units at every width (lavapipe, q6_k 1024x4096 matvec
             # 1.56 vs 2.98 ms in 8-element units: bench/matvec_bench.py --ab caps:kwide=-1)
             tuning.setdefault("kwide", 1)
+            # with their nibbles moved to bit 0 and converted (lavapipe, q4_k 3072x1024 matvec, NIB_OLD
+            # vs in place: 850-907 vs 897-940 µs; the H100's gain is in dequant.glsl)
+            tuning.setdefault("kq_inplace", -1)
             # and no L2 prefetch (fused_prefetch.py): a CPU has no GPU cache to fill, only work to waste
             tuning.setdefault("prefetch_bytes", -1)
             # and the tiled chunk matmul at every width (tuned there; the narrow kernel's 64-lane

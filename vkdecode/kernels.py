@@ -81,6 +81,14 @@ def _groups(n: int) -> tuple[int, int, int]:
     return (-(-n // y), y, 1)
 
 
+def wvec_defines(wvec: bool, caps: KernelCaps) -> tuple[tuple[str, str], ...]:
+    """Defines of a matvec's wide units (matvec_shape's third value): WVEC, and NIB_OLD where the
+    device decodes K-quant nibbles the old way (caps.kq_inplace < 0)."""
+    if not wvec:
+        return ()
+    return (("WVEC", "1"),) + ((("NIB_OLD", "1"),) if caps.kq_inplace < 0 else ())
+
+
 def _reduce_defines(caps: KernelCaps) -> tuple[tuple[str, str], ...]:
     return (("USE_SUBGROUP", "1"),) if caps.subgroup_arithmetic else ()
 
@@ -187,7 +195,7 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
         b += (Binding(x), Binding(op.outputs[0]))
         calls.append(KernelCall("matmul", (wg, n_in, rows, rpw), b, (len(b) - 1,),
                                 _groups(-(-rows // rpw)), push=struct.pack("<I", r0),
-                                defines=defines + ((("WVEC", "1"),) if wvec else ()),
+                                defines=defines + wvec_defines(wvec, caps),
                                 label=op.outputs[0] + (f"[{r0}:]" if len(chunks) > 1 else "")))
     return calls
 

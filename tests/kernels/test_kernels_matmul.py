@@ -92,7 +92,10 @@ VARIANTS = [("q4_1", 67, 576, {"matvec_wg": 8, "matvec_rows": 1}),
             # both K-quant unit widths (dequant.glsl KWIDE), whatever this device's default
             ("q4_k", 67, 512, {"kwide": -1}), ("q6_k", 33, 1024, {"kwide": -1}), ("q3_k", 35, 512, {"kwide": -1}),
             ("q4_k", 67, 512, {"kwide": 1}), ("q6_k", 33, 1024, {"kwide": 1}), ("q3_k", 35, 512, {"kwide": 1}),
-            ("q5_k", 35, 256, {"kwide": 1, "matvec_wg": 8}), ("q2_k", 35, 768, {"kwide": 1, "matvec_rows": 3})]
+            ("q5_k", 35, 256, {"kwide": 1, "matvec_wg": 8}), ("q2_k", 35, 768, {"kwide": 1, "matvec_rows": 3}),
+            # both nibble decodes of wide units (dequant.glsl pos4 in place, NIB_OLD), whatever the default
+            ("q4_k", 67, 512, {"kwide": 1, "kq_inplace": 0}), ("q4_k", 67, 512, {"kwide": 1, "kq_inplace": -1}),
+            ("q5_k", 35, 256, {"kwide": 1, "kq_inplace": 0}), ("q6_k", 33, 1024, {"kwide": 1, "kq_inplace": -1})]
 
 
 @pytest.mark.parametrize("dtype,out,n_in,tune", [
