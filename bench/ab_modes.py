@@ -10,6 +10,7 @@ per-op modes' ~3x more regions, so compare totals from runs without --detail.
         [--model X.gguf | --shape smollm2-135m --quant q4_1] [--ctx 64] [--prompt-tokens 4] [--out ab.json]
 
 A variant is MODE or MODE:KNOB=V,KNOB=V (KernelCaps fields over KernelCaps.from_info's defaults).
+VKDECODE_PIPELINE_STATS=1 also lists each kernel's registers where the driver reports them (NVIDIA).
 Writes JSON; never asserts timings.
 """
 from __future__ import annotations
@@ -97,6 +98,18 @@ def run(dev, model, variants: list[str], n: int, rounds: int, detail: bool = Fal
     return rows
 
 
+def pipeline_stats(dev) -> list[str]:
+    """'shader spec defines: registers' of every pipeline the variants built, where the driver
+    reported statistics (VKDECODE_PIPELINE_STATS=1, NVIDIA): occupancy is registers' business."""
+    out = []
+    for (shader, spec, defines, _, _), pipe in dev._pipelines.items():
+        regs = {k: v for k, v in getattr(pipe, "stats", {}).items() if "register" in k.lower()}
+        if regs:
+            d = " ".join(k if v == "1" else f"{k}={v}" for k, v in defines if k != "USE_SUBGROUP")
+            out.append(f"{shader} {spec[:4]} {d}: " + ", ".join(f"{k} {v}" for k, v in regs.items()))
+    return sorted(out)
+
+
 def main(argv=None) -> int:
     from vkdecode.cli_stats import add_model_source_options, bench_model_from_args, open_device
     ap = argparse.ArgumentParser()
@@ -113,6 +126,9 @@ def main(argv=None) -> int:
     with open_device(a.device) as dev:
         rows = run(dev, model, a.variants, a.n, a.rounds, a.detail)
         name = dev.info.name
+        stats = pipeline_stats(dev)
+    for k in stats:
+        print(f"        {k}")
     same = all(r["tokens"] == rows[0]["tokens"] for r in rows)
     for r in rows:
         s = r["step_us"]
@@ -130,7 +146,8 @@ def main(argv=None) -> int:
     if a.out:
         with open(a.out, "w") as f:
             json.dump({"device": name, "model": model.describe(), "ctx": ctx, "prompt_tokens": a.prompt_tokens,
-                       "n": a.n, "rounds": a.rounds, "profiled": a.detail, "rows": rows, "tokens_agree": same}, f, indent=1)
+                       "n": a.n, "rounds": a.rounds, "profiled": a.detail, "rows": rows, "tokens_agree": same,
+                       "pipeline_stats": stats}, f, indent=1)
     return 0 if same else 1
 
 
