@@ -173,8 +173,9 @@ def test_gpu_live_splits_keep_the_short_context_split_size():
     assert live_splits(1000, AttnGrid(9, 64, s, live_rows(maxchunk, min_s, gpu), min_s, 0)) == 16
     assert attention_grid(256, 64, gpu) == (4, 64, 4)                    # ctx 256: unchanged grid
     assert live_rows(*attention_grid(256, 64, gpu)[1:], gpu) == 64
-    assert live_rows(*attention_grid(8192, 128, gpu)[1:], gpu) == 128    # head_dim 128: 2 splits at least
-    assert attention_grid(8192, 128, dc_replace(gpu, attn_max_splits=4)) == (4, 2048, 2)
+    assert live_rows(*attention_grid(8192, 128, gpu)[1:], gpu) == 64     # head_dim 128: 4 splits at least
+    assert live_rows(*attention_grid(8192, 256, gpu)[1:], gpu) == 256    # head_dim 256: 1 split at least
+    assert attention_grid(8192, 128, dc_replace(gpu, attn_max_splits=4)) == (4, 2048, 4)
     cpu = dc_replace(gpu, attn_live_rows=-1)
     assert live_rows(maxchunk, min_s, cpu) == maxchunk
 
