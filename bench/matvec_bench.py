@@ -79,8 +79,9 @@ class Case:
             self.bufs.append({k: dev.buffer(a.nbytes) for k, a in parts.items()})
             for k, a in parts.items():
                 self.bufs[-1][k].write(a)
+        self.parts, self.x_host = parts, rng.standard_normal(n_in).astype(np.float32)
         self.x = dev.buffer(n_in * 4)
-        self.x.write(rng.standard_normal(n_in).astype(np.float32))
+        self.x.write(self.x_host)
         self.y = dev.buffer(out * 4)
 
     def close(self) -> None:
@@ -102,9 +103,13 @@ def _barrier_fn(cmd, mode: str):
     return lambda: lib.vkCmdPipelineBarrier(cmd.handle, stage, stage, 0, 1, mb, 0, NULL, 0, NULL)
 
 
-def measure(case: Case, caps: KernelCaps, reps: int = 200, barrier: str = "full", defines: dict | None = None) -> dict:
+def measure(case: Case, caps: KernelCaps, reps: int = 200, barrier: str = "full", defines: dict | None = None,
+            x=None) -> dict:
+    """GPU µs of one matmul dispatch of the case's shape (x: another activation buffer, e.g. the
+    prepared words of bench/kquant_idot.py); the case's y holds the last result."""
     from vkdecode.vk.descriptors import write_descriptor_set
     dev, dtype = case.dev, case.dtype
+    x = x or case.x
     (call,) = op_calls(_program(dtype, case.out, case.n_in), 0, caps)  # one binding on real GPUs
     pipe = dev.pipeline(call.shader, spec=call.spec, defines={**dict(call.defines), **(defines or {})},
                         n_bindings=len(call.bindings), push_size=len(call.push))
@@ -113,7 +118,7 @@ def measure(case: Case, caps: KernelCaps, reps: int = 200, barrier: str = "full"
     for b in case.bufs:
         d = pool.allocate(pipe)
         write_descriptor_set(dev, d, [(b[p], 0, b[p].size) for p in weight_parts(dtype)]
-                             + [(case.x, 0, case.x.size), (case.y, 0, case.y.size)])
+                             + [(x, 0, x.size), (case.y, 0, case.y.size)])
         sets.append(d)
     ts = dev.timestamp_pool(2)
     cmd = dev.command_buffer()

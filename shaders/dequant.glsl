@@ -343,7 +343,47 @@ float unit_dot_n(uint rw, uint rs, uint u, vec4 xv[XN_VEC4]) {
 #endif
 }
 
-#ifdef KWIDE
+#if defined(KWIDE) && defined(KQ_IDOT) && defined(DT_Q4_K)
+// KQ_IDOT (a measurement for bench/kquant_idot.py, not used by decode): q4_k wide units on integer
+// dot products. x arrives prepared per unit (kquant_idot.prepare_x) as block fixed point x_int =
+// round(x 2^e), |x_int| <= 2^22, its bytes in three planes (0 and 1 unsigned, 2 signed) packed 4
+// elements to a word: word 3g + p is plane p of group g = 2 i + h (q word i, nibble half h: the
+// elements load_x8 gives narrow unit 4u + i), word 24 holds 2^-e, 25 / 26 the float sums of the
+// unit's low / high x, 27..31 padding. Exact integer sums per half, one rounding at the end.
+#extension GL_EXT_spirv_intrinsics : require
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4454)
+uint udot4_acc(uint a, uint b, uint acc, spirv_literal int fmt);   // OpUDotAccSat, packed 4x8
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4455)
+int sudot4_acc(uint a, uint b, int acc, spirv_literal int fmt);    // OpSUDotAccSat: a signed, b unsigned
+// the prepared words, read as words (a float view could alter NaN patterns); matmul.comp's x binding
+layout(binding = B_X) readonly buffer XQ4 { uvec4 xq4[]; };
+void load_x(uint u, out vec4 xv[XU_VEC4]) {
+    for (uint j = 0; j < 8; j++) xv[j] = vec4(0.0);   // unit_dot reads the words itself
+}
+// sum over the 16 elements of half h of n * x_int, from the unit's q words and its prepared x words
+int idot_half(uvec4 q, uint sh, uint u, uint h) {
+    uint s0 = 0u, s1 = 0u;
+    int s2 = 0;
+    for (uint i = 0; i < 4; i++) {
+        const uint n = (q[i] >> sh) & 0x0F0F0F0Fu;
+        const uint g = 8 * 4 * u + 3 * (2 * i + h);   // word index in xq4's words
+        s0 = udot4_acc(n, xq4[g / 4][g % 4], s0, 0);
+        s1 = udot4_acc(n, xq4[(g + 1) / 4][(g + 1) % 4], s1, 0);
+        s2 = sudot4_acc(xq4[(g + 2) / 4][(g + 2) % 4], n, s2, 0);
+    }
+    return int(s0) + (int(s1) << 8) + (s2 << 16);
+}
+float unit_dot(uint rw, uint rs, uint u, vec4 xv[XU_VEC4]) {
+    const uint b = u / 8;
+    const uvec4 sw = w_s4[rs / 4 + b];
+    const vec2 dm = unpackHalf2x16(sw.x);
+    const uvec2 scm = k4_scale_min(sw, (u % 8) / 2);
+    const uvec4 q = w_u4[rw / 4 + u];
+    const vec4 tail = uintBitsToFloat(xq4[8 * u + 6]);   // 2^-e, sum of low x, sum of high x
+    const float a0 = float(idot_half(q, 0u, u, 0u)) * tail.x, a1 = float(idot_half(q, 4u, u, 1u)) * tail.x;
+    return k4_scaled(dm, scm, a0, a1, tail.y, tail.z);
+}
+#elif defined(KWIDE)
 // A 32-element K-quant unit: the 8-element units 4u..4u+3, whose weights are 4 adjacent words of one
 // q4_k chunk / q6_k half sharing their scales, decoded once per unit instead of once per word (H100,
 // Llama-3.1-8B shapes: the scale decode was ~25% of a q4_k matvec's time). The x layout is that of

@@ -38,6 +38,9 @@ FEATURE_STRUCTS = [
     # glslang declares the Vulkan memory model in every cooperative-matrix shader
     ("VkPhysicalDeviceVulkanMemoryModelFeatures", (1, 2), "VK_KHR_vulkan_memory_model",
      {"vulkanMemoryModel": "vulkan_memory_model"}),
+    # integer dot products (bench/kquant_idot.py's q4_k matvec; core in 1.3)
+    ("VkPhysicalDeviceShaderIntegerDotProductFeatures", (1, 3), "VK_KHR_shader_integer_dot_product",
+     {"shaderIntegerDotProduct": "integer_dot"}),
     # tensor-core matmuls for prompt chunks (shaders/matmul_rows_coop.comp); never core, hence 99
     ("VkPhysicalDeviceCooperativeMatrixFeaturesNV", (99, 0), "VK_NV_cooperative_matrix",
      {"cooperativeMatrix": "coop_matrix_nv"}),
