@@ -41,7 +41,7 @@ def unit_elements(u: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def prepare_x(x: np.ndarray) -> np.ndarray:
-    """The KQ_IDOT words of x (uint32, UNIT_WORDS per unit)."""
+    """The KQ_IDOT words of x (uint32, UNIT_WORDS per unit, word-major)."""
     units = x.size // UNIT
     out = np.zeros((units, UNIT_WORDS), dtype=np.uint32)
     for u in range(units):
@@ -59,7 +59,7 @@ def prepare_x(x: np.ndarray) -> np.ndarray:
         out[u, 24] = np.float32(1.0 / scale).view(np.uint32)
         out[u, 25] = np.float32(x[lo].astype(np.float64).sum()).view(np.uint32)
         out[u, 26] = np.float32(x[hi].astype(np.float64).sum()).view(np.uint32)
-    return out.ravel()
+    return out.T.ravel()     # word j of unit u at j * units + u: adjacent invocations read adjacent words
 
 
 def rel_error(case: Case) -> float:

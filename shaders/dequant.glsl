@@ -355,8 +355,10 @@ spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [
 uint udot4_acc(uint a, uint b, uint acc, spirv_literal int fmt);   // OpUDotAccSat, packed 4x8
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4455)
 int sudot4_acc(uint a, uint b, int acc, spirv_literal int fmt);    // OpSUDotAccSat: a signed, b unsigned
-// the prepared words, read as words (a float view could alter NaN patterns); matmul.comp's x binding
-layout(binding = B_X) readonly buffer XQ4 { uvec4 xq4[]; };
+// the prepared words, read as words (a float view could alter NaN patterns); matmul.comp's x binding.
+// Word j of unit u is at j * units + u, so adjacent invocations (adjacent units) read adjacent words.
+layout(binding = B_X) readonly buffer XQ1 { uint xq1[]; };
+uint xqw(uint u, uint j) { return xq1[j * (uint(xq1.length()) / 32) + u]; }
 void load_x(uint u, out vec4 xv[XU_VEC4]) {
     for (uint j = 0; j < 8; j++) xv[j] = vec4(0.0);   // unit_dot reads the words itself
 }
@@ -366,10 +368,10 @@ int idot_half(uvec4 q, uint sh, uint u, uint h) {
     int s2 = 0;
     for (uint i = 0; i < 4; i++) {
         const uint n = (q[i] >> sh) & 0x0F0F0F0Fu;
-        const uint g = 8 * 4 * u + 3 * (2 * i + h);   // word index in xq4's words
-        s0 = udot4_acc(n, xq4[g / 4][g % 4], s0, 0);
-        s1 = udot4_acc(n, xq4[(g + 1) / 4][(g + 1) % 4], s1, 0);
-        s2 = sudot4_acc(xq4[(g + 2) / 4][(g + 2) % 4], n, s2, 0);
+        const uint g = 3 * (2 * i + h);
+        s0 = udot4_acc(n, xqw(u, g), s0, 0);
+        s1 = udot4_acc(n, xqw(u, g + 1), s1, 0);
+        s2 = sudot4_acc(xqw(u, g + 2), n, s2, 0);
     }
     return int(s0) + (int(s1) << 8) + (s2 << 16);
 }
@@ -379,7 +381,7 @@ float unit_dot(uint rw, uint rs, uint u, vec4 xv[XU_VEC4]) {
     const vec2 dm = unpackHalf2x16(sw.x);
     const uvec2 scm = k4_scale_min(sw, (u % 8) / 2);
     const uvec4 q = w_u4[rw / 4 + u];
-    const vec4 tail = uintBitsToFloat(xq4[8 * u + 6]);   // 2^-e, sum of low x, sum of high x
+    const vec3 tail = uintBitsToFloat(uvec3(xqw(u, 24), xqw(u, 25), xqw(u, 26)));   // 2^-e, low / high x sums
     const float a0 = float(idot_half(q, 0u, u, 0u)) * tail.x, a1 = float(idot_half(q, 4u, u, 1u)) * tail.x;
     return k4_scaled(dm, scm, a0, a1, tail.y, tail.z);
 }

@@ -10,7 +10,7 @@ def test_prepared_words_rebuild_x():
     """The three byte planes times 2^-e give x back to within half a step of its unit's scale."""
     rng = np.random.default_rng(1)
     x = (rng.standard_normal(512) * np.exp(rng.uniform(-6, 6, 512))).astype(np.float32)
-    w = kquant_idot.prepare_x(x).reshape(-1, kquant_idot.UNIT_WORDS)
+    w = kquant_idot.prepare_x(x).reshape(kquant_idot.UNIT_WORDS, -1).T   # word-major in the buffer
     for u in range(w.shape[0]):
         lo, hi = kquant_idot.unit_elements(u)
         step = float(w[u, 24:25].view(np.float32)[0])
