@@ -12,7 +12,6 @@ error over max |y|), so a wrong kernel shows. Writes JSON; never asserts timings
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from dataclasses import replace
 
@@ -100,19 +99,15 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
     from vkdecode.vk import Device
-    dev = Device()
-    if not dev.info.features.get("integer_dot"):
-        dev.close()
-        raise SystemExit(f"{dev.info.name}: no shaderIntegerDotProduct")
     shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes]
-    res = {"device": dev.info.name, "driver": dev.info.driver_version, "date": time.strftime("%Y-%m-%d"),
-           "copy_GBps": copy_bandwidth(dev, min(512 << 20, dev.info.limits["max_storage_buffer_range"] & ~0xFFFF)),
-           "rows": run(dev, shapes, a.reps)}
-    dev.close()
-    if a.out:
-        write_json(res, a.out)
-    return 0
+    with Device() as dev:
+        if not dev.info.features.get("integer_dot"):
+            raise SystemExit(f"{dev.info.name}: no shaderIntegerDotProduct")
+        copy = copy_bandwidth(dev, min(512 << 20, dev.info.limits["max_storage_buffer_range"] & ~0xFFFF))
+        res = {"device": dev.info.name, "driver": dev.info.driver_version, "date": time.strftime("%Y-%m-%d"),
+               "copy_GBps": copy, "rows": run(dev, shapes, a.reps)}
+    return write_json(res, a.out) or 0 if a.out else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
