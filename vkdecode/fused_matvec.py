@@ -26,7 +26,7 @@ from vkdecode.kernels import (
     weight_parts,
     wvec_defines,
 )
-from vkdecode.quant import K_TYPES, QUANT_TYPES
+from vkdecode.quant import QUANT_TYPES
 
 MAX_SLOTS = 4          # weights one rms_norm_matmul dispatch reads (q, k, v need 3)
 # about this many (max, index) pairs for the final argmax pass. Each workgroup reduces its row
@@ -105,7 +105,7 @@ def _norm_matmul_call(p: Program, region: Region, idx: list[int], caps: KernelCa
     mixed = len(set(dtypes)) > 1
     wide = all(kwide(dt, k, caps) for dt in dtypes)
     wg, rpw, wvec = matvec_shape(dtype if not mixed or wide else "q8_0", k, sum(rows), caps)
-    if wide and dtype in K_TYPES and not caps.matvec_rows:
+    if wide and not caps.matvec_rows:
         # 4 rows a workgroup in wide K-quant units (H100, Llama-3.1-8B Q4_K_M's q/k/v, profiled step:
         # 619 vs 703 µs with 2; the other matvecs lost with 4: bench/results/.../kquant-pos/ab-8b-mv-detail.json)
         rpw = min(4, wg)
@@ -181,7 +181,7 @@ def _swiglu(norm: bool):
         if not _fits(p, wgate, caps):
             return None
         wg, rpw, wvec = matvec_shape(dtype, k, 2 * m, caps)
-        if wvec and dtype in K_TYPES and not caps.matvec_wg:
+        if kwide(dtype, k, caps) and not caps.matvec_wg:
             # one subgroup a workgroup in wide K-quant units (H100, Llama-3.1-8B Q4_K_M's gate/up,
             # profiled step: 1638 vs 1686 µs with 64 lanes, 1755 with 128: ab-8b-mv-detail.json)
             wg = _wg(caps, caps.subgroup_size)

@@ -6,8 +6,10 @@ attention workgroup computes its own head's q and its kv head's k and v from x
 barrier fewer per layer, at the price of each workgroup redoing its kv head's k and v (from L2
 after the first). Workgroups of one kv head compute the same rows in the same order, so the k and
 v the writer stores are the ones every other workgroup uses. The regions keep their ops; the
-projection's region runs no dispatch of its own. Off by default (KernelCaps.attn_qkv_in): the
-expected gain (a ~4.5 µs dispatch against ~2 µs of prologue per layer on an H100) is unmeasured.
+projection's region runs no dispatch of its own. Off by default (KernelCaps.attn_qkv_in): measured
+slower on an H100, SmolLM2-135M Q4_1 1226 vs 702 GPU µs per token at ctx 1024, 1219 vs 662 at ctx 256
+(bench/results/nvidia-h100-80gb-hbm3/fold/): every workgroup redoing its kv head's k and v costs far
+more than the dispatch it saves.
 """
 from __future__ import annotations
 
@@ -47,8 +49,7 @@ def fold_qkv(program: Program, calls: list[KernelCall], owners: list[int],
              caps: KernelCaps) -> tuple[list, list]:
     """Each rms_norm_matmul (q, k, v) right before the subgroup-rows attention that alone reads
     its outputs becomes part of that attention call (QKV_IN), where caps.attn_qkv_in > 0 and a
-    workgroup's q/k/v rows are at most MAX_BYTES. Off by default: built at the end of a session with
-    no GPU time left, so it is checked against the reference (lavapipe) but not yet timed on a GPU."""
+    workgroup's q/k/v rows are at most MAX_BYTES. Off by default: slower on an H100 (module docstring)."""
     if caps.attn_qkv_in <= 0:
         return calls, owners
     readers = reader_counts(calls)

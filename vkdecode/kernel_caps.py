@@ -24,7 +24,7 @@ class KernelCaps:
     attn_wg: int = 0            # fused attention workgroup size (0: fused_attention.ATTN_WG[_SG])
     attn_kernel: str = ""       # fused attention: "sg" (subgroup rows) where it fits, "wg" never; "" auto
     attn_qkv_in: int = 0        # > 0: the fused attention computes q/k/v itself where a head's rows are few bytes
-                                # (0: off, not yet measured on a GPU; fused_qkv_attention.py)
+                                # (0: off, measured slower on an H100; fused_qkv_attention.py)
     cx_rows: int = 0            # rows per workgroup of an o-projection combining attention partials (0: auto,
                                 # < 0: none does, split attention keeps its attention_combine dispatch)
     matvec_wg: int = 0
