@@ -212,23 +212,28 @@ float k4_scaled(vec2 dm, uvec2 scm, float a0, float a1, float xs0, float xs1) {
 #define unit_dot_n unit_dot
 #endif
 
+#if defined(KQUANT)
+// The vec4 of x that the low nibbles / planes of narrow K-quant unit n multiply; the high ones'
+// is KQ_XHI vec4s further on.
+#if defined(DT_Q6_K)
+#define KQ_XHI 16
+// ql word w of half h: elements 128h+4w.. and 128h+64+4w..
+uint kq_xv(uint n) { return 64 * (n / 32) + 32 * ((n % 32) / 16) + n % 16; }
+#else
+#define KQ_XHI 8
+// q4_k/q5_k: qs word w of chunk c, elements 64c+4w.. and 64c+32+4w..; q2_k/q3_k: qs word w of
+// half h holds 4 two-bit planes j (elements 128h+32j+4w..), a unit planes 2p, 2p+1: the same vec4s
+uint kq_xv(uint n) { return 64 * (n / 32) + 16 * ((n % 32) / 8) + n % 8; }
+#endif
+#endif
+
 #ifdef X4
 // The activations unit u multiplies, loaded once and reused for every row a thread handles.
 // Scalar units fill only the leading components.
 void load_x_n(uint u, out vec4 xv[XN_VEC4]) {
-#if defined(DT_Q4_K) || defined(DT_Q5_K)
-    uint b = u / 32, c = (u % 32) / 8, w = u % 8;   // qs word w of chunk c: 64c+4w.., 64c+32+4w..
-    xv[0] = X4(64 * b + 16 * c + w);
-    xv[1] = X4(64 * b + 16 * c + 8 + w);
-#elif defined(DT_Q2_K) || defined(DT_Q3_K)
-    // qs word w of half h holds 4 two-bit planes j (elements 128h+32j+4w..); unit: planes 2p, 2p+1
-    uint b = u / 32, h = (u % 32) / 16, p = (u % 16) / 8, w = u % 8;
-    xv[0] = X4(64 * b + 32 * h + 16 * p + w);
-    xv[1] = X4(64 * b + 32 * h + 16 * p + 8 + w);
-#elif defined(DT_Q6_K)
-    uint b = u / 32, n = (u % 32) / 16, w = u % 16;  // ql word w of half n: 128n+4w.., 128n+64+4w..
-    xv[0] = X4(64 * b + 32 * n + w);
-    xv[1] = X4(64 * b + 32 * n + 16 + w);
+#if defined(KQUANT)
+    xv[0] = X4(kq_xv(u));
+    xv[1] = X4(kq_xv(u) + KQ_XHI);
 #elif defined(QUANT) && !defined(DT_Q8_0)
     uint b = u / 4, k = u % 4;   // nibble word k of block b: elements 4k.. and 16+4k..
     xv[0] = X4(8 * b + k);
@@ -401,29 +406,64 @@ void load_x(uint u, out vec4 xv[XU_VEC4]) {
 }
 #endif
 
+#if defined(DT_Q4_K) || defined(DT_Q6_K)
+// A wide q4_k / q6_k unit in three steps, so a caller can hold every row's weight words while only
+// half of the unit's x is live (kwide_rows.glsl). kw_load: the unit's q words and its aux words
+// (q4_k: the superblock's scale words; q6_k: the qh words, shifted to this unit's bits).
+void kw_load(uint rw, uint rs, uint u, out uvec4 q, out uvec4 aux) {
+    const uint b = u / 8;
+#if defined(DT_Q4_K)
+    q = w_u4[rw / 4 + u];   // rw: whole superblocks of 32 words
+    aux = w_s4[rs / 4 + b];
+#else
+    const uint n = (u % 8) / 4, g = u % 4;     // ql words 4g.. of half n, their qh words 4(g % 2)..
+    q = w_u4[(rw + 48 * b + 16 * n + 4 * g) / 4];   // rw: whole superblocks of 48 words
+    aux = w_u4[(rw + 48 * b + 32 + 8 * n + 4 * (g % 2)) / 4] >> (g < 2u ? 0u : 2u);
+#endif
+}
+// sum of the quants of half h (0: low nibbles, 1: high) times their 16 activations x
+float kw_half(uvec4 q, uvec4 aux, uint h, vec4 x[4]) {
+    const uint sh = 4 * h;
+#if defined(DT_Q4_K)
+    // (lo4 / hi4 by h, not one shifted decode: the high nibble is read in place, without a shift)
+    if (h == 0u) return (dot(lo4(q.x), x[0]) + dot(lo4(q.y), x[1])) + (dot(lo4(q.z), x[2]) + dot(lo4(q.w), x[3]));
+    return (dot(hi4(q.x), x[0]) + dot(hi4(q.y), x[1])) + (dot(hi4(q.z), x[2]) + dot(hi4(q.w), x[3]));
+#else
+    return (dot(q6v(q.x >> sh, aux.x >> sh), x[0]) + dot(q6v(q.y >> sh, aux.y >> sh), x[1]))
+         + (dot(q6v(q.z >> sh, aux.z >> sh), x[2]) + dot(q6v(q.w >> sh, aux.w >> sh), x[3]));
+#endif
+}
+// The unit's dot from its halves' sums a0 / a1 and the sums xs0 / xs1 of their activations.
+float kw_scaled(uint rs, uvec4 aux, uint u, float a0, float a1, float xs0, float xs1) {
+#if defined(DT_Q4_K)
+    return k4_scaled(unpackHalf2x16(aux.x), k4_scale_min(aux, (u % 8) / 2), a0, a1, xs0, xs1);
+#else
+    return q6_scaled(rs, u / 8, (u % 8) / 4, u % 4, a0 - Q6_OFF * xs0, a1 - Q6_OFF * xs1);
+#endif
+}
+float kw_xsum(vec4 x[4]) {
+    const vec4 s = (x[0] + x[1]) + (x[2] + x[3]);
+    return (s.x + s.y) + (s.z + s.w);
+}
+#ifdef X4
+// the 16 activations of half h of wide unit u
+void kw_x(uint u, uint h, out vec4 x[4]) {
+    for (uint i = 0; i < 4; i++) x[i] = X4(kq_xv(4 * u + i) + h * KQ_XHI);
+}
+// KW_SPLIT: matvec loops take these units through kwide_rows.glsl. KW_JOINT (A/B): load_x +
+// unit_dot, the whole unit's x live at once (56 vs 52 registers, H100, and ~10% slower there).
+#ifndef KW_JOINT
+#define KW_SPLIT 1
+#endif
+#endif
+#endif
+
 float unit_dot(uint rw, uint rs, uint u, vec4 xv[XU_VEC4]) {
 #if defined(DT_Q4_K) || defined(DT_Q6_K)
-    const vec4 x0 = (xv[0] + xv[2]) + (xv[4] + xv[6]), x1 = (xv[1] + xv[3]) + (xv[5] + xv[7]);
-    const float xs0 = (x0.x + x0.y) + (x0.z + x0.w), xs1 = (x1.x + x1.y) + (x1.z + x1.w);
-    const uint b = u / 8;
-#endif
-#if defined(DT_Q4_K)
-    const uvec4 sw = w_s4[rs / 4 + b];
-    const vec2 dm = unpackHalf2x16(sw.x);
-    const uvec2 scm = k4_scale_min(sw, (u % 8) / 2);
-    const uvec4 q = w_u4[rw / 4 + u];   // rw: whole superblocks of 32 words
-    const float a0 = (dot(lo4(q.x), xv[0]) + dot(lo4(q.y), xv[2])) + (dot(lo4(q.z), xv[4]) + dot(lo4(q.w), xv[6]));
-    const float a1 = (dot(hi4(q.x), xv[1]) + dot(hi4(q.y), xv[3])) + (dot(hi4(q.z), xv[5]) + dot(hi4(q.w), xv[7]));
-    return k4_scaled(dm, scm, a0, a1, xs0, xs1);
-#elif defined(DT_Q6_K)
-    const uint n = (u % 8) / 4, g = u % 4;     // ql words 4g.. of half n, their qh words 4(g % 2)..
-    const uvec4 q = w_u4[(rw + 48 * b + 16 * n + 4 * g) / 4];   // rw: whole superblocks of 48 words
-    const uvec4 qh = w_u4[(rw + 48 * b + 32 + 8 * n + 4 * (g % 2)) / 4] >> (g < 2u ? 0u : 2u);
-    const float a0 = (dot(q6v(q.x, qh.x), xv[0]) + dot(q6v(q.y, qh.y), xv[2]))
-                   + (dot(q6v(q.z, qh.z), xv[4]) + dot(q6v(q.w, qh.w), xv[6])) - Q6_OFF * xs0;
-    const float a1 = (dot(q6v(q.x >> 4, qh.x >> 4), xv[1]) + dot(q6v(q.y >> 4, qh.y >> 4), xv[3]))
-                   + (dot(q6v(q.z >> 4, qh.z >> 4), xv[5]) + dot(q6v(q.w >> 4, qh.w >> 4), xv[7])) - Q6_OFF * xs1;
-    return q6_scaled(rs, b, n, g, a0, a1);
+    uvec4 q, aux;
+    kw_load(rw, rs, u, q, aux);
+    const vec4 x0[4] = vec4[4](xv[0], xv[2], xv[4], xv[6]), x1[4] = vec4[4](xv[1], xv[3], xv[5], xv[7]);
+    return kw_scaled(rs, aux, u, kw_half(q, aux, 0u, x0), kw_half(q, aux, 1u, x1), kw_xsum(x0), kw_xsum(x1));
 #else
     float s = 0.0;
     for (uint i = 0; i < 4; i++) s += unit_dot8(rw, rs, 4 * u + i, vec4[2](xv[2 * i], xv[2 * i + 1]));

@@ -30,6 +30,15 @@ layout(binding = BB_1) readonly buffer BUB { float b_up[]; };
 // an H200 at SmolLM2's shape).
 void fmv_rows_gate_up(uint first) {
     for (uint u = gl_LocalInvocationID.x; u < K / UNIT_ELEMS; u += gl_WorkGroupSize.x) {
+#ifdef KW_SPLIT
+#define KW_PAIR 1
+#define KW_ACC(i) fmv_acc[i]
+#define KW_M M
+#include "kwide_rows.glsl"
+#undef KW_PAIR
+#undef KW_ACC
+#undef KW_M
+#else
         vec4 xv[XU_VEC4];
         load_x_0(u, xv);
         for (uint i = 0; i < ROWS; i++) {
@@ -37,6 +46,7 @@ void fmv_rows_gate_up(uint first) {
             fmv_acc[i] += unit_dot_0(r * ROW_WORDS(K), r * ROW_SCALES(K), u, xv);
             fmv_acc[ROWS + i] += unit_dot_1(r * ROW_WORDS(K), r * ROW_SCALES(K), u, xv);
         }
+#endif
     }
 }
 

@@ -48,6 +48,12 @@
 #define load_x8 FW_CAT(load_x8_, SLOT)
 #define unit_dot8 FW_CAT(unit_dot8_, SLOT)
 #define q6v FW_CAT(q6v_, SLOT)
+#define kq_xv FW_CAT(kq_xv_, SLOT)
+#define kw_load FW_CAT(kw_load_, SLOT)
+#define kw_half FW_CAT(kw_half_, SLOT)
+#define kw_scaled FW_CAT(kw_scaled_, SLOT)
+#define kw_xsum FW_CAT(kw_xsum_, SLOT)
+#define kw_x FW_CAT(kw_x_, SLOT)
 #define q6_scaled FW_CAT(q6_scaled_, SLOT)
 #define k4_scaled FW_CAT(k4_scaled_, SLOT)
 #define dequant_elem FW_CAT(dequant_elem_, SLOT)
@@ -122,6 +128,8 @@
 #undef unit_dot_n
 #undef Q6_SCL
 #undef Q6_OFF
+#undef KQ_XHI
+#undef KW_SPLIT
 #include "dequant.glsl"
 
 #ifndef FW_NO_FMV_ROWS
@@ -130,12 +138,20 @@
 // sums are dropped by the caller), every invocation taking the units t, t + WG, ...
 void FW_CAT(fmv_rows_, SLOT)(uint first, uint m, uint base) {
     for (uint u = gl_LocalInvocationID.x; u < K / UNIT_ELEMS; u += gl_WorkGroupSize.x) {
+#ifdef KW_SPLIT
+#define KW_ACC(i) fmv_acc[base + (i)]
+#define KW_M m
+#include "kwide_rows.glsl"
+#undef KW_ACC
+#undef KW_M
+#else
         vec4 xv[XU_VEC4];
         load_x(u, xv);
         for (uint i = 0; i < ROWS; i++) {
             uint r = min(first + i, m - 1);
             fmv_acc[base + i] += unit_dot(r * ROW_WORDS(K), r * ROW_SCALES(K), u, xv);
         }
+#endif
     }
 }
 #endif

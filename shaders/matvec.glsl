@@ -29,6 +29,13 @@ void matvec_main() {
     float acc[ROWS];
     for (uint i = 0; i < ROWS; i++) acc[i] = 0.0;
     for (uint u = t; u < units; u += WG) {
+#ifdef KW_SPLIT
+#define KW_ACC(i) acc[i]
+#define KW_M M
+#include "kwide_rows.glsl"
+#undef KW_ACC
+#undef KW_M
+#else
         vec4 xv[XU_VEC4];
         load_x(u, xv);
         for (uint i = 0; i < ROWS; i++) {
@@ -36,6 +43,7 @@ void matvec_main() {
             uint r = min(first + i, M - 1);
             acc[i] += unit_dot(r * ROW_WORDS(K), r * ROW_SCALES(K), u, xv);
         }
+#endif
     }
 
 #ifdef USE_SUBGROUP

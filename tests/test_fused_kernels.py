@@ -492,19 +492,21 @@ def test_fused_model_with_a_shrunk_swiglu_workgroup(device, models):
     assert 4 * (2 * swiglu[2] + 1) * swiglu[0] <= 4096
 
 
-@pytest.mark.parametrize("kwide,inplace", [(-1, 0), (1, 0), (1, -1)])
+@pytest.mark.parametrize("kwide,inplace,split", [(-1, 0, 0), (1, 0, 0), (1, -1, 0), (1, 0, -1)])
 @pytest.mark.parametrize("path", ["sg", "smem"])
-def test_fused_kquant_unit_widths(device, models, path, kwide, inplace):
+def test_fused_kquant_unit_widths(device, models, path, kwide, inplace, split):
     """A Q4_K_M mix (q4_k q/k, q6_k v and half the downs: mixed-dtype slots) in 8- and 32-element
     K-quant units (KernelCaps.kwide, dequant.glsl KWIDE), wide ones with both nibble decodes
-    (KernelCaps.kq_inplace): same tokens as the unfused step, and every K-quant matvec call has WVEC
-    exactly when wide units are on, NIB_OLD exactly when they decode the old way."""
+    (KernelCaps.kq_inplace) and both loop bodies (kwide_rows.glsl's split units, KW_JOINT's whole
+    ones: KernelCaps.kw_split): same tokens as the unfused step, and every K-quant matvec call has
+    WVEC exactly when wide units are on, NIB_OLD / KW_JOINT exactly when they take the old way."""
     m = _model(models, "qwen3", "q4_k_m", 20, kv="f16", **SHAPES["h256d64"])
-    caps = _caps(device, path, kwide=kwide, kq_inplace=inplace)
+    caps = _caps(device, path, kwide=kwide, kq_inplace=inplace, kw_split=split)
     items, _ = decode_and_compare(device, m, caps, limit=LIMIT_F16_KV)
     mv = [it.call for it in items if it.call.shader in ("rms_norm_matmul", "matmul_add", "rms_norm_matmul_silu_mul")]
     assert mv and all((("WVEC", "1") in c.defines) == (kwide > 0) for c in mv)
     assert all((("NIB_OLD", "1") in c.defines) == (kwide > 0 and inplace < 0) for c in mv)
+    assert all((("KW_JOINT", "1") in c.defines) == (kwide > 0 and split < 0) for c in mv)
 
 
 def test_kwide_automatic_from_4096_wide_rows():

@@ -20,6 +20,7 @@ from vkdecode.kernels import (
     _reduce_defines,
     _wbindings,
     _wg,
+    kw_split,
     kwide,
     matvec_shape,
     row_chunks,
@@ -45,8 +46,8 @@ def _fits(p: Program, w: str, caps: KernelCaps) -> bool:
     return len(row_chunks(v.dtype, v.shape[0], v.shape[1], caps)) == 1
 
 
-def _mv_defines(dtype: str, wvec: bool, caps: KernelCaps) -> tuple:
-    return (_dtype_define(dtype),) + _reduce_defines(caps) + wvec_defines(wvec, caps)
+def _mv_defines(dtype: str, wvec: bool, caps: KernelCaps, n_in: int) -> tuple:
+    return (_dtype_define(dtype),) + _reduce_defines(caps) + wvec_defines(wvec, caps, n_in)
 
 
 class _Slots:
@@ -86,7 +87,7 @@ def matmul_add(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall]
         b += (Binding(bias),) if bias is not None else ()
         calls.append(KernelCall("matmul_add", (wg, n_in, rows, rpw), b, (y,),
                                 _groups(-(-rows // rpw)), push=struct.pack("<I", r0),
-                                defines=_mv_defines(wv.dtype, wvec, caps) + ((("BIAS", "1"),) if bias else ()),
+                                defines=_mv_defines(wv.dtype, wvec, caps, n_in) + ((("BIAS", "1"),) if bias else ()),
                                 label=out + (f"[{r0}:]" if len(chunks) > 1 else "")))
     return calls
 
@@ -110,11 +111,11 @@ def _norm_matmul_call(p: Program, region: Region, idx: list[int], caps: KernelCa
         # 619 vs 703 µs with 2; the other matvecs lost with 4: bench/results/.../kquant-pos/ab-8b-mv-detail.json)
         rpw = min(4, wg)
     if not mixed:
-        dt_defines = _mv_defines(dtype, wvec, caps)
+        dt_defines = _mv_defines(dtype, wvec, caps, k)
     else:   # quant dtypes only (_dtype_group): one per slot, shaders/fused_wslot.glsl SLOT_DTYPES
         dt_defines = _reduce_defines(caps) + (("SLOT_DTYPES", "1"),) + tuple(
             (f"DTS_{slot}", str(QUANT_TYPES.index(dt))) for slot, dt in enumerate(dtypes))
-        dt_defines += wvec_defines(wvec, caps)
+        dt_defines += wvec_defines(wvec, caps, k)
     s = _Slots()
     s.add("B_X", Binding(r["x"]))
     s.add("B_NW", Binding(r["norm_w"]))
@@ -183,9 +184,11 @@ def _swiglu(norm: bool):
         wg, rpw, wvec = matvec_shape(dtype, k, 2 * m, caps)
         if kwide(dtype, k, caps) and not caps.matvec_wg:
             # one subgroup a workgroup in wide K-quant units (H100, Llama-3.1-8B Q4_K_M's gate/up,
-            # profiled step: 1638 vs 1686 µs with 64 lanes, 1755 with 128: ab-8b-mv-detail.json)
+            # profiled step: 1638 vs 1686 µs with 64 lanes, 1755 with 128: ab-8b-mv-detail.json), 2
+            # rows of each weight when split (kwide_rows.glsl: 1479 vs 1955 µs with 4; 64 lanes 1470:
+            # bench/results/nvidia-h100-80gb-hbm3/kwide-split/sweep-split2.json)
             wg = _wg(caps, caps.subgroup_size)
-            rpw = min(rpw, wg)
+            rpw = min(caps.matvec_rows or (2 if kw_split(k, caps) else rpw), wg)
         # each invocation reduces 2 * rows + 1 floats through shared memory (fused_swiglu.glsl
         # FMV_NR): lavapipe's 16 rows x 256 invocations for Llama-3.1-8B's 4096-wide input take
         # 33 KB, over its 32 KB maxComputeSharedMemorySize (a validation error)
@@ -210,7 +213,7 @@ def _swiglu(norm: bool):
         # the GeGLU rules (*_GELU_MUL) run the same kernel with gelu_tanh in the epilogue
         act = (("GELU", "1"),) if region.attrs.get("act") == "gelu" else ()
         return [KernelCall(shader, (wg, k, rpw, eps, m), tuple(s.bindings), (y,), _groups(-(-m // rpw)),
-                           defines=_mv_defines(dtype, wvec, caps) + tuple(s.defines) + act, label=r["out"])]
+                           defines=_mv_defines(dtype, wvec, caps, k) + tuple(s.defines) + act, label=r["out"])]
     return build
 
 
@@ -251,7 +254,7 @@ def rms_norm_matmul_argmax(p: Program, region: Region, caps: KernelCaps) -> list
         b += (Binding(logits), Binding(part))
         calls.append(KernelCall("rms_norm_matmul_argmax", (wg, k, rpw, float(region.attrs["eps"]), rows, per),
                                 b, (len(b) - 2, len(b) - 1), _groups(g), push=struct.pack("<II", r0, p0),
-                                defines=_mv_defines(wv.dtype, wvec, caps), scratch=scratch,
+                                defines=_mv_defines(wv.dtype, wvec, caps, k), scratch=scratch,
                                 label=logits + (f"[{r0}:]" if len(chunks) > 1 else "")))
         p0 += g
     defines = _reduce_defines(caps) + (("FINAL", "1"),)

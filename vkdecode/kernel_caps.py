@@ -33,6 +33,8 @@ class KernelCaps:
                                 # 4096 and more, > 0: all, < 0: none: 8-element units)
     kq_inplace: int = 0         # wide K-quant units' nibbles read in place by float bits (dequant.glsl pos4;
                                 # 0: yes, < 0: by shifts and int-to-float conversions, define NIB_OLD)
+    kw_split: int = 0           # wide q4_k / q6_k units take every row's weights, then x in halves
+                                # (shaders/kwide_rows.glsl; 0: yes, < 0: load_x + unit_dot, define KW_JOINT)
     prefetch_bytes: int = 0     # weight bytes each fused attention prefetches into L2 (0: auto, < 0: none)
     prefetch_groups: int = 0    # prefetch workgroups per attention dispatch (0: fused_prefetch default)
     matmul_narrow: int = 0      # chunk widths up to this take matmul_rows_narrow (0: 16, < 0: never)
@@ -91,6 +93,10 @@ class KernelCaps:
             # with their nibbles moved to bit 0 and converted (lavapipe, q4_k 3072x1024 matvec, NIB_OLD
             # vs in place: 850-907 vs 897-940 µs; the H100's gain is in dequant.glsl)
             tuning.setdefault("kq_inplace", -1)
+            # and whole wide units, x loaded at once (lavapipe, K-quant 3072x1024 / 1024x3072 matvecs:
+            # q4_k 967-989 / 1055-1062 µs whole vs 1115-1128 / 1108 split, q6_k within 2%;
+            # bench/results/llvmpipe/kwide-split/; the H100's gain is in kernels.kw_split)
+            tuning.setdefault("kw_split", -1)
             # and no L2 prefetch (fused_prefetch.py): a CPU has no GPU cache to fill, only work to waste
             tuning.setdefault("prefetch_bytes", -1)
             # and the tiled chunk matmul at every width (tuned there; the narrow kernel's 64-lane

@@ -81,12 +81,26 @@ def _groups(n: int) -> tuple[int, int, int]:
     return (-(-n // y), y, 1)
 
 
-def wvec_defines(wvec: bool, caps: KernelCaps) -> tuple[tuple[str, str], ...]:
-    """Defines of a matvec's wide units (matvec_shape's third value): WVEC, and NIB_OLD where the
-    device decodes K-quant nibbles the old way (caps.kq_inplace < 0)."""
+# Widest rows whose wide q4_k / q6_k units split by default (kw_split). H100, Llama-3.1-8B Q4_K_M
+# step profile: q/k/v 574-586 vs 613 µs, gate/up 1470 vs 1723, o 333 vs 362 split, but the 14336-wide
+# downs 972-990 vs 929 (bench/results/nvidia-h100-80gb-hbm3/kwide-split/).
+KW_SPLIT_MAX_IN = 4096
+
+
+def kw_split(n_in: int, caps: KernelCaps) -> bool:
+    """Whether wide q4_k / q6_k units of n_in-wide rows load every row's words, then x in halves
+    (shaders/kwide_rows.glsl): caps.kw_split > 0 always, < 0 never, 0 up to KW_SPLIT_MAX_IN."""
+    return caps.kw_split > 0 or (caps.kw_split == 0 and n_in <= KW_SPLIT_MAX_IN)
+
+
+def wvec_defines(wvec: bool, caps: KernelCaps, n_in: int) -> tuple[tuple[str, str], ...]:
+    """Defines of a matvec's wide units (matvec_shape's third value) over n_in-wide rows: WVEC,
+    NIB_OLD where the device decodes K-quant nibbles the old way (caps.kq_inplace < 0) and KW_JOINT
+    where wide q4_k / q6_k units keep their whole x live at once (not kw_split)."""
     if not wvec:
         return ()
-    return (("WVEC", "1"),) + ((("NIB_OLD", "1"),) if caps.kq_inplace < 0 else ())
+    return ((("WVEC", "1"),) + ((("NIB_OLD", "1"),) if caps.kq_inplace < 0 else ())
+            + ((("KW_JOINT", "1"),) if not kw_split(n_in, caps) else ()))
 
 
 def _reduce_defines(caps: KernelCaps) -> tuple[tuple[str, str], ...]:
@@ -177,6 +191,13 @@ def matvec_shape(dtype: str, n_in: int, n_rows: int, caps: KernelCaps) -> tuple[
         wg, rows = _wg(caps, units // 2 if n_rows >= 4096 else units, cap=128), 2
     else:
         wg, rows = _wg(caps, units, cap=256), (2 if n_rows >= 1536 else 1)
+    if wvec and dtype == "q4_k" and n_rows >= 4096 and kw_split(n_in, caps):
+        # wide q4_k units split (kwide_rows.glsl) hold more rows' words at once: 4 rows of 64 lanes
+        # on 4096-wide rows, 8 of 128 lanes on wider ones (H100, standalone: 14336x4096 24.2 vs 26.4 µs
+        # with 2 rows, 28672x4096 39.9 vs 44.5, 4096x4096 12.0 vs 12.6, 4096x14336 25.1 vs 27.8); q6_k
+        # (twice the words a unit) stays at 2 (4096x14336: 29.2 µs, 30.7 with 4): bench/results/
+        # nvidia-h100-80gb-hbm3/kwide-split/
+        wg, rows = (_wg(caps, units // 2, cap=64), 4) if units <= 128 else (_wg(caps, units // 2, cap=128), 8)
     wg = caps.matvec_wg or wg
     # a workgroup stores its rows from invocations 0..ROWS-1, so it cannot take more rows than it has
     return wg, min(caps.matvec_rows or rows, wg), wvec
@@ -195,7 +216,7 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
         b += (Binding(x), Binding(op.outputs[0]))
         calls.append(KernelCall("matmul", (wg, n_in, rows, rpw), b, (len(b) - 1,),
                                 _groups(-(-rows // rpw)), push=struct.pack("<I", r0),
-                                defines=defines + wvec_defines(wvec, caps),
+                                defines=defines + wvec_defines(wvec, caps, n_in),
                                 label=op.outputs[0] + (f"[{r0}:]" if len(chunks) > 1 else "")))
     return calls
 

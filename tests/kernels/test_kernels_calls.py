@@ -108,13 +108,31 @@ def _info(device_type: str, subgroup: int):
 
 def test_cpu_caps_pick_cpu_shapes_gpus_keep_automatic():
     """lavapipe (device_type cpu) gets its measured launch shapes (16-lane matvecs of 16 rows,
-    32-lane fused attention, one split per head, no prefetch, one lm_head block per workgroup, the lm_head region as its ops); a GPU keeps every knob automatic;
+    32-lane fused attention, one split per head, no prefetch, one lm_head block per workgroup, whole
+    wide K-quant units, the lm_head region as its ops); a GPU keeps every knob automatic;
     an explicit tuning wins on both."""
     from vkdecode.kernels import matvec_shape
     cpu, gpu = KernelCaps.from_info(_info("cpu", 8)), KernelCaps.from_info(_info("discrete_gpu", 32))
-    knobs = ("matvec_wg", "matvec_rows", "attn_wg", "attn_splits", "prefetch_bytes", "head_blocks", "head_ops")
-    assert [getattr(cpu, k) for k in knobs] == [16, 16, 32, 1, -1, 1, True]
-    assert [getattr(gpu, k) for k in knobs] == [0] * 6 + [False]
+    knobs = ("matvec_wg", "matvec_rows", "attn_wg", "attn_splits", "prefetch_bytes", "head_blocks", "kw_split",
+             "head_ops")
+    assert [getattr(cpu, k) for k in knobs] == [16, 16, 32, 1, -1, 1, -1, True]
+    assert [getattr(gpu, k) for k in knobs] == [0] * 7 + [False]
     assert matvec_shape("q4_1", 576, 1536, cpu)[:2] == (16, 16)
     assert matvec_shape("q4_1", 576, 1536, gpu)[:2] == (128, 2)
     assert KernelCaps.from_info(_info("cpu", 8), matvec_wg=0, attn_wg=64).attn_wg == 64
+
+
+def test_kw_split_up_to_4096_wide_rows_on_gpus():
+    """GPUs split wide q4_k / q6_k units (kwide_rows.glsl) up to 4096-wide rows, and the split q4_k
+    matvecs from 4096 rows take 4 rows of 64 lanes (8 of 128 on wider rows with kw_split=1); the
+    14336-wide downs keep whole units and 2 rows; KW_JOINT marks whole units."""
+    from vkdecode.kernels import kw_split, matvec_shape, wvec_defines
+    gpu = KernelCaps.from_info(_info("discrete_gpu", 32))
+    assert kw_split(4096, gpu) and not kw_split(14336, gpu) and not kw_split(4096, replace(gpu, kw_split=-1))
+    assert matvec_shape("q4_k", 4096, 14336, gpu)[:2] == (64, 4)
+    assert matvec_shape("q4_k", 14336, 4096, gpu)[:2] == (128, 2)
+    assert matvec_shape("q4_k", 14336, 4096, replace(gpu, kw_split=1))[:2] == (128, 8)
+    assert matvec_shape("q6_k", 4096, 14336, gpu)[:2] == (64, 2)
+    assert ("KW_JOINT", "1") not in wvec_defines(True, gpu, 4096)
+    assert ("KW_JOINT", "1") in wvec_defines(True, gpu, 14336)
+    assert wvec_defines(False, gpu, 14336) == ()

@@ -95,7 +95,13 @@ VARIANTS = [("q4_1", 67, 576, {"matvec_wg": 8, "matvec_rows": 1}),
             ("q5_k", 35, 256, {"kwide": 1, "matvec_wg": 8}), ("q2_k", 35, 768, {"kwide": 1, "matvec_rows": 3}),
             # both nibble decodes of wide units (dequant.glsl pos4 in place, NIB_OLD), whatever the default
             ("q4_k", 67, 512, {"kwide": 1, "kq_inplace": 0}), ("q4_k", 67, 512, {"kwide": 1, "kq_inplace": -1}),
-            ("q5_k", 35, 256, {"kwide": 1, "kq_inplace": 0}), ("q6_k", 33, 1024, {"kwide": 1, "kq_inplace": -1})]
+            ("q5_k", 35, 256, {"kwide": 1, "kq_inplace": 0}), ("q6_k", 33, 1024, {"kwide": 1, "kq_inplace": -1}),
+            # both loop bodies of wide q4_k / q6_k units (kwide_rows.glsl split, KW_JOINT), and the
+            # GPU shapes of the split q4_k ones (4 rows of 64 lanes, 8 of 128 past 4096-wide rows)
+            ("q4_k", 67, 512, {"kwide": 1, "kw_split": -1}), ("q6_k", 33, 1024, {"kwide": 1, "kw_split": -1}),
+            ("q4_k", 67, 512, {"kwide": 1, "kw_split": 0, "matvec_wg": 64, "matvec_rows": 4}),
+            ("q4_k", 37, 1536, {"kwide": 1, "kw_split": 0, "matvec_wg": 32, "matvec_rows": 8}),
+            ("q6_k", 33, 1024, {"kwide": 1, "kw_split": 0, "matvec_rows": 5})]
 
 
 @pytest.mark.parametrize("dtype,out,n_in,tune", [

@@ -1,0 +1,45 @@
+// The body of a matvec loop step over wide q4_k / q6_k unit u (dequant.glsl KW_SPLIT), included
+// inside the loops of matvec.glsl, fused_wslot.glsl and fused_swiglu.glsl so all take the same
+// code: KW_ACC(i) += row first + i's dot with x over unit u, for i < ROWS (rows past KW_M - 1
+// re-read row KW_M - 1; their sums are dropped by the caller). With KW_PAIR (gate/up) the rows
+// are those of weight slots 0 and 1 (fused_wslot.glsl), the second's in KW_ACC(ROWS + i).
+//
+// Every row's weight words are loaded first, then x in two halves (the low nibbles' 16
+// activations, then the high ones'), so only half of the unit's x is live with them: H100, q4_k
+// 14336x4096 24.2 vs 26.6 µs, 28672x4096 39.9 vs 44.5 (4 rows a workgroup of 64 against the
+// unsplit unit's best, 2), bench/results/nvidia-h100-80gb-hbm3/kwide-split/.
+{
+#ifdef KW_PAIR
+#define KW_N (2 * ROWS)
+#else
+#define KW_N ROWS
+#endif
+    uvec4 kq[KW_N], kaux[KW_N];
+    for (uint i = 0; i < ROWS; i++) {
+        const uint r = min(first + i, KW_M - 1);
+#ifdef KW_PAIR
+        kw_load_0(r * ROW_WORDS(K), r * ROW_SCALES(K), u, kq[i], kaux[i]);
+        kw_load_1(r * ROW_WORDS(K), r * ROW_SCALES(K), u, kq[ROWS + i], kaux[ROWS + i]);
+#else
+        kw_load(r * ROW_WORDS(K), r * ROW_SCALES(K), u, kq[i], kaux[i]);
+#endif
+    }
+    vec4 kx[4];
+    float ka0[KW_N];
+    kw_x(u, 0u, kx);
+    const float kxs0 = kw_xsum(kx);
+    for (uint i = 0; i < KW_N; i++) ka0[i] = kw_half(kq[i], kaux[i], 0u, kx);
+    kw_x(u, 1u, kx);
+    const float kxs1 = kw_xsum(kx);
+    for (uint i = 0; i < ROWS; i++) {
+        const uint rs = min(first + i, KW_M - 1) * ROW_SCALES(K);
+#ifdef KW_PAIR
+        KW_ACC(i) += kw_scaled_0(rs, kaux[i], u, ka0[i], kw_half(kq[i], kaux[i], 1u, kx), kxs0, kxs1);
+        KW_ACC(ROWS + i) += kw_scaled_1(rs, kaux[ROWS + i], u, ka0[ROWS + i],
+                                        kw_half(kq[ROWS + i], kaux[ROWS + i], 1u, kx), kxs0, kxs1);
+#else
+        KW_ACC(i) += kw_scaled(rs, kaux[i], u, ka0[i], kw_half(kq[i], kaux[i], 1u, kx), kxs0, kxs1);
+#endif
+    }
+#undef KW_N
+}
