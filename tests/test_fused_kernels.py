@@ -509,6 +509,22 @@ def test_fused_kquant_unit_widths(device, models, path, kwide, inplace, split):
     assert all((("KW_JOINT", "1") in c.defines) == (kwide > 0 and split < 0) for c in mv)
 
 
+@pytest.mark.parametrize("path", ["sg", "smem"])
+def test_fused_kquant_split_gpu_shapes(device, models, path):
+    """Wide q4_k / q6_k units split (kwide_rows.glsl) with the GPU launch shapes they take: the
+    gate/up 2 rows of each weight in one subgroup, the q6_k head 8 rows a workgroup, the q4_k
+    q/k/v 4; decodes as the reference and the unfused step."""
+    m = _model(models, "llama", "q4_k_m", 16, kv="f16", **SHAPES["h256d64"])
+    caps = _caps(device, path, kwide=1, kw_split=1, matvec_wg=0, matvec_rows=0, attn_wg=0, attn_splits=0)
+    items, _ = decode_and_compare(device, m, caps, limit=LIMIT_F16_KV)
+    calls = [it.call for it in items]
+    assert not any(("KW_JOINT", "1") in c.defines for c in calls)
+    (gu,) = {c.spec[:3] for c in calls if c.shader == "rms_norm_matmul_silu_mul"}
+    assert gu[0] == caps.subgroup_size and gu[2] == 2
+    (head,) = [c for c in calls if c.shader == "rms_norm_matmul_argmax"]
+    assert m.program.values[head.bindings[2].value].dtype == "q6_k" and head.spec[2] == 8
+
+
 def test_kwide_automatic_from_4096_wide_rows():
     """GPUs (kwide 0) take wide K-quant units only from 4096-wide rows; CPUs always."""
     from vkdecode.kernel_caps import KernelCaps

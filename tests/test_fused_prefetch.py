@@ -69,13 +69,14 @@ def test_add_prefetch_budget_from_caps():
     p = _program()
     calls = [_att(), _mv(("wo", "data")), _att(), _mv(("wg", "data"))]
     owners = [0, 1, 2, 3]
-    out, own = fp.add_prefetch(p, calls, owners, CAPS)           # 0: the default budget
+    assert fp.add_prefetch(p, calls, owners, CAPS)[0] == calls   # 0: the default budget, none
+    out, own = fp.add_prefetch(p, calls, owners, replace(CAPS, prefetch_bytes=8 << 20))
     assert own == owners and len(out) == len(calls)
     assert [c.label for c in out] == ["att+prefetch", "", "att+prefetch", ""]
     assert out[1] is calls[1]
     off, _ = fp.add_prefetch(p, calls, owners, replace(CAPS, prefetch_bytes=-1))
     assert off == calls
-    g, _ = fp.add_prefetch(p, calls, owners, replace(CAPS, prefetch_groups=64))
+    g, _ = fp.add_prefetch(p, calls, owners, replace(CAPS, prefetch_bytes=8 << 20, prefetch_groups=64))
     assert g[0].groups == (2, 16 + 32, 1)
 
 

@@ -243,6 +243,10 @@ def rms_norm_matmul_argmax(p: Program, region: Region, caps: KernelCaps) -> list
         # q8_0 49152x576 32.8 -> 24.3 against matvec_shape's 64 x 2; Qwen3's f16 151936x1024 87.8
         # either way; 128- and 256-wide workgroups were slower).
         wg, rpw = caps.matvec_wg or _wg(caps, 32), caps.matvec_rows or 4
+        if wvec and wv.dtype in ("q4_k", "q6_k") and kw_split(k, caps) and not caps.matvec_rows:
+            # split wide units (kwide_rows.glsl) hold 8 rows' words (H100, Llama-3.1-8B's q6_k head:
+            # 213 vs 233 µs with 4, 32 lanes; 64 lanes 220: kwide-split/sweep-split.json)
+            rpw = 8
         blocks = -(-rows // rpw)
         per = caps.head_blocks or max(1, -(-blocks * len(chunks) // ARGMAX_PARTIALS))   # row blocks per workgroup
         plan.append((r0, rows, wg, rpw, wvec, per, -(-blocks // per)))

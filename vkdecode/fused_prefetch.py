@@ -7,9 +7,10 @@ layer's q/k/v), up to a byte budget, so those matvecs read them from L2. The wor
 extra grid rows of the same dispatch, so prefetching adds no dispatch and no barrier; they
 change no value (their loads only feed a never-read sink), so every call computes what it did.
 
-Vulkan cannot query the L2 size; the budget is a tuning knob (KernelCaps.prefetch_bytes) whose
-default comes from bench/sweep_prefetch.py on an H100 (50 MB L2), and CPU devices (no L2 to
-fill, only work to waste) turn it off.
+Vulkan cannot query the L2 size; the budget is a tuning knob (KernelCaps.prefetch_bytes). It is
+off by default (PREFETCH_BYTES): it once won on an H100 (Qwen3-0.6B F16, when attention still
+read the whole context), but with attention following the position it no longer does there
+(below), and CPU devices (no L2 to fill, only work to waste) never had it.
 """
 from __future__ import annotations
 
@@ -18,7 +19,11 @@ from dataclasses import replace
 from fusion.ir import Program
 from vkdecode.kernels import Binding, KernelCall, KernelCaps, row_bytes
 
-PREFETCH_BYTES = 8 << 20    # default budget per attention dispatch
+# Default budget per attention dispatch: none. H100, 8 MiB (the former default) vs none, whole
+# fused steps at ctx 1024: Llama-3.1-8B Q4_K_M 3772 vs 3708 µs and 4018 vs 3952 (two runs; 16 MiB
+# 4018, 32 MiB 4219), Llama-3.2-1B F16 1226 vs 1219, Qwen3-0.6B F16 1078 vs 1080
+# (bench/results/nvidia-h100-80gb-hbm3/prefetch-off/). KernelCaps.prefetch_bytes > 0 turns it on.
+PREFETCH_BYTES = 0
 # Smaller weights are skipped: their matvecs are latency-bound, L2 gains them nothing (H200,
 # bench/results/nvidia-h200/matvec-l2.json: q4_1 SmolLM2 shapes within 0.04 µs of DRAM-resident),
 # and prefetching SmolLM2's whole small layers made its step slower (1472 vs 1523 tok/s, H100).

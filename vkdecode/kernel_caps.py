@@ -35,7 +35,8 @@ class KernelCaps:
                                 # 0: yes, < 0: by shifts and int-to-float conversions, define NIB_OLD)
     kw_split: int = 0           # wide q4_k / q6_k units take every row's weights, then x in halves
                                 # (shaders/kwide_rows.glsl; 0: yes, < 0: load_x + unit_dot, define KW_JOINT)
-    prefetch_bytes: int = 0     # weight bytes each fused attention prefetches into L2 (0: auto, < 0: none)
+    prefetch_bytes: int = 0     # weight bytes each fused attention prefetches into L2 (0: the default,
+                                # fused_prefetch.PREFETCH_BYTES, none since measured slower; < 0: none)
     prefetch_groups: int = 0    # prefetch workgroups per attention dispatch (0: fused_prefetch default)
     matmul_narrow: int = 0      # chunk widths up to this take matmul_rows_narrow (0: 16, < 0: never)
     narrow_lanes: int = 0       # matmul_rows_narrow invocations per weight row (0: auto, up to 32; < 0: the tile width)
