@@ -23,7 +23,14 @@ float fmv_ss = 0.0;  // this invocation's part of sum(x^2) since the last reset
 // The invocation's accumulators (dots, then the sum of squares). A global, not a parameter: an
 // array sized by a spec-constant expression gets a new type at every declaration in SPIR-V.
 float fmv_acc[FMV_NR];
-#ifdef NORM
+#if defined(NORM) && defined(NORM_PRE)
+// NORM_PRE (vkdecode/fused_norm_pre.py): the matmul_add before wrote x * norm_w (bound at B_X)
+// and N_PARTS partial sums of x^2 (bound at B_NW instead of norm_w): one load per x element and
+// no squares here; fmv_clear gathers the partials into fmv_ss.
+layout(binding = B_NW) readonly buffer FNP { float fn_part[]; };
+#define X4(i) fx4[i]
+#define X1(i) fx1[i]
+#elif defined(NORM)
 layout(binding = B_NW) readonly buffer FN1 { float fn1[]; };
 layout(binding = B_NW) readonly buffer FN4 { vec4 fn4[]; };
 vec4 fmv_x4(uint i) { vec4 a = fx4[i]; fmv_ss += dot(a, a); return a * fn4[i]; }
@@ -85,6 +92,9 @@ float fmv_total(uint i) {
 void fmv_clear() {
     for (uint i = 0; i < FMV_NR; i++) fmv_acc[i] = 0.0;
     fmv_ss = 0.0;
+#if defined(NORM) && defined(NORM_PRE)
+    for (uint p = gl_LocalInvocationID.x; p < N_PARTS; p += gl_WorkGroupSize.x) fmv_ss += fn_part[p];
+#endif
 }
 
 // 1 / rms of x from the reduced sum of squares

@@ -19,6 +19,36 @@ shared float mv_red[ROWS * gl_WorkGroupSize.x];  // only gl_NumSubgroups entries
 shared float mv_red[ROWS * gl_WorkGroupSize.x];
 #endif
 
+#ifdef MV_PART
+// MV_PART: each workgroup also stores the sum of the squares of the outputs it stored, as
+// MV_PART_STORE(workgroup, sum): the includer's MV_STORE sets mv_sq to its output's square
+// (matmul_add.comp NORM_OUT). Call from uniform control flow, after the stores.
+float mv_sq = 0.0;
+void mv_part() {
+    const uint t = gl_LocalInvocationID.x;
+#ifdef USE_SUBGROUP
+    if (ROWS <= gl_SubgroupSize) {   // the storing invocations 0..ROWS-1 are all in subgroup 0
+        if (gl_SubgroupID == 0u) {
+            const float s = subgroupAdd(mv_sq);
+            if (subgroupElect()) MV_PART_STORE(flat_group_id(), s);
+        }
+        return;
+    }
+#endif
+    barrier();   // mv_red may still be read by the reduction
+    mv_red[t] = mv_sq;
+    barrier();
+    if (t == 0u) {
+        float s = 0.0;
+        for (uint i = 0; i < ROWS; i++) s += mv_red[i];
+        MV_PART_STORE(flat_group_id(), s);
+    }
+}
+#define MV_DONE() mv_part()
+#else
+#define MV_DONE()
+#endif
+
 void matvec_main() {
     const uint WG = gl_WorkGroupSize.x;
     const uint t = gl_LocalInvocationID.x;
@@ -55,6 +85,7 @@ void matvec_main() {
             for (uint i = 1; i < ROWS; i++) if (i == t) v = acc[i];
             MV_STORE(mv_pc.row0 + first + t, v);
         }
+        MV_DONE();
         return;
     }
     if (subgroupElect())
@@ -65,6 +96,7 @@ void matvec_main() {
         for (uint s = 0; s < gl_NumSubgroups; s++) v += mv_red[t * WG + s];
         MV_STORE(mv_pc.row0 + first + t, v);
     }
+    MV_DONE();
 #else
     for (uint i = 0; i < ROWS; i++) mv_red[i * WG + t] = acc[i];
     barrier();
@@ -74,5 +106,6 @@ void matvec_main() {
         barrier();
     }
     if (t < ROWS && first + t < M) MV_STORE(mv_pc.row0 + first + t, mv_red[t * WG]);
+    MV_DONE();
 #endif
 }

@@ -77,10 +77,12 @@ class ReplayExecutor(Executor):
         if not self.fuse:
             return calls, owners
         from vkdecode.fused_attention import absorb_combines
+        from vkdecode.fused_norm_pre import add_norm_pre
         from vkdecode.fused_prefetch import add_prefetch
         from vkdecode.fused_qkv_attention import fold_qkv
         calls, owners = absorb_combines(self.program, calls, owners, self.caps)
         calls, owners = fold_qkv(self.program, calls, owners, self.caps)
+        calls, owners = add_norm_pre(self.program, calls, owners, self.caps)
         calls, owners = add_prefetch(self.program, calls, owners, self.caps)
         return persistent.merge(self.device, self.program, calls, owners, self.caps)
 

@@ -1,0 +1,65 @@
+"""fused_norm_pre: a matmul_add feeding an RMS norm writes x * norm_w and partial sums of x^2 for
+the norm's matvec (shaders/matmul_add.comp NORM_OUT, shaders/fused_matvec.glsl NORM_PRE)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from fusion.ir import Program
+from vkdecode import fused_norm_pre as fn
+from vkdecode.kernels import Binding, KernelCall, KernelCaps
+
+CAPS = KernelCaps(subgroup_size=32, subgroup_arithmetic=True, max_storage_range=1 << 32,
+                  max_invocations=1024, max_shared=49152, min_align=64)
+
+
+def _program() -> Program:
+    p = Program("t")
+    p.value("h", (64,), "f32")
+    p.value("nw", (64,), "f32", "weight")
+    return p
+
+
+def _add(out="h", rows=None) -> KernelCall:
+    b = (Binding("wo", rows=rows), Binding("a"), Binding("res"), Binding(out))
+    return KernelCall("matmul_add", (64, 64, 64, 4), b, (3,), (16, 1, 1))
+
+
+def _norm(x="h", shader="rms_norm_matmul_silu_mul", extra=()) -> KernelCall:
+    b = (Binding(x), Binding("nw"), Binding("wg"), Binding("wu"), Binding("y")) + extra
+    return KernelCall(shader, (32, 64, 2), b, (4,), (32, 1, 1), defines=(("B_X", "0"), ("B_NW", "1")))
+
+
+def test_pairs_a_matmul_add_with_the_norm_reading_its_output():
+    calls = [_add(), _norm()]
+    out, owners = fn.add_norm_pre(_program(), calls, [0, 1], CAPS)
+    assert owners == [0, 1]
+    prod, cons = out
+    d = dict(prod.defines)
+    assert (d["NORM_OUT"], d["NO_NW"], d["NO_XN"], d["NO_PART"]) == ("1", "4", "5", "6")
+    assert prod.bindings[4:] == (Binding("nw"), Binding("scratch:h.xn"), Binding("scratch:h.ss"))
+    assert prod.writes == (3, 5, 6) and set(prod.scratch) == {("scratch:h.xn", 256), ("scratch:h.ss", 64)}
+    assert cons.bindings[:2] == (Binding("scratch:h.xn"), Binding("scratch:h.ss"))
+    assert dict(cons.defines)["NORM_PRE"] == "1" and dict(cons.defines)["N_PARTS"] == "16"
+    # the lm_head's kernel binds x and norm_w at 0 and 1 without defines
+    head = replace(_norm(shader="rms_norm_matmul_argmax"), defines=())
+    assert dict(fn.add_norm_pre(_program(), [_add(), head], [0, 1], CAPS)[0][1].defines)["N_PARTS"] == "16"
+
+
+@pytest.mark.parametrize("case", ["off", "persistent", "row-split", "other-reader", "x-twice", "no-norm"])
+def test_leaves_calls_it_cannot_pair(case):
+    caps, calls = CAPS, [_add(), _norm()]
+    if case == "off":
+        caps = replace(CAPS, norm_pre=-1)
+    elif case == "persistent":
+        caps = replace(CAPS, persistent=132)
+    elif case == "row-split":
+        calls = [_add(rows=32), _norm()]
+    elif case == "other-reader":   # the first reader after the matmul_add is not the norm
+        calls = [_add(), KernelCall("add", (64,), (Binding("h"), Binding("z")), (1,), (1, 1, 1)), _norm()]
+    elif case == "x-twice":
+        calls = [_add(), _norm(extra=(Binding("h"),))]
+    else:
+        calls = [_add(), replace(_norm(), defines=(("B_X", "0"),))]
+    assert fn.add_norm_pre(_program(), calls, list(range(len(calls))), caps)[0] == calls
