@@ -14,9 +14,9 @@ CAPS = KernelCaps(subgroup_size=32, subgroup_arithmetic=True, max_storage_range=
                   max_invocations=1024, max_shared=49152, min_align=64)
 
 
-def _program() -> Program:
+def _program(n: int = 4096) -> Program:
     p = Program("t")
-    p.value("h", (64,), "f32")
+    p.value("h", (n,), "f32")
     p.value("nw", (64,), "f32", "weight")
     return p
 
@@ -39,12 +39,22 @@ def test_pairs_a_matmul_add_with_the_norm_reading_its_output():
     d = dict(prod.defines)
     assert (d["NORM_OUT"], d["NO_NW"], d["NO_XN"], d["NO_PART"]) == ("1", "4", "5", "6")
     assert prod.bindings[4:] == (Binding("nw"), Binding("scratch:h.xn"), Binding("scratch:h.ss"))
-    assert prod.writes == (3, 5, 6) and set(prod.scratch) == {("scratch:h.xn", 256), ("scratch:h.ss", 64)}
+    assert prod.writes == (3, 5, 6) and set(prod.scratch) == {("scratch:h.xn", 4 * 4096), ("scratch:h.ss", 64)}
     assert cons.bindings[:2] == (Binding("scratch:h.xn"), Binding("scratch:h.ss"))
     assert dict(cons.defines)["NORM_PRE"] == "1" and dict(cons.defines)["N_PARTS"] == "16"
     # the lm_head's kernel binds x and norm_w at 0 and 1 without defines
     head = replace(_norm(shader="rms_norm_matmul_argmax"), defines=())
     assert dict(fn.add_norm_pre(_program(), [_add(), head], [0, 1], CAPS)[0][1].defines)["N_PARTS"] == "16"
+
+
+def test_narrow_vectors_pair_only_when_asked():
+    """Below NORM_PRE_MIN elements (latency-bound matvecs, where it measured slower) only
+    norm_pre > 0 pairs."""
+    calls = [_add(), _norm()]
+    narrow = _program(fn.NORM_PRE_MIN // 2)
+    assert fn.add_norm_pre(narrow, calls, [0, 1], CAPS)[0] == calls
+    assert fn.add_norm_pre(narrow, calls, [0, 1], replace(CAPS, norm_pre=1))[0] != calls
+    assert fn.add_norm_pre(_program(fn.NORM_PRE_MIN), calls, [0, 1], CAPS)[0] != calls
 
 
 @pytest.mark.parametrize("case", ["off", "persistent", "row-split", "other-reader", "x-twice", "no-norm"])

@@ -4,9 +4,13 @@ shaders/fused_matvec.glsl NORM_PRE).
 A fused norm + matvec (q/k/v, gate/up, the lm_head) loads x and norm_w for every element and squares
 x for the norm; the matmul_add before it (o-projection or down-projection plus residual) writes
 that x. A peephole over the step's calls lets such a matmul_add also write x * norm_w and one sum
-of x^2 per workgroup, and its consumer then loads one vector and sums those partials. H100,
-Llama-3.1-8B Q4_K_M step (a probe that only dropped the norm_w loads, wrong values): gate/up 1371
-vs 1494-1513 µs, q/k/v 541 vs 565-570; bench/results/nvidia-h100-80gb-hbm3/norm-pre/.
+of x^2 per workgroup, and its consumer then loads one vector and sums those partials.
+
+It pays where the matvecs are wide and it lengthens a latency-bound chain where they are narrow, so
+it is on from NORM_PRE_MIN-element vectors. H100, whole fused steps at ctx 1024, on vs off:
+Llama-3.1-8B Q4_K_M (4096) 3661 vs 3704 µs (gate/up 1387 vs 1497), Llama-3.2-1B F16 (2048) 1204 vs
+1218, Qwen3-0.6B F16 (1024) 1113 vs 1087, SmolLM2-135M Q4_1 (576) 723 vs 694
+(bench/results/nvidia-h100-80gb-hbm3/norm-pre/).
 
 The values are the same up to float rounding order: the sum of squares is added up per workgroup,
 then over the partials, instead of per invocation over its elements.
@@ -19,6 +23,7 @@ from fusion.ir import Program
 from vkdecode.kernels import Binding, KernelCall, KernelCaps
 
 CONSUMERS = ("rms_norm_matmul", "rms_norm_matmul_silu_mul", "rms_norm_matmul_argmax")
+NORM_PRE_MIN = 2048   # elements of the normed vector from which caps.norm_pre 0 pairs (above)
 
 
 def _x_norm(call: KernelCall) -> tuple[int, int] | None:
@@ -62,8 +67,9 @@ def pair(producer: KernelCall, consumer: KernelCall, n_rows: int) -> tuple[Kerne
 def add_norm_pre(program: Program, calls: list[KernelCall], owners: list[int],
                  caps: KernelCaps) -> tuple[list, list]:
     """Peephole: every single-call matmul_add (one row range, a 1-D grid) whose output's next reader
-    is a norm consumer taking it as its x (once) is paired with it. owners are returned unchanged:
-    no call is added or removed."""
+    is a norm consumer taking it as its x (once) is paired with it, where that output has
+    NORM_PRE_MIN elements or more (caps.norm_pre 0), always (> 0) or never (< 0). owners are
+    returned unchanged: no call is added or removed."""
     if caps.norm_pre < 0 or caps.persistent > 0:   # the persistent region merges these calls itself
         return calls, owners
     out = list(calls)
@@ -71,6 +77,8 @@ def add_norm_pre(program: Program, calls: list[KernelCall], owners: list[int],
         if c.shader != "matmul_add" or c.groups[1:] != (1, 1) or any(b.rows is not None for b in c.bindings):
             continue
         x = c.bindings[c.writes[0]].value
+        if caps.norm_pre == 0 and program.values[x].numel < NORM_PRE_MIN:
+            continue
         j = _next_reader(calls, i + 1, x)
         xb = None if j is None else _x_norm(calls[j])
         if xb is None or calls[j].bindings[xb[0]].value != x or sum(b.value == x for b in calls[j].bindings) != 1:

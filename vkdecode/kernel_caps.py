@@ -36,7 +36,8 @@ class KernelCaps:
     kw_split: int = 0           # wide q4_k / q6_k units take every row's weights, then x in halves
                                 # (shaders/kwide_rows.glsl; 0: yes, < 0: load_x + unit_dot, define KW_JOINT)
     norm_pre: int = 0           # a matmul_add feeding an RMS norm also writes x * norm_w and partial sums
-                                # of x^2 for the norm's matvec (fused_norm_pre.py; 0: yes, < 0: no)
+                                # of x^2 for the norm's matvec (fused_norm_pre.py; 0: from 2048-element
+                                # vectors, > 0: always, < 0: never)
     prefetch_bytes: int = 0     # weight bytes each fused attention prefetches into L2 (0: the default,
                                 # fused_prefetch.PREFETCH_BYTES, none since measured slower; < 0: none)
     prefetch_groups: int = 0    # prefetch workgroups per attention dispatch (0: fused_prefetch default)
