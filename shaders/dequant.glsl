@@ -423,12 +423,12 @@ void kw_load(uint rw, uint rs, uint u, out uvec4 q, out uvec4 aux) {
 }
 // sum of the quants of half h (0: low nibbles, 1: high) times their 16 activations x
 float kw_half(uvec4 q, uvec4 aux, uint h, vec4 x[4]) {
-    const uint sh = 4 * h;
 #if defined(DT_Q4_K)
     // (lo4 / hi4 by h, not one shifted decode: the high nibble is read in place, without a shift)
     if (h == 0u) return (dot(lo4(q.x), x[0]) + dot(lo4(q.y), x[1])) + (dot(lo4(q.z), x[2]) + dot(lo4(q.w), x[3]));
     return (dot(hi4(q.x), x[0]) + dot(hi4(q.y), x[1])) + (dot(hi4(q.z), x[2]) + dot(hi4(q.w), x[3]));
 #else
+    const uint sh = 4 * h;
     return (dot(q6v(q.x >> sh, aux.x >> sh), x[0]) + dot(q6v(q.y >> sh, aux.y >> sh), x[1]))
          + (dot(q6v(q.z >> sh, aux.z >> sh), x[2]) + dot(q6v(q.w >> sh, aux.w >> sh), x[3]));
 #endif

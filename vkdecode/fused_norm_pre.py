@@ -45,9 +45,10 @@ def _next_reader(calls: list[KernelCall], start: int, value: str) -> int | None:
     return None
 
 
-def pair(producer: KernelCall, consumer: KernelCall, n_rows: int) -> tuple[KernelCall, KernelCall]:
-    """The producer writing x * norm_w and its partials, and the consumer reading them."""
-    bx, bnw = _x_norm(consumer)
+def pair(producer: KernelCall, consumer: KernelCall, bx: int, bnw: int,
+         n_rows: int) -> tuple[KernelCall, KernelCall]:
+    """The producer writing x * norm_w and its partials, and the consumer (x and norm weight bound at
+    bx, bnw) reading them."""
     x = producer.bindings[producer.writes[0]].value
     xn, parts = f"scratch:{x}.xn", f"scratch:{x}.ss"
     n_parts = producer.groups[0]
@@ -83,5 +84,5 @@ def add_norm_pre(program: Program, calls: list[KernelCall], owners: list[int],
         xb = None if j is None else _x_norm(calls[j])
         if xb is None or calls[j].bindings[xb[0]].value != x or sum(b.value == x for b in calls[j].bindings) != 1:
             continue
-        out[i], out[j] = pair(out[i], out[j], program.values[x].numel)
+        out[i], out[j] = pair(out[i], out[j], *xb, program.values[x].numel)
     return out, owners
