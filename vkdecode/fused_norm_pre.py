@@ -7,10 +7,10 @@ that x. A peephole over the step's calls lets such a matmul_add also write x * n
 of x^2 per workgroup, and its consumer then loads one vector and sums those partials.
 
 It pays where the matvecs are wide and it lengthens a latency-bound chain where they are narrow, so
-it is on from NORM_PRE_MIN-element vectors. H100, whole fused steps at ctx 1024, on vs off:
-Llama-3.1-8B Q4_K_M (4096) 3661 vs 3704 µs (gate/up 1387 vs 1497), Llama-3.2-1B F16 (2048) 1204 vs
-1218, Qwen3-0.6B F16 (1024) 1113 vs 1087, SmolLM2-135M Q4_1 (576) 723 vs 694
-(bench/results/nvidia-h100-80gb-hbm3/norm-pre/).
+it is on from NORM_PRE_MIN-element vectors. H100, whole fused steps at ctx 1024, on vs off, with the
+consumers' 16-byte partial loads: Llama-3.1-8B Q4_K_M (4096) 3580 vs 3730 µs, Llama-3.2-1B F16 (2048)
+1200 vs 1215; Qwen3-0.6B F16 (1024) 1097 vs 1096, SmolLM2-135M Q4_1 (576) 725 vs 696
+(bench/results/nvidia-h100-80gb-hbm3/norm-parts/; one float a load, norm-pre/: 8B 3661 vs 3704).
 
 The values are the same up to float rounding order: the sum of squares is added up per workgroup,
 then over the partials, instead of per invocation over its elements.
