@@ -90,9 +90,10 @@ float fmv_total(uint i) {
 #endif
 }
 
-void fmv_clear() {
-    for (uint i = 0; i < FMV_NR; i++) fmv_acc[i] = 0.0;
-    fmv_ss = 0.0;
+// NORM_PRE: the producer's partial sums of x^2 into fmv_ss, from fmv_clear, or with NORM_PRE_LATE
+// from fmv_ss_total after the weight loop, so they take no registers while the weight loads are in
+// flight (the K-quant consumers: vkdecode/fused_norm_pre.py late_parts)
+void fmv_norm_parts() {
 #if defined(NORM) && defined(NORM_PRE)
     // 16-byte loads: every workgroup reads all N_PARTS, so the load count matters (H100, Llama-3.1-8B
     // Q4_K_M step 3652 vs 3736 µs with a float a load; bench/results/nvidia-h100-80gb-hbm3/norm-parts/)
@@ -102,6 +103,22 @@ void fmv_clear() {
     }
     for (uint p = N_PARTS / 4 * 4 + gl_LocalInvocationID.x; p < N_PARTS; p += gl_WorkGroupSize.x) fmv_ss += fn_part[p];
 #endif
+}
+
+void fmv_clear() {
+    for (uint i = 0; i < FMV_NR; i++) fmv_acc[i] = 0.0;
+    fmv_ss = 0.0;
+#ifndef NORM_PRE_LATE
+    fmv_norm_parts();
+#endif
+}
+
+// this invocation's share of sum(x^2), for its accumulator after the weight loop
+float fmv_ss_total() {
+#ifdef NORM_PRE_LATE
+    fmv_norm_parts();
+#endif
+    return fmv_ss;
 }
 
 // 1 / rms of x from the reduced sum of squares

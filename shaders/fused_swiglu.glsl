@@ -56,7 +56,7 @@ void main() {
     if (first >= M) return;  // padding of a 2-D grid: the whole workgroup leaves together
     fmv_clear();
     fmv_rows_gate_up(first);
-    fmv_acc[2 * ROWS] = fmv_ss;
+    fmv_acc[2 * ROWS] = fmv_ss_total();
     fmv_reduce();
     if (t >= ROWS || first + t >= M) return;
     float inv = fmv_inv_rms(fmv_total(2 * ROWS));

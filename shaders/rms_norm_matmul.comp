@@ -78,7 +78,7 @@ void main() {
 #if NW > 3
     else fmv_rows_3(first, m, 0);
 #endif
-    fmv_acc[ROWS] = fmv_ss;
+    fmv_acc[ROWS] = fmv_ss_total();
     fmv_reduce();
     if (t >= ROWS || first + t >= m) return;
     const uint row = first + t;

@@ -39,7 +39,7 @@ void logits_block(uint first, inout float bv, inout uint bi) {
     const uint t = gl_LocalInvocationID.x;
     fmv_clear();
     fmv_rows_0(first, M, 0);
-    fmv_acc[ROWS] = fmv_ss;
+    fmv_acc[ROWS] = fmv_ss_total();
     fmv_reduce();
     if (t == 0) {  // invocation 0 writes the block's logits and tracks the best row
         const float inv = fmv_inv_rms(fmv_total(ROWS));

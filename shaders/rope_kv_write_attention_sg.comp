@@ -42,6 +42,7 @@ layout(constant_id = 8) const float EPS = 1e-6;
 layout(constant_id = 9) const uint WINDOW = 0;   // keys a sliding-window layer sees (0: all)
 layout(constant_id = 10) const uint MIN_S = 1;
 const uint NSG = gl_WorkGroupSize.x / LANES;
+#define ROW_WORDS_KV (KVH * D)   // elements of one cache row (all kv heads)
 
 layout(binding = 0) readonly buffer QB { float q[]; };
 layout(binding = 1) readonly buffer KB { float k[]; };
@@ -121,6 +122,22 @@ void load_row(uint base, out float kr[EPL], out float vr[EPL]) {
 #endif
 }
 
+// The batch of rows i0, i0 + NSG, ... (RB of them) from the caches: rows i < nc only (row nc, when
+// it is pos, comes from registers: the caller fills it in).
+void load_batch(uint i0, uint r0, uint nc, uint off, out float kr[RB][EPL], out float vr[RB][EPL]) {
+    for (uint r = 0; r < RB; r++) {
+        const uint i = i0 + r * NSG;
+        if (i < nc) {
+            load_row((r0 + i) * ROW_WORDS_KV + off, kr[r], vr[r]);
+        } else {
+            for (uint c = 0; c < EPL; c++) {
+                kr[r][c] = 0.0;
+                vr[r][c] = 0.0;
+            }
+        }
+    }
+}
+
 void main() {
 #ifdef PF_N
     if (gl_WorkGroupID.y >= H) {   // the grid's prefetch rows (prefetch.glsl); uniform per workgroup
@@ -135,16 +152,34 @@ void main() {
     const uint kvh = h / (H / KVH), kvoff = kvh * D;
     const uint e0 = lane * EPL;   // this lane's first element of the head
 
+    // This workgroup's rows [r0, r0 + n) (nc of them from the caches; row pos, when it is the last,
+    // from registers) follow from the step word alone, so the first batch of cache rows is loaded
+    // right after it: before the RoPE and the writer's stores (rows < pos, never the row written),
+    // which the loads would otherwise wait behind, the compiler keeping them in program order.
+    float kr[RB][EPL], vr[RB][EPL];
+    uint r0, n, nc;
+#define ATTN_ROWS_AND_FIRST_BATCH() { \
+        const uint len_ = pos + 1; \
+        const uint lo_ = window_start(len_, WINDOW); \
+        const uint chunk_ = (len_ - lo_ + live - 1) / live;   /* <= MAXCHUNK */ \
+        r0 = lo_ + min(s * chunk_, len_ - lo_); \
+        n = min(len_ - r0, chunk_); \
+        nc = (n > 0 && r0 + n == len_) ? n - 1 : n; \
+        load_batch(sg, r0, nc, kvoff + e0, kr, vr); \
+    }
 #ifdef QKV_IN
     // a dead split computes nothing: the position first, then this workgroup's q, k, v
     const uint pos = step[STEP_POS];
     const uint live = attn_live_splits(pos, WINDOW, S, LIVE_ROWS, MIN_S);
     if (s >= live) return;   // uniform
     qkv_in(h, kvh, sg, lane);
+    ATTN_ROWS_AND_FIRST_BATCH()   // (after qkv_in: its matvec needs the registers)
 #endif
-    // q, k (rotated, normed with QK_NORM) and v of the current token: the lane's elements
+    // q, k (rotated, normed with QK_NORM) and v of the current token: the lane's elements, and the
+    // RoPE table entries (they do not depend on the position: loaded with q, k and v)
     float qr[EPL], kcur[EPL], vcur[EPL];
     float qa[EPL], qb[EPL], ka[EPL], kb[EPL];   // own and partner values
+    float fq[EPL];
     for (uint c = 0; c < EPL; c++) {
         const uint e = e0 + c, p = rope_partner(e);
         qa[c] = Q_AT(h * D + e);
@@ -152,12 +187,14 @@ void main() {
         ka[c] = K_AT(kvoff + e);
         kb[c] = K_AT(kvoff + p);
         vcur[c] = kv_round(V_AT(kvoff + e));
+        fq[c] = freqs[rope_index(e)];
     }
 #ifndef QKV_IN
     // after the loads above, so a live workgroup waits for them and the step word together
     const uint pos = step[STEP_POS];
     const uint live = attn_live_splits(pos, WINDOW, S, LIVE_ROWS, MIN_S);
     if (s >= live) return;   // no rows at this position (never the writer, s = 0); uniform
+    ATTN_ROWS_AND_FIRST_BATCH()
 #endif
 #ifdef QK_NORM
     float sq = 0.0, sk = 0.0;
@@ -177,7 +214,7 @@ void main() {
 #endif
     for (uint c = 0; c < EPL; c++) {
         const uint e = e0 + c;
-        const vec2 cs = rope_cos_sin(pos, rope_index(e));
+        const vec2 cs = rope_angle_cs(pos, fq[c]);
         const float sgn = rope_sign(e);
         qr[c] = (qa[c] * cs.x + sgn * qb[c] * cs.y) * SCALE;
         kcur[c] = kv_round(ka[c] * cs.x + sgn * kb[c] * cs.y);
@@ -197,22 +234,13 @@ void main() {
 #endif
     }
 
-    const uint len = pos + 1;
-    const uint lo = window_start(len, WINDOW);
-    const uint chunk = (len - lo + live - 1) / live;   // <= MAXCHUNK
-    const uint r0 = lo + min(s * chunk, len - lo);
-    const uint n = min(len - r0, chunk);
-    const uint nc = (n > 0 && r0 + n == len) ? n - 1 : n;   // rows from the caches; row n - 1 may be pos
-
     float m = NEG_INF, l = 0.0, acc[EPL];
     for (uint c = 0; c < EPL; c++) acc[c] = 0.0;
     for (uint i0 = sg; i0 < n; i0 += NSG * RB) {   // uniform over the subgroup
-        float kr[RB][EPL], vr[RB][EPL], sc[RB];
+        float sc[RB];
+        if (i0 != sg) load_batch(i0, r0, nc, kvoff + e0, kr, vr);   // the first was loaded early
         for (uint r = 0; r < RB; r++) {
-            const uint i = i0 + r * NSG;
-            if (i < nc) {
-                load_row((r0 + i) * ROW + kvoff + e0, kr[r], vr[r]);
-            } else {
+            if (i0 + r * NSG >= nc) {   // row pos (or past n: unused)
                 kr[r] = kcur;
                 vr[r] = vcur;
             }

@@ -556,22 +556,24 @@ def test_f16_cache_current_row_is_the_stored_row(device, models, kernel):
             np.testing.assert_array_equal(o, v[np.arange(a.n_heads) // (a.n_heads // a.n_kv_heads)])
 
 
-@pytest.mark.parametrize("norm_pre", [1, -1])
+@pytest.mark.parametrize("norm_pre,late", [(1, -1), (1, 1), (-1, 0)])
 @pytest.mark.parametrize("shapes", ["cpu", "gpu"])
 @pytest.mark.parametrize("path", ["sg", "smem"])
-def test_fused_norm_pre(device, models, path, shapes, norm_pre):
+def test_fused_norm_pre(device, models, path, shapes, norm_pre, late):
     """fused_norm_pre (forced on: this model is narrower than NORM_PRE_MIN): each o- and
     down-projection writes x * norm_w and its workgroups' sums of x^2 for the norm after it (the next
     q/k/v, gate/up, the lm_head), with the CPU launch shapes (16 rows a workgroup, more than
-    lavapipe's subgroup: the shared-memory partial) and the GPU ones; decodes as the reference and
-    the unfused step, and norm_pre=-1 pairs nothing."""
+    lavapipe's subgroup: the shared-memory partial) and the GPU ones, the consumers summing the
+    partials before or after their weight loop (NORM_PRE_LATE); decodes as the reference and the
+    unfused step, and norm_pre=-1 pairs nothing."""
     m = _model(models, "llama", "q4_1", 12, **SHAPES["h96d32"])
     gpu = {"matvec_wg": 0, "matvec_rows": 0, "attn_wg": 0, "attn_splits": 0} if shapes == "gpu" else {}
-    caps = _caps(device, path, norm_pre=norm_pre, **gpu)
+    caps = _caps(device, path, norm_pre=norm_pre, norm_pre_late=late, **gpu)
     items, _ = decode_and_compare(device, m, caps)
     calls = [it.call for it in items]
     prod = [c for c in calls if ("NORM_OUT", "1") in c.defines]
     cons = [c for c in calls if ("NORM_PRE", "1") in c.defines]
     n = m.args.n_layers
     assert (len(prod), len(cons)) == ((2 * n, 2 * n) if norm_pre > 0 else (0, 0))
+    assert all((("NORM_PRE_LATE", "1") in c.defines) == (late > 0) for c in cons)
     assert all(dict(c.defines)["N_PARTS"] == str(p.groups[0]) for p, c in zip(prod, cons))

@@ -73,3 +73,19 @@ def test_leaves_calls_it_cannot_pair(case):
     else:
         calls = [_add(), replace(_norm(), defines=(("B_X", "0"),))]
     assert fn.add_norm_pre(_program(), calls, list(range(len(calls))), caps)[0] == calls
+
+
+def test_consumers_with_k_quant_weights_sum_the_partials_late():
+    """NORM_PRE_LATE (the partials loaded after the weight loop) goes to K-quant consumers, a slot's
+    dtype counting (SLOT_DTYPES), unless caps.norm_pre_late says always or never."""
+    def late(defines, knob=0):
+        cons = replace(_norm(), defines=(("B_X", "0"), ("B_NW", "1")) + defines)
+        out = fn.add_norm_pre(_program(), [_add(), cons], [0, 1], replace(CAPS, norm_pre_late=knob))[0]
+        return ("NORM_PRE_LATE", "1") in out[1].defines
+
+    from vkdecode.quant import QUANT_TYPES
+    assert late((("DT_Q4_K", "1"),)) and late((("DT_Q6_K", "1"),))
+    assert not late((("DT_F16", "1"),)) and not late((("DT_Q4_1", "1"),))
+    slots = (("SLOT_DTYPES", "1"), ("DTS_0", str(QUANT_TYPES.index("q8_0"))))
+    assert not late(slots) and late(slots + (("DTS_1", str(QUANT_TYPES.index("q6_k"))),))
+    assert late((("DT_F16", "1"),), knob=1) and not late((("DT_Q4_K", "1"),), knob=-1)

@@ -21,6 +21,7 @@ from dataclasses import replace
 
 from fusion.ir import Program
 from vkdecode.kernels import Binding, KernelCall, KernelCaps
+from vkdecode.quant import K_TYPES, QUANT_TYPES
 
 CONSUMERS = ("rms_norm_matmul", "rms_norm_matmul_silu_mul", "rms_norm_matmul_argmax")
 NORM_PRE_MIN = 2048   # elements of the normed vector from which caps.norm_pre 0 pairs (above)
@@ -45,8 +46,26 @@ def _next_reader(calls: list[KernelCall], start: int, value: str) -> int | None:
     return None
 
 
+def kquant_weights(call: KernelCall) -> bool:
+    """Whether a fused matvec reads K-quant weights (a DT_ define, or a slot's DTS_ index)."""
+    d = dict(call.defines)
+    kq = {str(QUANT_TYPES.index(t)) for t in K_TYPES}
+    return any(f"DT_{t.upper()}" in d for t in K_TYPES) or (
+        "SLOT_DTYPES" in d and any(k.startswith("DTS_") and v in kq for k, v in d.items()))
+
+
+def late_parts(consumer: KernelCall, caps: KernelCaps) -> bool:
+    """Whether the consumer sums the partials after its weight loop (shaders/fused_matvec.glsl
+    NORM_PRE_LATE): its K-quant kernels hold 60-72 registers an invocation, and 8 more 16-byte loads
+    at the start, before the weight loads, cost occupancy there; f16 kernels (32 registers) lose
+    the round trip that loading them late adds. H100, ctx 1024, whole step: Llama-3.1-8B Q4_K_M
+    3535 / 3540 vs 3577 / 3578 µs, Llama-3.2-1B F16 1203 vs 1195
+    (bench/results/nvidia-h100-80gb-hbm3/session-2026-11-25f/)."""
+    return caps.norm_pre_late > 0 or (caps.norm_pre_late == 0 and kquant_weights(consumer))
+
+
 def pair(producer: KernelCall, consumer: KernelCall, bx: int, bnw: int,
-         n_rows: int) -> tuple[KernelCall, KernelCall]:
+         n_rows: int, caps: KernelCaps) -> tuple[KernelCall, KernelCall]:
     """The producer writing x * norm_w and its partials, and the consumer (x and norm weight bound at
     bx, bnw) reading them."""
     x = producer.bindings[producer.writes[0]].value
@@ -60,8 +79,9 @@ def pair(producer: KernelCall, consumer: KernelCall, bx: int, bnw: int,
                    scratch=producer.scratch + ((xn, 4 * n_rows), (parts, 4 * n_parts)))
     b = list(consumer.bindings)
     b[bx], b[bnw] = Binding(xn), Binding(parts)
+    late = (("NORM_PRE_LATE", "1"),) if late_parts(consumer, caps) else ()
     cons = replace(consumer, bindings=tuple(b),
-                   defines=consumer.defines + (("NORM_PRE", "1"), ("N_PARTS", str(n_parts))))
+                   defines=consumer.defines + (("NORM_PRE", "1"), ("N_PARTS", str(n_parts))) + late)
     return prod, cons
 
 
@@ -84,5 +104,5 @@ def add_norm_pre(program: Program, calls: list[KernelCall], owners: list[int],
         xb = None if j is None else _x_norm(calls[j])
         if xb is None or calls[j].bindings[xb[0]].value != x or sum(b.value == x for b in calls[j].bindings) != 1:
             continue
-        out[i], out[j] = pair(out[i], out[j], *xb, program.values[x].numel)
+        out[i], out[j] = pair(out[i], out[j], *xb, program.values[x].numel, caps)
     return out, owners

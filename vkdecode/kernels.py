@@ -303,12 +303,18 @@ def partials(out: str, h: int, d: int, s: int) -> tuple[str, int]:
     return f"scratch:{out}.partials", s * h * (d + 2) * 4
 
 
+# splits attention_combine loads per batch, the first batch together with the step word: a GPU
+# grid has at most fused_attention.MAX_SPLITS (16), so one batch takes every live split there
+COMBINE_BATCH = 16
+
+
 def combine_call(out: str, step: str, grid: AttnGrid, caps: KernelCaps) -> KernelCall:
     """attention_combine: the partials of `out` -> out, reading the splits live at step.pos. Spec
     (wg, *grid.spec()), as fused_attention.absorb_combines reads it back."""
     part, nbytes = partials(out, grid.h, grid.d, grid.s)
     return KernelCall("attention_combine", (_wg(caps, grid.d, cap=128),) + grid.spec(),
                       (Binding(part), Binding(out), Binding(step)), (1,), (grid.h, 1, 1),
+                      defines=(("CB", str(min(grid.s, COMBINE_BATCH))),),
                       scratch=((part, nbytes),), label=out + "[combine]")
 
 
