@@ -65,20 +65,6 @@ void matvec_main() {
 #include "kwide_rows.glsl"
 #undef KW_ACC
 #undef KW_M
-#elif defined(KW_WFIRST) && defined(KWIDE) && (defined(DT_Q4_K) || defined(DT_Q6_K))
-        // (A/B) a whole wide unit with every row's weight words loaded before the unit's x
-        uvec4 wq[ROWS], wa[ROWS];
-        for (uint i = 0; i < ROWS; i++) {
-            const uint r = min(first + i, M - 1);
-            kw_load(r * ROW_WORDS(K), r * ROW_SCALES(K), u, wq[i], wa[i]);
-        }
-        vec4 xv[XU_VEC4];
-        load_x(u, xv);
-        const vec4 x0[4] = vec4[4](xv[0], xv[2], xv[4], xv[6]), x1[4] = vec4[4](xv[1], xv[3], xv[5], xv[7]);
-        const float xs0 = kw_xsum(x0), xs1 = kw_xsum(x1);
-        for (uint i = 0; i < ROWS; i++)
-            acc[i] += kw_scaled(min(first + i, M - 1) * ROW_SCALES(K), wa[i], u, kw_half(wq[i], wa[i], 0u, x0),
-                                kw_half(wq[i], wa[i], 1u, x1), xs0, xs1);
 #else
         vec4 xv[XU_VEC4];
         load_x(u, xv);
