@@ -92,48 +92,31 @@ float fmv_total(uint i) {
 
 // NORM_PRE: the producer's partial sums of x^2 into fmv_ss, from fmv_clear, or with NORM_PRE_LATE
 // from fmv_ss_total after the weight loop, so they take no registers while the weight loads are in
-// flight (the K-quant consumers: vkdecode/fused_norm_pre.py late_parts). NORM_PRE_SPREAD = C (an
-// A/B): the partials' vec4s in C chunks, chunk c loaded in unit iteration c right after that
-// iteration's weight words (kwide_rows.glsl KW_AFTER_LOADS), so neither before the weight loads nor
-// as a round trip after the loop; C = the unit iterations every invocation makes.
-void fmv_norm_parts4(uint c, uint nc) {
+// flight (the K-quant consumers: vkdecode/fused_norm_pre.py late_parts)
+void fmv_norm_parts() {
 #if defined(NORM) && defined(NORM_PRE)
     // 16-byte loads: every workgroup reads all N_PARTS, so the load count matters (H100, Llama-3.1-8B
     // Q4_K_M step 3652 vs 3736 µs with a float a load; bench/results/nvidia-h100-80gb-hbm3/norm-parts/)
-    for (uint p = gl_LocalInvocationID.x + gl_WorkGroupSize.x * c; p < N_PARTS / 4; p += gl_WorkGroupSize.x * nc) {
+    for (uint p = gl_LocalInvocationID.x; p < N_PARTS / 4; p += gl_WorkGroupSize.x) {
         const vec4 a = fn_part4[p];
         fmv_ss += (a.x + a.y) + (a.z + a.w);
     }
-#endif
-}
-void fmv_norm_parts_tail() {
-#if defined(NORM) && defined(NORM_PRE)
     for (uint p = N_PARTS / 4 * 4 + gl_LocalInvocationID.x; p < N_PARTS; p += gl_WorkGroupSize.x) fmv_ss += fn_part[p];
 #endif
 }
-#if defined(NORM) && defined(NORM_PRE) && defined(NORM_PRE_SPREAD)
-#define KW_AFTER_LOADS { \
-        const uint c_ = (u - gl_LocalInvocationID.x) / gl_WorkGroupSize.x; \
-        if (c_ < NORM_PRE_SPREAD) fmv_norm_parts4(c_, NORM_PRE_SPREAD); \
-    }
-#endif
 
 void fmv_clear() {
     for (uint i = 0; i < FMV_NR; i++) fmv_acc[i] = 0.0;
     fmv_ss = 0.0;
-#if !defined(NORM_PRE_LATE) && !defined(NORM_PRE_SPREAD)
-    fmv_norm_parts4(0u, 1u);
-    fmv_norm_parts_tail();
+#ifndef NORM_PRE_LATE
+    fmv_norm_parts();
 #endif
 }
 
 // this invocation's share of sum(x^2), for its accumulator after the weight loop
 float fmv_ss_total() {
 #ifdef NORM_PRE_LATE
-    fmv_norm_parts4(0u, 1u);
-#endif
-#if defined(NORM_PRE_LATE) || defined(NORM_PRE_SPREAD)
-    fmv_norm_parts_tail();
+    fmv_norm_parts();
 #endif
     return fmv_ss;
 }

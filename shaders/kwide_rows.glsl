@@ -24,9 +24,6 @@
         kw_load(r * ROW_WORDS(K), r * ROW_SCALES(K), u, kq[i], kaux[i]);
 #endif
     }
-#ifdef KW_AFTER_LOADS
-    KW_AFTER_LOADS   // the includer's loads that should follow the weight words (fused_matvec.glsl)
-#endif
     vec4 kx[4];
     float ka0[KW_N];
     kw_x(u, 0u, kx);

@@ -64,20 +64,6 @@ def late_parts(consumer: KernelCall, caps: KernelCaps) -> bool:
     return caps.norm_pre_late > 0 or (caps.norm_pre_late == 0 and kquant_weights(consumer))
 
 
-def spread_chunks(consumer: KernelCall) -> int:
-    """Unit iterations every invocation of a consumer with split wide q4_k / q6_k units makes
-    (kwide_rows.glsl, 32-element units: spec 0 workgroup size, 1 K), 0 for any other consumer:
-    the chunks NORM_PRE_SPREAD (caps.norm_pre_late 2, an A/B) spreads the partial loads over."""
-    d = dict(consumer.defines)
-    kq = {str(QUANT_TYPES.index(t)) for t in ("q4_k", "q6_k")}
-    slots = [v for k, v in d.items() if k.startswith("DTS_")]
-    split_kq = ("DT_Q4_K" in d or "DT_Q6_K" in d) if not slots else all(v in kq for v in slots)
-    if "WVEC" not in d or "KW_JOINT" in d or not split_kq:
-        return 0
-    wg, k = consumer.spec[0], consumer.spec[1]
-    return (k // 32) // wg
-
-
 def pair(producer: KernelCall, consumer: KernelCall, bx: int, bnw: int,
          n_rows: int, caps: KernelCaps) -> tuple[KernelCall, KernelCall]:
     """The producer writing x * norm_w and its partials, and the consumer (x and norm weight bound at
@@ -94,8 +80,6 @@ def pair(producer: KernelCall, consumer: KernelCall, bx: int, bnw: int,
     b = list(consumer.bindings)
     b[bx], b[bnw] = Binding(xn), Binding(parts)
     late = (("NORM_PRE_LATE", "1"),) if late_parts(consumer, caps) else ()
-    if late and caps.norm_pre_late == 2 and spread_chunks(consumer):
-        late = (("NORM_PRE_SPREAD", str(spread_chunks(consumer))),)
     cons = replace(consumer, bindings=tuple(b),
                    defines=consumer.defines + (("NORM_PRE", "1"), ("N_PARTS", str(n_parts))) + late)
     return prod, cons

@@ -39,8 +39,7 @@ class KernelCaps:
                                 # of x^2 for the norm's matvec (fused_norm_pre.py; 0: from 2048-element
                                 # vectors, > 0: always, < 0: never)
     norm_pre_late: int = 0      # its consumers sum those partials after their weight loop, not before
-                                # (NORM_PRE_LATE; 0: where their weights are K-quants, 1: always, < 0: never;
-                                # 2: K-quants, spread over the weight loop where it can: NORM_PRE_SPREAD, an A/B)
+                                # (NORM_PRE_LATE; 0: where their weights are K-quants, > 0: always, < 0: never)
     prefetch_bytes: int = 0     # weight bytes each fused attention prefetches into L2 (0: the default,
                                 # fused_prefetch.PREFETCH_BYTES, none since measured slower; < 0: none)
     prefetch_groups: int = 0    # prefetch workgroups per attention dispatch (0: fused_prefetch default)
