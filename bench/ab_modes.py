@@ -9,7 +9,12 @@ per-op modes' ~3x more regions, so compare totals from runs without --detail.
     python -m bench.ab_modes fused replay-nofuse unfused "fused:matvec_wg=0,attn_wg=0" \
         [--model X.gguf | --shape smollm2-135m --quant q4_1] [--ctx 64] [--prompt-tokens 4] [--out ab.json]
 
-A variant is MODE or MODE:KNOB=V,KNOB=V (KernelCaps fields over KernelCaps.from_info's defaults).
+A variant is MODE or MODE:KNOB=V,KNOB=V (KernelCaps fields over KernelCaps.from_info's defaults);
+a repeated variant runs again as its own executor, labelled VARIANT#2, ...: two identical plans in
+one process tell the noise. Each executor allocates its own buffers, and on an H100 identical plans
+have differed by up to 1.7% of the 8B step with where those land; --rebuild builds every variant's
+executor afresh each round (closing the last), so placements rotate between variants instead of
+sticking to one.
 VKDECODE_PIPELINE_STATS=1 also lists each kernel's registers where the driver reports them (NVIDIA).
 Writes JSON; never asserts timings.
 """
@@ -25,7 +30,7 @@ from vkdecode.kernels import KernelCaps
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
-    mode, _, knobs = text.partition(":")
+    mode, _, knobs = text.split("#")[0].partition(":")
     names = {f.name: f.type for f in fields(KernelCaps)}
     tuning = {}
     for kv in filter(None, knobs.split(",")):
@@ -53,20 +58,39 @@ def region_keys(ex) -> list[str]:
     return keys
 
 
-def run(dev, model, variants: list[str], n: int, rounds: int, detail: bool = False) -> list[dict]:
+def labels(variants: list[str]) -> list[str]:
+    """The variants, a repeat of one labelled VARIANT#2, #3, ... (its own executor and row)."""
+    out, seen = [], {}
+    for v in variants:
+        seen[v] = seen.get(v, 0) + 1
+        out.append(v if seen[v] == 1 else f"{v}#{seen[v]}")
+    return out
+
+
+def run(dev, model, variants: list[str], n: int, rounds: int, detail: bool = False,
+        rebuild: bool = False) -> list[dict]:
     from vkdecode.executors import make_executor
     base = KernelCaps.from_info(dev.info)
-    built = []
+    variants = labels(variants)
+    specs = []
+    for v in variants:
+        mode, tuning = parse_variant(v)
+        specs.append((v, mode, replace(base, **tuning), detail and mode != "unfused"))
+    built: dict[str, object] = {}
+
+    def executor(v, mode, caps, profile):
+        if v not in built:
+            built[v] = make_executor(mode, dev, model.program, model.weights, caps=caps, profile=profile)
+        return built[v]
+
     try:
-        for v in variants:
-            mode, tuning = parse_variant(v)
-            caps = replace(base, **tuning)
-            profile = detail and mode != "unfused"
-            built.append((v, make_executor(mode, dev, model.program, model.weights, caps=caps, profile=profile),
-                          profile))
+        if not rebuild:   # every executor first, so none is built between timed rounds
+            for spec in specs:
+                executor(*spec)
         out = {v: {"variant": v, "step_us": [], "tok_s": [], "by_region": {}, "tokens": None} for v in variants}
         for _ in range(rounds):
-            for v, ex, profile in built:
+            for v, mode, caps, profile in specs:
+                ex = executor(v, mode, caps, profile)
                 samples = []
                 hook = (lambda ex=ex, s=samples: s.append(ex.region_times_us())) if profile else (lambda: None)
                 r = bench.decode_run(ex, model.prompt_ids, n, after_step=hook)
@@ -81,8 +105,10 @@ def run(dev, model, variants: list[str], n: int, rounds: int, detail: bool = Fal
                         by[k] = by.get(k, 0.0) + us
                     for k, us in by.items():
                         o["by_region"].setdefault(k, []).append(us)
+                if rebuild:
+                    built.pop(v).close()
     finally:
-        for _, ex, _ in built:
+        for ex in built.values():
             ex.close()
     rows = []
     for v in variants:
@@ -119,12 +145,14 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--prompt-tokens", type=int, default=4, help="steps before the timed ones")
     ap.add_argument("--detail", action="store_true", help="profile the replay modes: GPU µs by region kind")
+    ap.add_argument("--rebuild", action="store_true",
+                    help="build each variant's executor afresh every round (buffer placements rotate)")
     ap.add_argument("--out")
     a = ap.parse_args(argv)
     ctx = a.ctx or max(64, -(-(a.prompt_tokens + a.n) // 64) * 64)
     model = bench_model_from_args(a, ctx, a.prompt_tokens)
     with open_device(a.device) as dev:
-        rows = run(dev, model, a.variants, a.n, a.rounds, a.detail)
+        rows = run(dev, model, a.variants, a.n, a.rounds, a.detail, a.rebuild)
         name = dev.info.name
         stats = pipeline_stats(dev)
     for k in stats:
@@ -146,7 +174,7 @@ def main(argv=None) -> int:
     if a.out:
         with open(a.out, "w") as f:
             json.dump({"device": name, "model": model.describe(), "ctx": ctx, "prompt_tokens": a.prompt_tokens,
-                       "n": a.n, "rounds": a.rounds, "profiled": a.detail, "rows": rows, "tokens_agree": same,
+                       "n": a.n, "rounds": a.rounds, "profiled": a.detail, "rebuild": a.rebuild, "rows": rows, "tokens_agree": same,
                        "pipeline_stats": stats}, f, indent=1)
     return 0 if same else 1
 

@@ -225,6 +225,20 @@ def test_ab_modes_json(tmp_path):
     assert any("matmul_add/32x" in k for k in r["rows"][2]["region_us"])
 
 
+def test_ab_modes_repeats_and_rebuild(tmp_path):
+    """A repeated variant is its own executor and row (VARIANT#2: two identical plans tell the
+    noise), and --rebuild builds every executor afresh each round; the tokens stay the same."""
+    from bench.ab_modes import labels, main, parse_variant
+    assert labels(["fused", "unfused", "fused", "fused"]) == ["fused", "unfused", "fused#2", "fused#3"]
+    assert parse_variant("fused:matvec_rows=2#2") == ("fused", {"matvec_rows": 2})
+    out = tmp_path / "ab.json"
+    assert main(["fused", "fused", "--shape", "tiny", "-n", "2", "--rounds", "2", "--prompt-tokens", "2",
+                 "--rebuild", "--out", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["rebuild"] and r["tokens_agree"] and [x["variant"] for x in r["rows"]] == ["fused", "fused#2"]
+    assert all(x["step_us"]["n"] == 4 and x["tok_s"]["n"] == 2 for x in r["rows"])
+
+
 def test_gpu_session_script_parses():
     """bench/gpu_session.sh (the GPU runs still owed) is valid bash and refuses an unknown part."""
     import subprocess
