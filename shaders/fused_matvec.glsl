@@ -26,7 +26,8 @@ float fmv_acc[FMV_NR];
 #if defined(NORM) && defined(NORM_PRE)
 // NORM_PRE (vkdecode/fused_norm_pre.py): the matmul_add before wrote x * norm_w (bound at B_X)
 // and N_PARTS partial sums of x^2 (bound at B_NW instead of norm_w): one load per x element and
-// no squares here; fmv_clear gathers the partials into fmv_ss.
+// no squares here; fmv_norm_parts gathers the partials into fmv_ss (below: before or after the
+// weight loop).
 layout(binding = B_NW) readonly buffer FNP { float fn_part[]; };
 layout(binding = B_NW) readonly buffer FNP4 { vec4 fn_part4[]; };
 #define X4(i) fx4[i]

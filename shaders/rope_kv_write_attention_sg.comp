@@ -42,7 +42,7 @@ layout(constant_id = 8) const float EPS = 1e-6;
 layout(constant_id = 9) const uint WINDOW = 0;   // keys a sliding-window layer sees (0: all)
 layout(constant_id = 10) const uint MIN_S = 1;
 const uint NSG = gl_WorkGroupSize.x / LANES;
-#define ROW_WORDS_KV (KVH * D)   // elements of one cache row (all kv heads)
+const uint ROW = KVH * D;   // elements of one cache row (all kv heads)
 
 layout(binding = 0) readonly buffer QB { float q[]; };
 layout(binding = 1) readonly buffer KB { float k[]; };
@@ -128,7 +128,7 @@ void load_batch(uint i0, uint r0, uint nc, uint off, out float kr[RB][EPL], out 
     for (uint r = 0; r < RB; r++) {
         const uint i = i0 + r * NSG;
         if (i < nc) {
-            load_row((r0 + i) * ROW_WORDS_KV + off, kr[r], vr[r]);
+            load_row((r0 + i) * ROW + off, kr[r], vr[r]);
         } else {
             for (uint c = 0; c < EPL; c++) {
                 kr[r][c] = 0.0;
@@ -148,7 +148,6 @@ void main() {
     const uint t = gl_LocalInvocationID.x;
     const uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
     const uint s = gl_WorkGroupID.x, h = gl_WorkGroupID.y;
-    const uint ROW = KVH * D;
     const uint kvh = h / (H / KVH), kvoff = kvh * D;
     const uint e0 = lane * EPL;   // this lane's first element of the head
 
