@@ -103,10 +103,44 @@ def _barrier_fn(cmd, mode: str):
     return lambda: lib.vkCmdPipelineBarrier(cmd.handle, stage, stage, 0, 1, mb, 0, NULL, 0, NULL)
 
 
+def chain_times(dev, reps: int, copies: int, barrier: str, record, warm_s: float = 0.0, discard: int = 2,
+                runs: int = 5) -> list[float]:
+    """ns per rep of `runs` submits of one command buffer holding reps + 1 times record(cmd, copy
+    index, barrier function: for barriers inside a rep) and the barrier (the first rep untimed: it warms code and x). Before them, warm_s seconds
+    of submits and then `discard` more: the first runs bring the clocks up after host-side setup."""
+    ts = dev.timestamp_pool(2)
+    cmd = dev.command_buffer()
+    cmd.begin(one_time=False)
+    bar = _barrier_fn(cmd, barrier)
+    ts.reset_cmd(cmd)
+    for i in range(reps + 1):
+        if i == 1:
+            cmd.timestamp(ts, 0)
+        record(cmd, i % copies, bar)
+        bar()
+    cmd.timestamp(ts, 1)
+    cmd.end()
+    try:
+        t_end = time.perf_counter() + warm_s
+        while time.perf_counter() < t_end:
+            dev.submit([cmd])
+        times = []
+        for k in range(discard + runs):
+            dev.submit([cmd])
+            t0, t1 = ts.read_ns()
+            if k >= discard:
+                times.append((t1 - t0) / reps)
+        return times
+    finally:
+        cmd.close()
+        ts.close()
+
+
 def measure(case: Case, caps: KernelCaps, reps: int = 200, barrier: str = "full", defines: dict | None = None,
-            x=None) -> dict:
+            x=None, warm_s: float = 0.0) -> dict:
     """GPU µs of one matmul dispatch of the case's shape (x: another activation buffer, e.g. the
-    prepared words of bench/kquant_idot.py); the case's y holds the last result."""
+    prepared words of bench/kquant_idot.py); the case's y holds the last result. warm_s: seconds of
+    untimed submits first (bench/stream_floor.py: an idle GPU's clocks come up slowly)."""
     from vkdecode.vk.descriptors import write_descriptor_set
     dev, dtype = case.dev, case.dtype
     x = x or case.x
@@ -120,28 +154,12 @@ def measure(case: Case, caps: KernelCaps, reps: int = 200, barrier: str = "full"
         write_descriptor_set(dev, d, [(b[p], 0, b[p].size) for p in weight_parts(dtype)]
                              + [(x, 0, x.size), (case.y, 0, case.y.size)])
         sets.append(d)
-    ts = dev.timestamp_pool(2)
-    cmd = dev.command_buffer()
-    cmd.begin(one_time=False)
-    bar = _barrier_fn(cmd, barrier)
-    ts.reset_cmd(cmd)
-    for i in range(reps + 1):
-        if i == 1:  # the first dispatch warms code and x; time the rest
-            cmd.timestamp(ts, 0)
-        cmd.bind(pipe, sets[i % case.copies])
+    def record(cmd, c, _bar):
+        cmd.bind(pipe, sets[c])
         cmd.push(pipe, call.push)
         cmd.dispatch(*call.groups)
-        bar()
-    cmd.timestamp(ts, 1)
-    cmd.end()
-    times = []
-    for k in range(7):  # the first two runs bring the clocks up after the host-side setup
-        dev.submit([cmd])
-        t0, t1 = ts.read_ns()
-        if k >= 2:
-            times.append((t1 - t0) / reps)
-    for o in (cmd, ts, pool):
-        o.close()
+    times = chain_times(dev, reps, case.copies, barrier, record, warm_s=warm_s)
+    pool.close()
     med = float(np.median(times))
     return {"dtype": dtype, "out": case.out, "in": case.n_in, "wg": call.spec[0], "rows": call.spec[3],
             "barrier": barrier, "copies": case.copies, "weight_bytes": case.wbytes, "us": med / 1e3,

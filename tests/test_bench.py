@@ -246,3 +246,20 @@ def test_gpu_session_script_parses():
     r = subprocess.run(["bash", "bench/gpu_session.sh", "nothing"], env={"OUT": "/tmp", "PATH": "/usr/bin:/bin"},
                        capture_output=True, text=True, check=False)
     assert r.returncode == 2 and "usage" in r.stderr
+
+
+def test_stream_floor_json(tmp_path):
+    """bench/stream_floor.py: the plain reads, the matvec beside them and the merged phases (one
+    workgroup on lavapipe: a grid barrier needs every workgroup resident) run and write JSON."""
+    from bench.stream_floor import main
+    out = tmp_path / "floor.json"
+    assert main(["--small", "--reps", "2", "--barrier", "full", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert [r["grid"] for r in res["stream"]] == ["pass 256x1", "pass 256x4"]
+    assert all(r["us"] > 0 and r["bytes"] == 1 << 16 for r in res["stream"])
+    assert res["matvec"][0]["out"] == 256 and res["matvec"][0]["us"] > 0
+    out2 = tmp_path / "phases.json"
+    assert main(["--small", "--phases", "--reps", "2", "--out", str(out2)]) == 0
+    ph = json.loads(out2.read_text())["phases"]
+    assert ph["chain"] > 0 and ph["merged 1x256"] > 0
+    assert ph["merged 1x256 error"] == 0    # every grid barrier passed

@@ -1,0 +1,179 @@
+"""The floor of a dispatch that streams N weight bytes: a kernel that only loads and folds them
+(shaders/stream_read.comp), chained with the decode step's barrier, against the matvec kernels of
+the same bytes in the same process. It tells how much of a matvec dispatch's time beyond the copy
+rate is the dispatch itself (ramp, tail, barrier) and how much is the kernel.
+
+    python -m bench.stream_floor [--out floor.json]
+Writes JSON; never asserts timings."""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from bench.matvec_bench import COPY_SET_BYTES, Case, chain_times, measure
+from vkdecode.cli_bench import write_json
+from vkdecode.kernels import KernelCaps
+
+# (what, bytes): Llama-3.1-8B Q4_K_M's matvecs, and the matvec shapes that read them
+SIZES = [("o 4096x4096 q4_k", 4096 * 4096 * 9 // 16), ("gate 14336x4096 q4_k", 14336 * 4096 * 9 // 16),
+         ("down 4096x14336 q6_k", 4096 * 14336 * 210 // 256), ("gate+up 2x14336x4096 q4_k", 2 * 14336 * 4096 * 9 // 16)]
+MATVECS = [("q4_k", 4096, 4096), ("q4_k", 14336, 4096), ("q6_k", 4096, 14336), ("q4_k", 4096, 14336)]
+# (label, workgroup size, loads in flight per invocation, groups: 0 = one pass over the bytes)
+GRIDS = [("pass 256x1", 256, 1, 0), ("pass 256x4", 256, 4, 0), ("pass 64x2", 64, 2, 0), ("pass 128x8", 128, 8, 0),
+         ("stride 264x256x4", 256, 4, 264), ("stride 528x256x4", 256, 4, 528), ("stride 1056x256x2", 256, 2, 1056),
+         ("stride 2112x128x4", 128, 4, 2112)]
+
+
+WARM_S = 0.3   # submit this long before timing: at 200 short dispatches a submit, an idle H100's clocks
+               # (360 MHz) had not come up after measure()'s two discarded runs (2-4x slower figures)
+# One Llama-3.1-8B Q4_K_M layer's matvec reads in step order (q/k/v, o, gate+up, down as q6_k)
+LAYER = [("qkv", (4096 + 1024) * 4096 * 9 // 16 + 1024 * 4096 * 210 // 256), ("o", 4096 * 4096 * 9 // 16),
+         ("gate+up", 2 * 14336 * 4096 * 9 // 16), ("down q6_k", 4096 * 14336 * 210 // 256)]
+PHASE_GRIDS = (132, 264, 528)
+SPIN = 1 << 22     # polls before a grid barrier's wait gives up and sets the error word
+
+
+def _chain_us(dev, reps: int, copies: int, barrier: str, record) -> float:
+    """median GPU µs of record(cmd, copy) and the barrier, after WARM_S of untimed submits"""
+    return float(np.median(chain_times(dev, reps, copies, barrier, record, warm_s=WARM_S, discard=0))) / 1e3
+
+
+def _sources(dev, sizes: list[int]) -> list[list]:
+    """copies of one random buffer per size (16-byte words), enough copies that a round exceeds L2"""
+    copies = max(2, min(64, COPY_SET_BYTES // sum(sizes)))
+    rng = np.random.default_rng(0)
+    out = []
+    for _ in range(copies):
+        bufs = []
+        for n in sizes:
+            b = dev.buffer(n - n % 16)
+            b.write(rng.integers(0, 2**32, (n - n % 16) // 4, dtype=np.uint32))
+            bufs.append(b)
+        out.append(bufs)
+    return out
+
+
+def _read_sets(dev, pool, pipes, srcs, dst) -> list[list]:
+    """per copy, one stream_read descriptor set per source"""
+    from vkdecode.vk.descriptors import write_descriptor_set
+    out = []
+    for bufs in srcs:
+        row = []
+        for pipe, b in zip(pipes, bufs):
+            d = pool.allocate(pipe)
+            write_descriptor_set(dev, d, [(b, 0, b.size), (dst, 0, dst.size)])
+            row.append(d)
+        out.append(row)
+    return out
+
+
+def stream_us(dev, nbytes: int, wg: int, per: int, groups: int, reps: int, barrier: str) -> dict:
+    """GPU µs of one stream_read dispatch of nbytes: `groups` workgroups of wg (0: one pass)."""
+    srcs = _sources(dev, [nbytes])
+    words = (nbytes - nbytes % 16) // 16
+    dst = dev.buffer(1 << 20)
+    pipe = dev.pipeline("stream_read", (wg, words, per), None, 2)
+    pool = dev.descriptor_pool(len(srcs), 2 * len(srcs))
+    sets = _read_sets(dev, pool, [pipe], srcs, dst)
+    n_groups = groups or -(-words // (wg * per))
+
+    def record(cmd, c, _bar):
+        cmd.bind(pipe, sets[c][0])
+        cmd.dispatch(n_groups)
+    us = _chain_us(dev, reps, len(srcs), barrier, record)
+    for o in [pool, dst] + [b for bufs in srcs for b in bufs]:
+        o.close()
+    return {"us": us, "GBps": nbytes / us / 1e3, "groups": n_groups, "copies": len(srcs)}
+
+
+def phases_us(dev, sizes: list[int], reps: int, grids=PHASE_GRIDS, wg: int = 256, per: int = 4) -> dict:
+    """GPU µs per layer: the reads as stream_read dispatches with the decode barrier between them,
+    against one stream_phases dispatch (grid barriers between the phases) per grid in `grids`."""
+    import struct
+
+    from vkdecode.vk.descriptors import write_descriptor_set
+    srcs = _sources(dev, sizes)
+    words = [(n - n % 16) // 16 for n in sizes]
+    dst, sync = dev.buffer(1 << 20), dev.buffer(64)
+    err = dev.buffer(64, readback=True)
+    sync.write(np.zeros(16, np.uint32))
+    err.write(np.zeros(16, np.uint32))
+    reads = [dev.pipeline("stream_read", (wg, w, per), None, 2) for w in words]
+    pool = dev.descriptor_pool(len(srcs) * (4 + len(grids)), len(srcs) * (8 + 7 * len(grids)))
+    read_sets = _read_sets(dev, pool, reads, srcs, dst)
+
+    def chain(cmd, c, bar):
+        for i, (pipe, d, w) in enumerate(zip(reads, read_sets[c], words)):
+            if i:
+                bar()
+            cmd.bind(pipe, d)
+            cmd.dispatch(-(-w // (wg * per)))
+    res = {"chain": _chain_us(dev, reps, len(srcs), "full", chain)}
+    for g in grids:
+        pipe = dev.pipeline("stream_phases", (wg, *words, per), None, 7, 4)
+        sets = []
+        for bufs in srcs:
+            d = pool.allocate(pipe)
+            write_descriptor_set(dev, d, [(b, 0, b.size) for b in bufs]
+                                 + [(sync, 0, sync.size), (err, 0, err.size), (dst, 0, dst.size)])
+            sets.append(d)
+
+        def merged(cmd, c, _bar, pipe=pipe, sets=sets, g=g):
+            cmd.bind(pipe, sets[c])
+            cmd.push(pipe, struct.pack("<I", SPIN))
+            cmd.dispatch(g)
+        res[f"merged {g}x{wg}"] = _chain_us(dev, reps, len(srcs), "full", merged)
+        res[f"merged {g}x{wg} error"] = int(err.read_array(np.uint32, 1)[0])
+    for o in [pool, dst, sync, err] + [b for bufs in srcs for b in bufs]:
+        o.close()
+    return res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--barrier", nargs="+", default=["full", "none"])
+    ap.add_argument("--small", action="store_true", help="a tiny run for lavapipe (tests, CI)")
+    ap.add_argument("--phases", action="store_true",
+                    help="only the merged-phases probe: one 8B layer's reads, 4 dispatches vs one with grid barriers")
+    ap.add_argument("--out", default="")
+    a = ap.parse_args(argv)
+    from vkdecode.vk import Device
+    dev = Device()
+    caps = KernelCaps.from_info(dev.info)
+    sizes, grids, mvs = SIZES, GRIDS, MATVECS
+    if a.small:
+        sizes, grids, mvs = [("tiny", 1 << 16)], GRIDS[:2], [("q4_k", 256, 256)]
+    res = {"device": dev.info.name, "driver": dev.info.driver_version, "date": time.strftime("%Y-%m-%d"),
+           "reps": a.reps, "stream": [], "matvec": []}
+    if a.phases:
+        layer = [(w, 1 << 16) for w, _ in LAYER] if a.small else LAYER
+        grids = (1,) if a.small else PHASE_GRIDS   # one workgroup: resident anywhere, lavapipe too
+        res["phases"] = {"layer": layer, **phases_us(dev, [n for _, n in layer], a.reps, grids)}
+        print(res["phases"], flush=True)
+        sizes, mvs = [], []
+    for what, nbytes in sizes:
+        for barrier in a.barrier:
+            for label, wg, per, groups in grids:
+                r = {"what": what, "bytes": nbytes, "grid": label, "barrier": barrier,
+                     **stream_us(dev, nbytes, wg, per, groups, a.reps, barrier)}
+                res["stream"].append(r)
+                print(f"{what:28s} {barrier:5s} {label:20s} {r['us']:8.2f} µs {r['GBps']:7.0f} GB/s", flush=True)
+    for dtype, out, n_in in mvs:
+        case = Case(dev, dtype, out, n_in)
+        for barrier in a.barrier:
+            r = measure(case, caps, reps=a.reps, barrier=barrier, warm_s=WARM_S)
+            r.pop("pipeline_stats", None)
+            res["matvec"].append(r)
+            print(f"matvec {dtype} {out}x{n_in} {barrier:5s} {r['us']:8.2f} µs {r['GBps']:7.0f} GB/s", flush=True)
+        case.close()
+    if a.out:
+        write_json(res, a.out)
+    dev.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
