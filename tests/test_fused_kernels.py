@@ -525,6 +525,17 @@ def test_fused_kquant_split_gpu_shapes(device, models, path):
     assert m.program.values[head.bindings[2].value].dtype == "q6_k" and head.spec[2] == 8
 
 
+def test_fused_kquant_non_power_of_two_workgroups(device, models):
+    """Every fused matvec (q/k/v, gate/up, matmul_add with its norm partials, the argmax head) in
+    workgroups of 5 subgroups, as kernels.kw_balanced gives the 14336-wide downs: decodes as the
+    reference and the unfused step. Subgroup reductions only (kw_balanced's condition)."""
+    m = _model(models, "llama", "q4_k_m", 16, kv="f16", **SHAPES["h256d64"])
+    caps = _caps(device, "sg", kwide=1, kw_split=-1, matvec_wg=5 * device.info.features.get("subgroup_size", 1),
+                 matvec_rows=4)
+    items, _ = decode_and_compare(device, m, caps, limit=LIMIT_F16_KV)
+    assert {it.call.spec[0] for it in items if it.call.shader == "matmul_add"} == {caps.matvec_wg}
+
+
 def test_kwide_automatic_from_4096_wide_rows():
     """GPUs (kwide 0) take wide K-quant units only from 4096-wide rows; CPUs always."""
     from vkdecode.kernel_caps import KernelCaps

@@ -35,6 +35,9 @@ class KernelCaps:
                                 # 0: yes, < 0: by shifts and int-to-float conversions, define NIB_OLD)
     kw_split: int = 0           # wide q4_k / q6_k units take every row's weights, then x in halves
                                 # (shaders/kwide_rows.glsl; 0: yes, < 0: load_x + unit_dot, define KW_JOINT)
+    kw_balance: int = 0         # wide q4_k / q6_k rows of an odd multiple of 64 units (14336-wide: 448) take
+                                # units / 2 lanes, two units each, where a power of two left lanes idle
+                                # (kernels.kw_balanced; 0 or > 0: with subgroup arithmetic, < 0: never)
     norm_pre: int = 0           # a matmul_add feeding an RMS norm also writes x * norm_w and partial sums
                                 # of x^2 for the norm's matvec (fused_norm_pre.py; 0: from 2048-element
                                 # vectors, > 0: always, < 0: never)
@@ -103,6 +106,8 @@ class KernelCaps:
             # q4_k 967-989 / 1055-1062 µs whole vs 1115-1128 / 1108 split, q6_k within 2%;
             # bench/results/llvmpipe/kwide-split/; the H100's gain is in kernels.kw_split)
             tuning.setdefault("kw_split", -1)
+            # and power-of-two matvec workgroups (matvec_wg is 16 lanes there anyway)
+            tuning.setdefault("kw_balance", -1)
             # and no L2 prefetch (fused_prefetch.py): a CPU has no GPU cache to fill, only work to waste
             tuning.setdefault("prefetch_bytes", -1)
             # and the tiled chunk matmul at every width (tuned there; the narrow kernel's 64-lane

@@ -93,6 +93,16 @@ def kw_split(n_in: int, caps: KernelCaps) -> bool:
     return caps.kw_split > 0 or (caps.kw_split == 0 and n_in <= KW_SPLIT_MAX_IN)
 
 
+def kw_balanced(units: int, caps: KernelCaps) -> bool:
+    """Whether a wide K-quant matvec over `units` units a row takes units / 2 lanes (matvec_shape):
+    an odd multiple of 64 units above 256 (so the lanes are whole 32-lane subgroups, not a power of
+    two), under caps.kw_balance (0 and > 0: yes, < 0: never). Only with subgroup arithmetic: the
+    shaders' shared-memory tree reductions need a power-of-two workgroup."""
+    if caps.kw_balance < 0 or not caps.subgroup_arithmetic or units <= 256 or units % 64 or (units // 64) % 2 == 0:
+        return False
+    return units // 2 <= caps.max_invocations and (units // 2) % max(1, caps.subgroup_size) == 0
+
+
 def wvec_defines(wvec: bool, caps: KernelCaps, n_in: int) -> tuple[tuple[str, str], ...]:
     """Defines of a matvec's wide units (matvec_shape's third value) over n_in-wide rows: WVEC,
     NIB_OLD where the device decodes K-quant nibbles the old way (caps.kq_inplace < 0) and KW_JOINT
@@ -191,6 +201,12 @@ def matvec_shape(dtype: str, n_in: int, n_rows: int, caps: KernelCaps) -> tuple[
         wg, rows = _wg(caps, units // 2 if n_rows >= 4096 else units, cap=128), 2
     else:
         wg, rows = _wg(caps, units, cap=256), (2 if n_rows >= 1536 else 1)
+    if wvec and dtype in ("q4_k", "q6_k") and n_rows >= 4096 and kw_balanced(units, caps) and not kw_split(n_in, caps):
+        # 448 units (14336-wide rows, the 8B's downs): 128 lanes took 3.5 units each, so half the
+        # lanes idled through the last step; 224 lanes (7 subgroups) take 2 each. H100 standalone:
+        # q4_k 4096x14336 26.3 µs with 4 rows vs 28.4 at 128x2 (224x2 28.4, 112x4 29.1, 448x2 32.1);
+        # q6_k 28.6 with 2 rows vs 29.6 (224x4 28.9): bench/results/nvidia-h100-80gb-hbm3/session-2026-11-25g/
+        wg, rows = units // 2, (4 if dtype == "q4_k" else 2)
     if wvec and dtype == "q4_k" and n_rows >= 4096 and kw_split(n_in, caps):
         # wide q4_k units split (kwide_rows.glsl) hold more rows' words at once: 4 rows of 64 lanes
         # on 4096-wide rows, 8 of 128 lanes on wider ones (H100, standalone: 14336x4096 24.2 vs 26.4 µs

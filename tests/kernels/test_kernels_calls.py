@@ -125,14 +125,30 @@ def test_cpu_caps_pick_cpu_shapes_gpus_keep_automatic():
 def test_kw_split_up_to_4096_wide_rows_on_gpus():
     """GPUs split wide q4_k / q6_k units (kwide_rows.glsl) up to 4096-wide rows, and the split q4_k
     matvecs from 4096 rows take 4 rows of 64 lanes (8 of 128 on wider rows with kw_split=1); the
-    14336-wide downs keep whole units and 2 rows; KW_JOINT marks whole units."""
+    14336-wide downs keep whole units (without kw_balance: 2 rows of 128 lanes); KW_JOINT marks whole units."""
     from vkdecode.kernels import kw_split, matvec_shape, wvec_defines
     gpu = KernelCaps.from_info(_info("discrete_gpu", 32))
     assert kw_split(4096, gpu) and not kw_split(14336, gpu) and not kw_split(4096, replace(gpu, kw_split=-1))
     assert matvec_shape("q4_k", 4096, 14336, gpu)[:2] == (64, 4)
-    assert matvec_shape("q4_k", 14336, 4096, gpu)[:2] == (128, 2)
+    assert matvec_shape("q4_k", 14336, 4096, replace(gpu, kw_balance=-1))[:2] == (128, 2)
     assert matvec_shape("q4_k", 14336, 4096, replace(gpu, kw_split=1))[:2] == (128, 8)
     assert matvec_shape("q6_k", 4096, 14336, gpu)[:2] == (64, 2)
     assert ("KW_JOINT", "1") not in wvec_defines(True, gpu, 4096)
     assert ("KW_JOINT", "1") in wvec_defines(True, gpu, 14336)
     assert wvec_defines(False, gpu, 14336) == ()
+
+
+def test_kw_balance_takes_two_units_a_lane_on_14336_wide_rows():
+    """The 8B's downs (448 wide units a row) take 224 lanes, 7 subgroups of 2 units each (q4_k 4
+    rows, q6_k 2), not 128 lanes of 3.5; power-of-two unit counts, narrow rows, devices without
+    subgroup arithmetic (shared-memory trees need a power of two) and CPUs keep their shapes."""
+    from vkdecode.kernels import kw_balanced, matvec_shape
+    gpu, cpu = KernelCaps.from_info(_info("discrete_gpu", 32)), KernelCaps.from_info(_info("cpu", 8))
+    assert matvec_shape("q4_k", 14336, 4096, gpu)[:2] == (224, 4)
+    assert matvec_shape("q6_k", 14336, 4096, gpu)[:2] == (224, 2)
+    assert matvec_shape("q4_k", 10240, 4096, gpu)[:2] == (160, 4)     # 320 units
+    assert matvec_shape("q4_k", 14336, 1024, gpu)[:2] == (128, 2)     # too few rows
+    assert [kw_balanced(u, gpu) for u in (128, 192, 256, 320, 384, 448, 512)] == [False] * 3 + [True, False, True, False]
+    assert not kw_balanced(448, replace(gpu, subgroup_arithmetic=False))
+    assert not kw_balanced(448, replace(gpu, kw_balance=-1)) and cpu.kw_balance == -1
+    assert not kw_balanced(448, replace(gpu, subgroup_size=64))       # 224 lanes: 3.5 subgroups of 64

@@ -115,6 +115,17 @@ def test_matmul_workgroup_shapes(device, dtype, out, n_in, tune, path):
     _check(device, dtype, out, n_in, replace(paths[path], **tune))
 
 
+@pytest.mark.parametrize("dtype,rows", [("q4_k", 4), ("q6_k", 2)])
+def test_matmul_balanced_wide_rows(device, dtype, rows):
+    """kernels.kw_balanced's launch shape: workgroups of whole subgroups that are not a power of two
+    (units / 2 lanes of 10240-wide rows: 160), two wide units a lane. Only the subgroup reductions:
+    kw_balanced never applies without them (the shared-memory trees need a power of two)."""
+    paths = _paths(device)
+    if "sg" not in paths:
+        pytest.skip("device has no subgroup arithmetic, where kw_balanced never applies")
+    _check(device, dtype, 37, 10240, replace(paths["sg"], kwide=1, kw_split=-1, matvec_wg=160, matvec_rows=rows))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_matmul_row_split(device, dtype):
     """A weight larger than maxStorageBufferRange (faked small here) runs as row-range calls."""
