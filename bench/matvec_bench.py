@@ -106,8 +106,9 @@ def _barrier_fn(cmd, mode: str):
 def chain_times(dev, reps: int, copies: int, barrier: str, record, warm_s: float = 0.0, discard: int = 2,
                 runs: int = 5) -> list[float]:
     """ns per rep of `runs` submits of one command buffer holding reps + 1 times record(cmd, copy
-    index, barrier function: for barriers inside a rep) and the barrier (the first rep untimed: it warms code and x). Before them, warm_s seconds
-    of submits and then `discard` more: the first runs bring the clocks up after host-side setup."""
+    index, barrier function for barriers inside a rep) then the barrier; the first rep is untimed (it
+    warms code and x). Before them, warm_s seconds of submits and `discard` more: the first runs
+    bring the clocks up after host-side setup."""
     ts = dev.timestamp_pool(2)
     cmd = dev.command_buffer()
     cmd.begin(one_time=False)

@@ -16,9 +16,18 @@ from bench.matvec_bench import COPY_SET_BYTES, Case, chain_times, measure
 from vkdecode.cli_bench import write_json
 from vkdecode.kernels import KernelCaps
 
+
+def _q4k(rows: int, cols: int) -> int:
+    return rows * cols * 144 // 256     # bytes: 144 a 256-weight superblock
+
+
+def _q6k(rows: int, cols: int) -> int:
+    return rows * cols * 210 // 256
+
+
 # (what, bytes): Llama-3.1-8B Q4_K_M's matvecs, and the matvec shapes that read them
-SIZES = [("o 4096x4096 q4_k", 4096 * 4096 * 9 // 16), ("gate 14336x4096 q4_k", 14336 * 4096 * 9 // 16),
-         ("down 4096x14336 q6_k", 4096 * 14336 * 210 // 256), ("gate+up 2x14336x4096 q4_k", 2 * 14336 * 4096 * 9 // 16)]
+SIZES = [("o 4096x4096 q4_k", _q4k(4096, 4096)), ("gate 14336x4096 q4_k", _q4k(14336, 4096)),
+         ("down 4096x14336 q6_k", _q6k(4096, 14336)), ("gate+up 2x14336x4096 q4_k", _q4k(2 * 14336, 4096))]
 MATVECS = [("q4_k", 4096, 4096), ("q4_k", 14336, 4096), ("q6_k", 4096, 14336), ("q4_k", 4096, 14336)]
 # (label, workgroup size, loads in flight per invocation, groups: 0 = one pass over the bytes)
 GRIDS = [("pass 256x1", 256, 1, 0), ("pass 256x4", 256, 4, 0), ("pass 64x2", 64, 2, 0), ("pass 128x8", 128, 8, 0),
@@ -29,8 +38,8 @@ GRIDS = [("pass 256x1", 256, 1, 0), ("pass 256x4", 256, 4, 0), ("pass 64x2", 64,
 WARM_S = 0.3   # submit this long before timing: at 200 short dispatches a submit, an idle H100's clocks
                # (360 MHz) had not come up after measure()'s two discarded runs (2-4x slower figures)
 # One Llama-3.1-8B Q4_K_M layer's matvec reads in step order (q/k/v, o, gate+up, down as q6_k)
-LAYER = [("qkv", (4096 + 1024) * 4096 * 9 // 16 + 1024 * 4096 * 210 // 256), ("o", 4096 * 4096 * 9 // 16),
-         ("gate+up", 2 * 14336 * 4096 * 9 // 16), ("down q6_k", 4096 * 14336 * 210 // 256)]
+LAYER = [("qkv", _q4k(4096 + 1024, 4096) + _q6k(1024, 4096)), ("o", _q4k(4096, 4096)),
+         ("gate+up", _q4k(2 * 14336, 4096)), ("down q6_k", _q6k(4096, 14336))]
 PHASE_GRIDS = (132, 264, 528)
 SPIN = 1 << 22     # polls before a grid barrier's wait gives up and sets the error word
 
@@ -69,23 +78,29 @@ def _read_sets(dev, pool, pipes, srcs, dst) -> list[list]:
     return out
 
 
-def stream_us(dev, nbytes: int, wg: int, per: int, groups: int, reps: int, barrier: str) -> dict:
-    """GPU µs of one stream_read dispatch of nbytes: `groups` workgroups of wg (0: one pass)."""
+def stream_rows(dev, nbytes: int, grids, reps: int, barriers) -> list[dict]:
+    """Per barrier kind and grid (label, workgroup size, loads per invocation, groups: 0 = one pass),
+    GPU µs of one stream_read dispatch of nbytes, all over one set of source copies."""
     srcs = _sources(dev, [nbytes])
     words = (nbytes - nbytes % 16) // 16
     dst = dev.buffer(1 << 20)
-    pipe = dev.pipeline("stream_read", (wg, words, per), None, 2)
-    pool = dev.descriptor_pool(len(srcs), 2 * len(srcs))
-    sets = _read_sets(dev, pool, [pipe], srcs, dst)
-    n_groups = groups or -(-words // (wg * per))
+    pool = dev.descriptor_pool(len(srcs) * len(grids), 2 * len(srcs) * len(grids))
+    pipes = {label: dev.pipeline("stream_read", (wg, words, per), None, 2) for label, wg, per, _ in grids}
+    sets = {label: _read_sets(dev, pool, [pipe], srcs, dst) for label, pipe in pipes.items()}
+    rows = []
+    for barrier in barriers:
+        for label, wg, per, groups in grids:
+            n_groups = groups or -(-words // (wg * per))
 
-    def record(cmd, c, _bar):
-        cmd.bind(pipe, sets[c][0])
-        cmd.dispatch(n_groups)
-    us = _chain_us(dev, reps, len(srcs), barrier, record)
+            def record(cmd, c, _bar, pipe=pipes[label], s=sets[label], n_groups=n_groups):
+                cmd.bind(pipe, s[c][0])
+                cmd.dispatch(n_groups)
+            us = _chain_us(dev, reps, len(srcs), barrier, record)
+            rows.append({"bytes": nbytes, "grid": label, "barrier": barrier, "us": us, "GBps": nbytes / us / 1e3,
+                         "groups": n_groups, "copies": len(srcs)})
     for o in [pool, dst] + [b for bufs in srcs for b in bufs]:
         o.close()
-    return {"us": us, "GBps": nbytes / us / 1e3, "groups": n_groups, "copies": len(srcs)}
+    return rows
 
 
 def phases_us(dev, sizes: list[int], reps: int, grids=PHASE_GRIDS, wg: int = 256, per: int = 4) -> dict:
@@ -155,12 +170,9 @@ def main(argv=None) -> int:
         print(res["phases"], flush=True)
         sizes, mvs = [], []
     for what, nbytes in sizes:
-        for barrier in a.barrier:
-            for label, wg, per, groups in grids:
-                r = {"what": what, "bytes": nbytes, "grid": label, "barrier": barrier,
-                     **stream_us(dev, nbytes, wg, per, groups, a.reps, barrier)}
-                res["stream"].append(r)
-                print(f"{what:28s} {barrier:5s} {label:20s} {r['us']:8.2f} µs {r['GBps']:7.0f} GB/s", flush=True)
+        for r in stream_rows(dev, nbytes, grids, a.reps, a.barrier):
+            res["stream"].append({"what": what, **r})
+            print(f"{what:28s} {r['barrier']:5s} {r['grid']:20s} {r['us']:8.2f} µs {r['GBps']:7.0f} GB/s", flush=True)
     for dtype, out, n_in in mvs:
         case = Case(dev, dtype, out, n_in)
         for barrier in a.barrier:

@@ -211,30 +211,7 @@ void phase_qkv(uint sgi, uint nsg) {
 }
 #endif
 
-// Grid barrier n (1, 2, ...) of this dispatch: every workgroup's writes so far are visible to every
-// workgroup after it. Call from uniform control flow (contains barrier()).
-void grid_sync(uint n) {
-    memoryBarrierBuffer();
-    barrier();
-    if (gl_LocalInvocationIndex == 0u) {
-        atomicAdd(sync_w[0], 1u);
-        const uint want = n * gl_NumWorkGroups.x;
-        uint i = 0u;
-        while (atomicAdd(sync_w[0], 0u) < want && i < pc.spin) i++;
-        if (i == pc.spin) atomicOr(err_w[0], 1u);
-        memoryBarrierBuffer();
-    }
-    barrier();
-}
-
-// The last workgroup to leave zeroes the counters for the next dispatch: every workgroup has
-// passed its last wait before it counts as departed, so nothing still polls them.
-void grid_leave() {
-    if (gl_LocalInvocationIndex == 0u && atomicAdd(sync_w[1], 1u) == gl_NumWorkGroups.x - 1u) {
-        atomicExchange(sync_w[0], 0u);
-        atomicExchange(sync_w[1], 0u);
-    }
-}
+#include "grid_sync.glsl"
 
 void main() {
     const uint sgi = gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID;

@@ -1,8 +1,9 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // PROBE (bench/stream_floor.py --phases): four stream_read.comp phases in one dispatch of resident
-// workgroups, a grid barrier between phases (device-scope atomics, bounded waits as in
-// persistent_ffn_qkv.comp), against the same four reads as four dispatches with pipeline barriers:
-// what merging a layer's matvec dispatches could save if its phases streamed like a plain read.
+// workgroups, a grid barrier between phases (grid_sync.glsl, as persistent_ffn_qkv.comp), against
+// the same four reads as four dispatches with pipeline barriers: what merging a layer's matvec
+// dispatches could save if its phases streamed like a plain read.
 // Bindings: 0-3 the phases' words, 4 sync (2 counters, zero between dispatches), 5 error word,
 // 6 dst. Spec: 0 workgroup size, 1-4 words per phase, 5 loads in flight per invocation.
 layout(local_size_x_id = 0) in;
@@ -27,19 +28,7 @@ layout(push_constant) uniform Push { uint spin; } pc;
         for (uint j = 0; j < PER; j++) acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;                  \
     }
 
-void grid_sync(uint n) {
-    memoryBarrierBuffer();
-    barrier();
-    if (gl_LocalInvocationIndex == 0u) {
-        atomicAdd(sync_w[0], 1u);
-        const uint want = n * gl_NumWorkGroups.x;
-        uint i = 0u;
-        while (atomicAdd(sync_w[0], 0u) < want && i < pc.spin) i++;
-        if (i == pc.spin) atomicOr(err_w[0], 1u);
-        memoryBarrierBuffer();
-    }
-    barrier();
-}
+#include "grid_sync.glsl"
 
 void main() {
     const uint wg = gl_WorkGroupSize.x, step = gl_NumWorkGroups.x * wg * PER;
@@ -52,8 +41,5 @@ void main() {
     grid_sync(3u);
     PHASE(src3, W3)
     if (acc == 0x9E3779B9u) dst[gl_WorkGroupID.x] = acc;
-    if (gl_LocalInvocationIndex == 0u && atomicAdd(sync_w[1], 1u) == gl_NumWorkGroups.x - 1u) {
-        atomicExchange(sync_w[0], 0u);
-        atomicExchange(sync_w[1], 0u);
-    }
+    grid_leave();
 }
