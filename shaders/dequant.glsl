@@ -348,49 +348,7 @@ float unit_dot_n(uint rw, uint rs, uint u, vec4 xv[XN_VEC4]) {
 #endif
 }
 
-#if defined(KWIDE) && defined(KQ_IDOT) && defined(DT_Q4_K)
-// KQ_IDOT (a measurement for bench/kquant_idot.py, not used by decode): q4_k wide units on integer
-// dot products. x arrives prepared per unit (kquant_idot.prepare_x) as block fixed point x_int =
-// round(x 2^e), |x_int| <= 2^22, its bytes in three planes (0 and 1 unsigned, 2 signed) packed 4
-// elements to a word: word 3g + p is plane p of group g = 2 i + h (q word i, nibble half h: the
-// elements load_x8 gives narrow unit 4u + i), word 24 holds 2^-e, 25 / 26 the float sums of the
-// unit's low / high x, 27..31 padding. Exact integer sums per half, one rounding at the end.
-#extension GL_EXT_spirv_intrinsics : require
-spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4454)
-uint udot4_acc(uint a, uint b, uint acc, spirv_literal int fmt);   // OpUDotAccSat, packed 4x8
-spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4455)
-int sudot4_acc(uint a, uint b, int acc, spirv_literal int fmt);    // OpSUDotAccSat: a signed, b unsigned
-// the prepared words, read as words (a float view could alter NaN patterns); matmul.comp's x binding.
-// Word j of unit u is at j * units + u, so adjacent invocations (adjacent units) read adjacent words.
-layout(binding = B_X) readonly buffer XQ1 { uint xq1[]; };
-uint xqw(uint u, uint j) { return xq1[j * (uint(xq1.length()) / 32) + u]; }
-void load_x(uint u, out vec4 xv[XU_VEC4]) {
-    for (uint j = 0; j < 8; j++) xv[j] = vec4(0.0);   // unit_dot reads the words itself
-}
-// sum over the 16 elements of half h of n * x_int, from the unit's q words and its prepared x words
-int idot_half(uvec4 q, uint sh, uint u, uint h) {
-    uint s0 = 0u, s1 = 0u;
-    int s2 = 0;
-    for (uint i = 0; i < 4; i++) {
-        const uint n = (q[i] >> sh) & 0x0F0F0F0Fu;
-        const uint g = 3 * (2 * i + h);
-        s0 = udot4_acc(n, xqw(u, g), s0, 0);
-        s1 = udot4_acc(n, xqw(u, g + 1), s1, 0);
-        s2 = sudot4_acc(xqw(u, g + 2), n, s2, 0);
-    }
-    return int(s0) + (int(s1) << 8) + (s2 << 16);
-}
-float unit_dot(uint rw, uint rs, uint u, vec4 xv[XU_VEC4]) {
-    const uint b = u / 8;
-    const uvec4 sw = w_s4[rs / 4 + b];
-    const vec2 dm = unpackHalf2x16(sw.x);
-    const uvec2 scm = k4_scale_min(sw, (u % 8) / 2);
-    const uvec4 q = w_u4[rw / 4 + u];
-    const vec3 tail = uintBitsToFloat(uvec3(xqw(u, 24), xqw(u, 25), xqw(u, 26)));   // 2^-e, low / high x sums
-    const float a0 = float(idot_half(q, 0u, u, 0u)) * tail.x, a1 = float(idot_half(q, 4u, u, 1u)) * tail.x;
-    return k4_scaled(dm, scm, a0, a1, tail.y, tail.z);
-}
-#elif defined(KWIDE)
+#if defined(KWIDE)
 // A 32-element K-quant unit: the 8-element units 4u..4u+3, whose weights are 4 adjacent words of one
 // q4_k chunk / q6_k half sharing their scales, decoded once per unit instead of once per word (H100,
 // Llama-3.1-8B shapes: the scale decode was ~25% of a q4_k matvec's time). The x layout is that of
@@ -445,6 +403,63 @@ float kw_xsum(vec4 x[4]) {
     const vec4 s = (x[0] + x[1]) + (x[2] + x[3]);
     return (s.x + s.y) + (s.z + s.w);
 }
+#undef KW_IDOT    // per inclusion: a fused q/k/v's slots may differ in dtype (fused_wslot.glsl)
+#if defined(KQ_IDOT) && defined(X4) && !defined(KW_JOINT) && (defined(DT_Q4_K) || defined(KQ_IDOT_Q6))
+// KQ_IDOT (KernelCaps.kq_idot): split q4_k units' dot products on integer dot products (q6_k too
+// with KQ_IDOT_Q6, an A/B switch: slower on an H100, kernels.kq_idot). Each half's 16 activations
+// become block fixed point once per unit (kw_planes: xi = round(x 2^s), |xi| < 2^21, s from their
+// largest |x|), shared by every row the loop holds; a row then takes three 4x8-bit dot products per
+// q word (one per byte plane of xi) instead of four nibble decodes and four FMAs. The integer sums
+// are exact; the result differs from the float kernel by the rounding of x to 22 bits of its
+// half's largest |x|, ~2^-22 relative.
+#define KW_IDOT 1
+#ifndef KW_IDOT_FNS
+#define KW_IDOT_FNS
+#extension GL_EXT_spirv_intrinsics : require
+// OpUDot / OpSUDot (a signed, b unsigned), packed 4x8: the plain dot products, whose accumulation
+// the compiler folds into the instruction (the saturating forms need a clamp the hardware lacks)
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4451)
+uint udot4(uint a, uint b, spirv_literal int fmt);
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4452)
+int sudot4(uint a, uint b, spirv_literal int fmt);
+// x's 16 activations as three byte planes p[0..2] (word i, byte k: element k of x[i], as the q
+// words pair them); returns 2^-s. x 2^s + 1.5 2^23 puts 2^22 + xi, rounded to nearest even, in
+// the float's 23 mantissa bits (bit 23, the exponent's lowest, is 0): bytes 0 and 1 of it are
+// planes 0 and 1 (unsigned), byte 2 minus 64 is plane 2 (signed, -32..32).
+float kw_planes(vec4 x[4], out uvec4 p[3]) {
+    const vec4 a = max(max(abs(x[0]), abs(x[1])), max(abs(x[2]), abs(x[3])));
+    // biased exponent e of the largest |x| (< 2^(e - 126)); at least 21, so both powers are normal
+    const uint e = max(floatBitsToUint(max(max(a.x, a.y), max(a.z, a.w))) >> 23, 21u);
+    const float sc = uintBitsToFloat((274u - e) << 23);      // 2^(147 - e): |x| sc < 2^21
+    for (uint i = 0; i < 4; i++) {
+        const uvec4 m = floatBitsToUint(x[i] * sc + 12582912.0);
+        p[0][i] = (m.x & 0xFFu) | ((m.y & 0xFFu) << 8) | ((m.z & 0xFFu) << 16) | (m.w << 24);
+        p[1][i] = ((m.x >> 8) & 0xFFu) | (m.y & 0xFF00u) | ((m.z << 8) & 0xFF0000u) | ((m.w << 16) & 0xFF000000u);
+        const uint t = (((m.x >> 16) & 0xFFu) | ((m.y >> 8) & 0xFF00u) | (m.z & 0xFF0000u)
+                        | ((m.w << 8) & 0xFF000000u)) ^ 0x40404040u;
+        p[2][i] = t | ((t << 1) & 0x80808080u);    // each byte b - 64 as a signed byte
+    }
+    return uintBitsToFloat((e - 20u) << 23);                 // 2^(e - 147)
+}
+#endif
+// kw_half over planes: sum of the quants of half h times xi, exactly (|sum| < 16 * 63 * 2^21 <
+// 2^31; the partial sums wrap and come back), times 2^-s.
+float kw_half(uvec4 q, uvec4 aux, uint h, uvec4 p[3], float inv) {
+    uint s0 = 0u, s1 = 0u;
+    int s2 = 0;
+    for (uint i = 0; i < 4; i++) {
+#if defined(DT_Q4_K)
+        const uint n = (q[i] >> (4u * h)) & 0x0F0F0F0Fu;
+#else
+        const uint n = ((q[i] >> (4u * h)) & 0x0F0F0F0Fu) | (((aux[i] >> (4u * h)) << 4) & 0x30303030u);
+#endif
+        s0 += udot4(n, p[0][i], 0);
+        s1 += udot4(n, p[1][i], 0);
+        s2 += sudot4(p[2][i], n, 0);
+    }
+    return float(int(s0 + (s1 << 8)) + (s2 << 16)) * inv;
+}
+#endif
 #ifdef X4
 // the 16 activations of half h of wide unit u
 void kw_x(uint u, uint h, out vec4 x[4]) {

@@ -28,18 +28,30 @@
     float ka0[KW_N];
     kw_x(u, 0u, kx);
     const float kxs0 = kw_xsum(kx);
-    for (uint i = 0; i < KW_N; i++) ka0[i] = kw_half(kq[i], kaux[i], 0u, kx);
+#ifdef KW_IDOT
+    // x's half as byte planes, once for all the rows (dequant.glsl KQ_IDOT)
+    uvec4 kp[3];
+    float kinv = kw_planes(kx, kp);
+#define KW_XH kp, kinv
+#else
+#define KW_XH kx
+#endif
+    for (uint i = 0; i < KW_N; i++) ka0[i] = kw_half(kq[i], kaux[i], 0u, KW_XH);
     kw_x(u, 1u, kx);
     const float kxs1 = kw_xsum(kx);
+#ifdef KW_IDOT
+    kinv = kw_planes(kx, kp);
+#endif
     for (uint i = 0; i < ROWS; i++) {
         const uint rs = min(first + i, KW_M - 1) * ROW_SCALES(K);
 #ifdef KW_PAIR
-        KW_ACC(i) += kw_scaled_0(rs, kaux[i], u, ka0[i], kw_half(kq[i], kaux[i], 1u, kx), kxs0, kxs1);
+        KW_ACC(i) += kw_scaled_0(rs, kaux[i], u, ka0[i], kw_half(kq[i], kaux[i], 1u, KW_XH), kxs0, kxs1);
         KW_ACC(ROWS + i) += kw_scaled_1(rs, kaux[ROWS + i], u, ka0[ROWS + i],
-                                        kw_half(kq[ROWS + i], kaux[ROWS + i], 1u, kx), kxs0, kxs1);
+                                        kw_half(kq[ROWS + i], kaux[ROWS + i], 1u, KW_XH), kxs0, kxs1);
 #else
-        KW_ACC(i) += kw_scaled(rs, kaux[i], u, ka0[i], kw_half(kq[i], kaux[i], 1u, kx), kxs0, kxs1);
+        KW_ACC(i) += kw_scaled(rs, kaux[i], u, ka0[i], kw_half(kq[i], kaux[i], 1u, KW_XH), kxs0, kxs1);
 #endif
     }
 #undef KW_N
+#undef KW_XH
 }

@@ -536,6 +536,20 @@ def test_fused_kquant_non_power_of_two_workgroups(device, models):
     assert {it.call.spec[0] for it in items if it.call.shader == "matmul_add"} == {caps.matvec_wg}
 
 
+@pytest.mark.parametrize("kv", ["f32", "f16"])
+def test_fused_kquant_integer_dot(device, models, kv):
+    """Split wide q4_k units on integer dot products (KQ_IDOT: q/k/v with a q6_k v slot, gate/up,
+    o and down projections, the head) decode as the reference and the unfused step, and the
+    kernels with q4_k weights carry the define."""
+    if not device.info.features.get("integer_dot"):
+        pytest.skip("no shaderIntegerDotProduct on this device (lavapipe has it)")
+    m = _model(models, "llama", "q4_k_m", 16, kv=kv, **SHAPES["h256d64"])
+    caps = _caps(device, "sg", kwide=1, kw_split=1, kq_idot=1)
+    items, _ = decode_and_compare(device, m, caps, limit=LIMIT_F16_KV)
+    idot = {it.call.shader for it in items if ("KQ_IDOT", "1") in it.call.defines}
+    assert {"rms_norm_matmul", "rms_norm_matmul_silu_mul", "matmul_add"} <= idot, idot
+
+
 def test_kwide_automatic_from_4096_wide_rows():
     """GPUs (kwide 0) take wide K-quant units only from 4096-wide rows; CPUs always."""
     from vkdecode.kernel_caps import KernelCaps

@@ -47,7 +47,7 @@ def _fits(p: Program, w: str, caps: KernelCaps) -> bool:
 
 
 def _mv_defines(dtype: str, wvec: bool, caps: KernelCaps, n_in: int) -> tuple:
-    return (_dtype_define(dtype),) + _reduce_defines(caps) + wvec_defines(wvec, caps, n_in)
+    return (_dtype_define(dtype),) + _reduce_defines(caps) + wvec_defines(wvec, caps, n_in, dtype)
 
 
 class _Slots:
@@ -188,7 +188,7 @@ def _swiglu(norm: bool):
             # rows of each weight when split (kwide_rows.glsl: 1479 vs 1955 µs with 4; 64 lanes 1470:
             # bench/results/nvidia-h100-80gb-hbm3/kwide-split/sweep-split2.json)
             wg = _wg(caps, caps.subgroup_size)
-            rpw = min(caps.matvec_rows or (2 if kw_split(k, caps) else rpw), wg)
+            rpw = min(caps.matvec_rows or (2 if kw_split(k, caps, dtype) else rpw), wg)
         # each invocation reduces 2 * rows + 1 floats through shared memory (fused_swiglu.glsl
         # FMV_NR): lavapipe's 16 rows x 256 invocations for Llama-3.1-8B's 4096-wide input take
         # 33 KB, over its 32 KB maxComputeSharedMemorySize (a validation error)
@@ -243,7 +243,7 @@ def rms_norm_matmul_argmax(p: Program, region: Region, caps: KernelCaps) -> list
         # q8_0 49152x576 32.8 -> 24.3 against matvec_shape's 64 x 2; Qwen3's f16 151936x1024 87.8
         # either way; 128- and 256-wide workgroups were slower).
         wg, rpw = caps.matvec_wg or _wg(caps, 32), caps.matvec_rows or 4
-        if wvec and wv.dtype in ("q4_k", "q6_k") and kw_split(k, caps) and not caps.matvec_rows:
+        if wvec and wv.dtype in ("q4_k", "q6_k") and kw_split(k, caps, wv.dtype) and not caps.matvec_rows:
             # split wide units (kwide_rows.glsl) hold 8 rows' words (H100, Llama-3.1-8B's q6_k head:
             # 213 vs 233 µs with 4, 32 lanes; 64 lanes 220: kwide-split/sweep-split.json)
             rpw = 8

@@ -87,10 +87,25 @@ def _groups(n: int) -> tuple[int, int, int]:
 KW_SPLIT_MAX_IN = 4096
 
 
-def kw_split(n_in: int, caps: KernelCaps) -> bool:
+def kw_split(n_in: int, caps: KernelCaps, dtype: str = "") -> bool:
     """Whether wide q4_k / q6_k units of n_in-wide rows load every row's words, then x in halves
-    (shaders/kwide_rows.glsl): caps.kw_split > 0 always, < 0 never, 0 up to KW_SPLIT_MAX_IN."""
-    return caps.kw_split > 0 or (caps.kw_split == 0 and n_in <= KW_SPLIT_MAX_IN)
+    (shaders/kwide_rows.glsl): caps.kw_split > 0 always, < 0 never, 0 up to KW_SPLIT_MAX_IN, and
+    q4_k at every width where it takes integer dot products (kq_idot: the 14336-wide downs ran
+    faster split with them than whole in floats)."""
+    if caps.kw_split:
+        return caps.kw_split > 0
+    return n_in <= KW_SPLIT_MAX_IN or (dtype == "q4_k" and kq_idot(caps))
+
+
+def kq_idot(caps: KernelCaps) -> bool:
+    """Whether split wide q4_k units take integer dot products (dequant.glsl KQ_IDOT): each half
+    unit's x becomes 22-bit block fixed point once for all of a workgroup's rows, then three 4x8-bit
+    dot products per q word and row replace the nibble decodes and FMAs. H100, Llama-3.1-8B Q4_K_M
+    shape: q4_k 14336x4096 22.1 vs 24.0 µs, the whole step 3300 vs 3532 µs (ab_modes, ctx 1024),
+    tokens identical; q6_k (KQ_IDOT_Q6, not used) lost there: its head 222 vs 204 µs
+    (bench/results/nvidia-h100-80gb-hbm3/session-2026-11-25h/). Where shaderIntegerDotProduct is
+    (caps.integer_dot) unless caps.kq_idot < 0; CPUs never split wide units (kw_split -1)."""
+    return caps.integer_dot and caps.kq_idot >= 0
 
 
 def kw_balanced(units: int, caps: KernelCaps) -> bool:
@@ -103,14 +118,18 @@ def kw_balanced(units: int, caps: KernelCaps) -> bool:
     return units // 2 <= caps.max_invocations and (units // 2) % max(1, caps.subgroup_size) == 0
 
 
-def wvec_defines(wvec: bool, caps: KernelCaps, n_in: int) -> tuple[tuple[str, str], ...]:
-    """Defines of a matvec's wide units (matvec_shape's third value) over n_in-wide rows: WVEC,
-    NIB_OLD where the device decodes K-quant nibbles the old way (caps.kq_inplace < 0) and KW_JOINT
-    where wide q4_k / q6_k units keep their whole x live at once (not kw_split)."""
+def wvec_defines(wvec: bool, caps: KernelCaps, n_in: int, dtype: str = "") -> tuple[tuple[str, str], ...]:
+    """Defines of a matvec's wide units (matvec_shape's third value) over n_in-wide rows of dtype
+    ("" for mixed slots): WVEC, NIB_OLD where the device decodes K-quant nibbles the old way
+    (caps.kq_inplace < 0), KW_JOINT where wide q4_k / q6_k units keep their whole x live at once
+    (not kw_split), else KQ_IDOT where split q4_k units take integer dot products (kq_idot; the
+    shader applies it to q4_k slots only)."""
     if not wvec:
         return ()
+    split = kw_split(n_in, caps, dtype)
     return ((("WVEC", "1"),) + ((("NIB_OLD", "1"),) if caps.kq_inplace < 0 else ())
-            + ((("KW_JOINT", "1"),) if not kw_split(n_in, caps) else ()))
+            + ((("KW_JOINT", "1"),) if not split else ())
+            + ((("KQ_IDOT", "1"),) if split and kq_idot(caps) and dtype in ("", "q4_k") else ()))
 
 
 def _reduce_defines(caps: KernelCaps) -> tuple[tuple[str, str], ...]:
@@ -201,13 +220,13 @@ def matvec_shape(dtype: str, n_in: int, n_rows: int, caps: KernelCaps) -> tuple[
         wg, rows = _wg(caps, units // 2 if n_rows >= 4096 else units, cap=128), 2
     else:
         wg, rows = _wg(caps, units, cap=256), (2 if n_rows >= 1536 else 1)
-    if wvec and dtype in ("q4_k", "q6_k") and n_rows >= 4096 and kw_balanced(units, caps) and not kw_split(n_in, caps):
+    if wvec and dtype in ("q4_k", "q6_k") and n_rows >= 4096 and kw_balanced(units, caps) and not kw_split(n_in, caps, dtype):
         # 448 units (14336-wide rows, the 8B's downs): 128 lanes took 3.5 units each, so half the
         # lanes idled through the last step; 224 lanes (7 subgroups) take 2 each. H100 standalone:
         # q4_k 4096x14336 26.3 µs with 4 rows vs 28.4 at 128x2 (224x2 28.4, 112x4 29.1, 448x2 32.1);
         # q6_k 28.6 with 2 rows vs 29.6 (224x4 28.9): bench/results/nvidia-h100-80gb-hbm3/session-2026-11-25g/
         wg, rows = units // 2, (4 if dtype == "q4_k" else 2)
-    if wvec and dtype == "q4_k" and n_rows >= 4096 and kw_split(n_in, caps):
+    if wvec and dtype == "q4_k" and n_rows >= 4096 and kw_split(n_in, caps, dtype):
         # wide q4_k units split (kwide_rows.glsl) hold more rows' words at once: 4 rows of 64 lanes
         # on 4096-wide rows, 8 of 128 lanes on wider ones (H100, standalone: 14336x4096 24.2 vs 26.4 µs
         # with 2 rows, 28672x4096 39.9 vs 44.5, 4096x4096 12.0 vs 12.6, 4096x14336 25.1 vs 27.8); q6_k
@@ -232,7 +251,7 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
         b += (Binding(x), Binding(op.outputs[0]))
         calls.append(KernelCall("matmul", (wg, n_in, rows, rpw), b, (len(b) - 1,),
                                 _groups(-(-rows // rpw)), push=struct.pack("<I", r0),
-                                defines=defines + wvec_defines(wvec, caps, n_in),
+                                defines=defines + wvec_defines(wvec, caps, n_in, wv.dtype),
                                 label=op.outputs[0] + (f"[{r0}:]" if len(chunks) > 1 else "")))
     return calls
 
