@@ -511,11 +511,12 @@ def test_fused_kquant_unit_widths(device, models, path, kwide, inplace, split):
 
 @pytest.mark.parametrize("path", ["sg", "smem"])
 def test_fused_kquant_split_gpu_shapes(device, models, path):
-    """Wide q4_k / q6_k units split (kwide_rows.glsl) with the GPU launch shapes they take: the
-    gate/up 2 rows of each weight in one subgroup, the q6_k head 8 rows a workgroup, the q4_k
-    q/k/v 4; decodes as the reference and the unfused step."""
+    """Wide q4_k / q6_k units split (kwide_rows.glsl) in floats (kq_idot=-1; lavapipe has integer
+    dot products: test_fused_kquant_integer_dot) with the GPU launch shapes they take: the gate/up 2
+    rows of each weight in one subgroup, the q6_k head 8 rows a workgroup, the q4_k q/k/v 4;
+    decodes as the reference and the unfused step."""
     m = _model(models, "llama", "q4_k_m", 16, kv="f16", **SHAPES["h256d64"])
-    caps = _caps(device, path, kwide=1, kw_split=1, matvec_wg=0, matvec_rows=0, attn_wg=0, attn_splits=0)
+    caps = _caps(device, path, kwide=1, kw_split=1, kq_idot=-1, matvec_wg=0, matvec_rows=0, attn_wg=0, attn_splits=0)
     items, _ = decode_and_compare(device, m, caps, limit=LIMIT_F16_KV)
     calls = [it.call for it in items]
     assert not any(("KW_JOINT", "1") in c.defines for c in calls)
@@ -536,16 +537,21 @@ def test_fused_kquant_non_power_of_two_workgroups(device, models):
     assert {it.call.spec[0] for it in items if it.call.shader == "matmul_add"} == {caps.matvec_wg}
 
 
-@pytest.mark.parametrize("kv", ["f32", "f16"])
-def test_fused_kquant_integer_dot(device, models, kv):
+@pytest.mark.parametrize("kv,shapes", [("f32", "device"), ("f16", "gpu")])
+def test_fused_kquant_integer_dot(device, models, kv, shapes):
     """Split wide q4_k units on integer dot products (KQ_IDOT: q/k/v with a q6_k v slot, gate/up,
     o and down projections, the head) decode as the reference and the unfused step, and the
-    kernels with q4_k weights carry the define."""
+    kernels with q4_k weights carry the define. "gpu": the launch shapes GPUs take (one-subgroup
+    gate/up workgroups of 4 rows a weight), not the CPU's 16-lane ones."""
     if not device.info.features.get("integer_dot"):
         pytest.skip("no shaderIntegerDotProduct on this device (lavapipe has it)")
     m = _model(models, "llama", "q4_k_m", 16, kv=kv, **SHAPES["h256d64"])
-    caps = _caps(device, "sg", kwide=1, kw_split=1, kq_idot=1)
+    gpu = {"matvec_wg": 0, "matvec_rows": 0} if shapes == "gpu" else {}
+    caps = _caps(device, "sg", kwide=1, kw_split=1, kq_idot=1, **gpu)
     items, _ = decode_and_compare(device, m, caps, limit=LIMIT_F16_KV)
+    if shapes == "gpu":
+        (gu,) = {it.call.spec[2] for it in items if it.call.shader == "rms_norm_matmul_silu_mul"}
+        assert gu == 4
     idot = {it.call.shader for it in items if ("KQ_IDOT", "1") in it.call.defines}
     assert {"rms_norm_matmul", "rms_norm_matmul_silu_mul", "matmul_add"} <= idot, idot
 

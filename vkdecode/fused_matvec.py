@@ -20,6 +20,7 @@ from vkdecode.kernels import (
     _reduce_defines,
     _wbindings,
     _wg,
+    kq_idot,
     kw_split,
     kwide,
     matvec_shape,
@@ -186,9 +187,11 @@ def _swiglu(norm: bool):
             # one subgroup a workgroup in wide K-quant units (H100, Llama-3.1-8B Q4_K_M's gate/up,
             # profiled step: 1638 vs 1686 µs with 64 lanes, 1755 with 128: ab-8b-mv-detail.json), 2
             # rows of each weight when split (kwide_rows.glsl: 1479 vs 1955 µs with 4; 64 lanes 1470:
-            # bench/results/nvidia-h100-80gb-hbm3/kwide-split/sweep-split2.json)
+            # bench/results/nvidia-h100-80gb-hbm3/kwide-split/sweep-split2.json); 4 on integer dot
+            # products, whose x conversion the rows share (1113 vs 1164 µs with 2: session-2026-11-25h/)
             wg = _wg(caps, caps.subgroup_size)
-            rpw = min(caps.matvec_rows or (2 if kw_split(k, caps, dtype) else rpw), wg)
+            split_rows = 4 if dtype == "q4_k" and kq_idot(caps) else 2
+            rpw = min(caps.matvec_rows or (split_rows if kw_split(k, caps, dtype) else rpw), wg)
         # each invocation reduces 2 * rows + 1 floats through shared memory (fused_swiglu.glsl
         # FMV_NR): lavapipe's 16 rows x 256 invocations for Llama-3.1-8B's 4096-wide input take
         # 33 KB, over its 32 KB maxComputeSharedMemorySize (a validation error)

@@ -232,7 +232,10 @@ def matvec_shape(dtype: str, n_in: int, n_rows: int, caps: KernelCaps) -> tuple[
         # with 2 rows, 28672x4096 39.9 vs 44.5, 4096x4096 12.0 vs 12.6, 4096x14336 25.1 vs 27.8); q6_k
         # (twice the words a unit) stays at 2 (4096x14336: 29.2 µs, 30.7 with 4): bench/results/
         # nvidia-h100-80gb-hbm3/kwide-split/
-        wg, rows = (_wg(caps, units // 2, cap=64), 4) if units <= 128 else (_wg(caps, units // 2, cap=128), 8)
+        # With integer dot products (kq_idot) 4 rows on the wider ones too (H100, 8B step profile:
+        # the q4_k downs 362 vs 380 µs with 8; session-2026-11-25h/ab-idot-8b-final-detail.json)
+        wide_rows = 4 if kq_idot(caps) else 8
+        wg, rows = (_wg(caps, units // 2, cap=64), 4) if units <= 128 else (_wg(caps, units // 2, cap=128), wide_rows)
     wg = caps.matvec_wg or wg
     # a workgroup stores its rows from invocations 0..ROWS-1, so it cannot take more rows than it has
     return wg, min(caps.matvec_rows or rows, wg), wvec

@@ -140,8 +140,8 @@ def test_kw_split_up_to_4096_wide_rows_on_gpus():
 
 def test_kq_idot_splits_q4_k_at_every_width():
     """With shaderIntegerDotProduct (caps.integer_dot) split q4_k units take integer dot products
-    (KQ_IDOT) and split at every width, the 14336-wide q4_k downs in 8 rows of 128 lanes; q6_k keeps
-    its float kernel and whole units there; kq_idot < 0 or no integer dot products: as before."""
+    (KQ_IDOT) and split at every width; q6_k keeps
+    its float kernel and whole units there; the 14336-wide downs take 4 rows of 128 lanes; kq_idot < 0 or no integer dot products: as before."""
     from vkdecode.kernels import kq_idot, kw_split, matvec_shape, wvec_defines
     gpu = KernelCaps.from_info(_info("discrete_gpu", 32))
     assert not gpu.integer_dot and not kq_idot(gpu)
@@ -149,7 +149,7 @@ def test_kq_idot_splits_q4_k_at_every_width():
     assert kq_idot(idot) and not kq_idot(replace(idot, kq_idot=-1))
     assert kw_split(14336, idot, "q4_k") and not kw_split(14336, idot, "q6_k") and not kw_split(14336, idot)
     assert not kw_split(14336, replace(idot, kq_idot=-1), "q4_k") and not kw_split(14336, replace(idot, kw_split=-1), "q4_k")
-    assert matvec_shape("q4_k", 14336, 4096, idot)[:2] == (128, 8)
+    assert matvec_shape("q4_k", 14336, 4096, idot)[:2] == (128, 4)
     assert matvec_shape("q6_k", 14336, 4096, idot)[:2] == (224, 2)      # kw_balance, whole units
     assert ("KQ_IDOT", "1") in wvec_defines(True, idot, 14336, "q4_k")
     assert ("KQ_IDOT", "1") in wvec_defines(True, idot, 4096, "")       # mixed slots: the shader picks q4_k's
