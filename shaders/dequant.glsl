@@ -439,7 +439,8 @@ float kw_planes(vec4 x[4], out uvec4 p[3]) {
                         | ((m.w << 8) & 0xFF000000u)) ^ 0x40404040u;
         p[2][i] = t | ((t << 1) & 0x80808080u);    // each byte b - 64 as a signed byte
     }
-    return uintBitsToFloat((e - 20u) << 23);                 // 2^(e - 147)
+    // 2^(e - 147); NaN where x holds an inf or a NaN, which the float kernel would pass on too
+    return e < 255u ? uintBitsToFloat((e - 20u) << 23) : uintBitsToFloat(0x7FC00000u);
 }
 #endif
 // kw_half over planes: sum of the quants of half h times xi, exactly (|sum| < 16 * 63 * 2^21 <
