@@ -17,6 +17,7 @@ class KernelCaps:
     min_align: int
     subgroup_fixed: bool = False  # min == max subgroup size: shaders may rely on subgroup_size lanes
     integer_dot: bool = False   # shaderIntegerDotProduct (OpUDot / OpSUDot on packed 4x8-bit vectors)
+    integer_dot_fast: bool = False  # and the driver says they are accelerated (its ...Accelerated properties)
     coop_matrix: bool = False   # VK_NV_cooperative_matrix, shaderFloat16, vulkanMemoryModel, 16-bit storage (*_coop.comp)
     attn_max_chunk: int = 256   # kv rows per attention workgroup at full context (sets the split count)
     attn_splits: int = 0        # fused attention workgroups per head at least (0: fused_attention chooses)
@@ -38,7 +39,7 @@ class KernelCaps:
                                 # (shaders/kwide_rows.glsl; 0: yes, < 0: load_x + unit_dot, define KW_JOINT)
     kq_idot: int = 0            # split wide q4_k units on integer dot products, x as 22-bit block fixed point made
                                 # in registers (dequant.glsl KQ_IDOT), and split at every width (kernels.kq_idot;
-                                # 0 or > 0: where shaderIntegerDotProduct, < 0: never)
+                                # 0: where accelerated, > 0: where shaderIntegerDotProduct, < 0: never)
     kw_balance: int = 0         # wide q4_k / q6_k rows of an odd multiple of 64 units (14336-wide: 448) take
                                 # units / 2 lanes, two units each, where a power of two left lanes idle
                                 # (kernels.kw_balanced; 0 or > 0: with subgroup arithmetic, < 0: never)
@@ -132,6 +133,7 @@ class KernelCaps:
                    subgroup_arithmetic=bool(f.get("subgroup_arithmetic", False)),
                    subgroup_fixed=f.get("min_subgroup_size") == f.get("max_subgroup_size") == f.get("subgroup_size"),
                    integer_dot=bool(f.get("integer_dot")),
+                   integer_dot_fast=bool(f.get("integer_dot") and f.get("integer_dot_fast")),
                    coop_matrix=bool(f.get("coop_matrix_nv") and f.get("float16") and f.get("vulkan_memory_model")
                                     and f.get("storage_16bit") and "shuffle" in f.get("subgroup_ops", ())),
                    max_storage_range=int(lim["max_storage_buffer_range"]),

@@ -103,9 +103,13 @@ def kq_idot(caps: KernelCaps) -> bool:
     dot products per q word and row replace the nibble decodes and FMAs. H100, Llama-3.1-8B Q4_K_M
     shape: q4_k 14336x4096 22.1 vs 24.0 µs, the whole step 3300 vs 3532 µs (ab_modes, ctx 1024),
     tokens identical; q6_k (KQ_IDOT_Q6, not used) lost there: its head 222 vs 204 µs
-    (bench/results/nvidia-h100-80gb-hbm3/session-2026-11-25h/). Where shaderIntegerDotProduct is
-    (caps.integer_dot) unless caps.kq_idot < 0; CPUs never split wide units (kw_split -1)."""
-    return caps.integer_dot and caps.kq_idot >= 0
+    (bench/results/nvidia-h100-80gb-hbm3/session-2026-11-25h/). Automatic (caps.kq_idot 0) where the
+    driver says the packed dot products are accelerated (every Vulkan 1.3 device has them, some
+    emulated); > 0 wherever shaderIntegerDotProduct is, < 0 never. CPUs never split wide units
+    (kw_split -1)."""
+    if caps.kq_idot < 0 or not caps.integer_dot:
+        return False
+    return caps.kq_idot > 0 or caps.integer_dot_fast
 
 
 def kw_balanced(units: int, caps: KernelCaps) -> bool:

@@ -139,14 +139,16 @@ def test_kw_split_up_to_4096_wide_rows_on_gpus():
 
 
 def test_kq_idot_splits_q4_k_at_every_width():
-    """With shaderIntegerDotProduct (caps.integer_dot) split q4_k units take integer dot products
+    """With accelerated integer dot products (caps.integer_dot_fast) split q4_k units take them
     (KQ_IDOT) and split at every width; q6_k keeps
     its float kernel and whole units there; the 14336-wide downs take 4 rows of 128 lanes; kq_idot < 0 or no integer dot products: as before."""
     from vkdecode.kernels import kq_idot, kw_split, matvec_shape, wvec_defines
     gpu = KernelCaps.from_info(_info("discrete_gpu", 32))
-    assert not gpu.integer_dot and not kq_idot(gpu)
-    idot = replace(gpu, integer_dot=True)
+    assert not gpu.integer_dot and not kq_idot(gpu) and not kq_idot(replace(gpu, kq_idot=1))
+    idot = replace(gpu, integer_dot=True, integer_dot_fast=True)
     assert kq_idot(idot) and not kq_idot(replace(idot, kq_idot=-1))
+    # emulated dot products (the driver's Accelerated properties false): only when asked for
+    assert not kq_idot(replace(idot, integer_dot_fast=False)) and kq_idot(replace(idot, integer_dot_fast=False, kq_idot=1))
     assert kw_split(14336, idot, "q4_k") and not kw_split(14336, idot, "q6_k") and not kw_split(14336, idot)
     assert not kw_split(14336, replace(idot, kq_idot=-1), "q4_k") and not kw_split(14336, replace(idot, kw_split=-1), "q4_k")
     assert matvec_shape("q4_k", 14336, 4096, idot)[:2] == (128, 4)
@@ -158,7 +160,9 @@ def test_kq_idot_splits_q4_k_at_every_width():
     assert ("KW_JOINT", "1") in wvec_defines(True, idot, 14336, "q6_k")
     info = _info("discrete_gpu", 32)
     info.features["integer_dot"] = True
-    assert KernelCaps.from_info(info).integer_dot
+    assert KernelCaps.from_info(info).integer_dot and not KernelCaps.from_info(info).integer_dot_fast
+    info.features["integer_dot_fast"] = True
+    assert KernelCaps.from_info(info).integer_dot_fast
 
 
 def test_kw_balance_takes_two_units_a_lane_on_14336_wide_rows():

@@ -90,10 +90,12 @@ class Probe:
         # Property chain: driver + subgroup + maintenance3 (+ subgroup size control when present).
         keep = []
         props2 = new("VkPhysicalDeviceProperties2*")
-        drv = sub = m3 = ssc = None
+        drv = sub = m3 = ssc = idp = None
         chain = [("VkPhysicalDeviceSubgroupProperties", True), ("VkPhysicalDeviceMaintenance3Properties", True),
                  ("VkPhysicalDeviceDriverProperties", has((1, 2), "VK_KHR_driver_properties")),
-                 ("VkPhysicalDeviceSubgroupSizeControlProperties", has((1, 3), "VK_EXT_subgroup_size_control"))]
+                 ("VkPhysicalDeviceSubgroupSizeControlProperties", has((1, 3), "VK_EXT_subgroup_size_control")),
+                 ("VkPhysicalDeviceShaderIntegerDotProductProperties",
+                  has((1, 3), "VK_KHR_shader_integer_dot_product"))]
         for sname, ok in chain:
             if ok:
                 s = new(sname + "*")
@@ -104,6 +106,7 @@ class Probe:
                 sub = s if sname.endswith("SubgroupProperties") else sub
                 m3 = s if sname.endswith("Maintenance3Properties") else m3
                 ssc = s if sname.endswith("ControlProperties") else ssc
+                idp = s if sname.endswith("IntegerDotProductProperties") else idp
         lib.vkGetPhysicalDeviceProperties2(physical, props2)
         p, lim = props2.properties, props2.properties.limits
         # Feature chain: kept on the probe; device creation passes the same structs to enable them.
@@ -144,6 +147,9 @@ class Probe:
             "max_subgroup_size": int(ssc.maxSubgroupSize) if ssc is not None else int(sub.subgroupSize),
             "push_descriptors": "VK_KHR_push_descriptor" in self.extensions,
             "timestamps": bool(self.timestamp_bits and lim.timestampPeriod > 0),
+            # the packed 4x8-bit dot products the q4_k kernel uses run as instructions, not emulated
+            "integer_dot_fast": bool(idp is not None and idp.integerDotProduct4x8BitPackedUnsignedAccelerated
+                                     and idp.integerDotProduct4x8BitPackedMixedSignednessAccelerated),
         })
         if feats["push_descriptors"]:
             self.enable_exts.append("VK_KHR_push_descriptor")
