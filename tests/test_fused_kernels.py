@@ -557,11 +557,14 @@ def test_fused_kquant_integer_dot(device, models, kv, shapes):
 
 
 def test_kwide_automatic_from_4096_wide_rows():
-    """GPUs (kwide 0) take wide K-quant units only from 4096-wide rows; CPUs always."""
+    """GPUs (kwide 0) take wide K-quant units from 4096-wide rows, gate/up and the head from 2048
+    (KWIDE_FFN_MIN_IN); CPUs always."""
     from vkdecode.kernel_caps import KernelCaps
-    from vkdecode.kernels import kwide
+    from vkdecode.kernels import KWIDE_FFN_MIN_IN, kwide, matvec_shape
     gpu = KernelCaps(32, True, 1 << 30, 1024, 49152, 16)
     assert kwide("q4_k", 4096, gpu) and not kwide("q4_k", 2048, gpu) and not kwide("q8_0", 4096, gpu)
+    assert kwide("q4_k", 2048, gpu, KWIDE_FFN_MIN_IN) and not kwide("q4_k", 1024, gpu, KWIDE_FFN_MIN_IN)
+    assert matvec_shape("q6_k", 2048, 128256, gpu, KWIDE_FFN_MIN_IN)[2] and not matvec_shape("q6_k", 2048, 128256, gpu)[2]
     assert kwide("q6_k", 256, replace(gpu, kwide=1)) and not kwide("q6_k", 8192, replace(gpu, kwide=-1))
 
 

@@ -12,6 +12,7 @@ import struct
 from fusion.ir import Program
 from fusion.rules import Region
 from vkdecode.kernels import (
+    KWIDE_FFN_MIN_IN,
     Binding,
     KernelCall,
     KernelCaps,
@@ -182,8 +183,8 @@ def _swiglu(norm: bool):
         m, k = p.values[wgate].shape
         if not _fits(p, wgate, caps):
             return None
-        wg, rpw, wvec = matvec_shape(dtype, k, 2 * m, caps)
-        if kwide(dtype, k, caps) and not caps.matvec_wg:
+        wg, rpw, wvec = matvec_shape(dtype, k, 2 * m, caps, KWIDE_FFN_MIN_IN)
+        if kwide(dtype, k, caps, KWIDE_FFN_MIN_IN) and not caps.matvec_wg:
             # one subgroup a workgroup in wide K-quant units (H100, Llama-3.1-8B Q4_K_M's gate/up,
             # profiled step: 1638 vs 1686 µs with 64 lanes, 1755 with 128: ab-8b-mv-detail.json), 2
             # rows of each weight when split (kwide_rows.glsl: 1479 vs 1955 µs with 4; 64 lanes 1470:
@@ -241,7 +242,7 @@ def rms_norm_matmul_argmax(p: Program, region: Region, caps: KernelCaps) -> list
     chunks = row_chunks(wv.dtype, n_out, k, caps)
     plan = []
     for r0, rows in chunks:
-        wg, rpw, wvec = matvec_shape(wv.dtype, k, rows, caps)
+        wg, rpw, wvec = matvec_shape(wv.dtype, k, rows, caps, KWIDE_FFN_MIN_IN)
         # One subgroup-sized workgroup, 4 rows per block (H200, lm_head + argmax GPU µs: SmolLM2's
         # q8_0 49152x576 32.8 -> 24.3 against matvec_shape's 64 x 2; Qwen3's f16 151936x1024 87.8
         # either way; 128- and 256-wide workgroups were slower).

@@ -194,18 +194,30 @@ def _embed(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     return calls
 
 
-def kwide(dtype: str, n_in: int, caps: KernelCaps) -> bool:
+# Narrowest rows of wide K-quant units on GPUs (kwide): every matvec from KWIDE_MIN_IN, the gate/up
+# pair and the lm_head from KWIDE_FFN_MIN_IN. H100, Llama-3.2-1B-shape Q4_K_M (hidden 2048), profiled
+# step at ctx 1024: gate/up 259 µs wide (on integer dot products; 285 in floats) vs 349 narrow, the
+# q6_k head 121 vs 144, while q/k/v (161 vs 141) and o (113 vs 108) lost wide; Qwen3-0.6B Q4_K_M
+# (hidden 1024) lost everywhere (bench/results/nvidia-h100-80gb-hbm3/session-2026-11-25h/ab-kwide-*).
+KWIDE_MIN_IN = 4096
+KWIDE_FFN_MIN_IN = 2048
+
+
+def kwide(dtype: str, n_in: int, caps: KernelCaps, wide_from: int = KWIDE_MIN_IN) -> bool:
     """K-quant matvec rows in 32-element units (K-quant rows are whole 256-element superblocks).
-    Automatic (caps.kwide 0) from 4096-wide rows: H100, Llama-3.1-8B Q4_K_M shape 4668 -> 4324 µs
-    per token at ctx 64 (ab-kwide-llama8b.json), while Qwen3-0.6B Q4_K_M's 1024..3072-wide rows ran
-    ~5% slower in wide units (1227 vs 1167 µs, ab-cx-q06-*; bench/results/nvidia-h100-80gb-hbm3/kquant-wide/)."""
-    return dtype in K_TYPES and (caps.kwide > 0 or (caps.kwide == 0 and n_in >= 4096))
+    Automatic (caps.kwide 0) from wide_from-wide rows (KWIDE_MIN_IN, or KWIDE_FFN_MIN_IN for gate/up
+    and the head): H100, Llama-3.1-8B Q4_K_M shape 4668 -> 4324 µs per token at ctx 64
+    (ab-kwide-llama8b.json), while Qwen3-0.6B Q4_K_M's 1024..3072-wide rows ran ~5% slower in wide
+    units (1227 vs 1167 µs, ab-cx-q06-*; bench/results/nvidia-h100-80gb-hbm3/kquant-wide/)."""
+    return dtype in K_TYPES and (caps.kwide > 0 or (caps.kwide == 0 and n_in >= wide_from))
 
 
-def matvec_shape(dtype: str, n_in: int, n_rows: int, caps: KernelCaps) -> tuple[int, int, bool]:
+def matvec_shape(dtype: str, n_in: int, n_rows: int, caps: KernelCaps,
+                 wide_from: int = KWIDE_MIN_IN) -> tuple[int, int, bool]:
     """(workgroup size, rows per workgroup, wide units) of a matvec; shared with fused kernels. Wide
-    units (define WVEC): 16-byte loads of f32/f16 rows, 32-element K-quant units (dequant.glsl KWIDE)."""
-    wvec = (dtype == "f32" and n_in % 4 == 0) or (dtype == "f16" and n_in % 8 == 0) or kwide(dtype, n_in, caps)
+    units (define WVEC): 16-byte loads of f32/f16 rows, 32-element K-quant units (dequant.glsl KWIDE)
+    from wide_from-wide rows (kwide)."""
+    wvec = (dtype == "f32" and n_in % 4 == 0) or (dtype == "f16" and n_in % 8 == 0) or kwide(dtype, n_in, caps, wide_from)
     # elements per invocation step (shaders/dequant.glsl "unit")
     unit = (32 if wvec else 8) if dtype in QUANT_TYPES else (4 if wvec else 1) * (2 if dtype == "f16" else 1)
     units = n_in // unit
