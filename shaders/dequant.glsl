@@ -405,8 +405,8 @@ float kw_xsum(vec4 x[4]) {
 }
 #undef KW_IDOT    // per inclusion: a fused q/k/v's slots may differ in dtype (fused_wslot.glsl)
 #if defined(KQ_IDOT) && defined(X4) && !defined(KW_JOINT) && (defined(DT_Q4_K) || defined(KQ_IDOT_Q6))
-// KQ_IDOT (KernelCaps.kq_idot): split q4_k units' dot products on integer dot products (q6_k too
-// with KQ_IDOT_Q6, an A/B switch: slower on an H100, kernels.kq_idot). Each half's 16 activations
+// KQ_IDOT (KernelCaps.kq_idot): split q4_k units' dot products on integer dot products, and q6_k
+// units' with KQ_IDOT_Q6 too (kernels.kq_idot, wvec_defines). Each half's 16 activations
 // become block fixed point once per unit (kw_planes: xi = round(x 2^s), |xi| < 2^21, s from their
 // largest |x|), shared by every row the loop holds; a row then takes three 4x8-bit dot products per
 // q word (one per byte plane of xi) instead of four nibble decodes and four FMAs. The integer sums

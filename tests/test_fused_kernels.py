@@ -539,10 +539,10 @@ def test_fused_kquant_non_power_of_two_workgroups(device, models):
 
 @pytest.mark.parametrize("kv,shapes", [("f32", "device"), ("f16", "gpu")])
 def test_fused_kquant_integer_dot(device, models, kv, shapes):
-    """Split wide q4_k units on integer dot products (KQ_IDOT: q/k/v with a q6_k v slot, gate/up,
-    o and down projections, the head) decode as the reference and the unfused step, and the
-    kernels with q4_k weights carry the define. "gpu": the launch shapes GPUs take (one-subgroup
-    gate/up workgroups of 4 rows a weight), not the CPU's 16-lane ones."""
+    """Split wide q4_k and q6_k units on integer dot products (KQ_IDOT, KQ_IDOT_Q6: q/k/v with a
+    q6_k v slot, gate/up, o and down projections, the q6_k head) decode as the reference and the
+    unfused step, and the kernels carry the defines. "gpu": the launch shapes GPUs take
+    (one-subgroup gate/up workgroups of 4 rows a weight, the head's 4 rows), not the CPU's."""
     if not device.info.features.get("integer_dot"):
         pytest.skip("no shaderIntegerDotProduct on this device (lavapipe has it)")
     m = _model(models, "llama", "q4_k_m", 16, kv=kv, **SHAPES["h256d64"])
@@ -551,9 +551,12 @@ def test_fused_kquant_integer_dot(device, models, kv, shapes):
     items, _ = decode_and_compare(device, m, caps, limit=LIMIT_F16_KV)
     if shapes == "gpu":
         (gu,) = {it.call.spec[2] for it in items if it.call.shader == "rms_norm_matmul_silu_mul"}
-        assert gu == 4
+        (head,) = [it.call for it in items if it.call.shader == "rms_norm_matmul_argmax"]
+        assert gu == 4 and head.spec[2] == 4
     idot = {it.call.shader for it in items if ("KQ_IDOT", "1") in it.call.defines}
     assert {"rms_norm_matmul", "rms_norm_matmul_silu_mul", "matmul_add"} <= idot, idot
+    q6 = {it.call.shader for it in items if ("KQ_IDOT_Q6", "1") in it.call.defines}
+    assert {"rms_norm_matmul", "rms_norm_matmul_argmax"} <= q6, q6     # the q6_k v slot and head
 
 
 def test_kwide_automatic_from_4096_wide_rows():

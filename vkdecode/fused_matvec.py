@@ -249,8 +249,12 @@ def rms_norm_matmul_argmax(p: Program, region: Region, caps: KernelCaps) -> list
         wg, rpw = caps.matvec_wg or _wg(caps, 32), caps.matvec_rows or 4
         if wvec and wv.dtype in ("q4_k", "q6_k") and kw_split(k, caps, wv.dtype) and not caps.matvec_rows:
             # split wide units (kwide_rows.glsl) hold 8 rows' words (H100, Llama-3.1-8B's q6_k head:
-            # 213 vs 233 µs with 4, 32 lanes; 64 lanes 220: kwide-split/sweep-split.json)
+            # 213 vs 233 µs with 4, 32 lanes; 64 lanes 220: kwide-split/sweep-split.json); on integer
+            # dot products 4 rows of 64 lanes (106 registers with 8: 228 µs; 64 x 4 197 vs 205 in
+            # floats: session-2026-11-25h/ab-q6idot.json)
             rpw = 8
+            if wv.dtype == "q6_k" and kq_idot(caps, "q6_k"):
+                wg, rpw = caps.matvec_wg or _wg(caps, 64), 4
         blocks = -(-rows // rpw)
         per = caps.head_blocks or max(1, -(-blocks * len(chunks) // ARGMAX_PARTIALS))   # row blocks per workgroup
         plan.append((r0, rows, wg, rpw, wvec, per, -(-blocks // per)))

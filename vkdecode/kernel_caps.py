@@ -37,9 +37,10 @@ class KernelCaps:
                                 # 0: yes, < 0: by shifts and int-to-float conversions, define NIB_OLD)
     kw_split: int = 0           # wide q4_k / q6_k units take every row's weights, then x in halves
                                 # (shaders/kwide_rows.glsl; 0: yes, < 0: load_x + unit_dot, define KW_JOINT)
-    kq_idot: int = 0            # split wide q4_k units on integer dot products, x as 22-bit block fixed point made
+    kq_idot: int = 0            # split wide q4_k / q6_k units on integer dot products, x as 22-bit block fixed point made
                                 # in registers (dequant.glsl KQ_IDOT), and split at every width (kernels.kq_idot;
                                 # 0: where accelerated, > 0: where shaderIntegerDotProduct, < 0: never)
+    kq_idot_q6: int = 0         # and q6_k units too where kq_idot applies (0: yes, < 0: q4_k only)
     kw_balance: int = 0         # wide q4_k / q6_k rows of an odd multiple of 64 units (14336-wide: 448) take
                                 # units / 2 lanes, two units each, where a power of two left lanes idle
                                 # (kernels.kw_balanced; 0 or > 0: with subgroup arithmetic, < 0: never)

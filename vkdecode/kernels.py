@@ -90,26 +90,27 @@ KW_SPLIT_MAX_IN = 4096
 def kw_split(n_in: int, caps: KernelCaps, dtype: str = "") -> bool:
     """Whether wide q4_k / q6_k units of n_in-wide rows load every row's words, then x in halves
     (shaders/kwide_rows.glsl): caps.kw_split > 0 always, < 0 never, 0 up to KW_SPLIT_MAX_IN, and
-    q4_k at every width where it takes integer dot products (kq_idot: the 14336-wide downs ran
+    at every width where dtype takes integer dot products (kq_idot: the 14336-wide downs ran
     faster split with them than whole in floats)."""
     if caps.kw_split:
         return caps.kw_split > 0
-    return n_in <= KW_SPLIT_MAX_IN or (dtype == "q4_k" and kq_idot(caps))
+    return n_in <= KW_SPLIT_MAX_IN or (dtype in ("q4_k", "q6_k") and kq_idot(caps, dtype))
 
 
-def kq_idot(caps: KernelCaps) -> bool:
-    """Whether split wide q4_k units take integer dot products (dequant.glsl KQ_IDOT): each half
-    unit's x becomes 22-bit block fixed point once for all of a workgroup's rows, then three 4x8-bit
-    dot products per q word and row replace the nibble decodes and FMAs. H100, Llama-3.1-8B Q4_K_M
-    shape: q4_k 14336x4096 22.1 vs 24.0 µs, the whole step 3300 vs 3532 µs (ab_modes, ctx 1024),
-    tokens identical; q6_k (KQ_IDOT_Q6, not used) lost there: its head 222 vs 204 µs
-    (bench/results/nvidia-h100-80gb-hbm3/session-2026-11-25h/). Automatic (caps.kq_idot 0) where the
-    driver says the packed dot products are accelerated (every Vulkan 1.3 device has them, some
-    emulated); > 0 wherever shaderIntegerDotProduct is, < 0 never. CPUs never split wide units
-    (kw_split -1)."""
-    if caps.kq_idot < 0 or not caps.integer_dot:
+def kq_idot(caps: KernelCaps, dtype: str = "q4_k") -> bool:
+    """Whether split wide units of dtype (q4_k, q6_k) take integer dot products (dequant.glsl
+    KQ_IDOT, KQ_IDOT_Q6): each half unit's x becomes 22-bit block fixed point once for all of a
+    workgroup's rows, then three 4x8-bit dot products per q word and row replace the nibble
+    decodes and FMAs. H100, Llama-3.1-8B Q4_K_M shape: q4_k 14336x4096 22.1 vs 24.0 µs, the whole
+    step 3300 vs 3532 µs (ab_modes, ctx 1024), tokens identical; q6_k with fewer rows than the float
+    kernel holds (its registers): the head 197 vs 205 µs at 64 x 4, the 14336-wide downs 461 vs 477
+    at 224 x 4 (bench/results/nvidia-h100-80gb-hbm3/session-2026-11-25h/). Automatic (caps.kq_idot
+    0) where the driver says the packed dot products are accelerated (every Vulkan 1.3 device has
+    them, some emulated); > 0 wherever shaderIntegerDotProduct is, < 0 never; q6_k also unless
+    caps.kq_idot_q6 < 0. CPUs never split wide units (kw_split -1)."""
+    if caps.kq_idot < 0 or not caps.integer_dot or (dtype == "q6_k" and caps.kq_idot_q6 < 0):
         return False
-    return caps.kq_idot > 0 or caps.integer_dot_fast
+    return dtype in ("q4_k", "q6_k") and (caps.kq_idot > 0 or caps.integer_dot_fast)
 
 
 def kw_balanced(units: int, caps: KernelCaps) -> bool:
@@ -126,14 +127,16 @@ def wvec_defines(wvec: bool, caps: KernelCaps, n_in: int, dtype: str = "") -> tu
     """Defines of a matvec's wide units (matvec_shape's third value) over n_in-wide rows of dtype
     ("" for mixed slots): WVEC, NIB_OLD where the device decodes K-quant nibbles the old way
     (caps.kq_inplace < 0), KW_JOINT where wide q4_k / q6_k units keep their whole x live at once
-    (not kw_split), else KQ_IDOT where split q4_k units take integer dot products (kq_idot; the
-    shader applies it to q4_k slots only)."""
+    (not kw_split), else KQ_IDOT (q4_k) and KQ_IDOT_Q6 (q6_k) where split units take integer dot
+    products (kq_idot; with mixed slots the shader picks per slot)."""
     if not wvec:
         return ()
     split = kw_split(n_in, caps, dtype)
+    q4 = split and kq_idot(caps, "q4_k") and dtype in ("", "q4_k")
+    q6 = split and kq_idot(caps, "q6_k") and dtype in ("", "q6_k")
     return ((("WVEC", "1"),) + ((("NIB_OLD", "1"),) if caps.kq_inplace < 0 else ())
             + ((("KW_JOINT", "1"),) if not split else ())
-            + ((("KQ_IDOT", "1"),) if split and kq_idot(caps) and dtype in ("", "q4_k") else ()))
+            + ((("KQ_IDOT", "1"),) if q4 or q6 else ()) + ((("KQ_IDOT_Q6", "1"),) if q6 else ()))
 
 
 def _reduce_defines(caps: KernelCaps) -> tuple[tuple[str, str], ...]:
@@ -242,6 +245,11 @@ def matvec_shape(dtype: str, n_in: int, n_rows: int, caps: KernelCaps,
         # q4_k 4096x14336 26.3 µs with 4 rows vs 28.4 at 128x2 (224x2 28.4, 112x4 29.1, 448x2 32.1);
         # q6_k 28.6 with 2 rows vs 29.6 (224x4 28.9): bench/results/nvidia-h100-80gb-hbm3/session-2026-11-25g/
         wg, rows = units // 2, (4 if dtype == "q4_k" else 2)
+    if wvec and dtype == "q6_k" and n_rows >= 4096 and kw_balanced(units, caps) and kq_idot(caps, dtype) \
+            and kw_split(n_in, caps, dtype):
+        # q6_k on integer dot products, split: 224 lanes of 4 rows on 14336-wide rows (H100, the 8B
+        # step profile: 461 vs 477 µs whole in floats; 128 x 4 ~549, 64 x 4 ~492: session-2026-11-25h/)
+        wg, rows = units // 2, 4
     if wvec and dtype == "q4_k" and n_rows >= 4096 and kw_split(n_in, caps, dtype):
         # wide q4_k units split (kwide_rows.glsl) hold more rows' words at once: 4 rows of 64 lanes
         # on 4096-wide rows, 8 of 128 lanes on wider ones (H100, standalone: 14336x4096 24.2 vs 26.4 µs

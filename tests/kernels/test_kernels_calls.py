@@ -138,26 +138,33 @@ def test_kw_split_up_to_4096_wide_rows_on_gpus():
     assert wvec_defines(False, gpu, 14336) == ()
 
 
-def test_kq_idot_splits_q4_k_at_every_width():
-    """With accelerated integer dot products (caps.integer_dot_fast) split q4_k units take them
-    (KQ_IDOT) and split at every width; q6_k keeps
-    its float kernel and whole units there; the 14336-wide downs take 4 rows of 128 lanes; kq_idot < 0 or no integer dot products: as before."""
+def test_kq_idot_splits_q4_k_and_q6_k_at_every_width():
+    """With accelerated integer dot products (caps.integer_dot_fast) split q4_k and q6_k units take
+    them (KQ_IDOT, and KQ_IDOT_Q6 for q6_k) and split at every width: the 14336-wide q4_k downs in 4
+    rows of 128 lanes, the q6_k ones in 4 rows of 224; kq_idot_q6 < 0 keeps q6_k in floats (whole
+    units at 14336); kq_idot < 0 or no integer dot products: as before."""
     from vkdecode.kernels import kq_idot, kw_split, matvec_shape, wvec_defines
     gpu = KernelCaps.from_info(_info("discrete_gpu", 32))
     assert not gpu.integer_dot and not kq_idot(gpu) and not kq_idot(replace(gpu, kq_idot=1))
     idot = replace(gpu, integer_dot=True, integer_dot_fast=True)
-    assert kq_idot(idot) and not kq_idot(replace(idot, kq_idot=-1))
+    no6 = replace(idot, kq_idot_q6=-1)
+    assert kq_idot(idot) and kq_idot(idot, "q6_k") and not kq_idot(idot, "q5_k") and not kq_idot(replace(idot, kq_idot=-1))
+    assert kq_idot(no6) and not kq_idot(no6, "q6_k")
     # emulated dot products (the driver's Accelerated properties false): only when asked for
     assert not kq_idot(replace(idot, integer_dot_fast=False)) and kq_idot(replace(idot, integer_dot_fast=False, kq_idot=1))
-    assert kw_split(14336, idot, "q4_k") and not kw_split(14336, idot, "q6_k") and not kw_split(14336, idot)
+    assert kw_split(14336, idot, "q4_k") and kw_split(14336, idot, "q6_k") and not kw_split(14336, idot)
+    assert not kw_split(14336, no6, "q6_k") and kw_split(14336, no6, "q4_k")
     assert not kw_split(14336, replace(idot, kq_idot=-1), "q4_k") and not kw_split(14336, replace(idot, kw_split=-1), "q4_k")
     assert matvec_shape("q4_k", 14336, 4096, idot)[:2] == (128, 4)
-    assert matvec_shape("q6_k", 14336, 4096, idot)[:2] == (224, 2)      # kw_balance, whole units
+    assert matvec_shape("q6_k", 14336, 4096, idot)[:2] == (224, 4)
+    assert matvec_shape("q6_k", 14336, 4096, no6)[:2] == (224, 2)      # kw_balance, whole units in floats
     assert ("KQ_IDOT", "1") in wvec_defines(True, idot, 14336, "q4_k")
-    assert ("KQ_IDOT", "1") in wvec_defines(True, idot, 4096, "")       # mixed slots: the shader picks q4_k's
-    assert ("KQ_IDOT", "1") not in wvec_defines(True, idot, 4096, "q6_k")
+    assert ("KQ_IDOT_Q6", "1") not in wvec_defines(True, idot, 14336, "q4_k")
+    assert {("KQ_IDOT", "1"), ("KQ_IDOT_Q6", "1")} <= set(wvec_defines(True, idot, 4096, ""))   # mixed slots
+    assert {("KQ_IDOT", "1"), ("KQ_IDOT_Q6", "1")} <= set(wvec_defines(True, idot, 4096, "q6_k"))
+    assert ("KQ_IDOT", "1") not in wvec_defines(True, no6, 4096, "q6_k")
     assert ("KQ_IDOT", "1") not in wvec_defines(True, gpu, 4096, "q4_k")
-    assert ("KW_JOINT", "1") in wvec_defines(True, idot, 14336, "q6_k")
+    assert ("KW_JOINT", "1") in wvec_defines(True, no6, 14336, "q6_k")
     info = _info("discrete_gpu", 32)
     info.features["integer_dot"] = True
     assert KernelCaps.from_info(info).integer_dot and not KernelCaps.from_info(info).integer_dot_fast
