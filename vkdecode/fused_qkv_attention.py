@@ -82,7 +82,7 @@ def _with_qkv(program: Program, att: KernelCall, proj: tuple, pcall: KernelCall)
         slots.weight(program, w, s)
     # the weights' dtype and unit width, as the projection's kernel had them
     defines = [("QKV_IN", "1")] + slots.defines
-    defines += [(k, v) for k, v in pcall.defines if k.startswith("DT_") or k in ("WVEC", "NIB_OLD", "KW_JOINT", "KQ_IDOT")]
+    defines += [(k, v) for k, v in pcall.defines if k.startswith("DT_") or k in ("WVEC", "NIB_OLD", "KW_JOINT", "KQ_IDOT", "KQ_IDOT_Q6")]
     k = program.values[ws[0]].shape[1]
     return replace(att, spec=att.spec + (k, eps), bindings=tuple(slots.bindings),
                    defines=att.defines + tuple(defines), label=att.label + "+qkv")
