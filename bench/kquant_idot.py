@@ -38,11 +38,11 @@ def run(dev, shapes: list[tuple[int, int]], dtypes: list[str], reps: int, barrie
     for dtype in dtypes:
         for out, n_in in shapes:
             case = Case(dev, dtype, out, n_in, copies)
+            idot = {"KQ_IDOT": 1, **({"KQ_IDOT_Q6": 1} if dtype == "q6_k" else {})}
             try:
                 measure(case, caps, reps, warm_s=warm_s)       # untimed: first touch, clocks up
                 for barrier in barriers:
                     for _ in range(2):                         # A, B, A, B
-                        idot = {"KQ_IDOT": 1, **({"KQ_IDOT_Q6": 1} if dtype == "q6_k" else {})}
                         for name, defines in (("float", {}), ("idot", idot)):
                             r = measure(case, caps, reps, barrier=barrier, defines=defines)
                             r.update(kernel=name, rel_error=rel_error(case))

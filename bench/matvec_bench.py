@@ -138,13 +138,11 @@ def chain_times(dev, reps: int, copies: int, barrier: str, record, warm_s: float
 
 
 def measure(case: Case, caps: KernelCaps, reps: int = 200, barrier: str = "full", defines: dict | None = None,
-            x=None, warm_s: float = 0.0) -> dict:
-    """GPU µs of one matmul dispatch of the case's shape (x: another activation buffer, e.g. the
-    prepared words of bench/kquant_idot.py); the case's y holds the last result. warm_s: seconds of
-    untimed submits first (bench/stream_floor.py: an idle GPU's clocks come up slowly)."""
+            warm_s: float = 0.0) -> dict:
+    """GPU µs of one matmul dispatch of the case's shape; the case's y holds the last result. warm_s:
+    seconds of untimed submits first (bench/stream_floor.py: an idle GPU's clocks come up slowly)."""
     from vkdecode.vk.descriptors import write_descriptor_set
-    dev, dtype = case.dev, case.dtype
-    x = x or case.x
+    dev, dtype, x = case.dev, case.dtype, case.x
     (call,) = op_calls(_program(dtype, case.out, case.n_in), 0, caps)  # one binding on real GPUs
     pipe = dev.pipeline(call.shader, spec=call.spec, defines={**dict(call.defines), **(defines or {})},
                         n_bindings=len(call.bindings), push_size=len(call.push))

@@ -239,18 +239,18 @@ def matvec_shape(dtype: str, n_in: int, n_rows: int, caps: KernelCaps,
         wg, rows = _wg(caps, units // 2 if n_rows >= 4096 else units, cap=128), 2
     else:
         wg, rows = _wg(caps, units, cap=256), (2 if n_rows >= 1536 else 1)
-    if wvec and dtype in ("q4_k", "q6_k") and n_rows >= 4096 and kw_balanced(units, caps) and not kw_split(n_in, caps, dtype):
+    split = wvec and dtype in ("q4_k", "q6_k") and kw_split(n_in, caps, dtype)
+    if wvec and dtype in ("q4_k", "q6_k") and n_rows >= 4096 and kw_balanced(units, caps) and not split:
         # 448 units (14336-wide rows, the 8B's downs): 128 lanes took 3.5 units each, so half the
         # lanes idled through the last step; 224 lanes (7 subgroups) take 2 each. H100 standalone:
         # q4_k 4096x14336 26.3 µs with 4 rows vs 28.4 at 128x2 (224x2 28.4, 112x4 29.1, 448x2 32.1);
         # q6_k 28.6 with 2 rows vs 29.6 (224x4 28.9): bench/results/nvidia-h100-80gb-hbm3/session-2026-11-25g/
         wg, rows = units // 2, (4 if dtype == "q4_k" else 2)
-    if wvec and dtype == "q6_k" and n_rows >= 4096 and kw_balanced(units, caps) and kq_idot(caps, dtype) \
-            and kw_split(n_in, caps, dtype):
+    if split and dtype == "q6_k" and n_rows >= 4096 and kw_balanced(units, caps) and kq_idot(caps, dtype):
         # q6_k on integer dot products, split: 224 lanes of 4 rows on 14336-wide rows (H100, the 8B
         # step profile: 461 vs 477 µs whole in floats; 128 x 4 ~549, 64 x 4 ~492: session-2026-11-25h/)
         wg, rows = units // 2, 4
-    if wvec and dtype == "q4_k" and n_rows >= 4096 and kw_split(n_in, caps, dtype):
+    if split and dtype == "q4_k" and n_rows >= 4096:
         # wide q4_k units split (kwide_rows.glsl) hold more rows' words at once: 4 rows of 64 lanes
         # on 4096-wide rows, 8 of 128 lanes on wider ones (H100, standalone: 14336x4096 24.2 vs 26.4 µs
         # with 2 rows, 28672x4096 39.9 vs 44.5, 4096x4096 12.0 vs 12.6, 4096x14336 25.1 vs 27.8); q6_k
