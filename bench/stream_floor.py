@@ -37,9 +37,27 @@ GRIDS = [("pass 256x1", 256, 1, 0), ("pass 256x4", 256, 4, 0), ("pass 64x2", 64,
 
 WARM_S = 0.3   # submit this long before timing: at 200 short dispatches a submit, an idle H100's clocks
                # (360 MHz) had not come up after measure()'s two discarded runs (2-4x slower figures)
-# One Llama-3.1-8B Q4_K_M layer's matvec reads in step order (q/k/v, o, gate+up, down as q6_k)
-LAYER = [("qkv", _q4k(4096 + 1024, 4096) + _q6k(1024, 4096)), ("o", _q4k(4096, 4096)),
-         ("gate+up", _q4k(2 * 14336, 4096)), ("down q6_k", _q6k(4096, 14336))]
+# One layer's matvec reads in step order (q/k/v, o, gate+up, down) per shape: the 8B's K-quants, and
+# the small shapes whose dispatches are mostly boundary (what a merged layer could save there)
+def _f16(rows: int, cols: int) -> int:
+    return rows * cols * 2
+
+
+def _q41(rows: int, cols: int) -> int:
+    return rows * cols * 20 // 32    # bytes: 20 a 32-weight block
+
+
+LAYERS = {
+    "llama3.1-8b-q4_k_m": [("qkv", _q4k(4096 + 1024, 4096) + _q6k(1024, 4096)), ("o", _q4k(4096, 4096)),
+                           ("gate+up", _q4k(2 * 14336, 4096)), ("down q6_k", _q6k(4096, 14336))],
+    "qwen3-0.6b-f16": [("qkv", _f16(2048 + 2 * 1024, 1024)), ("o", _f16(1024, 2048)),
+                       ("gate+up", _f16(2 * 3072, 1024)), ("down", _f16(1024, 3072))],
+    "llama3.2-1b-f16": [("qkv", _f16(2048 + 2 * 512, 2048)), ("o", _f16(2048, 2048)),
+                        ("gate+up", _f16(2 * 8192, 2048)), ("down", _f16(2048, 8192))],
+    "smollm2-135m-q4_1": [("qkv", _q41(576 + 2 * 192, 576)), ("o", _q41(576, 576)),
+                          ("gate+up", _q41(2 * 1536, 576)), ("down", _q41(576, 1536))],
+}
+MAX_PER = 24       # loads in flight per invocation in one pass of a merged phase (registers: 4 each)
 PHASE_GRIDS = (132, 264, 528)
 SPIN = 1 << 22     # polls before a grid barrier's wait gives up and sets the error word
 
@@ -103,20 +121,30 @@ def stream_rows(dev, nbytes: int, grids, reps: int, barriers) -> list[dict]:
     return rows
 
 
-def phases_us(dev, sizes: list[int], reps: int, grids=PHASE_GRIDS, wg: int = 256, per: int = 4) -> dict:
-    """GPU µs per layer: the reads as stream_read dispatches with the decode barrier between them,
-    against one stream_phases dispatch (grid barriers between the phases) per grid in `grids`."""
+def _single_pass(words: int, threads: int) -> int:
+    """loads per invocation for one pass over `words` with `threads` invocations (capped)"""
+    return max(1, min(MAX_PER, -(-words // threads)))
+
+
+def phases_us(dev, sizes: list[int], reps: int, grids=PHASE_GRIDS, wg: int = 256, per: int = 4,
+              barrier: str = "compute") -> dict:
+    """GPU µs per layer: the reads as stream_read dispatches with `barrier` between them ("compute":
+    the decode step's; "full" all stages and accesses, which this probe used before 2026-11-26),
+    against one stream_phases dispatch (grid barriers between the phases) per grid in `grids`: with
+    `per` loads per invocation per pass and the loads after each barrier, and with one pass per
+    phase ("1pass") and its loads issued before the barrier ("preload")."""
     import struct
 
     from vkdecode.vk.descriptors import write_descriptor_set
     srcs = _sources(dev, sizes)
     words = [(n - n % 16) // 16 for n in sizes]
-    dst, sync = dev.buffer(1 << 20), dev.buffer(64)
+    dst, sync, hand = dev.buffer(1 << 20), dev.buffer(64), dev.buffer(8 << 18)
     err = dev.buffer(64, readback=True)
     sync.write(np.zeros(16, np.uint32))
     err.write(np.zeros(16, np.uint32))
     reads = [dev.pipeline("stream_read", (wg, w, per), None, 2) for w in words]
-    pool = dev.descriptor_pool(len(srcs) * (4 + len(grids)), len(srcs) * (8 + 7 * len(grids)))
+    variants = [(g, name) for g in grids for name in ("strided", "1pass", "preload")]
+    pool = dev.descriptor_pool(len(srcs) * (4 + len(variants)), len(srcs) * (8 + 8 * len(variants)))
     read_sets = _read_sets(dev, pool, reads, srcs, dst)
 
     def chain(cmd, c, bar):
@@ -125,23 +153,27 @@ def phases_us(dev, sizes: list[int], reps: int, grids=PHASE_GRIDS, wg: int = 256
                 bar()
             cmd.bind(pipe, d)
             cmd.dispatch(-(-w // (wg * per)))
-    res = {"chain": _chain_us(dev, reps, len(srcs), "full", chain)}
-    for g in grids:
-        pipe = dev.pipeline("stream_phases", (wg, *words, per), None, 7, 4)
+    res = {"barrier": barrier, "chain": _chain_us(dev, reps, len(srcs), barrier, chain)}
+    for g, name in variants:
+        pers = [per] * 4 if name == "strided" else [_single_pass(w, g * wg) for w in words]
+        pipe = dev.pipeline("stream_phases", (wg, *words, *pers, int(name == "preload")), None, 8, 4)
         sets = []
         for bufs in srcs:
             d = pool.allocate(pipe)
             write_descriptor_set(dev, d, [(b, 0, b.size) for b in bufs]
-                                 + [(sync, 0, sync.size), (err, 0, err.size), (dst, 0, dst.size)])
+                                 + [(sync, 0, sync.size), (err, 0, err.size), (dst, 0, dst.size),
+                                    (hand, 0, hand.size)])
             sets.append(d)
 
         def merged(cmd, c, _bar, pipe=pipe, sets=sets, g=g):
             cmd.bind(pipe, sets[c])
             cmd.push(pipe, struct.pack("<I", SPIN))
             cmd.dispatch(g)
-        res[f"merged {g}x{wg}"] = _chain_us(dev, reps, len(srcs), "full", merged)
-        res[f"merged {g}x{wg} error"] = int(err.read_array(np.uint32, 1)[0])
-    for o in [pool, dst, sync, err] + [b for bufs in srcs for b in bufs]:
+        key = f"merged {g}x{wg}" + ("" if name == "strided" else " " + name)
+        res[key] = _chain_us(dev, reps, len(srcs), barrier, merged)
+        res[key + " per"] = pers
+        res[key + " error"] = int(err.read_array(np.uint32, 1)[0])
+    for o in [pool, dst, sync, err, hand] + [b for bufs in srcs for b in bufs]:
         o.close()
     return res
 
@@ -149,10 +181,15 @@ def phases_us(dev, sizes: list[int], reps: int, grids=PHASE_GRIDS, wg: int = 256
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=200)
-    ap.add_argument("--barrier", nargs="+", default=["full", "none"])
+    ap.add_argument("--barrier", nargs="+", default=["full", "none"], help="barrier kinds of the plain reads")
+    ap.add_argument("--phase-barrier", default="compute", choices=["compute", "full"],
+                    help="--phases: the barrier between dispatches (compute: the decode step's)")
     ap.add_argument("--small", action="store_true", help="a tiny run for lavapipe (tests, CI)")
     ap.add_argument("--phases", action="store_true",
-                    help="only the merged-phases probe: one 8B layer's reads, 4 dispatches vs one with grid barriers")
+                    help="only the merged-phases probe: one layer's reads, 4 dispatches vs one with grid barriers")
+    ap.add_argument("--layer", nargs="+", default=["llama3.1-8b-q4_k_m"], choices=sorted(LAYERS),
+                    help="the shapes whose layer reads --phases merges")
+    ap.add_argument("--grids", type=int, nargs="+", default=list(PHASE_GRIDS), help="merged grids (--phases)")
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
     from vkdecode.vk import Device
@@ -164,10 +201,13 @@ def main(argv=None) -> int:
     res = {"device": dev.info.name, "driver": dev.info.driver_version, "date": time.strftime("%Y-%m-%d"),
            "reps": a.reps, "stream": [], "matvec": []}
     if a.phases:
-        layer = [(w, 1 << 16) for w, _ in LAYER] if a.small else LAYER
-        grids = (1,) if a.small else PHASE_GRIDS   # one workgroup: resident anywhere, lavapipe too
-        res["phases"] = {"layer": layer, **phases_us(dev, [n for _, n in layer], a.reps, grids)}
-        print(res["phases"], flush=True)
+        grids = (1,) if a.small else tuple(a.grids)   # one workgroup: resident anywhere, lavapipe too
+        res["phases"] = {}
+        for shape in a.layer:
+            layer = [(w, 1 << 16) for w, _ in LAYERS[shape]] if a.small else LAYERS[shape]
+            res["phases"][shape] = {"layer": layer, **phases_us(dev, [n for _, n in layer], a.reps, grids,
+                                                                             barrier=a.phase_barrier)}
+            print(shape, res["phases"][shape], flush=True)
         sizes, mvs = [], []
     for what, nbytes in sizes:
         for r in stream_rows(dev, nbytes, grids, a.reps, a.barrier):
