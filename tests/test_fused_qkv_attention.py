@@ -86,8 +86,12 @@ def test_folded_step_matches_reference_and_unfolded(device, models_dir, fam, dty
     hf = tiny_hf_model(fam, models_dir)
     src = write_gguf(hf, models_dir / f"{fam}.qkvin.{dtype}.gguf", dtype) if dtype else hf
     m = load_model(src, ctx=40, kv_dtype=kv)
-    ref = Reference(m.program, m.weights)
     base = replace(KernelCaps.from_info(device.info), attn_splits=splits, attn_kernel="sg")
+    if m.args.head_dim % base.subgroup_size:
+        # the fold rides on the subgroup-rows attention, which splits a head over the lanes: the
+        # tiny models' 16-wide heads fit lavapipe's 8 lanes (CI), not an NVIDIA GPU's 32
+        pytest.skip(f"head_dim {m.args.head_dim} does not split over {base.subgroup_size} lanes")
+    ref = Reference(m.program, m.weights)
     out = {}
     for on in (0, 1):
         with make_executor("fused", device, m.program, m.weights, caps=replace(base, attn_qkv_in=on)) as ex:
