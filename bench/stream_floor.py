@@ -143,7 +143,7 @@ def phases_us(dev, sizes: list[int], reps: int, grids=PHASE_GRIDS, wg: int = 256
     sync.write(np.zeros(16, np.uint32))
     err.write(np.zeros(16, np.uint32))
     reads = [dev.pipeline("stream_read", (wg, w, per), None, 2) for w in words]
-    variants = [(g, name) for g in grids for name in ("strided", "1pass", "preload")]
+    variants = [(g, name) for g in grids for name in ("strided", "1pass", "preload", "split", "split acq")]
     pool = dev.descriptor_pool(len(srcs) * (4 + len(variants)), len(srcs) * (8 + 8 * len(variants)))
     read_sets = _read_sets(dev, pool, reads, srcs, dst)
 
@@ -156,7 +156,8 @@ def phases_us(dev, sizes: list[int], reps: int, grids=PHASE_GRIDS, wg: int = 256
     res = {"barrier": barrier, "chain": _chain_us(dev, reps, len(srcs), barrier, chain)}
     for g, name in variants:
         pers = [per] * 4 if name == "strided" else [_single_pass(w, g * wg) for w in words]
-        pipe = dev.pipeline("stream_phases", (wg, *words, *pers, int(name == "preload")), None, 8, 4)
+        pre = {"strided": 0, "1pass": 0, "preload": 1, "split": 2, "split acq": 3}[name]
+        pipe = dev.pipeline("stream_phases", (wg, *words, *pers, pre), None, 8, 4)
         sets = []
         for bufs in srcs:
             d = pool.allocate(pipe)

@@ -1,5 +1,6 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_memory_scope_semantics : require
 // PROBE (bench/stream_floor.py --phases): four stream_read.comp phases in one dispatch of resident
 // workgroups, a grid barrier between phases (grid_sync.glsl, as persistent_ffn_qkv.comp), against
 // the same four reads as four dispatches with pipeline barriers: what merging a layer's matvec
@@ -9,6 +10,13 @@
 // PRE = 1 issues a phase's first pass of loads BEFORE the grid barrier that precedes it: weights
 // do not depend on the previous phase, so their latency can hide behind the barrier (with one pass
 // per phase, P0-P3 sized to cover its words, the whole phase is in flight while the grid waits).
+// PRE = 2 splits the grid barrier in two around those loads: each invocation releases its hand-off
+// word (a device-scope release fence, while it has no loads outstanding), the workgroup arrives,
+// THEN every invocation issues its loads, then the workgroup waits (acquire loads of the counter)
+// and reads the hand-off with device-scope atomic loads. A fence issued while loads are in flight
+// may wait for them (memoryBarrierBuffer in grid_sync.glsl does, it seems, on an H100), which
+// would serialise PRE = 1's loads with the barrier. PRE = 3 is PRE = 2 with the final workgroup
+// barrier acquiring too (the formally complete form).
 // Measured and removed (bench/results/nvidia-h100-80gb-hbm3/session-2026-11-26/): a grid barrier
 // whose waits poll a flag word instead of the arrival counter, and loader workgroups outside the
 // barriers reading phases 1-3 ahead into L2. Neither was faster.
@@ -46,15 +54,46 @@ layout(push_constant) uniform Push { uint spin; } pc;
 #define PHASE(N, SRC, WORDS, P) { \
     const uint b0 = FIRST(P); \
     uvec4 v0[P]; \
-    if (PRE == 1u) { LOAD(SRC, WORDS, P, b0, v0) } \
-    hand_w[((N) & 1u) * HAND + me] = acc; \
-    grid_sync(N); \
-    acc ^= hand_w[((N) & 1u) * HAND + (me + wg) % total]; \
-    if (PRE == 0u) { LOAD(SRC, WORDS, P, b0, v0) } \
+    if (PRE >= 2u) { \
+        hand_w[((N) & 1u) * HAND + me] = acc; \
+        grid_arrive(N); \
+        LOAD(SRC, WORDS, P, b0, v0) \
+        grid_wait(N); \
+        acc ^= atomicLoad(hand_w[((N) & 1u) * HAND + (me + wg) % total], gl_ScopeDevice, \
+                          gl_StorageSemanticsBuffer, gl_SemanticsRelaxed); \
+    } else { \
+        if (PRE == 1u) { LOAD(SRC, WORDS, P, b0, v0) } \
+        hand_w[((N) & 1u) * HAND + me] = acc; \
+        grid_sync(N); \
+        acc ^= hand_w[((N) & 1u) * HAND + (me + wg) % total]; \
+        if (PRE == 0u) { LOAD(SRC, WORDS, P, b0, v0) } \
+    } \
     FOLD(P, v0) \
     REST(SRC, WORDS, P, b0 + STEP(P)) }
 
 #include "grid_sync.glsl"
+
+// PRE >= 2: grid barrier n in two halves (see above)
+void grid_arrive(uint n) {
+    memoryBarrier(gl_ScopeDevice, gl_StorageSemanticsBuffer, gl_SemanticsRelease);
+    controlBarrier(gl_ScopeWorkgroup, gl_ScopeWorkgroup, 0, 0);
+    if (gl_LocalInvocationIndex == 0u)
+        atomicAdd(sync_w[0], 1u, gl_ScopeDevice, gl_StorageSemanticsBuffer, gl_SemanticsRelease);
+}
+
+void grid_wait(uint n) {
+    if (gl_LocalInvocationIndex == 0u) {
+        const uint want = n * gl_NumWorkGroups.x;
+        uint i = 0u;
+        while (atomicLoad(sync_w[0], gl_ScopeDevice, gl_StorageSemanticsBuffer, gl_SemanticsAcquire) < want
+               && i < pc.spin) i++;
+        if (i == pc.spin) atomicOr(err_w[0], 1u);
+    }
+    if (PRE == 3u)
+        controlBarrier(gl_ScopeWorkgroup, gl_ScopeDevice, gl_StorageSemanticsBuffer, gl_SemanticsAcquireRelease);
+    else
+        controlBarrier(gl_ScopeWorkgroup, gl_ScopeWorkgroup, 0, 0);
+}
 
 void main() {
     const uint wg = gl_WorkGroupSize.x;

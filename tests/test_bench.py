@@ -262,7 +262,7 @@ def test_stream_floor_json(tmp_path):
     assert main(["--small", "--phases", "--reps", "2", "--out", str(out2)]) == 0
     ph = json.loads(out2.read_text())["phases"]["llama3.1-8b-q4_k_m"]
     assert ph["chain"] > 0 and ph["barrier"] == "compute"
-    for v in ("", " 1pass", " preload"):
+    for v in ("", " 1pass", " preload", " split", " split acq"):
         assert ph[f"merged 1x256{v}"] > 0
         assert ph[f"merged 1x256{v} error"] == 0    # every grid barrier passed
     assert ph["merged 1x256 per"] == [4] * 4 and ph["merged 1x256 preload per"] == [16] * 4
