@@ -25,6 +25,14 @@ def _q6k(rows: int, cols: int) -> int:
     return rows * cols * 210 // 256
 
 
+def _f16(rows: int, cols: int) -> int:
+    return rows * cols * 2
+
+
+def _q41(rows: int, cols: int) -> int:
+    return rows * cols * 20 // 32    # bytes: 20 a 32-weight block
+
+
 # (what, bytes): Llama-3.1-8B Q4_K_M's matvecs, and the matvec shapes that read them
 SIZES = [("o 4096x4096 q4_k", _q4k(4096, 4096)), ("gate 14336x4096 q4_k", _q4k(14336, 4096)),
          ("down 4096x14336 q6_k", _q6k(4096, 14336)), ("gate+up 2x14336x4096 q4_k", _q4k(2 * 14336, 4096))]
@@ -39,14 +47,6 @@ WARM_S = 0.3   # submit this long before timing: at 200 short dispatches a submi
                # (360 MHz) had not come up after measure()'s two discarded runs (2-4x slower figures)
 # One layer's matvec reads in step order (q/k/v, o, gate+up, down) per shape: the 8B's K-quants, and
 # the small shapes whose dispatches are mostly boundary (what a merged layer could save there)
-def _f16(rows: int, cols: int) -> int:
-    return rows * cols * 2
-
-
-def _q41(rows: int, cols: int) -> int:
-    return rows * cols * 20 // 32    # bytes: 20 a 32-weight block
-
-
 LAYERS = {
     "llama3.1-8b-q4_k_m": [("qkv", _q4k(4096 + 1024, 4096) + _q6k(1024, 4096)), ("o", _q4k(4096, 4096)),
                            ("gate+up", _q4k(2 * 14336, 4096)), ("down q6_k", _q6k(4096, 14336))],
