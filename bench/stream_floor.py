@@ -59,6 +59,10 @@ LAYERS = {
 }
 MAX_PER = 24       # loads in flight per invocation in one pass of a merged phase (registers: 4 each)
 PHASE_GRIDS = (132, 264, 528)
+# merged-phase variants: stream_phases.comp's PRE (0 loads after the barrier, 1 before it, 2 between
+# the halves of a split barrier, 3 the same with an acquiring workgroup barrier); "strided" takes
+# `per` loads a pass, the others one pass per phase
+PHASE_VARIANTS = {"strided": 0, "1pass": 0, "preload": 1, "split": 2, "split acq": 3}
 SPIN = 1 << 22     # polls before a grid barrier's wait gives up and sets the error word
 
 
@@ -143,7 +147,7 @@ def phases_us(dev, sizes: list[int], reps: int, grids=PHASE_GRIDS, wg: int = 256
     sync.write(np.zeros(16, np.uint32))
     err.write(np.zeros(16, np.uint32))
     reads = [dev.pipeline("stream_read", (wg, w, per), None, 2) for w in words]
-    variants = [(g, name) for g in grids for name in ("strided", "1pass", "preload", "split", "split acq")]
+    variants = [(g, name) for g in grids for name in PHASE_VARIANTS]
     pool = dev.descriptor_pool(len(srcs) * (4 + len(variants)), len(srcs) * (8 + 8 * len(variants)))
     read_sets = _read_sets(dev, pool, reads, srcs, dst)
 
@@ -156,8 +160,7 @@ def phases_us(dev, sizes: list[int], reps: int, grids=PHASE_GRIDS, wg: int = 256
     res = {"barrier": barrier, "chain": _chain_us(dev, reps, len(srcs), barrier, chain)}
     for g, name in variants:
         pers = [per] * 4 if name == "strided" else [_single_pass(w, g * wg) for w in words]
-        pre = {"strided": 0, "1pass": 0, "preload": 1, "split": 2, "split acq": 3}[name]
-        pipe = dev.pipeline("stream_phases", (wg, *words, *pers, pre), None, 8, 4)
+        pipe = dev.pipeline("stream_phases", (wg, *words, *pers, PHASE_VARIANTS[name]), None, 8, 4)
         sets = []
         for bufs in srcs:
             d = pool.allocate(pipe)

@@ -58,7 +58,7 @@ layout(push_constant) uniform Push { uint spin; } pc;
         hand_w[((N) & 1u) * HAND + me] = acc; \
         grid_arrive(N); \
         LOAD(SRC, WORDS, P, b0, v0) \
-        grid_wait(N); \
+        grid_wait(N, PRE == 3u); \
         acc ^= atomicLoad(hand_w[((N) & 1u) * HAND + (me + wg) % total], gl_ScopeDevice, \
                           gl_StorageSemanticsBuffer, gl_SemanticsRelaxed); \
     } else { \
@@ -71,29 +71,8 @@ layout(push_constant) uniform Push { uint spin; } pc;
     FOLD(P, v0) \
     REST(SRC, WORDS, P, b0 + STEP(P)) }
 
+#define GRID_SPLIT
 #include "grid_sync.glsl"
-
-// PRE >= 2: grid barrier n in two halves (see above)
-void grid_arrive(uint n) {
-    memoryBarrier(gl_ScopeDevice, gl_StorageSemanticsBuffer, gl_SemanticsRelease);
-    controlBarrier(gl_ScopeWorkgroup, gl_ScopeWorkgroup, 0, 0);
-    if (gl_LocalInvocationIndex == 0u)
-        atomicAdd(sync_w[0], 1u, gl_ScopeDevice, gl_StorageSemanticsBuffer, gl_SemanticsRelease);
-}
-
-void grid_wait(uint n) {
-    if (gl_LocalInvocationIndex == 0u) {
-        const uint want = n * gl_NumWorkGroups.x;
-        uint i = 0u;
-        while (atomicLoad(sync_w[0], gl_ScopeDevice, gl_StorageSemanticsBuffer, gl_SemanticsAcquire) < want
-               && i < pc.spin) i++;
-        if (i == pc.spin) atomicOr(err_w[0], 1u);
-    }
-    if (PRE == 3u)
-        controlBarrier(gl_ScopeWorkgroup, gl_ScopeDevice, gl_StorageSemanticsBuffer, gl_SemanticsAcquireRelease);
-    else
-        controlBarrier(gl_ScopeWorkgroup, gl_ScopeWorkgroup, 0, 0);
-}
 
 void main() {
     const uint wg = gl_WorkGroupSize.x;
