@@ -25,8 +25,8 @@ import json
 import statistics
 from dataclasses import fields, replace
 
-from vkdecode import bench
-from vkdecode.kernels import KernelCaps
+from vkdecode import benchmark as bench
+from vkdecode.lowering.ops import KernelCaps
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
@@ -137,7 +137,7 @@ def pipeline_stats(dev) -> list[str]:
 
 
 def main(argv=None) -> int:
-    from vkdecode.cli_stats import add_model_source_options, bench_model_from_args, open_device
+    from vkdecode.cli.stats import add_model_source_options, bench_model_from_args, open_device
     ap = argparse.ArgumentParser()
     ap.add_argument("variants", nargs="+", help="MODE[:KNOB=V,...]")
     add_model_source_options(ap)

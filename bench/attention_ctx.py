@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from vkdecode import bench
+from vkdecode import benchmark as bench
 
 
 def run_ctx(dev, a, ctx: int) -> dict:
@@ -58,7 +58,7 @@ def run_ctx(dev, a, ctx: int) -> dict:
 
 def caps_with(dev, settings: list[str]):
     """The device's KernelCaps with KEY=VALUE tuning (ints, else strings) over its defaults."""
-    from vkdecode.kernels import KernelCaps
+    from vkdecode.lowering.ops import KernelCaps
     tuning = {}
     for kv in settings:
         key, _, value = kv.partition("=")
@@ -69,7 +69,7 @@ def caps_with(dev, settings: list[str]):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", help="a .gguf or HF directory (default: the default model)")
-    ap.add_argument("--shape", help="random weights of a bench shape (vkdecode.bench_shapes) instead")
+    ap.add_argument("--shape", help="random weights of a bench shape (vkdecode.benchmark.shapes) instead")
     ap.add_argument("--quant", default="q4_1")
     ap.add_argument("--ctx", type=int, nargs="+", default=[256, 4096])
     ap.add_argument("--modes", nargs="+", default=["fused"])

@@ -22,8 +22,8 @@ import numpy as np
 
 from bench.matmul_rows_bench import time_calls
 from fusion.ir import STEP_WORDS, Program
-from vkdecode.cli_bench import write_json
-from vkdecode.kernels import KernelCaps, op_calls
+from vkdecode.cli.bench import write_json
+from vkdecode.lowering.ops import KernelCaps, op_calls
 
 MODELS = {"qwen3-0.6b": ((16, 8, 128), 28), "smollm2-135m": ((9, 3, 64), 30)}
 

@@ -9,14 +9,12 @@ never asserts timings.
     python -m bench.decode_breakdown --model m.gguf --llama-server /tmp/llama/llama-server
     python -m bench.decode_breakdown --shape tiny --tokens 4 --reps 1 --copy-mib 4   # seconds, lavapipe
 
-Timing is vkdecode.bench's: fused replay, the prompt (--prompt-tokens) then --tokens greedy steps,
+Timing is vkdecode.benchmark's: fused replay, the prompt (--prompt-tokens) then --tokens greedy steps,
 one warm-up run, median over --reps (tok/s from wall time, GPU µs from the step's timestamps).
 The rule breakdown comes from a second executor with a timestamp after every region (they slow
 the step, so they stay out of the timed runs): median µs per region over the steps, summed by
 rule. Bytes per rule: the weights its regions read (the embedding: one row) plus the KV rows its
-attention ops read, averaged over the timed positions. With the L2 prefetch on (GPUs,
-weights of 2 MiB or more), attention dispatches read part of the next regions' weights, so those
-regions' GB/s come out high and the attention's low; `--no-prefetch` turns it off.
+attention ops read, averaged over the timed positions.
 """
 from __future__ import annotations
 
@@ -26,12 +24,11 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import replace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # run from anywhere
 
-from vkdecode import bench
-from vkdecode.cli_bench import write_json
+from vkdecode import benchmark as bench
+from vkdecode.cli.bench import write_json
 
 
 def kv_bytes(program, op, p0: int, n: int) -> int:
@@ -165,7 +162,6 @@ def main(argv=None) -> int:
     ap.add_argument("--prompt-tokens", type=int, default=16)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--copy-mib", type=int, default=256, help="size of the copy that measures bandwidth")
-    ap.add_argument("--no-prefetch", action="store_true", help="no L2 weight prefetch in attention")
     ap.add_argument("--llama-server", default=None, help="also llama.cpp's decode on each GGUF (path of llama-server)")
     ap.add_argument("--llama-reps", type=int, default=5)
     ap.add_argument("--port", type=int, default=18093)
@@ -175,14 +171,12 @@ def main(argv=None) -> int:
     if a.prompt_tokens + a.tokens > a.ctx:
         raise SystemExit(f"error: --prompt-tokens + --tokens = {a.prompt_tokens + a.tokens} > --ctx {a.ctx}")
     specs = model_specs(a)
-    from vkdecode.kernels import KernelCaps
+    from vkdecode.lowering.ops import KernelCaps
     from vkdecode.vk import Device
     out = {"settings": {k: v for k, v in vars(a).items() if k != "device"}, "results": []}
     files = []
     with Device(a.device) as dev:
         caps = KernelCaps.from_info(dev.info)
-        if a.no_prefetch:
-            caps = replace(caps, prefetch_bytes=-1)
         out["environment"] = bench.environment(dev)
         out["caps"] = dict(caps.__dict__)
         copies = bench.copy_bandwidths(dev, a.copy_mib << 20) if a.copy_mib else {}

@@ -10,6 +10,7 @@ import json
 import statistics
 import struct
 
+from bench.shaders import path as probe_shader
 from vkdecode.vk.descriptors import write_descriptor_set
 from vkdecode.vk.device import Device
 from vkdecode.vk.ffi import NULL, check, ffi, lib, new, vk
@@ -98,7 +99,7 @@ def handoff_us(dev, n: int, elems: int, grid_groups: int = 0, reps: int = 7, pol
     defines = {"GRID": "1"} if grid_groups else {}
     if poll_load:
         defines["POLL_LOAD"] = "1"
-    pipe = dev.pipeline("chain_link", (wg, elems, 1 << 20, n), defines, 3, push_size=8)
+    pipe = dev.pipeline(probe_shader("chain_link"), (wg, elems, 1 << 20, n), defines, 3, push_size=8)
     sync = dev.buffer(8, host_visible=True)
     a, b = dev.buffer(elems * 4, host_visible=True), dev.buffer(elems * 4)
     pool = dev.descriptor_pool(1, 3)

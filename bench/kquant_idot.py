@@ -18,8 +18,8 @@ from dataclasses import replace
 import numpy as np
 
 from bench.matvec_bench import Case, copy_bandwidth, measure
-from vkdecode.cli_bench import write_json
-from vkdecode.kernels import KernelCaps
+from vkdecode.cli.bench import write_json
+from vkdecode.lowering.ops import KernelCaps
 from vkdecode.quant import PackedWeight, dequantize
 
 

@@ -38,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # run from anywhere
 
-from vkdecode.cli_bench import write_json
+from vkdecode.cli.bench import write_json
 
 
 def _read(path: str) -> str:

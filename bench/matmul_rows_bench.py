@@ -26,10 +26,10 @@ import numpy as np
 
 from bench.matvec_bench import random_parts
 from fusion.ir import Program
-from vkdecode.cli_bench import write_json
-from vkdecode.kernels import KernelCaps, op_calls
-from vkdecode.kernels_coop import COOP_TILES
-from vkdecode.kernels_rows import WIDE_TILES
+from vkdecode.cli.bench import write_json
+from vkdecode.lowering.coop import COOP_TILES
+from vkdecode.lowering.ops import KernelCaps, op_calls
+from vkdecode.lowering.rows import WIDE_TILES
 
 # (dtype, out, in, what): the matmuls of one layer of a prompt chunk (no lm_head: a prefill chunk
 # drops it, fusion/chunk.py)

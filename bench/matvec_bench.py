@@ -20,8 +20,8 @@ from dataclasses import replace
 import numpy as np
 
 from fusion.ir import Program
-from vkdecode.cli_bench import write_json
-from vkdecode.kernels import KernelCaps, op_calls, weight_parts
+from vkdecode.cli.bench import write_json
+from vkdecode.lowering.ops import KernelCaps, op_calls, weight_parts
 
 # (dtype, out, in, what)
 PRESETS = {
@@ -52,7 +52,7 @@ def random_parts(dtype: str, out: int, n_in: int, rng) -> dict[str, np.ndarray]:
         return {"data": rng.standard_normal((out, n_in), dtype=np.float32)}
     if dtype == "f16":
         return {"data": rng.standard_normal((out, n_in)).astype(np.float16).view(np.uint32)}
-    from vkdecode.bench_shapes import random_weight
+    from vkdecode.benchmark.shapes import random_weight
     return random_weight(dtype, (out, n_in), rng).parts   # valid blocks, every quant dtype
 
 
@@ -168,9 +168,9 @@ def measure(case: Case, caps: KernelCaps, reps: int = 200, barrier: str = "full"
 
 
 def copy_bandwidth(dev, nbytes: int = 512 << 20, reps: int = 5) -> float:
-    """GB/s (read + write bytes) of vkCmdCopyBuffer, best of 4: vkdecode.bench's measurement, which
+    """GB/s (read + write bytes) of vkCmdCopyBuffer, best of 4: vkdecode.benchmark's measurement, which
     bench/run_all.py and bench/decode_breakdown.py use too."""
-    from vkdecode.bench import copy_bandwidths
+    from vkdecode.benchmark import copy_bandwidths
     return copy_bandwidths(dev, nbytes, reps)["vkCmdCopyBuffer"]
 
 

@@ -25,10 +25,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 import numpy as np
 
-from vkdecode import bench
-from vkdecode.cli_bench import write_json
+from vkdecode import benchmark as bench
+from vkdecode.cli.bench import write_json
 from vkdecode.executors import MODES, make_executor
-from vkdecode.kernels import KernelCaps
+from vkdecode.lowering.ops import KernelCaps
 
 
 def time_prompt(ex, ids: list[int], reps: int, warmup: int) -> dict:

@@ -26,10 +26,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import numpy as np
 
 from fusion.chunk import TOKENS, chunk_program
-from vkdecode import bench
-from vkdecode.cli_bench import write_json
-from vkdecode.kernels import KernelCaps
-from vkdecode.kernels_rows_fused import chunk_rules
+from vkdecode import benchmark as bench
+from vkdecode.cli.bench import write_json
+from vkdecode.lowering.ops import KernelCaps
+from vkdecode.lowering.rows_fused import chunk_rules
 
 
 def main(argv=None) -> int:

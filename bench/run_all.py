@@ -21,8 +21,8 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # run from anywhere
 
-from vkdecode import bench
-from vkdecode.cli_bench import format_notes, format_table, plot_results, write_json
+from vkdecode import benchmark as bench
+from vkdecode.cli.bench import format_notes, format_table, plot_results, write_json
 from vkdecode.default_model import default_model_path
 from vkdecode.executors import MODES
 

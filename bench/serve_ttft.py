@@ -131,7 +131,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)
     from bench.run_all import device_slug
-    from vkdecode import bench
+    from vkdecode import benchmark as bench
     with tempfile.TemporaryDirectory() as tmp:
         if a.shape:
             from bench.shape_gguf import write_shape_gguf

@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # run from anywhere
 
-from vkdecode.bench_shapes import STD, random_halves, shape_args, weight_dtypes
+from vkdecode.benchmark.shapes import STD, random_halves, shape_args, weight_dtypes
 from vkdecode.models.gguf_names import expected_shapes, source_name
 from vkdecode.models.rope import llama3_rope_factors
 

@@ -23,8 +23,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 import numpy as np
 
-from vkdecode import bench
-from vkdecode.cli_bench import write_json
+from vkdecode import benchmark as bench
+from vkdecode.cli.bench import write_json
 from vkdecode.executors import make_executor
 
 CODE = '''def mean_and_total(values):

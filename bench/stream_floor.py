@@ -13,8 +13,9 @@ import time
 import numpy as np
 
 from bench.matvec_bench import COPY_SET_BYTES, Case, chain_times, measure
-from vkdecode.cli_bench import write_json
-from vkdecode.kernels import KernelCaps
+from bench.shaders import path as probe_shader
+from vkdecode.cli.bench import write_json
+from vkdecode.lowering.ops import KernelCaps
 
 
 def _q4k(rows: int, cols: int) -> int:
@@ -107,7 +108,7 @@ def stream_rows(dev, nbytes: int, grids, reps: int, barriers) -> list[dict]:
     words = (nbytes - nbytes % 16) // 16
     dst = dev.buffer(1 << 20)
     pool = dev.descriptor_pool(len(srcs) * len(grids), 2 * len(srcs) * len(grids))
-    pipes = {label: dev.pipeline("stream_read", (wg, words, per), None, 2) for label, wg, per, _ in grids}
+    pipes = {label: dev.pipeline(probe_shader("stream_read"), (wg, words, per), None, 2) for label, wg, per, _ in grids}
     sets = {label: _read_sets(dev, pool, [pipe], srcs, dst) for label, pipe in pipes.items()}
     rows = []
     for barrier in barriers:
@@ -146,7 +147,7 @@ def phases_us(dev, sizes: list[int], reps: int, grids=PHASE_GRIDS, wg: int = 256
     err = dev.buffer(64, readback=True)
     sync.write(np.zeros(16, np.uint32))
     err.write(np.zeros(16, np.uint32))
-    reads = [dev.pipeline("stream_read", (wg, w, per), None, 2) for w in words]
+    reads = [dev.pipeline(probe_shader("stream_read"), (wg, w, per), None, 2) for w in words]
     variants = [(g, name) for g in grids for name in PHASE_VARIANTS]
     pool = dev.descriptor_pool(len(srcs) * (4 + len(variants)), len(srcs) * (8 + 8 * len(variants)))
     read_sets = _read_sets(dev, pool, reads, srcs, dst)
@@ -160,7 +161,7 @@ def phases_us(dev, sizes: list[int], reps: int, grids=PHASE_GRIDS, wg: int = 256
     res = {"barrier": barrier, "chain": _chain_us(dev, reps, len(srcs), barrier, chain)}
     for g, name in variants:
         pers = [per] * 4 if name == "strided" else [_single_pass(w, g * wg) for w in words]
-        pipe = dev.pipeline("stream_phases", (wg, *words, *pers, PHASE_VARIANTS[name]), None, 8, 4)
+        pipe = dev.pipeline(probe_shader("stream_phases"), (wg, *words, *pers, PHASE_VARIANTS[name]), None, 8, 4)
         sets = []
         for bufs in srcs:
             d = pool.allocate(pipe)

@@ -9,8 +9,8 @@ import argparse
 import json
 from dataclasses import replace
 
-from vkdecode import bench
-from vkdecode.kernels import KernelCaps
+from vkdecode import benchmark as bench
+from vkdecode.lowering.ops import KernelCaps
 from vkdecode.vk.device import Device
 
 
@@ -26,9 +26,6 @@ def main() -> None:
     ap.add_argument("--wg", type=int, nargs="+", default=[0], help="attention workgroup sizes (0: automatic)")
     ap.add_argument("--cx-rows", type=int, nargs="+", default=[0],
                     help="rows per workgroup of the combining o-projection (0: automatic)")
-    ap.add_argument("--prefetch-mib", type=float, nargs="+", default=[0],
-                    help="weight MiB each attention prefetches into L2 (0: automatic, < 0: none)")
-    ap.add_argument("--prefetch-groups", type=int, nargs="+", default=[0], help="prefetch workgroups (0: automatic)")
     ap.add_argument("--profile", action="store_true", help="also GPU µs by rule (separate executor)")
     ap.add_argument("--out")
     a = ap.parse_args()
@@ -36,18 +33,16 @@ def main() -> None:
     rows = []
     with Device() as dev:
         base = KernelCaps.from_info(dev.info)
-        grid = [(k, s, c, w, pf, pg) for k in a.kernels for s in a.splits for c in a.cx_rows for w in a.wg
-                for pf in a.prefetch_mib for pg in a.prefetch_groups]
-        for kernel, splits, cx_rows, wg, pf, pg in grid:
-            caps = replace(base, attn_kernel=kernel, attn_splits=splits, cx_rows=cx_rows, attn_wg=wg,
-                           prefetch_bytes=int(pf * (1 << 20)) if pf >= 0 else -1, prefetch_groups=pg)
+        grid = [(k, s, c, w) for k in a.kernels for s in a.splits for c in a.cx_rows for w in a.wg]
+        for kernel, splits, cx_rows, wg in grid:
+            caps = replace(base, attn_kernel=kernel, attn_splits=splits, cx_rows=cx_rows, attn_wg=wg)
             r = bench.timed_fused(dev, model, caps, a.n, a.reps, a.profile)
             rows.append({"attn_kernel": kernel, "attn_splits": splits, "cx_rows": cx_rows, "attn_wg": wg,
-                         "prefetch_mib": pf, "prefetch_groups": pg, **r})
+                         **r})
             tok_s, gpu, n_disp = r["tok_s"], r["gpu_us"], r["dispatches"]
             print(f"{dev.info.name} {a.shape} {a.quant} ctx {a.ctx} kernel {kernel or 'auto'} wg {wg or 'auto'} "
                   f"splits {splits or 'auto'} "
-                  f"o-proj rows {cx_rows or 'auto'} prefetch {pf if pf else 'auto'} MiB x {pg or 'auto'}: "
+                  f"o-proj rows {cx_rows or 'auto'}: "
                   f"{tok_s['median']:7.1f} tok/s  GPU {gpu['median']:7.1f} us  {n_disp} dispatches", flush=True)
             for rule, e in r.get("region_us", {}).items():
                 print(f"    {rule:36s} {e['us']:7.1f} us  {e['regions']} regions", flush=True)

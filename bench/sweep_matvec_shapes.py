@@ -10,8 +10,8 @@ import argparse
 import json
 from dataclasses import replace
 
-from vkdecode import bench
-from vkdecode.kernels import KernelCaps
+from vkdecode import benchmark as bench
+from vkdecode.lowering.ops import KernelCaps
 from vkdecode.vk.device import Device
 
 GRID = [(0, 0), (32, 1), (64, 1), (128, 1), (32, 2), (64, 2), (32, 4), (64, 4), (128, 4), (32, 8), (64, 8)]

@@ -36,7 +36,7 @@ def run_once(ex, prompt: list[int], n: int) -> dict:
 
 
 def main(argv=None) -> int:
-    from vkdecode import bench
+    from vkdecode import benchmark as bench
     from vkdecode.executors import make_executor
     from vkdecode.vk import Device
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])

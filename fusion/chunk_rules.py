@@ -23,7 +23,6 @@ from fusion.rules import (
     RMS_NORM_MATMUL_BIAS_SILU_MUL,
     RMS_NORM_MATMUL_GELU_MUL,
     RMS_NORM_MATMUL_SILU_MUL,
-    Region,
     Rule,
     whole_norm,
 )
@@ -64,16 +63,10 @@ def rows_rule(rule: Rule) -> Rule:
     name = rule.name + SUFFIX
     pat = Pattern(name, tuple(_item(it) for it in rule.pattern.items), rule.pattern.exports)
 
-    def lower(m: Match, p: Program) -> Region | None:
-        region = rule.lower(m, p)
-        if region is not None:
-            region.name += SUFFIX
-            region.rule = (region.rule or rule.name) + SUFFIX
-        return region
-
     def check(m: Match, p: Program) -> bool:
         return _rows_check(m, p) and (rule.check is None or rule.check(m, p))
-    return Rule(name, pat, lower, check)
+    # the decode rule's lowering names the region after the (suffixed) pattern
+    return Rule(name, pat, rule.lower, check)
 
 
 # decode priority order: the norm goes into gate/up (+ GLU) first, else into every projection

@@ -38,8 +38,14 @@ def single_op_region(program: Program, i: int) -> Region:
                   {"inputs": list(o.inputs), "outputs": list(o.outputs)}, dict(o.attrs))
 
 
-def _region(m: Match, name: str, roles: dict, attrs: dict) -> Region:
-    return Region(name, name, list(m.ops), list(m.inputs), list(m.exports), roles, attrs)
+def _region(m: Match, roles: dict, attrs: dict) -> Region:
+    """The region of a match, named after its rule (a pattern carries its rule's name)."""
+    return Region(m.pattern, m.pattern, list(m.ops), list(m.inputs), list(m.exports), roles, attrs)
+
+
+def rule(name: str, *items, lower, exports=(), check=None) -> Rule:
+    """A rule, its name written once: the pattern and every region it lowers to carry it."""
+    return Rule(name, pattern(name, *items, exports=exports), lower, check)
 
 
 # -- predicates --
@@ -70,27 +76,25 @@ def _op_attrs(m: Match, p: Program, out: str) -> dict:
 
 def _lower_norm_matmul_argmax(m: Match, p: Program) -> Region:
     c = m.captures
-    return _region(m, "RMS_NORM_MATMUL_ARGMAX",
-                   {"x": c["x"], "norm_w": c["norm_w"], "weight": c["w"], "logits": c["logits"],
+    return _region(m, {"x": c["x"], "norm_w": c["norm_w"], "weight": c["w"], "logits": c["logits"],
                     "token": c["token"]},
                    {"eps": _eps(m, p, "h"), "dtype": p.values[c["w"]].dtype})
 
 
-RMS_NORM_MATMUL_ARGMAX = Rule("RMS_NORM_MATMUL_ARGMAX", pattern(
+RMS_NORM_MATMUL_ARGMAX = rule(
     "RMS_NORM_MATMUL_ARGMAX",
     op("rms_norm", ("x", "norm_w"), ("h",), where=whole_norm),
     op("matmul", ("w", "h"), ("logits",)),
     op("argmax", ("logits",), ("token",)),
-    exports=("logits", "token")), _lower_norm_matmul_argmax)
+    exports=("logits", "token"), lower=_lower_norm_matmul_argmax)
 
 
 # -- 2. norm folded into the gate/up matvec, SwiGLU (or Gemma's GeGLU) in the epilogue: one kernel --
 
-def _lower_norm_glu(name: str, act: str):
+def _lower_norm_glu(act: str):
     def lower(m: Match, p: Program) -> Region:
         c = m.captures
-        return _region(m, name,
-                       {"x": c["x"], "norm_w": c["norm_w"], "w_gate": c["w_gate"], "w_up": c["w_up"],
+        return _region(m, {"x": c["x"], "norm_w": c["norm_w"], "w_gate": c["w_gate"], "w_up": c["w_up"],
                         "out": c["a"]},
                        {"eps": _eps(m, p, "h"), "dtype": p.values[c["w_gate"]].dtype, "act": act})
     return lower
@@ -99,13 +103,13 @@ def _lower_norm_glu(name: str, act: str):
 def _norm_glu_rule(act: str) -> Rule:
     """RMS_NORM_MATMUL_SILU_MUL, and its GeGLU variant RMS_NORM_MATMUL_GELU_MUL (same kernel, one define)."""
     name = f"RMS_NORM_MATMUL_{act.upper()}_MUL"
-    return Rule(name, pattern(
+    return rule(
         name,
         op("rms_norm", ("x", "norm_w"), ("h",), where=whole_norm),
         op("matmul", ("w_gate", "h"), ("g",)),
         op("matmul", ("w_up", "h"), ("u",)),
         op(f"{act}_mul", ("g", "u"), ("a",)),
-        exports=("a",)), _lower_norm_glu(name, act), lambda m, p: _same_weights(m, p, "w_gate", "w_up"))
+        exports=("a",), lower=_lower_norm_glu(act), check=lambda m, p: _same_weights(m, p, "w_gate", "w_up"))
 
 
 RMS_NORM_MATMUL_SILU_MUL = _norm_glu_rule("silu")
@@ -113,13 +117,13 @@ RMS_NORM_MATMUL_GELU_MUL = _norm_glu_rule("gelu")
 
 
 def _lower_norm_bias_swiglu(m: Match, p: Program) -> Region:
-    region = _lower_norm_glu("RMS_NORM_MATMUL_BIAS_SILU_MUL", "silu")(m, p)
+    region = _lower_norm_glu("silu")(m, p)
     region.roles.update(b_gate=m.captures["b_gate"], b_up=m.captures["b_up"])
     return region
 
 
 # Llama mlp_bias: the gate and up biases sit between the matvecs and SwiGLU, added in its epilogue
-RMS_NORM_MATMUL_BIAS_SILU_MUL = Rule("RMS_NORM_MATMUL_BIAS_SILU_MUL", pattern(
+RMS_NORM_MATMUL_BIAS_SILU_MUL = rule(
     "RMS_NORM_MATMUL_BIAS_SILU_MUL",
     op("rms_norm", ("x", "norm_w"), ("h",), where=whole_norm),
     op("matmul", ("w_gate", "h"), ("g",)),
@@ -127,7 +131,7 @@ RMS_NORM_MATMUL_BIAS_SILU_MUL = Rule("RMS_NORM_MATMUL_BIAS_SILU_MUL", pattern(
     op("matmul", ("w_up", "h"), ("u",)),
     op("add", ("u", "b_up"), ("ub",), kinds={"b_up": "weight"}, commutative=True),
     op("silu_mul", ("gb", "ub"), ("a",)),
-    exports=("a",)), _lower_norm_bias_swiglu, lambda m, p: _same_weights(m, p, "w_gate", "w_up"))
+    exports=("a",), lower=_lower_norm_bias_swiglu, check=lambda m, p: _same_weights(m, p, "w_gate", "w_up"))
 
 
 # -- 3. norm feeding every projection that reads it (q/k/v), each with its optional bias --
@@ -136,19 +140,18 @@ def _lower_norm_matmul(m: Match, p: Program) -> Region:
     c = m.captures
     outs = [b if b is not None else y for y, b in zip(c["y"], c.get("yb", [None] * len(c["y"])))]
     dtypes = [p.values[w].dtype for w in c["w"]]
-    return _region(m, "RMS_NORM_MATMUL",
-                   {"x": c["x"], "norm_w": c["norm_w"], "weights": list(c["w"]),
+    return _region(m, {"x": c["x"], "norm_w": c["norm_w"], "weights": list(c["w"]),
                     "biases": list(c.get("b", [None] * len(c["w"]))), "outs": outs},
                    {"eps": _eps(m, p, "h"), "dtypes": dtypes,
                     "rows": [_shape(p, w)[0] for w in c["w"]]})
 
 
-RMS_NORM_MATMUL = Rule("RMS_NORM_MATMUL", pattern(
+RMS_NORM_MATMUL = rule(
     "RMS_NORM_MATMUL",
     op("rms_norm", ("x", "norm_w"), ("h",), where=whole_norm),
     repeat(op("matmul", ("w", "h"), ("y",)),
            optional(op("add", ("y", "b"), ("yb",), kinds={"b": "weight"}, commutative=True)),
-           exports=(("yb", "y"),))), _lower_norm_matmul)
+           exports=(("yb", "y"),)), lower=_lower_norm_matmul)
 
 
 # -- 4. (per-head q/k norm,) RoPE, KV-cache write and the attention that reads it --
@@ -163,8 +166,7 @@ def _lower_attention(m: Match, p: Program) -> Region:
     if qk_norm:
         roles.update(q_norm_w=c["q_norm_w"], k_norm_w=c["k_norm_w"])
         attrs["eps"] = _eps(m, p, "qn")
-    name = "QK_NORM_ROPE_KV_WRITE_ATTENTION" if qk_norm else "ROPE_KV_WRITE_ATTENTION"
-    return _region(m, name, roles, attrs)
+    return _region(m, roles, attrs)
 
 
 def _attention_shapes(m: Match, p: Program) -> bool:
@@ -184,7 +186,7 @@ _ATTN_TAIL = (
     op("attention", ("qr", "k_cache", "v_cache", "step"), ("o",)),
     op("kv_write", ("kr", "v", "step"), ("k_cache", "v_cache")),
 )
-QK_NORM_ROPE_KV_WRITE_ATTENTION = Rule("QK_NORM_ROPE_KV_WRITE_ATTENTION", pattern(
+QK_NORM_ROPE_KV_WRITE_ATTENTION = rule(
     "QK_NORM_ROPE_KV_WRITE_ATTENTION",
     # per head, and with a single (kv) head that is the whole vector: _attention_shapes checks
     # that the weight is one head long
@@ -193,62 +195,60 @@ QK_NORM_ROPE_KV_WRITE_ATTENTION = Rule("QK_NORM_ROPE_KV_WRITE_ATTENTION", patter
     *_ATTN_TAIL,
     op("rope", ("kn", "step", "freqs"), ("kr",)),
     op("rms_norm", ("k", "k_norm_w"), ("kn",)),
-    exports=("o", "k_cache", "v_cache")), _lower_attention, _attention_shapes)
+    exports=("o", "k_cache", "v_cache"), lower=_lower_attention, check=_attention_shapes)
 
-ROPE_KV_WRITE_ATTENTION = Rule("ROPE_KV_WRITE_ATTENTION", pattern(
+ROPE_KV_WRITE_ATTENTION = rule(
     "ROPE_KV_WRITE_ATTENTION",
     op("rope", ("q", "step", "freqs"), ("qr",)),
     *_ATTN_TAIL,
     op("rope", ("k", "step", "freqs"), ("kr",)),
-    exports=("o", "k_cache", "v_cache")), _lower_attention, _attention_shapes)
+    exports=("o", "k_cache", "v_cache"), lower=_lower_attention, check=_attention_shapes)
 
 
 # -- 5. output / down projection (+ its bias) accumulating into the residual --
 
 def _lower_matmul_add(m: Match, p: Program) -> Region:
     c = m.captures
-    name = "MATMUL_BIAS_ADD" if "b" in c else "MATMUL_ADD"
-    return _region(m, name,
-                   {"weight": c["w"], "x": c["x"], "residual": c["r"], "out": c["s"], "bias": c.get("b")},
+    return _region(m, {"weight": c["w"], "x": c["x"], "residual": c["r"], "out": c["s"], "bias": c.get("b")},
                    {"dtype": p.values[c["w"]].dtype})
 
 
 # Llama / Qwen3 with attention_bias (o-projection), Llama with mlp_bias (down projection): the
 # bias add sits between the matvec and the residual add and is folded into the same epilogue.
-MATMUL_BIAS_ADD = Rule("MATMUL_BIAS_ADD", pattern(
+MATMUL_BIAS_ADD = rule(
     "MATMUL_BIAS_ADD",
     op("matmul", ("w", "x"), ("y",)),
     op("add", ("y", "b"), ("yb",), kinds={"b": "weight"}, commutative=True),
     op("add", ("yb", "r"), ("s",), kinds={"r": "activation"}, commutative=True),
-    exports=("s",)), _lower_matmul_add)
+    exports=("s",), lower=_lower_matmul_add)
 
 
-MATMUL_ADD = Rule("MATMUL_ADD", pattern(
+MATMUL_ADD = rule(
     "MATMUL_ADD",
     op("matmul", ("w", "x"), ("y",)),
     # an activation, not a bias weight: this is the residual stream
     op("add", ("y", "r"), ("s",), kinds={"r": "activation"}, commutative=True),
-    exports=("s",)), _lower_matmul_add)
+    exports=("s",), lower=_lower_matmul_add)
 
 
 # -- 6. gate and up projections + SwiGLU / GeGLU in one matvec, when the norm could not be folded in --
 
-def _lower_glu(name: str, act: str):
+def _lower_glu(act: str):
     def lower(m: Match, p: Program) -> Region:
         c = m.captures
-        return _region(m, name, {"x": c["x"], "w_gate": c["w_gate"], "w_up": c["w_up"], "out": c["a"]},
+        return _region(m, {"x": c["x"], "w_gate": c["w_gate"], "w_up": c["w_up"], "out": c["a"]},
                        {"dtype": p.values[c["w_gate"]].dtype, "act": act})
     return lower
 
 
 def _glu_rule(act: str) -> Rule:
     name = f"MATMUL_{act.upper()}_MUL"
-    return Rule(name, pattern(
+    return rule(
         name,
         op("matmul", ("w_gate", "x"), ("g",)),
         op("matmul", ("w_up", "x"), ("u",)),
         op(f"{act}_mul", ("g", "u"), ("a",)),
-        exports=("a",)), _lower_glu(name, act), lambda m, p: _same_weights(m, p, "w_gate", "w_up"))
+        exports=("a",), lower=_lower_glu(act), check=lambda m, p: _same_weights(m, p, "w_gate", "w_up"))
 
 
 MATMUL_SILU_MUL = _glu_rule("silu")
@@ -259,16 +259,15 @@ MATMUL_GELU_MUL = _glu_rule("gelu")
 
 def _lower_add_norm(m: Match, p: Program) -> Region:
     c = m.captures
-    return _region(m, "ADD_RMS_NORM",
-                   {"a": c["a"], "b": c["b"], "norm_w": c["norm_w"], "sum": c["s"], "out": c["n"]},
+    return _region(m, {"a": c["a"], "b": c["b"], "norm_w": c["norm_w"], "sum": c["s"], "out": c["n"]},
                    {"eps": _eps(m, p, "n")})
 
 
-ADD_RMS_NORM = Rule("ADD_RMS_NORM", pattern(
+ADD_RMS_NORM = rule(
     "ADD_RMS_NORM",
     op("add", ("a", "b"), ("s",)),
     op("rms_norm", ("s", "norm_w"), ("n",), where=whole_norm),
-    exports=("s", "n")), _lower_add_norm)
+    exports=("s", "n"), lower=_lower_add_norm)
 
 
 # -- 8. Gemma's sandwich norm: the block output normed, then added to the residual (one pass).
@@ -277,16 +276,15 @@ ADD_RMS_NORM = Rule("ADD_RMS_NORM", pattern(
 
 def _lower_norm_add(m: Match, p: Program) -> Region:
     c = m.captures
-    return _region(m, "RMS_NORM_ADD",
-                   {"x": c["x"], "norm_w": c["norm_w"], "residual": c["r"], "sum": c["s"]},
+    return _region(m, {"x": c["x"], "norm_w": c["norm_w"], "residual": c["r"], "sum": c["s"]},
                    {"eps": _eps(m, p, "n")})
 
 
-RMS_NORM_ADD = Rule("RMS_NORM_ADD", pattern(
+RMS_NORM_ADD = rule(
     "RMS_NORM_ADD",
     op("rms_norm", ("x", "norm_w"), ("n",), where=whole_norm),
     op("add", ("n", "r"), ("s",), kinds={"r": "activation"}, commutative=True),
-    exports=("s",)), _lower_norm_add)
+    exports=("s",), lower=_lower_norm_add)
 
 
 DEFAULT_RULES: tuple[Rule, ...] = (

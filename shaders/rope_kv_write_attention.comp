@@ -14,8 +14,7 @@
 // pass), and P.V splits the rows over WG / D row groups; no invocation walks a long chain of loads.
 // Bindings: 0 q, 1 k, 2 v, 3 step, 4 k_cache, 5 v_cache (f32, or f16 with KV_F16: kv_cache.glsl),
 //   6 o (or partials),
-//   QK_NORM: 7 q_norm_w[D], 8 k_norm_w[D]; then with PF_N the prefetched weights and the sink
-//   (prefetch.glsl: grid rows H.. are prefetch workgroups).
+//   QK_NORM: 7 q_norm_w[D], 8 k_norm_w[D].
 // Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK, 6 scale, 7 (unused), 8 eps (QK_NORM),
 // 9 WINDOW (0: all rows), 10 MIN_S (live splits at least: attn_partials.glsl's attn_live_splits;
 // workgroups s >= the live count return at once). Define B_FREQ: the binding of the rope inverse-frequency table.
@@ -60,7 +59,6 @@ layout(binding = 8) readonly buffer KNB { float knw[]; };
 #endif
 
 #include "fused_rope.glsl"
-#include "prefetch.glsl"
 
 shared float qs[D];
 shared float ks[D];
@@ -82,12 +80,6 @@ float unit_score(uint base, uint u, bool current) {
 }
 
 void main() {
-#ifdef PF_N
-    if (gl_WorkGroupID.y >= H) {   // the grid's prefetch rows (prefetch.glsl); uniform per workgroup
-        prefetch((gl_WorkGroupID.y - H) * gl_NumWorkGroups.x + gl_WorkGroupID.x);
-        return;
-    }
-#endif
     const uint WG = gl_WorkGroupSize.x;
     const uint t = gl_LocalInvocationID.x;
     const uint s = gl_WorkGroupID.x, h = gl_WorkGroupID.y;

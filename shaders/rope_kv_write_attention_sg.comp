@@ -16,13 +16,11 @@
 // Needs subgroup arithmetic and a fixed subgroup size of LANES (fused_attention.py checks).
 // Bindings: 0 q, 1 k, 2 v, 3 step, 4 k_cache, 5 v_cache (f32, or f16 with KV_F16: kv_cache.glsl),
 //   6 o (or partials),
-//   QK_NORM: 7 q_norm_w[D], 8 k_norm_w[D]; then with PF_N the prefetched weights and the sink
-//   (prefetch.glsl: grid rows H.. are prefetch workgroups).
+//   QK_NORM: 7 q_norm_w[D], 8 k_norm_w[D].
 // Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK, 6 scale, 7 (unused), 8 eps (QK_NORM),
 // 9 WINDOW (0: all rows), 10 MIN_S (live splits at least: attn_partials.glsl's attn_live_splits;
 // workgroups s >= the live count return at once). Define B_FREQ: the binding of the rope inverse-frequency table.
 // Defines: LANES (subgroup size), EPL (D / LANES), RB (rows per batch), NEOX, QK_NORM, SPLIT,
-// QKV_IN (q, k, v computed here from x: qkv_in.glsl; spec 11 KIN, 12 EPS_IN).
 #define NO_WG_REDUCE
 #include "common.glsl"
 #include "attn_partials.glsl"
@@ -62,19 +60,6 @@ layout(binding = 8) readonly buffer KNB { float knw[]; };
 // whole words of the current row.
 
 #include "fused_rope.glsl"
-#include "prefetch.glsl"
-#ifdef QKV_IN
-layout(constant_id = 11) const uint KIN = 4;
-layout(constant_id = 12) const float EPS_IN = 1e-6;
-#include "qkv_in.glsl"
-#define Q_AT(i) qi_out[(i) - h * D]
-#define K_AT(i) qi_out[D + (i) - kvoff]
-#define V_AT(i) qi_out[2u * D + (i) - kvoff]
-#else
-#define Q_AT(i) q[i]
-#define K_AT(i) k[i]
-#define V_AT(i) v[i]
-#endif
 
 shared float sg_ml[2 * NSG];
 shared float sg_o[NSG * D];
@@ -139,12 +124,6 @@ void load_batch(uint i0, uint r0, uint nc, uint off, out float kr[RB][EPL], out 
 }
 
 void main() {
-#ifdef PF_N
-    if (gl_WorkGroupID.y >= H) {   // the grid's prefetch rows (prefetch.glsl); uniform per workgroup
-        prefetch((gl_WorkGroupID.y - H) * gl_NumWorkGroups.x + gl_WorkGroupID.x);
-        return;
-    }
-#endif
     const uint t = gl_LocalInvocationID.x;
     const uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
     const uint s = gl_WorkGroupID.x, h = gl_WorkGroupID.y;
@@ -166,14 +145,6 @@ void main() {
         nc = (n > 0 && r0 + n == len_) ? n - 1 : n; \
         load_batch(sg, r0, nc, kvoff + e0, kr, vr); \
     }
-#ifdef QKV_IN
-    // a dead split computes nothing: the position first, then this workgroup's q, k, v
-    const uint pos = step[STEP_POS];
-    const uint live = attn_live_splits(pos, WINDOW, S, LIVE_ROWS, MIN_S);
-    if (s >= live) return;   // uniform
-    qkv_in(h, kvh, sg, lane);
-    ATTN_ROWS_AND_FIRST_BATCH()   // (after qkv_in: its matvec needs the registers)
-#endif
     // q, k (rotated, normed with QK_NORM) and v of the current token: the lane's elements, and the
     // RoPE table entries (they do not depend on the position: loaded with q, k and v)
     float qr[EPL], kcur[EPL], vcur[EPL];
@@ -181,20 +152,18 @@ void main() {
     float fq[EPL];
     for (uint c = 0; c < EPL; c++) {
         const uint e = e0 + c, p = rope_partner(e);
-        qa[c] = Q_AT(h * D + e);
-        qb[c] = Q_AT(h * D + p);
-        ka[c] = K_AT(kvoff + e);
-        kb[c] = K_AT(kvoff + p);
-        vcur[c] = kv_round(V_AT(kvoff + e));
+        qa[c] = q[h * D + e];
+        qb[c] = q[h * D + p];
+        ka[c] = k[kvoff + e];
+        kb[c] = k[kvoff + p];
+        vcur[c] = kv_round(v[kvoff + e]);
         fq[c] = freqs[rope_index(e)];
     }
-#ifndef QKV_IN
     // after the loads above, so a live workgroup waits for them and the step word together
     const uint pos = step[STEP_POS];
     const uint live = attn_live_splits(pos, WINDOW, S, LIVE_ROWS, MIN_S);
     if (s >= live) return;   // no rows at this position (never the writer, s = 0); uniform
     ATTN_ROWS_AND_FIRST_BATCH()
-#endif
 #ifdef QK_NORM
     float sq = 0.0, sk = 0.0;
     for (uint c = 0; c < EPL; c++) {

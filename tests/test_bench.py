@@ -1,4 +1,4 @@
-"""vkdecode.bench / bench_shapes and bench/run_all.py: shapes, random weights, per-token figures,
+"""vkdecode.benchmark / bench_shapes and bench/run_all.py: shapes, random weights, per-token figures,
 agreement, copy bandwidth, formatting. Timings are never asserted, only that they are there."""
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from vkdecode import bench
-from vkdecode.bench_shapes import SHAPES, random_weight, shape_args, shape_model, weight_dtypes
-from vkdecode.cli_bench import format_notes, format_table, plot_results
-from vkdecode.cli_stats import group_regions
+from vkdecode import benchmark as bench
+from vkdecode.benchmark.shapes import SHAPES, random_weight, shape_args, shape_model, weight_dtypes
+from vkdecode.cli.bench import format_notes, format_table, plot_results
+from vkdecode.cli.stats import group_regions
 from vkdecode.models.gguf_names import expected_shapes
 
 

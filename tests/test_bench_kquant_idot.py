@@ -22,7 +22,7 @@ def test_integer_dot_passes_non_finite_x_on(device):
     import numpy as np
 
     from bench.matvec_bench import Case, measure
-    from vkdecode.kernels import KernelCaps
+    from vkdecode.lowering.ops import KernelCaps
     if not device.info.features.get("integer_dot"):
         pytest.skip("no shaderIntegerDotProduct on this device")
     caps = replace(KernelCaps.from_info(device.info), kwide=1, kw_split=1)

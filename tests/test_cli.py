@@ -197,7 +197,7 @@ def test_stats_table_and_json(capsys, tiny_gguf):
 def test_stats_executed_counts_match_the_unfused_host_recording(device, tiny_gguf):
     """Replay's executed counts come from the recording; unfused records the same list every token,
     so its host counters must equal them."""
-    from vkdecode.bench import decode_run, executed_per_token
+    from vkdecode.benchmark import decode_run, executed_per_token
     from vkdecode.executors import make_executor
     from vkdecode.models.loader import load_model
     m = load_model(tiny_gguf, ctx=32)
@@ -245,7 +245,7 @@ def test_bench_shape_to_stdout(capsys):
 
 
 def test_bench_reports_a_mismatch_loudly(capsys, monkeypatch, tmp_path):
-    from vkdecode import bench
+    from vkdecode import benchmark as bench
     real = bench.run_mode
 
     def corrupt(device, model, mode, *a, **kw):

@@ -33,7 +33,7 @@ def test_cli_serve_user_errors(capsys, argv, message):
 
 
 def test_cli_serve_port_in_use(capsys, tiny_path):
-    from vkdecode.cli_serve import listen_socket
+    from vkdecode.cli.serve import listen_socket
     busy = listen_socket("127.0.0.1", 0)
     busy.listen()
     try:
@@ -45,7 +45,7 @@ def test_cli_serve_port_in_use(capsys, tiny_path):
 
 
 def test_run_does_not_import_the_server_stack():
-    code = ("import sys; from vkdecode.cli import build_parser; build_parser(); import vkdecode.cli_run; "
+    code = ("import sys; from vkdecode.cli import build_parser; build_parser(); import vkdecode.cli.run; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('starlette', 'uvicorn')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1]).stdout

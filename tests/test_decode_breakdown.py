@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.decode_breakdown import main
 from tests.test_llama_server_peer import fake_server, free_port
-from vkdecode import bench
+from vkdecode import benchmark as bench
 
 QUICK = ["--tokens", "4", "--reps", "1", "--copy-mib", "4", "--ctx", "64", "--prompt-tokens", "3"]
 

@@ -9,10 +9,9 @@ import pytest
 from fusion.partition import partition
 from tests.fusion.programs import SPECS, build
 from vkdecode.executors.plan import GridArgs
-from vkdecode.fused_attention import CX_BATCH, _subgroup_rows, absorb_combines, attention_grid
-from vkdecode.fused_prefetch import add_prefetch
-from vkdecode.kernels import AttnGrid, KernelCall, KernelCaps, live_splits
-from vkdecode.lowering import region_calls
+from vkdecode.lowering.attention import CX_BATCH, _subgroup_rows, absorb_combines, attention_grid
+from vkdecode.lowering.ops import AttnGrid, KernelCall, KernelCaps, live_splits
+from vkdecode.lowering.regions import region_calls
 
 CAPS = KernelCaps(subgroup_size=32, subgroup_arithmetic=True, max_storage_range=128 << 20,
                   max_invocations=1024, max_shared=49152, min_align=64)
@@ -122,10 +121,9 @@ def test_subgroup_rows_workgroup_fits_shared_memory():
 
 
 def _step_calls(spec: str, ctx: int, caps: KernelCaps) -> list[KernelCall]:
-    """A fused step's calls as replay records them: absorbed combines, prefetch rows."""
+    """A fused step's calls as replay records them: absorbed combines."""
     p, calls, owners = _lowered(spec, ctx, caps)
-    calls, owners = absorb_combines(p, calls, owners, caps)
-    return add_prefetch(p, calls, owners, caps)[0]
+    return absorb_combines(p, calls, owners, caps)[0]
 
 
 def _work_at(calls: list[KernelCall], pos: int) -> list[tuple]:
@@ -149,7 +147,7 @@ def _work_at(calls: list[KernelCall], pos: int) -> list[tuple]:
 
 @pytest.mark.parametrize("spec", ["qwen3-0.6b", "smollm2-135m"])
 def test_gpu_work_at_a_position_does_not_grow_with_ctx(spec):
-    """GPU defaults (live rows, absorbed combine, prefetch): at a fixed position every dispatch
+    """GPU defaults (live rows, absorbed combine): at a fixed position every dispatch
     launches the workgroups, and the o-projection combines the splits in the batches, that it does
     at ctx 1280, up to ctx 32768 (before: position 1000 of Qwen3 ran 5 splits at ctx 1280 and 8 at
     8192, and the absorbed combine held arrays of all 32 splits)."""

@@ -49,7 +49,7 @@ def _model(models, arch: str, dtype: str, ctx: int, kv: str = "f32", **over):
 def _caps(device, path: str, **tuning):
     """The device's caps with the fused lm_head kernel (CPUs run that region's ops by default:
     test_fused_head_ops) and `path`'s reductions."""
-    from vkdecode.kernels import KernelCaps
+    from vkdecode.lowering.ops import KernelCaps
     tuning.setdefault("cx_rows", 0)   # the o-projection combines split attention, as on GPUs
     caps = KernelCaps.from_info(device.info, **{"head_ops": False, **tuning})
     if path == "smem":
@@ -142,7 +142,7 @@ def test_fused_model(device, models, arch, dtype, shape, path, ctx, chunk):
     m = _model(models, arch, dtype, ctx, **SHAPES[shape])
     caps = _caps(device, path, attn_max_chunk=chunk)
     items, regions = decode_and_compare(device, m, caps)
-    from vkdecode.fused_attention import attention_grid
+    from vkdecode.lowering.attention import attention_grid
     fused_rules = {r.rule for r in regions if r.rule}
     assert {"RMS_NORM_MATMUL", "MATMUL_ADD", "RMS_NORM_MATMUL_SILU_MUL",
             "RMS_NORM_MATMUL_ARGMAX"} <= fused_rules
@@ -155,8 +155,8 @@ def test_fused_model(device, models, arch, dtype, shape, path, ctx, chunk):
     assert shaders.count("attention_combine") == combine * m.args.n_layers
     # the subgroup-rows attention wherever it fits (subgroup path, head_dim a multiple of the
     # subgroup size), the workgroup form otherwise
-    from vkdecode.fused_attention import ATTN_WG_SG, _subgroup_rows
-    from vkdecode.kernels import _wg
+    from vkdecode.lowering.attention import ATTN_WG_SG, _subgroup_rows
+    from vkdecode.lowering.ops import _wg
     sg = _subgroup_rows(m.args.head_dim, _wg(caps, ATTN_WG_SG, cap=1024), caps)
     assert {sh for sh in shaders if sh.startswith("rope_kv")} == {"rope_kv_write_attention" + "_sg" * sg}
     combining = [it for it in items if ("COMBINE_X", "1") in it.call.defines]
@@ -187,8 +187,8 @@ def test_fused_model_f16_kv(device, models, arch, dtype, shape, path, ctx, chunk
     att = {it.call.shader for it in items if it.call.shader.startswith("rope_kv")}
     assert all(("KV_F16", "1") in it.call.defines for it in items if it.call.shader.startswith("rope_kv"))
     # the subgroup-rows kernel wherever it fits and each lane writes whole f16 words (even EPL)
-    from vkdecode.fused_attention import ATTN_WG_SG, _subgroup_rows
-    from vkdecode.kernels import _wg
+    from vkdecode.lowering.attention import ATTN_WG_SG, _subgroup_rows
+    from vkdecode.lowering.ops import _wg
     d, lanes = m.args.head_dim, caps.subgroup_size
     sg = _subgroup_rows(d, _wg(caps, ATTN_WG_SG, cap=1024), caps) and (d // lanes) % 2 == 0
     assert att == {"rope_kv_write_attention" + "_sg" * sg}
@@ -197,8 +197,8 @@ def test_fused_model_f16_kv(device, models, arch, dtype, shape, path, ctx, chunk
 def test_fused_cases_cover_splits():
     """No GPU: the cases above run the fused attention with 1 to 5 splits, combined by the
     o-projection and (head_dim 18) by the combine dispatch."""
-    from vkdecode.fused_attention import attention_grid
-    from vkdecode.kernels import KernelCaps
+    from vkdecode.lowering.attention import attention_grid
+    from vkdecode.lowering.ops import KernelCaps
 
     def splits(c):
         caps = KernelCaps(subgroup_size=32, subgroup_arithmetic=True, max_storage_range=128 << 20,
@@ -217,7 +217,7 @@ def test_fused_sg_attention_several_batches(device, models, arch, shape, ctx):
     """The subgroup-rows attention with more rows per subgroup than one batch holds: a 16-wide
     workgroup (2 subgroups of lavapipe's 8 lanes, RB = 8) and one split take 16 rows per batch,
     so the context's later rows come from the loop's later batches, not the prefetched first."""
-    from vkdecode.fused_attention import attention_grid
+    from vkdecode.lowering.attention import attention_grid
     m = _model(models, arch, "f32", ctx, **SHAPES[shape])
     caps = _caps(device, "sg", attn_wg=16, attn_splits=1, attn_max_chunk=1024)
     if caps.subgroup_size != 8 or not caps.subgroup_fixed:
@@ -237,8 +237,9 @@ def test_fused_attention_prefetch(device, models, monkeypatch, arch, dtype, path
     reference, a budget cut inside a weight. chunk 4: a grid of 6 splits dispatched indirectly
     with 1..6 live (lavapipe's caps: CPU live splits), whose prefetch rows grow as it narrows
     (shaders/attn_live.glsl)."""
-    from vkdecode import fused_prefetch
-    from vkdecode.fused_prefetch import HOSTS
+    from vkdecode.lowering.prefetch import HOSTS
+
+    from vkdecode.lowering import prefetch as fused_prefetch
     monkeypatch.setattr(fused_prefetch, "MIN_WEIGHT_BYTES", 0)
     m = _model(models, arch, dtype, 24, **SHAPES["h96d32"])
     caps = _caps(device, path, prefetch_bytes=40_000, prefetch_groups=3, attn_max_chunk=chunk)
@@ -280,7 +281,7 @@ LM_HEAD_BLOCKS = [("sg", 8, 3, 4096, 0), ("sg", 16, 16, 4, 0), ("smem", 16, 16, 
 def test_fused_lm_head_blocks(device, models, monkeypatch, path, wg, rows, partials, blocks):
     """rms_norm_matmul_argmax with one row block per workgroup (a spec-constant branch without the
     block loop, which lavapipe runs 1.6x slower) and with several: logits and token as the reference."""
-    from vkdecode import fused_matvec
+    from vkdecode.lowering import matvec as fused_matvec
     monkeypatch.setattr(fused_matvec, "ARGMAX_PARTIALS", partials)
     m = _model(models, "llama", "q4_1", 10, **SHAPES["h96d32"])
     caps = _caps(device, path, matvec_wg=wg, matvec_rows=rows, head_blocks=blocks)
@@ -316,7 +317,7 @@ def test_fused_model_gpu_shapes(device, models, arch, dtype, shape, path, ctx):
     m = _model(models, arch, dtype, ctx, **SHAPES[shape])
     caps = _caps(device, path, matvec_wg=0, matvec_rows=0, attn_wg=0, attn_splits=0)
     items, _ = decode_and_compare(device, m, caps)
-    from vkdecode.kernels import matvec_shape
+    from vkdecode.lowering.ops import matvec_shape
     lanes = []
     for c in [it.call for it in items if it.call.shader == "matmul_add"]:
         rows, k = m.program.values[c.bindings[0].value].shape
@@ -380,9 +381,9 @@ def test_fused_dispatches_per_layer(spec, ctx):
     runs as row chunks + one final."""
     from fusion.partition import partition
     from tests.fusion.programs import SPECS, build
-    from vkdecode.fused_attention import absorb_combines, attention_grid
-    from vkdecode.kernels import KernelCaps
-    from vkdecode.lowering import region_calls
+    from vkdecode.lowering.attention import absorb_combines, attention_grid
+    from vkdecode.lowering.ops import KernelCaps
+    from vkdecode.lowering.regions import region_calls
     caps = KernelCaps(subgroup_size=32, subgroup_arithmetic=True, max_storage_range=128 << 20,
                       max_invocations=1024, max_shared=49152, min_align=64)
     s = next(s for s in SPECS if s.name == spec).with_(ctx=ctx)
@@ -467,9 +468,9 @@ def test_swiglu_reduction_fits_shared_memory(shape, quant):
     reduction (2 * rows + 1 floats per invocation) must fit: Llama-3.1-8B's 4096-wide gate/up took
     256 invocations x 33 floats = 33 KB, a validation error, before the workgroup shrank."""
     from fusion.partition import partition
-    from vkdecode.bench_shapes import shape_args, weight_dtypes
-    from vkdecode.kernels import KernelCaps
-    from vkdecode.lowering import region_calls
+    from vkdecode.benchmark.shapes import shape_args, weight_dtypes
+    from vkdecode.lowering.ops import KernelCaps
+    from vkdecode.lowering.regions import region_calls
     from vkdecode.models import build_program
     caps = KernelCaps(subgroup_size=8, subgroup_arithmetic=True, max_storage_range=128 << 20,
                       max_invocations=1024, max_shared=32768, min_align=16, subgroup_fixed=True, matvec_rows=16)
@@ -562,8 +563,8 @@ def test_fused_kquant_integer_dot(device, models, kv, shapes):
 def test_kwide_automatic_from_4096_wide_rows():
     """GPUs (kwide 0) take wide K-quant units from 4096-wide rows, gate/up and the head from 2048
     (KWIDE_FFN_MIN_IN); CPUs always."""
-    from vkdecode.kernel_caps import KernelCaps
-    from vkdecode.kernels import KWIDE_FFN_MIN_IN, kwide, matvec_shape
+    from vkdecode.lowering.caps import KernelCaps
+    from vkdecode.lowering.ops import KWIDE_FFN_MIN_IN, kwide, matvec_shape
     gpu = KernelCaps(32, True, 1 << 30, 1024, 49152, 16)
     assert kwide("q4_k", 4096, gpu) and not kwide("q4_k", 2048, gpu) and not kwide("q8_0", 4096, gpu)
     assert kwide("q4_k", 2048, gpu, KWIDE_FFN_MIN_IN) and not kwide("q4_k", 1024, gpu, KWIDE_FFN_MIN_IN)

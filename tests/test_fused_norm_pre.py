@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 from fusion.ir import Program
-from vkdecode import fused_norm_pre as fn
-from vkdecode.kernels import Binding, KernelCall, KernelCaps
+from vkdecode.lowering import norm_pre as fn
+from vkdecode.lowering.ops import Binding, KernelCall, KernelCaps
 
 CAPS = KernelCaps(subgroup_size=32, subgroup_arithmetic=True, max_storage_range=1 << 32,
                   max_invocations=1024, max_shared=49152, min_align=64)

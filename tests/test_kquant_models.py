@@ -1,7 +1,7 @@
 """Q4_K_M-style GGUF models end to end: the K-quant tensors stay quantized on the device (weight
 bytes on the device = tensor bytes in the file, not f32), and every mode decodes the reference's
 tokens with logits within 1e-4 (the tiny models: 2 layers, hidden 256, so every in-dim is whole
-256-superblocks; llama.cpp's Q4_K_M mix via vkdecode.bench_shapes.weight_dtypes)."""
+256-superblocks; llama.cpp's Q4_K_M mix via vkdecode.benchmark.shapes.weight_dtypes)."""
 from __future__ import annotations
 
 import numpy as np
@@ -65,7 +65,7 @@ def test_q4_k_m_modes_match_reference(device, models_dir, arch, tied, kv):
 
 def test_f16_kv_cache_halves_kv_memory():
     """No GPU: the plan's KV bytes for f16 caches are half those of f32 (ctx 4096, SmolLM2's shape)."""
-    from vkdecode.bench_shapes import shape_args, weight_dtypes
+    from vkdecode.benchmark.shapes import shape_args, weight_dtypes
     from vkdecode.executors.plan import required_bytes
     from vkdecode.models import build_program
     args = shape_args("smollm2-135m")

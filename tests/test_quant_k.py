@@ -5,9 +5,9 @@ import gguf
 import numpy as np
 import pytest
 
-from vkdecode import quant_k
-from vkdecode.kernels import row_bytes
+from vkdecode.lowering.ops import row_bytes
 from vkdecode.quant import dequantize, pack_gguf_blocks, quantize, row_words
+from vkdecode.quant import kquant as quant_k
 
 TYPES = list(quant_k.LAYOUTS)
 # byte offsets of the f16 fields a random block must hold as finite values

@@ -56,7 +56,7 @@ def _sampler_program(n: int) -> Program:
                                     SamplingParams(1.3, top_k=40, top_p=0.5, seed=1)],
                          ids=["greedy", "temp", "topk", "topp", "topk-topp"])
 def test_gpu_sampler_equals_numpy(device, n, params):
-    from vkdecode.kernels import KernelCaps, op_calls
+    from vkdecode.lowering.ops import KernelCaps, op_calls
     from vkdecode.vk.descriptors import write_descriptor_set
     prog = _sampler_program(n)
     rng = np.random.default_rng(n)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vkdecode.serve_requests import ApiError, StopScanner, parse_chat, parse_completion
+from vkdecode.serve.requests import ApiError, StopScanner, parse_chat, parse_completion
 
 
 class FakeTokenizer:

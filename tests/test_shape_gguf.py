@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.shape_gguf import BLOCKS, random_block_bytes, write_shape_gguf
-from vkdecode.bench_shapes import SHAPES, shape_args, weight_dtypes
+from vkdecode.benchmark.shapes import SHAPES, shape_args, weight_dtypes
 
 
 @pytest.mark.parametrize("dtype", sorted(BLOCKS))

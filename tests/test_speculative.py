@@ -9,8 +9,8 @@ import pytest
 from tests.helpers.make_models import tiny_hf_model
 from vkdecode.errors import UsageError
 from vkdecode.executors import make_executor
+from vkdecode.executors.speculative import DECLINE_BURST, PromptLookup, VerifyPolicy
 from vkdecode.models.loader import load_model
-from vkdecode.speculative import DECLINE_BURST, PromptLookup, VerifyPolicy
 
 
 def test_prompt_lookup_drafts_what_followed_the_latest_match():

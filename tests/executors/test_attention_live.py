@@ -13,7 +13,7 @@ from tests.helpers.make_models import tiny_hf_model
 from tests.helpers.reference_run import greedy_against_reference
 from vkdecode.executors import make_executor
 from vkdecode.executors.plan import GRID_ARGS, GridArgs
-from vkdecode.kernels import AttnGrid, KernelCall, KernelCaps, live_splits
+from vkdecode.lowering.ops import AttnGrid, KernelCall, KernelCaps, live_splits
 from vkdecode.models.loader import load_model
 from vkdecode.reference import Reference
 
@@ -164,7 +164,7 @@ def test_gpu_live_splits_keep_the_short_context_split_size():
     (capped by the grid's MAXCHUNK); CPUs by MAXCHUNK (the fewest splits)."""
     from dataclasses import replace as dc_replace
 
-    from vkdecode.fused_attention import attention_grid, live_rows
+    from vkdecode.lowering.attention import attention_grid, live_rows
     gpu = KernelCaps(subgroup_size=32, subgroup_arithmetic=True, max_storage_range=1 << 30,
                      max_invocations=1024, max_shared=49152, min_align=64)
     s, maxchunk, min_s = attention_grid(8192, 64, gpu)

@@ -138,11 +138,11 @@ def test_greedy_steps_hand_off_the_token_in_the_final_argmax(device, tiny, mode,
 
 def test_sampling_steps_keep_the_advance_dispatch(device, models_dir):
     from vkdecode.executors.plan import with_advance
-    from vkdecode.kernels import op_calls
+    from vkdecode.lowering.ops import op_calls
     from vkdecode.models import build_program
     m = load_model(tiny_hf_model("llama", models_dir), ctx=16)
     p = build_program(m.args, 16, {n: w.dtype for n, w in m.weights.items()}, sampling=True)
-    from vkdecode.kernels import KernelCaps
+    from vkdecode.lowering.ops import KernelCaps
     caps = KernelCaps.from_info(device.info)
     calls = [c for i in range(len(p.ops)) for c in op_calls(p, i, caps)]
     assert calls[-1].shader == "sample"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vkdecode.bench_shapes import random_weight
+from vkdecode.benchmark.shapes import random_weight
 from vkdecode.executors import make_executor
 from vkdecode.models import build_program
 from vkdecode.models.config import ModelArgs

@@ -16,7 +16,7 @@ import pytest
 from tests.helpers.make_models import tiny_hf_model, write_gguf
 from vkdecode.errors import ContextError
 from vkdecode.executors import make_executor
-from vkdecode.kernels import KernelCaps
+from vkdecode.lowering.ops import KernelCaps
 from vkdecode.models.loader import load_model
 from vkdecode.reference import Reference
 

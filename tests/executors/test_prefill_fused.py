@@ -11,8 +11,8 @@ import pytest
 from tests.executors.test_prefill import CTX, check_against, prompt, reference_path
 from tests.helpers.make_models import tiny_hf_model, write_gguf
 from vkdecode.executors import make_executor
-from vkdecode.kernels import KernelCaps
-from vkdecode.kernels_rows_fused import SHADER
+from vkdecode.lowering.ops import KernelCaps
+from vkdecode.lowering.rows_fused import SHADER
 from vkdecode.models.loader import load_model
 
 # the GPU choice: the narrow matmul up to 16 rows (fused here), the wide one from 17 (per op)

@@ -172,8 +172,8 @@ def write_gguf(model_dir, path, dtype: str = "f16", pre: str = "smollm", arch: s
                add_bos: bool | None = None) -> Path:
     """GGUF of an HF dir from tiny_hf_model, as llama.cpp's converter writes it: matrices in
     `dtype` (f32/f16/q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q4_k/q5_k/q6_k, or q4_k_m: llama.cpp's mix,
-    vkdecode.bench_shapes.weight_dtypes), norms and biases f32, llama q/k rows permuted. K-quants
-    and iq4_nl use vkdecode.quant_k's simple quantizer (gguf.quants has none for them).
+    vkdecode.benchmark.shapes.weight_dtypes), norms and biases f32, llama q/k rows permuted. K-quants
+    and iq4_nl use vkdecode.quant.kquant's simple quantizer (gguf.quants has none for them).
     For bad-input tests: `arch` overrides general.architecture; mutate(gguf_name, array) returns
     the array to write instead, or None to leave the tensor out; `metadata` adds keys (bool, int,
     float or str; a value None leaves the standard key of that name out); `extra_tensors` adds
@@ -212,8 +212,8 @@ def write_gguf(model_dir, path, dtype: str = "f16", pre: str = "smollm", arch: s
     for key, v in metadata.items():
         add = {bool: w.add_bool, int: w.add_uint32, float: w.add_float32, str: w.add_string}[type(v)]
         add(key, v)
-    from vkdecode.bench_shapes import weight_dtypes
-    from vkdecode.quant_k import quantize_raw
+    from vkdecode.benchmark.shapes import weight_dtypes
+    from vkdecode.quant.kquant import quantize_raw
     mats = weight_dtypes(args, dtype) if dtype not in ("f32", "f16") else {}
     names = {source_name(n, "gguf", args.arch): n for n in expected_shapes(args)}
     tensors = {g: gguf_source(model_dir, n, args) for g, n in names.items()}

@@ -19,9 +19,9 @@ def serving(model, model_id: str = "tiny", api_key: str | None = None, max_queue
     """-> (engine, base URL) of a server on 127.0.0.1 (any free port) for an already loaded model."""
     import uvicorn
 
-    from vkdecode.cli_serve import listen_socket
-    from vkdecode.serve_app import create_app
-    from vkdecode.serve_engine import Engine
+    from vkdecode.cli.serve import listen_socket
+    from vkdecode.serve.app import create_app
+    from vkdecode.serve.engine import Engine
     engine = Engine(model, model_id, max_queue=max_queue, own_model=False)
     app = create_app(engine, api_key=api_key, close_engine=False, **app_kw)
     sock = listen_socket("127.0.0.1", 0)

@@ -10,7 +10,7 @@ import numpy as np
 
 from fusion.ir import STEP_WORDS, Program
 from vkdecode.executors.plan import barriers_before
-from vkdecode.kernels import KernelCall, KernelCaps, op_calls
+from vkdecode.lowering.ops import KernelCall, KernelCaps, op_calls
 from vkdecode.quant import PackedWeight
 from vkdecode.reference import make_step, run_op
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from kernel_harness import caps_of, nmse, one_op, run_and_reference, step
 
-from vkdecode.kernels import attention_splits, op_calls
+from vkdecode.lowering.ops import attention_splits, op_calls
 
 CTX = 128
 # Scores, exp and two weighted sums in f32 against float64: ~1e-13 observed; the bound leaves

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vkdecode.kernels import KernelCaps, op_calls, row_bytes
+from vkdecode.lowering.ops import KernelCaps, op_calls, row_bytes
 from vkdecode.models import build_program
 from vkdecode.models.config import ModelArgs
 
@@ -108,15 +108,15 @@ def _info(device_type: str, subgroup: int):
 
 def test_cpu_caps_pick_cpu_shapes_gpus_keep_automatic():
     """lavapipe (device_type cpu) gets its measured launch shapes (16-lane matvecs of 16 rows,
-    32-lane fused attention, one split per head, no prefetch, one lm_head block per workgroup, whole
+    32-lane fused attention, one split per head, one lm_head block per workgroup, whole
     wide K-quant units, the lm_head region as its ops); a GPU keeps every knob automatic;
     an explicit tuning wins on both."""
-    from vkdecode.kernels import matvec_shape
+    from vkdecode.lowering.ops import matvec_shape
     cpu, gpu = KernelCaps.from_info(_info("cpu", 8)), KernelCaps.from_info(_info("discrete_gpu", 32))
-    knobs = ("matvec_wg", "matvec_rows", "attn_wg", "attn_splits", "prefetch_bytes", "head_blocks", "kw_split",
+    knobs = ("matvec_wg", "matvec_rows", "attn_wg", "attn_splits", "head_blocks", "kw_split",
              "head_ops")
-    assert [getattr(cpu, k) for k in knobs] == [16, 16, 32, 1, -1, 1, -1, True]
-    assert [getattr(gpu, k) for k in knobs] == [0] * 7 + [False]
+    assert [getattr(cpu, k) for k in knobs] == [16, 16, 32, 1, 1, -1, True]
+    assert [getattr(gpu, k) for k in knobs] == [0] * 6 + [False]
     assert matvec_shape("q4_1", 576, 1536, cpu)[:2] == (16, 16)
     assert matvec_shape("q4_1", 576, 1536, gpu)[:2] == (128, 2)
     assert KernelCaps.from_info(_info("cpu", 8), matvec_wg=0, attn_wg=64).attn_wg == 64
@@ -126,7 +126,7 @@ def test_kw_split_up_to_4096_wide_rows_on_gpus():
     """GPUs split wide q4_k / q6_k units (kwide_rows.glsl) up to 4096-wide rows, and the split q4_k
     matvecs from 4096 rows take 4 rows of 64 lanes (8 of 128 on wider rows with kw_split=1); the
     14336-wide downs keep whole units (without kw_balance: 2 rows of 128 lanes); KW_JOINT marks whole units."""
-    from vkdecode.kernels import kw_split, matvec_shape, wvec_defines
+    from vkdecode.lowering.ops import kw_split, matvec_shape, wvec_defines
     gpu = KernelCaps.from_info(_info("discrete_gpu", 32))
     assert kw_split(4096, gpu) and not kw_split(14336, gpu) and not kw_split(4096, replace(gpu, kw_split=-1))
     assert matvec_shape("q4_k", 4096, 14336, gpu)[:2] == (64, 4)
@@ -143,7 +143,7 @@ def test_kq_idot_splits_q4_k_and_q6_k_at_every_width():
     them (KQ_IDOT, and KQ_IDOT_Q6 for q6_k) and split at every width: the 14336-wide q4_k downs in 4
     rows of 128 lanes, the q6_k ones in 4 rows of 224; kq_idot_q6 < 0 keeps q6_k in floats (whole
     units at 14336); kq_idot < 0 or no integer dot products: as before."""
-    from vkdecode.kernels import kq_idot, kw_split, matvec_shape, wvec_defines
+    from vkdecode.lowering.ops import kq_idot, kw_split, matvec_shape, wvec_defines
     gpu = KernelCaps.from_info(_info("discrete_gpu", 32))
     assert not gpu.integer_dot and not kq_idot(gpu) and not kq_idot(replace(gpu, kq_idot=1))
     idot = replace(gpu, integer_dot=True, integer_dot_fast=True)
@@ -176,7 +176,7 @@ def test_kw_balance_takes_two_units_a_lane_on_14336_wide_rows():
     """The 8B's downs (448 wide units a row) take 224 lanes, 7 subgroups of 2 units each (q4_k 4
     rows, q6_k 2), not 128 lanes of 3.5; power-of-two unit counts, narrow rows, devices without
     subgroup arithmetic (shared-memory trees need a power of two) and CPUs keep their shapes."""
-    from vkdecode.kernels import kw_balanced, matvec_shape
+    from vkdecode.lowering.ops import kw_balanced, matvec_shape
     gpu, cpu = KernelCaps.from_info(_info("discrete_gpu", 32)), KernelCaps.from_info(_info("cpu", 8))
     assert matvec_shape("q4_k", 14336, 4096, gpu)[:2] == (224, 4)
     assert matvec_shape("q6_k", 14336, 4096, gpu)[:2] == (224, 2)

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from kernel_harness import caps_of, nmse, one_op, run_and_reference
 
-from vkdecode.kernels import op_calls
-from vkdecode.kernels_coop import coop_shape, parse_tile
+from vkdecode.lowering.coop import coop_shape, parse_tile
+from vkdecode.lowering.ops import op_calls
 from vkdecode.quant import quantize
 
 LIMIT = 1e-6
@@ -77,8 +77,8 @@ def test_matmul_rows_coop(device, dtype, rows, out, n_in, tile, splits):
 
 
 def test_coop_attention_choice(device):
-    from vkdecode.kernels_coop import coop_attention_shape as shape
-    from vkdecode.kernels_coop import coop_attention_shared
+    from vkdecode.lowering.coop import coop_attention_shape as shape
+    from vkdecode.lowering.coop import coop_attention_shared
     gpu = gpu_caps(device, attn_coop=1)
     qwen3 = {"n_heads": 16, "n_kv_heads": 8, "head_dim": 128, "scale": 0.1}
     # G = 2 heads x 2 row blocks per workgroup; 64-key tiles need 61,696 bytes at head_dim 128
@@ -98,7 +98,7 @@ def test_coop_attention_choice(device):
     assert shape(gpu, "qwen3", dict(qwen3, head_dim=72, rows=512), True) is None
     assert shape(replace(gpu, attn_coop=-1), "qwen3", dict(qwen3, rows=512), True) is None
     # auto: up to COOP_ATTN_AUTO_MAX_D
-    from vkdecode.kernels_coop import COOP_ATTN_AUTO_MAX_D
+    from vkdecode.lowering.coop import COOP_ATTN_AUTO_MAX_D
     auto = replace(gpu, attn_coop=0)
     assert (shape(auto, "qwen3", dict(qwen3, rows=512), True) is not None) == (COOP_ATTN_AUTO_MAX_D >= 128)
     assert shape(auto, "qwen3", dict(qwen3, head_dim=64, rows=512), True) == (2, 64)

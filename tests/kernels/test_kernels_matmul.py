@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from kernel_harness import caps_of, nmse, one_op, run_and_reference
 
-from vkdecode.kernels import op_calls, row_bytes, weight_parts
+from vkdecode.lowering.ops import op_calls, row_bytes, weight_parts
 from vkdecode.quant import quantize
 
 # Weights are the same (de)quantised values on both sides, so the only error is f32 rounding in

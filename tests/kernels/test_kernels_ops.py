@@ -10,7 +10,7 @@ import pytest
 from kernel_harness import caps_of, nmse, one_op, run_and_reference, step
 
 from fusion.ir import IRError
-from vkdecode.kernels import op_calls
+from vkdecode.lowering.ops import op_calls
 from vkdecode.models.rope import inv_freq
 from vkdecode.quant import pack_float, quantize
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from kernel_harness import caps_of, nmse, one_op, run_and_reference, step
 
-from vkdecode.kernels import op_calls
+from vkdecode.lowering.ops import op_calls
 from vkdecode.quant import quantize
 
 DTYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0")
@@ -81,7 +81,7 @@ def test_matmul_rows_narrow(device, dtype, rows, out, n_in):
 def test_matmul_rows_narrow_lanes(device, dtype, lanes):
     """Every lanes-per-row setting (the tile width, auto, fewer and more than the row's 18 units)
     on a SmolLM2-wide row, 9 chunk rows; the choice itself."""
-    from vkdecode.kernels_rows import narrow_shape
+    from vkdecode.lowering.rows import narrow_shape
     rng = np.random.default_rng(11)
     w = quantize((rng.standard_normal((70, 768)) * 0.1).astype(np.float32), dtype)
     x = rng.standard_normal(9 * 768).astype(np.float32)
@@ -186,7 +186,7 @@ def test_matmul_rows_wide_split_weight(device):
 def test_matmul_rows_wide_choice(device):
     """GPU caps: the narrow kernel up to 16 rows, the wide one from 17; the auto tile is the largest
     whose grid reaches matmul_groups, else 4x4 split over k; lavapipe never takes it by default."""
-    from vkdecode.kernels_rows import wide_shape
+    from vkdecode.lowering.rows import wide_shape
     gpu = replace(caps_of(device), matmul_wide=0, matmul_narrow=0, max_shared=49152, max_invocations=1024)
     assert wide_shape(gpu, 1024, 16, 1024) is None
     assert wide_shape(gpu, 8192, 512, 1024) == (8, 4, 1)          # 8x8: 64 x 4 = 256 < 264; 8x4: 512
@@ -253,7 +253,7 @@ def test_attention_rows_gqa(device, h, kvh, d, rows, pos0, bq, window, kv):
 def test_attention_rows_gqa_choice(device):
     """Rows per workgroup: 16 (fewer for narrower chunks), halved until the query vectors fit the
     shared memory and the workgroup; the per-row kernel where even one row does not."""
-    from vkdecode.kernels_rows import gqa_rows
+    from vkdecode.lowering.rows import gqa_rows
     caps = replace(caps_of(device), attn_rows_q=0, attn_gqa_rows=2, max_shared=49152, max_invocations=1024)
     assert gqa_rows(caps, 2, 128, 512) == 16 and gqa_rows(caps, 3, 64, 512) == 16
     assert gqa_rows(caps, 2, 128, 5) == 5            # a narrow chunk: its own rows, no padding vectors
@@ -322,7 +322,7 @@ def test_add_bias_rows_and_argmax_rows(device):
 def test_gqa_attention_choice_by_width(device):
     """GPU caps keep chunks under 17 rows on the per-row attention (a verify step's few kv-head
     workgroups starved an H100); CPU caps take the kv-head kernel from 2 rows; attn_rows_q forces."""
-    from vkdecode.kernels_rows import gqa_rows
+    from vkdecode.lowering.rows import gqa_rows
     gpu = replace(caps_of(device), attn_gqa_rows=0, attn_rows_q=0, max_shared=49152, max_invocations=1024)
     assert gqa_rows(gpu, 3, 64, 9) == 0 and gqa_rows(gpu, 3, 64, 16) == 0
     assert gqa_rows(gpu, 3, 64, 17) > 0

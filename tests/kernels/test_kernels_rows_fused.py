@@ -13,8 +13,8 @@ from kernel_harness import OpRun, caps_of, nmse
 from fusion.chunk_rules import ROW_RULES
 from fusion.ir import Program
 from fusion.partition import partition
-from vkdecode.kernels_rows_fused import SHADER, chunk_rules, narrow_tile
-from vkdecode.lowering import region_calls
+from vkdecode.lowering.regions import region_calls
+from vkdecode.lowering.rows_fused import SHADER, chunk_rules, narrow_tile
 from vkdecode.quant import pack_float, quantize
 from vkdecode.reference import run_op
 

@@ -10,7 +10,7 @@ from tests.helpers.make_models import gguf_source, hf_state, tiny_hf_model, writ
 from vkdecode.errors import ModelError
 from vkdecode.models.gguf_names import expected_shapes, source_name
 from vkdecode.models.weights import _gguf_tensor, load_weights, open_gguf
-from vkdecode.quant_k import quantize_raw
+from vkdecode.quant.kquant import quantize_raw
 
 
 def check_hf_values(d, weights, args):
@@ -92,7 +92,7 @@ def single_tensor_gguf(path, name, data, raw_dtype=None):
 def test_gguf_kquant_kept_quantized(tmp_path, kind):
     """K-quants (and q5_1, iq4_nl) keep their blocks: the packed weight holds the file's bytes and
     dequantizes exactly as the gguf package does."""
-    from vkdecode.quant_k import LAYOUTS
+    from vkdecode.quant.kquant import LAYOUTS
     n, nbytes, _, _, pad = LAYOUTS[kind.lower()]
     raw = np.random.default_rng(0).integers(0, 256, (4, 512 // n * nbytes), dtype=np.uint8)
     blocks = raw.reshape(4, -1, nbytes)

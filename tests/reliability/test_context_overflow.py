@@ -52,7 +52,7 @@ def expected_submits(device, n_prompt: int, prefill: bool) -> int:
     if not prefill:
         return n_prompt
     from vkdecode.executors.prefill import chunk_plan, default_widths
-    from vkdecode.kernels import KernelCaps
+    from vkdecode.lowering.ops import KernelCaps
     # the last prompt token runs the decode step; chunks may be padded up to the context end
     chunks = chunk_plan(n_prompt - 1, default_widths(device), CTX, KernelCaps.from_info(device.info))
     return len(chunks) + (n_prompt - sum(n for _, n in chunks))

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.shaders import TEST_SCALE
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # `tests.helpers` under a bare pytest
 
 from tests.helpers.make_models import load_smollm2, models_dir, tiny_hf_model, write_gguf
@@ -54,7 +56,7 @@ def test_the_layer_reports_a_missing_barrier(vdev, barrier):
     x, y, z = (vdev.buffer(n * 4, name=nm) for nm in "xyz")
     pool, cmd = vdev.descriptor_pool(2, 4), vdev.command_buffer()
     try:
-        pipe = vdev.pipeline("test_scale", spec=(64, 2.0, 1.0), n_bindings=2, push_size=4)
+        pipe = vdev.pipeline(TEST_SCALE, spec=(64, 2.0, 1.0), n_bindings=2, push_size=4)
         first, second = pool.allocate(pipe), pool.allocate(pipe)
         write_descriptor_set(vdev, first, [(x, 0, n * 4), (y, 0, n * 4)])
         write_descriptor_set(vdev, second, [(y, 0, n * 4), (z, 0, n * 4)])

@@ -6,6 +6,7 @@ import struct
 import numpy as np
 import pytest
 
+from tests.helpers.shaders import TEST_SCALE
 from vkdecode.errors import VulkanError
 from vkdecode.vk import check_binding_range, split_ranges, write_descriptor_set
 
@@ -22,7 +23,7 @@ def scale(device, x: np.ndarray, a: float, b: float, host_visible: bool, pool=No
     cmd = device.command_buffer()
     try:
         bx.write(x)
-        pipe = device.pipeline("test_scale", spec=(WG, a, b), n_bindings=2, push_size=4)
+        pipe = device.pipeline(TEST_SCALE, spec=(WG, a, b), n_bindings=2, push_size=4)
         dset = pool.allocate(pipe)
         write_descriptor_set(device, dset, [(bx, 0, n * 4), (by, 0, n * 4)])
         cmd.begin()
@@ -50,8 +51,8 @@ def test_spec_constants_change_result(device):
     x = np.arange(100, dtype=np.float32)
     assert np.array_equal(scale(device, x, 3.0, -2.0, True), x * 3 - 2)
     assert np.array_equal(scale(device, x, 0.5, 10.0, True), x * 0.5 + 10)
-    assert device.pipeline("test_scale", spec=(WG, 3.0, -2.0), n_bindings=2, push_size=4) is \
-        device.pipeline("test_scale", spec=(WG, 3.0, -2.0), n_bindings=2, push_size=4)
+    assert device.pipeline(TEST_SCALE, spec=(WG, 3.0, -2.0), n_bindings=2, push_size=4) is \
+        device.pipeline(TEST_SCALE, spec=(WG, 3.0, -2.0), n_bindings=2, push_size=4)
 
 
 def test_staged_upload_larger_than_staging_chunk(device):
@@ -84,7 +85,7 @@ def test_binding_range_above_limit_refused(device):
     check_binding_range(device, limit)
     with pytest.raises(VulkanError, match="maxStorageBufferRange"):
         check_binding_range(device, limit + 1)
-    pipe = device.pipeline("test_scale", spec=(WG, 1.0, 0.0), n_bindings=2, push_size=4)
+    pipe = device.pipeline(TEST_SCALE, spec=(WG, 1.0, 0.0), n_bindings=2, push_size=4)
     pool = device.descriptor_pool(1, 2)
     buf = device.buffer(256, name="small")
     try:
@@ -148,7 +149,7 @@ def test_timestamps_increase_and_submit_counts(device):
     cmd = device.command_buffer()
     try:
         x.write(np.ones(n, np.float32))
-        pipe = device.pipeline("test_scale", spec=(WG, 2.0, 0.0), n_bindings=2, push_size=4)
+        pipe = device.pipeline(TEST_SCALE, spec=(WG, 2.0, 0.0), n_bindings=2, push_size=4)
         dset = pool.allocate(pipe)
         write_descriptor_set(device, dset, [(x, 0, n * 4), (y, 0, n * 4)])
         before = device.counters.snapshot()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tests.helpers.shaders import TEST_SCALE
 from vkdecode.vk import Device, write_descriptor_set
 
 
@@ -22,7 +23,7 @@ def test_thousand_buffers(device):
 
 
 def test_thousand_descriptor_sets(device):
-    pipe = device.pipeline("test_scale", spec=(64, 1.0, 0.0), n_bindings=2, push_size=4)
+    pipe = device.pipeline(TEST_SCALE, spec=(64, 1.0, 0.0), n_bindings=2, push_size=4)
     pool = device.descriptor_pool(1000, 2000)
     buf = device.buffer(1024, name="shared")
     base_writes = device.counters.descriptor_writes
@@ -42,14 +43,14 @@ def test_thousand_descriptor_sets(device):
 
 def test_pipelines_close_to_zero(device):
     base = _live(device, "Pipeline")
-    pipes = [device.pipeline("test_scale", spec=(64, float(i), 0.0), n_bindings=2, push_size=4)
+    pipes = [device.pipeline(TEST_SCALE, spec=(64, float(i), 0.0), n_bindings=2, push_size=4)
              for i in range(100, 120)]
     assert _live(device, "Pipeline") == base + 20
     for p in pipes:
         p.close()
         p.close()
     assert _live(device, "Pipeline") == base
-    again = device.pipeline("test_scale", spec=(64, 100.0, 0.0), n_bindings=2, push_size=4)
+    again = device.pipeline(TEST_SCALE, spec=(64, 100.0, 0.0), n_bindings=2, push_size=4)
     assert again is not pipes[0] and again.handle is not None  # a closed pipeline leaves the cache
     again.close()
 
@@ -59,7 +60,7 @@ def test_device_close_closes_children_in_reverse_order():
     try:
         buf = dev.buffer(64, host_visible=True)
         buf.write(np.arange(16, dtype=np.uint32))
-        pipe = dev.pipeline("test_scale", spec=(64, 1.0, 0.0), n_bindings=2, push_size=4)
+        pipe = dev.pipeline(TEST_SCALE, spec=(64, 1.0, 0.0), n_bindings=2, push_size=4)
         pool = dev.descriptor_pool(4, 8)
         pool.allocate(pipe)
         cmd = dev.command_buffer()

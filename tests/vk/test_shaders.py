@@ -3,26 +3,27 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers.shaders import TEST_SCALE
 from vkdecode.errors import ShaderError
 from vkdecode.vk import shaders
 from vkdecode.vk.shaders import compile_shader, compiler_invocations, shader_dir
 
 
-def test_shader_dir_has_test_shader():
-    assert (shader_dir() / "test_scale.comp").exists()
+def test_shader_dir_has_runtime_shaders():
+    assert (shader_dir() / "add.comp").exists()
 
 
 def test_cache_hit_skips_compiler(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     n = compiler_invocations()
-    spv = compile_shader("test_scale")
+    spv = compile_shader(TEST_SCALE)
     assert spv[:4] == b"\x03\x02\x23\x07"  # SPIR-V magic, little endian
     assert compiler_invocations() == n + 1
     assert list((tmp_path / "vkdecode").glob("test_scale-*.spv"))
-    assert compile_shader("test_scale") == spv
+    assert compile_shader(TEST_SCALE) == spv
     assert compiler_invocations() == n + 1
     # Different defines are a different cache entry.
-    compile_shader("test_scale", {"UNUSED_FLAG": 1})
+    compile_shader(TEST_SCALE, {"UNUSED_FLAG": 1})
     assert compiler_invocations() == n + 2
 
 
@@ -51,8 +52,8 @@ def test_bad_shader_names_file_and_line(tmp_path, monkeypatch):
 def test_missing_compiler_names_package(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ShaderError, match="glslang-tools"):
-        compile_shader("test_scale")
-    assert shaders.COMPILER in str(pytest.raises(ShaderError, compile_shader, "test_scale").value)
+        compile_shader(TEST_SCALE)
+    assert shaders.COMPILER in str(pytest.raises(ShaderError, compile_shader, TEST_SCALE).value)
 
 
 def test_unknown_shader():

@@ -10,10 +10,9 @@ import time
 from dataclasses import dataclass, field
 
 from fusion.ir import STEP_POS, STEP_SEED, STEP_TOKEN
-from vkdecode import persistent
 from vkdecode.errors import ContextError, UsageError
 from vkdecode.executors.plan import GRID_ARGS, GridArgs, MemoryPlan, barriers_before, with_advance
-from vkdecode.kernels import KernelCall, KernelCaps
+from vkdecode.lowering.ops import KernelCall, KernelCaps
 from vkdecode.stats import Counters
 
 
@@ -87,12 +86,6 @@ class Executor:
         self._next = self.plan.slices.get(("next_token", "data"))
         assert STEP_POS == STEP_TOKEN + 1
         self._step_word = self.plan.step.offset // 4 + STEP_TOKEN
-        self._has_grid = any(it.call.shader == persistent.SHADER for it in self.items)
-
-    def _check_grid(self) -> None:
-        """A persistent region whose grid barrier gave up made this step's tokens wrong: raise."""
-        if self._has_grid:
-            persistent.check_error(self.plan)
 
     # -- build helpers ------------------------------------------------------------------------
     def _partition(self):
@@ -100,12 +93,12 @@ class Executor:
         return partition(self.program, [])
 
     def _lower(self, region) -> list[KernelCall]:
-        from vkdecode.lowering import region_calls
+        from vkdecode.lowering.regions import region_calls
         return region_calls(self.program, region, self.caps, fuse=False)
 
     def _across_regions(self, calls: list[KernelCall], owners: list[int]) -> tuple[list, list]:
         """Rewrites over the whole step's calls (fused replay: the o-projection combines split-K
-        attention, the attention prefetches the next weights); per-op execution keeps every call
+        attention, a residual add pre-computes the next norm); per-op execution keeps every call
         as lowered."""
         return calls, owners
 
@@ -139,7 +132,7 @@ class Executor:
                 else:   # x = the splits live at the step's position (GridArgs)
                     cmd.dispatch_indirect(grids.buffer, grids.offset + it.grid * GridArgs.RECORD_WORDS * 4)
                 if profile and (i == last or self.items[i + 1].region != it.region):
-                    # and of every region the call absorbed (persistent.merge): they end with it
+                    # and of every region the call absorbed: they end with it
                     end = len(self.regions) if i == last else self.items[i + 1].region
                     for r in range(it.region, max(end, it.region + 1)):
                         cmd.timestamp(ts, 2 + r)
@@ -155,7 +148,6 @@ class Executor:
         self._enqueue(token, pos)
         t1 = time.perf_counter()
         self.device.wait()
-        self._check_grid()
         nxt = int(self._next.read_array("uint32", 1)[0]) if self._next is not None else -1
         t2 = time.perf_counter()
         ns = self.timestamps.read_ns(0, 2)
@@ -183,7 +175,7 @@ class Executor:
         """Greedy speculative decoding: K prompt-lookup drafts checked per replayed verify step
         (vkdecode/speculative.py); generation then decodes through it. always_verify checks every
         draft found, paying or not (tests; bench/speculative.py's acceptance figures)."""
-        from vkdecode.speculative import Speculative
+        from vkdecode.executors.speculative import Speculative
         if self.speculative is not None:
             self.speculative.close()
             self.speculative = None

@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 
 from fusion.ir import STEP_WORDS, Program
-from vkdecode.kernels import QUANT_TYPES, Binding, KernelCall, row_bytes
+from vkdecode.lowering.ops import QUANT_TYPES, Binding, KernelCall, row_bytes
 from vkdecode.quant import PackedWeight, pack_float
 
 CHUNK = 256 << 20          # arena buffer size; larger tensors get their own buffer
@@ -47,7 +47,7 @@ class GridArgs:
 
     def args(self, pos: int) -> list[int]:
         """(x, y, z) of every record at position pos, as grid_args_update computes them."""
-        from vkdecode.kernels import AttnGrid, live_splits
+        from vkdecode.lowering.ops import AttnGrid, live_splits
         out = []
         for s, maxchunk, min_s, window, h, pf_g in self.records:
             x = live_splits(pos, AttnGrid(h, 0, s, maxchunk, min_s, window))

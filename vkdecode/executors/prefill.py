@@ -112,7 +112,7 @@ def chunk_executor(mode: str, device, program, caps, share):
     matvecs."""
     from vkdecode.executors.replay import ReplayExecutor
     from vkdecode.executors.unfused import UnfusedExecutor
-    from vkdecode.kernels_rows_fused import chunk_rules
+    from vkdecode.lowering.rows_fused import chunk_rules
     if mode == "unfused":
         return UnfusedExecutor(device, program, {}, caps, share=share)
     rules = chunk_rules(program, caps) if mode == "fused" else ()

@@ -9,7 +9,6 @@ import os
 import time
 from collections import deque
 
-from vkdecode import persistent
 from vkdecode.executors.base import Executor, TokenStats
 from vkdecode.executors.plan import TOKEN_RING
 from vkdecode.stats import Counters
@@ -70,21 +69,16 @@ class ReplayExecutor(Executor):
         return partition(self.program, [] if not self.fuse else self.rules)
 
     def _lower(self, region):
-        from vkdecode.lowering import region_calls
+        from vkdecode.lowering.regions import region_calls
         return region_calls(self.program, region, self.caps, fuse=self.fuse)
 
     def _across_regions(self, calls, owners):
         if not self.fuse:
             return calls, owners
-        from vkdecode.fused_attention import absorb_combines
-        from vkdecode.fused_norm_pre import add_norm_pre
-        from vkdecode.fused_prefetch import add_prefetch
-        from vkdecode.fused_qkv_attention import fold_qkv
+        from vkdecode.lowering.attention import absorb_combines
+        from vkdecode.lowering.norm_pre import add_norm_pre
         calls, owners = absorb_combines(self.program, calls, owners, self.caps)
-        calls, owners = fold_qkv(self.program, calls, owners, self.caps)
-        calls, owners = add_norm_pre(self.program, calls, owners, self.caps)
-        calls, owners = add_prefetch(self.program, calls, owners, self.caps)
-        return persistent.merge(self.device, self.program, calls, owners, self.caps)
+        return add_norm_pre(self.program, calls, owners, self.caps)
 
     def _enqueue(self, token: int, pos: int) -> None:
         self._write_step(token, pos)
@@ -127,7 +121,6 @@ class ReplayExecutor(Executor):
             while inflight:
                 fence, ts, size, host_us, counters = inflight.popleft()
                 dev.wait_fence(fence)
-                self._check_grid()
                 toks = [self.plan.ring_token(pos + first + i) for i in range(size)]
                 ns = ts.read_ns(0, 2)     # read before that recording is resubmitted
                 if nsub < len(sizes):

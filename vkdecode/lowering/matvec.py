@@ -11,7 +11,7 @@ import struct
 
 from fusion.ir import Program
 from fusion.rules import Region
-from vkdecode.kernels import (
+from vkdecode.lowering.ops import (
     KWIDE_FFN_MIN_IN,
     Binding,
     KernelCall,

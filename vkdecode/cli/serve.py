@@ -13,7 +13,7 @@ INSTALL_SERVE = "pip install 'vkdecode[serve]' (starlette and uvicorn)"
 
 
 def add_serve_parser(sub) -> None:
-    from vkdecode.cli_run import add_model_options
+    from vkdecode.cli.run import add_model_options
     from vkdecode.executors import MODES
     p = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API (/v1/chat/completions)")
     add_model_options(p)
@@ -79,8 +79,8 @@ def cmd_serve(args) -> int:
         raise VkDecodeError(f"vkdecode serve needs {e.name}: {INSTALL_SERVE}") from None
     import vkdecode
     from vkdecode.default_model import resolve_model
-    from vkdecode.serve_app import create_app
-    from vkdecode.serve_engine import Engine
+    from vkdecode.serve.app import create_app
+    from vkdecode.serve.engine import Engine
     path = resolve_model(args.model)
     sock = listen_socket(args.host, args.port)
     try:

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from fusion.ir import Program
 from fusion.rules import Region
-from vkdecode.kernels import (
+from vkdecode.lowering.ops import (
     AttnGrid,
     Binding,
     KernelCall,
@@ -137,7 +137,7 @@ def rope_kv_write_attention(p: Program, region: Region, caps: KernelCaps) -> lis
     spec = (wg, h, kvh, d, s, maxchunk, float(a["scale"]), 0.0, float(a.get("eps", 0.0)), window, min_s)
     ins = (Binding(r["q"]), Binding(r["k"]), Binding(r["v"]), Binding(r["step"]),
            Binding(r["k_cache"]), Binding(r["v_cache"]))
-    # then the q/k norm weights, then the rope table (binding B_FREQ); prefetch appends after it
+    # then the q/k norm weights, then the rope table (binding B_FREQ)
     norms = (Binding(r["q_norm_w"]), Binding(r["k_norm_w"])) if qk_norm else ()
     norms += (Binding(r["freqs"]),)
     defines += (("B_FREQ", str(len(ins) + len(norms))),)

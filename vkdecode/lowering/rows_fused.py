@@ -1,5 +1,5 @@
 """Fused projection regions of a narrow prompt chunk (fusion/chunk_rules.py, *_ROWS) -> calls of
-shaders/matmul_rows_narrow_fused.comp, registered into vkdecode.lowering.FUSED by fused_kernels.py.
+shaders/matmul_rows_narrow_fused.comp, paired with their rules in lowering/regions.py.
 
 Why: a narrow chunk (the speculative verify step, small prompt chunks) runs one kernel per op, ~16
 dependent dispatches a layer, and on a GPU each costs a few µs of dependency latency whatever its
@@ -18,9 +18,9 @@ from __future__ import annotations
 from fusion.chunk_rules import ROW_RULES
 from fusion.ir import Program
 from fusion.rules import Region
-from vkdecode.fused_matvec import MAX_SLOTS, _dtype_group, _fits, _Slots
-from vkdecode.kernels import Binding, KernelCall, KernelCaps, _dtype_define, _groups, _reduce_defines
-from vkdecode.kernels_rows import NARROW_OUTPUTS, UNIT_DTYPES, _narrow_rows, matmul_tile_rows
+from vkdecode.lowering.matvec import MAX_SLOTS, _dtype_group, _fits, _Slots
+from vkdecode.lowering.ops import Binding, KernelCall, KernelCaps, _dtype_define, _groups, _reduce_defines
+from vkdecode.lowering.rows import NARROW_OUTPUTS, UNIT_DTYPES, _narrow_rows, matmul_tile_rows
 from vkdecode.quant import QUANT_TYPES
 
 SHADER = "matmul_rows_narrow_fused"
@@ -134,14 +134,3 @@ def matmul_add_rows(p: Program, region: Region, caps: KernelCaps) -> list[Kernel
     call = _call(p, caps, r["x"], [r["weight"]], [r["out"]], [r.get("bias")], residual=r["residual"])
     return None if call is None else [call]
 
-
-BUILDERS = {
-    "RMS_NORM_MATMUL_ROWS": rms_norm_matmul_rows,
-    "RMS_NORM_MATMUL_SILU_MUL_ROWS": glu_rows,
-    "RMS_NORM_MATMUL_BIAS_SILU_MUL_ROWS": glu_rows,
-    "RMS_NORM_MATMUL_GELU_MUL_ROWS": glu_rows,
-    "MATMUL_SILU_MUL_ROWS": glu_rows,
-    "MATMUL_GELU_MUL_ROWS": glu_rows,
-    "MATMUL_ADD_ROWS": matmul_add_rows,
-    "MATMUL_BIAS_ADD_ROWS": matmul_add_rows,
-}

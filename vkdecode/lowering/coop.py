@@ -8,7 +8,7 @@ kernels_rows._attention asks coop_attention_shape (shaders/attention_rows_coop.c
 """
 from __future__ import annotations
 
-from vkdecode.kernel_caps import KernelCaps
+from vkdecode.lowering.caps import KernelCaps
 
 COOP_BK = 32                 # the kernel's k step
 COOP_START = 64              # default narrowest chunk: under it the f32 kernels' tiles fit as well

@@ -10,7 +10,7 @@ from vkdecode.errors import VkDecodeError
 
 
 def add_bench_parser(sub) -> None:
-    from vkdecode.cli_stats import add_model_source_options
+    from vkdecode.cli.stats import add_model_source_options
     from vkdecode.executors import MODES
     p = sub.add_parser("bench", help="decode speed of each mode on one model, in one process")
     add_model_source_options(p)
@@ -35,8 +35,8 @@ def bench_ctx(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from vkdecode import bench
-    from vkdecode.cli_stats import bench_model_from_args, open_device
+    from vkdecode import benchmark as bench
+    from vkdecode.cli.stats import bench_model_from_args, open_device
     if args.tokens < 1 or args.reps < 1 or args.warmup < 0 or args.prompt_tokens < 1:
         raise VkDecodeError("bench needs -n >= 1, --reps >= 1, --warmup >= 0 and --prompt-tokens >= 1")
     if args.plot:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import struct
 
 from fusion.ir import Op, Program
-from vkdecode.kernels import (
+from vkdecode.lowering.coop import coop_attention_shape, coop_shape, tile_dims
+from vkdecode.lowering.ops import (
     MAX_GROUPS_X,
     Binding,
     KernelCall,
@@ -24,7 +25,6 @@ from vkdecode.kernels import (
     kv_defines,
     row_chunks,
 )
-from vkdecode.kernels_coop import coop_attention_shape, coop_shape, tile_dims
 
 MATMUL_BM = 64      # weight rows per workgroup (shaders/matmul_rows.comp BM)
 NARROW_OUTPUTS = 64  # outputs (weight rows x BN) per matmul_rows_narrow workgroup = its size

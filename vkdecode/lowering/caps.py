@@ -25,8 +25,6 @@ class KernelCaps:
     attn_max_splits: int = 0    # GPUs (attn_live_rows >= 0): splits of an attention grid at most (0: auto)
     attn_wg: int = 0            # fused attention workgroup size (0: fused_attention.ATTN_WG[_SG])
     attn_kernel: str = ""       # fused attention: "sg" (subgroup rows) where it fits, "wg" never; "" auto
-    attn_qkv_in: int = 0        # > 0: the fused attention computes q/k/v itself where a head's rows are few bytes
-                                # (0: off, measured slower on an H100; fused_qkv_attention.py)
     cx_rows: int = 0            # rows per workgroup of an o-projection combining attention partials (0: auto,
                                 # < 0: none does, split attention keeps its attention_combine dispatch)
     matvec_wg: int = 0
@@ -49,9 +47,6 @@ class KernelCaps:
                                 # vectors, > 0: always, < 0: never)
     norm_pre_late: int = 0      # its consumers sum those partials after their weight loop, not before
                                 # (NORM_PRE_LATE; 0: where their weights are K-quants, > 0: always, < 0: never)
-    prefetch_bytes: int = 0     # weight bytes each fused attention prefetches into L2 (0: the default,
-                                # fused_prefetch.PREFETCH_BYTES, none since measured slower; < 0: none)
-    prefetch_groups: int = 0    # prefetch workgroups per attention dispatch (0: fused_prefetch default)
     matmul_narrow: int = 0      # chunk widths up to this take matmul_rows_narrow (0: 16, < 0: never)
     narrow_lanes: int = 0       # matmul_rows_narrow invocations per weight row (0: auto, up to 32; < 0: the tile width)
     matmul_wide: int = 0        # chunk widths from this take matmul_rows_wide (0: 17, < 0: never)
@@ -67,9 +62,6 @@ class KernelCaps:
     attn_rows_q: int = 0        # chunk attention: rows per attention_rows_gqa workgroup (0: auto, < 0: per-row kernel)
     head_blocks: int = 0        # row blocks per lm_head + argmax workgroup (0: fused_matvec.ARGMAX_PARTIALS pairs)
     head_ops: bool = False      # the final norm + lm_head + argmax region runs its ops' kernels, not the fused one
-    persistent: int = 0         # FFN + next q/k/v as one persistent dispatch of this many workgroups where a probe
-                                # passes at twice that (0: off, measured slower on an H100: vkdecode/persistent.py)
-    device_cpu: bool = False    # a CPU implementation (lavapipe): never a persistent region
 
     @classmethod
     def from_info(cls, info, **tuning) -> KernelCaps:
@@ -114,8 +106,6 @@ class KernelCaps:
             tuning.setdefault("kw_split", -1)
             # and power-of-two matvec workgroups (matvec_wg is 16 lanes there anyway)
             tuning.setdefault("kw_balance", -1)
-            # and no L2 prefetch (fused_prefetch.py): a CPU has no GPU cache to fill, only work to waste
-            tuning.setdefault("prefetch_bytes", -1)
             # and the tiled chunk matmul at every width (tuned there; the narrow kernel's 64-lane
             # workgroups over few rows fill a GPU, not a few CPU cores)
             tuning.setdefault("matmul_narrow", -1)
@@ -127,9 +117,6 @@ class KernelCaps:
             tuning.setdefault("attn_gqa_rows", 2)
             # and exact chunk widths: a CPU's chunk costs its rows, so padding rows is waste there
             tuning.setdefault("prefill_chunk_rows", -1)
-            # and never a persistent region (device_cpu): a CPU runs a dispatch's workgroups a few at a
-            # time, so a grid barrier between them cannot be relied on (vkdecode/persistent.py)
-            tuning["device_cpu"] = True
         return cls(subgroup_size=int(f.get("subgroup_size", 1) or 1),
                    subgroup_arithmetic=bool(f.get("subgroup_arithmetic", False)),
                    subgroup_fixed=f.get("min_subgroup_size") == f.get("max_subgroup_size") == f.get("subgroup_size"),

@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from vkdecode.serve_requests import ApiError, GenRequest, StopScanner
+from vkdecode.serve.requests import ApiError, GenRequest, StopScanner
 
 
 @dataclass

@@ -19,8 +19,8 @@ PREFILL_WIDTH = 32   # the prompt-chunk width whose regions and per-chunk work a
 
 def add_model_source_options(p, shapes: bool = True) -> None:
     """--model (file, default model) and, for random weights of real shapes, --shape/--quant."""
-    from vkdecode.bench_shapes import QUANTS, SHAPES
-    from vkdecode.cli_run import add_model_options
+    from vkdecode.benchmark.shapes import QUANTS, SHAPES
+    from vkdecode.cli.run import add_model_options
     add_model_options(p)
     if shapes:
         p.add_argument("--shape", default=None, choices=sorted(SHAPES),
@@ -29,7 +29,7 @@ def add_model_source_options(p, shapes: bool = True) -> None:
 
 
 def bench_model_from_args(args, ctx: int | None, prompt_tokens: int):
-    from vkdecode import bench
+    from vkdecode import benchmark as bench
     from vkdecode.default_model import resolve_model
     from vkdecode.errors import VkDecodeError
     if getattr(args, "shape", None):
@@ -76,7 +76,7 @@ def group_regions(rows: list[dict]) -> list[dict]:
 def prefill_stats(ex, width: int) -> dict:
     """Chunks of `width` through ex's prefill (the last is the steady state): its regions,
     what one chunk executes, and the host calls one chunk costs."""
-    from vkdecode.bench import executed_per_token, host_calls_per_token
+    from vkdecode.benchmark import executed_per_token, host_calls_per_token
     ex.enable_prefill((width,))
     n = 2 * width + 1 if 2 * width < ex.ctx else width + 1      # two chunks where they fit
     ids = [int(t) % ex.program.meta["vocab_size"] for t in range(3, 3 + n)]
@@ -90,7 +90,7 @@ def prefill_stats(ex, width: int) -> dict:
 
 
 def collect_stats(device, model, modes, prefill_width: int = 0) -> dict:
-    from vkdecode.bench import decode_run, executed_per_token, host_calls_per_token
+    from vkdecode.benchmark import decode_run, executed_per_token, host_calls_per_token
     from vkdecode.executors import make_executor
     out = {"model": model.describe(), "device": device.info.name, "regions": [], "modes": {}}
     for mode in modes:

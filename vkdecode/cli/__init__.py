@@ -51,10 +51,10 @@ def add_devices_parser(sub) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vkdecode", description="LLM decode on any Vulkan GPU")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    from vkdecode.cli_bench import add_bench_parser
-    from vkdecode.cli_run import add_run_parser
-    from vkdecode.cli_serve import add_serve_parser
-    from vkdecode.cli_stats import add_stats_parser
+    from vkdecode.cli.bench import add_bench_parser
+    from vkdecode.cli.run import add_run_parser
+    from vkdecode.cli.serve import add_serve_parser
+    from vkdecode.cli.stats import add_stats_parser
     # Each subcommand lives in its own module and registers itself here.
     for add in (add_devices_parser, add_run_parser, add_serve_parser, add_stats_parser, add_bench_parser):
         add(sub)

@@ -20,8 +20,8 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from vkdecode.serve_engine import Engine, Job
-from vkdecode.serve_requests import ApiError, parse_chat, parse_completion
+from vkdecode.serve.engine import Engine, Job
+from vkdecode.serve.requests import ApiError, parse_chat, parse_completion
 
 MAX_BODY_BYTES = 1 << 20
 DRAIN_LIMIT = 64 << 20       # an oversized body is read (and dropped) up to this, so the 413 arrives

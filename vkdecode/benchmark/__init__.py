@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vkdecode.bench_shapes import SHAPES, shape_model  # noqa: F401  (re-exported for the CLI/scripts)
+from vkdecode.benchmark.shapes import SHAPES, shape_model  # noqa: F401  (re-exported for the CLI/scripts)
 from vkdecode.stats import (  # noqa: F401  (re-exported)
     HOST_KEYS,
     executed_per_token,

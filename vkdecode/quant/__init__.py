@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vkdecode import quant_k
+from vkdecode.quant import kquant as quant_k
 
 BLOCK = 32
 GGUF_BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20, "q5_0": 22}

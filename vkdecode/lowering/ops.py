@@ -11,7 +11,7 @@ import struct
 from dataclasses import dataclass
 
 from fusion.ir import Op, Program
-from vkdecode.kernel_caps import KernelCaps
+from vkdecode.lowering.caps import KernelCaps
 from vkdecode.quant import K_TYPES, QUANT_TYPES, row_words
 
 MAX_GROUPS_X = 65535  # the minimum maxComputeWorkGroupCount[0]; larger grids go 2-D
@@ -416,7 +416,7 @@ def op_calls(program: Program, op_index: int, caps: KernelCaps) -> list[KernelCa
     """The kernel calls that run op #op_index, in order; a later call that reads what an earlier one
     wrote lists it among its bindings, and the executor puts a barrier between them."""
     op = program.ops[op_index]
-    from vkdecode.kernels_rows import row_op_calls  # prompt chunks (fusion/chunk.py)
+    from vkdecode.lowering.rows import row_op_calls  # prompt chunks (fusion/chunk.py)
     rows = row_op_calls(program, op, caps)
     if rows is not None:
         return rows

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fusion.ir import Program
-from vkdecode.kernels import Binding, KernelCall, KernelCaps
+from vkdecode.lowering.ops import Binding, KernelCall, KernelCaps
 from vkdecode.quant import K_TYPES, QUANT_TYPES
 
 CONSUMERS = ("rms_norm_matmul", "rms_norm_matmul_silu_mul", "rms_norm_matmul_argmax")
@@ -91,7 +91,7 @@ def add_norm_pre(program: Program, calls: list[KernelCall], owners: list[int],
     is a norm consumer taking it as its x (once) is paired with it, where that output has
     NORM_PRE_MIN elements or more (caps.norm_pre 0), always (> 0) or never (< 0). owners are
     returned unchanged: no call is added or removed."""
-    if caps.norm_pre < 0 or caps.persistent > 0:   # the persistent region merges these calls itself
+    if caps.norm_pre < 0:
         return calls, owners
     out = list(calls)
     for i, c in enumerate(calls):
