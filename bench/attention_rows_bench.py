@@ -8,6 +8,7 @@ workgroup setting, and attention_rows_coop (tensor cores) where the device has c
 GPU time from timestamps over `reps` runs (a barrier after each); f16 KV caches (the default),
 random contents. `attention_ms_per_chunk` = time x the model's layers.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,14 +17,15 @@ import sys
 import time
 from dataclasses import replace
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # run from anywhere
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
 
 import numpy as np
 
 from bench.matmul_rows_bench import time_calls
 from fusion.ir import STEP_WORDS, Program
 from vkdecode.cli.bench import write_json
-from vkdecode.lowering.ops import KernelCaps, op_calls
+from vkdecode.lowering.calls import KernelCaps
+from vkdecode.lowering.ops import op_calls
 
 MODELS = {"qwen3-0.6b": ((16, 8, 128), 28), "smollm2-135m": ((9, 3, 64), 30)}
 
@@ -35,8 +37,16 @@ def _program(h, kvh, d, rows, ctx) -> Program:
     p.value("vc", (ctx, kvh * d), "f16", "state")
     p.value("step", (STEP_WORDS,), "u32", "step")
     p.value("o", (rows * h * d,), "f32", "output")
-    p.op("attention", ["q", "kc", "vc", "step"], ["o"], n_heads=h, n_kv_heads=kvh, head_dim=d,
-         scale=d ** -0.5, rows=rows)
+    p.op(
+        "attention",
+        ["q", "kc", "vc", "step"],
+        ["o"],
+        n_heads=h,
+        n_kv_heads=kvh,
+        head_dim=d,
+        scale=d**-0.5,
+        rows=rows,
+    )
     return p
 
 
@@ -46,17 +56,26 @@ def main(argv=None) -> int:
     ap.add_argument("--heads", default="", help="H,KVH,D instead of --models (one layer)")
     ap.add_argument("--widths", type=int, nargs="+", default=[64, 128, 256, 512])
     ap.add_argument("--pos", type=int, nargs="+", default=[0, 1024], help="the chunk's first position")
-    ap.add_argument("--rows-q", type=int, nargs="+", default=[-1, 0, 4, 8, 16],
-                    help="KernelCaps.attn_rows_q settings (-1: per-row kernel, 0: auto)")
+    ap.add_argument(
+        "--rows-q",
+        type=int,
+        nargs="+",
+        default=[-1, 0, 4, 8, 16],
+        help="KernelCaps.attn_rows_q settings (-1: per-row kernel, 0: auto)",
+    )
     ap.add_argument("--no-coop", action="store_true", help="leave out attention_rows_coop (tensor cores)")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
     from vkdecode.vk import Device
+
     dev = Device()
     base = KernelCaps.from_info(dev.info)
-    models = ({"custom": (tuple(int(v) for v in a.heads.split(",")), 1)} if a.heads
-              else {m: MODELS[m] for m in a.models})
+    models = (
+        {"custom": (tuple(int(v) for v in a.heads.split(",")), 1)}
+        if a.heads
+        else {m: MODELS[m] for m in a.models}
+    )
     res = {"device": dev.info.name, "date": time.strftime("%Y-%m-%d"), "rows": []}
     rng = np.random.default_rng(0)
     for model, ((h, kvh, d), layers) in models.items():
@@ -66,21 +85,32 @@ def main(argv=None) -> int:
                 p = _program(h, kvh, d, rows, ctx)
                 step = np.zeros(STEP_WORDS, np.uint32)
                 step[1] = pos
-                arrays = {("q", "data"): rng.standard_normal(rows * h * d).astype(np.float32),
-                          ("kc", "data"): rng.standard_normal(ctx * kvh * d).astype(np.float16),
-                          ("vc", "data"): rng.standard_normal(ctx * kvh * d).astype(np.float16),
-                          ("step", "data"): step}
+                arrays = {
+                    ("q", "data"): rng.standard_normal(rows * h * d).astype(np.float32),
+                    ("kc", "data"): rng.standard_normal(ctx * kvh * d).astype(np.float16),
+                    ("vc", "data"): rng.standard_normal(ctx * kvh * d).astype(np.float16),
+                    ("step", "data"): step,
+                }
                 variants = [replace(base, attn_rows_q=rq, attn_coop=-1) for rq in a.rows_q]
                 if base.coop_matrix and not a.no_coop:
                     variants.append(replace(base, attn_coop=1))
                 for caps in variants:
                     rq = caps.attn_rows_q
                     r = time_calls(dev, p, op_calls(p, 0, caps), arrays, a.reps)
-                    r.update(model=model, heads=[h, kvh, d], rows=rows, pos=pos, attn_rows_q=rq,
-                             attention_ms_per_chunk=r["us"] * layers / 1e3)
+                    r.update(
+                        model=model,
+                        heads=[h, kvh, d],
+                        rows=rows,
+                        pos=pos,
+                        attn_rows_q=rq,
+                        attention_ms_per_chunk=r["us"] * layers / 1e3,
+                    )
                     res["rows"].append(r)
-                    print(f"{model:12s} pos {pos:5d} T {rows:4d} rows_q {rq:3d} {r['calls'][0]['shader']:20s} "
-                          f"{r['us']:9.1f} us  x{layers} layers {r['attention_ms_per_chunk']:7.2f} ms", flush=True)
+                    print(
+                        f"{model:12s} pos {pos:5d} T {rows:4d} rows_q {rq:3d} {r['calls'][0]['shader']:20s} "
+                        f"{r['us']:9.1f} us  x{layers} layers {r['attention_ms_per_chunk']:7.2f} ms",
+                        flush=True,
+                    )
     dev.check_validation()
     dev.close()
     if a.out:

@@ -16,6 +16,7 @@ the step, so they stay out of the timed runs): median µs per region over the st
 rule. Bytes per rule: the weights its regions read (the embedding: one row) plus the KV rows its
 attention ops read, averaged over the timed positions.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,7 +26,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # run from anywhere
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
 
 from vkdecode import benchmark as bench
 from vkdecode.cli.bench import write_json
@@ -35,6 +36,7 @@ def kv_bytes(program, op, p0: int, n: int) -> int:
     """K and V bytes one attention op reads per step, averaged over positions p0 .. p0+n-1: rows
     0..pos of its caches (a sliding window: at most `window` rows)."""
     from vkdecode.executors.plan import value_bytes
+
     _, k_cache, v_cache, _ = op.inputs
     window = int(op.attrs.get("window", 0))
     rows = sum(min(pos + 1, window) if window else pos + 1 for pos in range(p0, p0 + n))
@@ -58,13 +60,17 @@ def _rate(nbytes: float, us: float, copy: float) -> dict:
     """GB/s of nbytes in us, against the copy; us_at_copy: the time the bytes alone would take at
     the copy's rate (what is left above it is latency: the dispatch chain, reductions, launch)."""
     gbps = nbytes / (us * 1e3) if us > 0 else 0.0
-    return {"GBps": gbps, "fraction_of_copy": gbps / copy if copy else None,
-            "us_at_copy": nbytes / (copy * 1e3) if copy else None}
+    return {
+        "GBps": gbps,
+        "fraction_of_copy": gbps / copy if copy else None,
+        "us_at_copy": nbytes / (copy * 1e3) if copy else None,
+    }
 
 
 def breakdown(dev, model, caps, n: int, reps: int, copy: float) -> dict:
     """Everything this bench reports for one model (see the module docstring)."""
     from vkdecode.executors import make_executor
+
     timed = bench.timed_fused(dev, model, caps, n, reps)
     with make_executor("fused", dev, model.program, model.weights, caps=caps, profile=True) as ex:
         bench.decode_run(ex, model.prompt_ids, min(n, 8))
@@ -80,33 +86,55 @@ def breakdown(dev, model, caps, n: int, reps: int, copy: float) -> dict:
         e["kv_bytes"] = kv_by_rule.get(rule, 0)
         e["share_of_step"] = e["us"] / region_sum if region_sum else 0.0
         e.update(_rate(e["weight_bytes"] + e["kv_bytes"], e["us"], copy))
-    step = {"weight_bytes": wb, "kv_bytes": kv, "gpu_us": gpu_us, "wall_us": 1e6 / tok_s if tok_s else None,
-            "gpu": _rate(wb + kv, gpu_us, copy),
-            "wall": _rate(wb + kv, 1e6 / tok_s if tok_s else 0.0, copy)}
-    return {"model": model.describe(), "tok_s": timed["tok_s"], "gpu_us": timed["gpu_us"],
-            "executed_per_token": executed, "step": step, "rules": rules,
-            "profiled_step_gpu_us": profiled_us, "rules_gpu_us_sum": region_sum,
-            "tokens": timed["tokens"][:16]}
+    step = {
+        "weight_bytes": wb,
+        "kv_bytes": kv,
+        "gpu_us": gpu_us,
+        "wall_us": 1e6 / tok_s if tok_s else None,
+        "gpu": _rate(wb + kv, gpu_us, copy),
+        "wall": _rate(wb + kv, 1e6 / tok_s if tok_s else 0.0, copy),
+    }
+    return {
+        "model": model.describe(),
+        "tok_s": timed["tok_s"],
+        "gpu_us": timed["gpu_us"],
+        "executed_per_token": executed,
+        "step": step,
+        "rules": rules,
+        "profiled_step_gpu_us": profiled_us,
+        "rules_gpu_us_sum": region_sum,
+        "tokens": timed["tokens"][:16],
+    }
 
 
 def format_breakdown(r: dict) -> str:
     m, s = r["model"], r["step"]
-    head = (f"{m['name']} {m['quant']} ({m['n_layers']} layers, hidden {m['hidden_size']}): "
-            f"{r['tok_s']['median']:.1f} tok/s, GPU {r['gpu_us']['median']:.1f} µs/token, "
-            f"{r['executed_per_token']['dispatches']} dispatches, {(s['weight_bytes'] + s['kv_bytes']) / 1e6:.1f} MB "
-            f"-> {s['gpu']['GBps']:.0f} GB/s of GPU time ({_pct(s['gpu'])} of copy; "
-            f"{s['gpu']['us_at_copy'] or 0:.1f} µs at the copy's rate)")
-    lines = [head,
-             f"  {'rule':36s} {'µs':>9s} {'share':>6s} {'disp':>5s} {'MB':>9s} {'GB/s':>7s} {'copy':>6s} {'µs@copy':>9s}"]
+    head = (
+        f"{m['name']} {m['quant']} ({m['n_layers']} layers, hidden {m['hidden_size']}): "
+        f"{r['tok_s']['median']:.1f} tok/s, GPU {r['gpu_us']['median']:.1f} µs/token, "
+        f"{r['executed_per_token']['dispatches']} dispatches, {(s['weight_bytes'] + s['kv_bytes']) / 1e6:.1f} MB "
+        f"-> {s['gpu']['GBps']:.0f} GB/s of GPU time ({_pct(s['gpu'])} of copy; "
+        f"{s['gpu']['us_at_copy'] or 0:.1f} µs at the copy's rate)"
+    )
+    lines = [
+        head,
+        f"  {'rule':36s} {'µs':>9s} {'share':>6s} {'disp':>5s} {'MB':>9s} {'GB/s':>7s} {'copy':>6s} {'µs@copy':>9s}",
+    ]
     for rule, e in r["rules"].items():
-        lines.append(f"  {rule:36s} {e['us']:9.1f} {100 * e['share_of_step']:5.1f}% {e['dispatches']:5d} "
-                     f"{(e['weight_bytes'] + e['kv_bytes']) / 1e6:9.2f} {e['GBps']:7.0f} {_pct(e):>6s} "
-                     f"{e['us_at_copy'] or 0:9.1f}")
-    lines.append(f"  (profiled step {r['profiled_step_gpu_us']:.1f} µs with region timestamps; "
-                 f"regions sum to {r['rules_gpu_us_sum']:.1f})")
+        lines.append(
+            f"  {rule:36s} {e['us']:9.1f} {100 * e['share_of_step']:5.1f}% {e['dispatches']:5d} "
+            f"{(e['weight_bytes'] + e['kv_bytes']) / 1e6:9.2f} {e['GBps']:7.0f} {_pct(e):>6s} "
+            f"{e['us_at_copy'] or 0:9.1f}"
+        )
+    lines.append(
+        f"  (profiled step {r['profiled_step_gpu_us']:.1f} µs with region timestamps; "
+        f"regions sum to {r['rules_gpu_us_sum']:.1f})"
+    )
     if "peer" in r:
-        lines.append(f"  llama.cpp Vulkan: {r['peer']['decode']['tok_s_median']:.1f} tok/s; "
-                     f"vkdecode / llama.cpp = {r['ratio_vs_llama_cpp']:.2f}")
+        lines.append(
+            f"  llama.cpp Vulkan: {r['peer']['decode']['tok_s_median']:.1f} tok/s; "
+            f"vkdecode / llama.cpp = {r['ratio_vs_llama_cpp']:.2f}"
+        )
     return "\n".join(lines)
 
 
@@ -127,7 +155,7 @@ def model_specs(a) -> list[tuple[str, str, str]]:
     if not specs:
         raise SystemExit("error: give --shape and/or --model")
     if a.llama_server and not a.gguf_dir and any(k == "shape" for k, _, _ in specs):
-        a.gguf_dir = tempfile.mkdtemp(prefix="vkdecode-shapes-")   # llama.cpp needs the file
+        a.gguf_dir = tempfile.mkdtemp(prefix="vkdecode-shapes-")  # llama.cpp needs the file
     return specs
 
 
@@ -139,14 +167,17 @@ def bench_model(kind: str, what: str, quant: str, a):
     path = what
     if kind == "shape":
         from bench.shape_gguf import write_shape_gguf
+
         layers = f"-{a.layers}l" if a.layers else ""
         path = os.path.join(a.gguf_dir, f"{what}{layers}-{quant}.gguf")
-        if not os.path.exists(path):   # written once: a second run reuses the file
+        if not os.path.exists(path):  # written once: a second run reuses the file
             os.makedirs(a.gguf_dir, exist_ok=True)
             t0 = time.perf_counter()
             write_shape_gguf(path, what, quant, n_layers=a.layers)
-            print(f"wrote {path} ({os.path.getsize(path) / 2**30:.2f} GiB) in {time.perf_counter() - t0:.1f} s",
-                  flush=True)
+            print(
+                f"wrote {path} ({os.path.getsize(path) / 2**30:.2f} GiB) in {time.perf_counter() - t0:.1f} s",
+                flush=True,
+            )
     return bench.file_model(path, a.ctx, a.prompt_tokens), path
 
 
@@ -162,7 +193,9 @@ def main(argv=None) -> int:
     ap.add_argument("--prompt-tokens", type=int, default=16)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--copy-mib", type=int, default=256, help="size of the copy that measures bandwidth")
-    ap.add_argument("--llama-server", default=None, help="also llama.cpp's decode on each GGUF (path of llama-server)")
+    ap.add_argument(
+        "--llama-server", default=None, help="also llama.cpp's decode on each GGUF (path of llama-server)"
+    )
     ap.add_argument("--llama-reps", type=int, default=5)
     ap.add_argument("--port", type=int, default=18093)
     ap.add_argument("--device", default=None)
@@ -171,8 +204,9 @@ def main(argv=None) -> int:
     if a.prompt_tokens + a.tokens > a.ctx:
         raise SystemExit(f"error: --prompt-tokens + --tokens = {a.prompt_tokens + a.tokens} > --ctx {a.ctx}")
     specs = model_specs(a)
-    from vkdecode.lowering.ops import KernelCaps
+    from vkdecode.lowering.calls import KernelCaps
     from vkdecode.vk import Device
+
     out = {"settings": {k: v for k, v in vars(a).items() if k != "device"}, "results": []}
     files = []
     with Device(a.device) as dev:
@@ -192,11 +226,14 @@ def main(argv=None) -> int:
         dev.check_validation()
     if a.llama_server:
         from bench.llama_server_peer import decode_timings, llama_server
+
         for r, (path, ids) in zip(out["results"], files):
             if path is None or not path.endswith(".gguf"):
                 r["peer"] = {"skipped": "not a GGUF file"}
                 continue
-            log = (a.out or os.path.join(a.gguf_dir or ".", "bd")) + f".{os.path.basename(path)}.llama-server.log"
+            log = (
+                a.out or os.path.join(a.gguf_dir or ".", "bd")
+            ) + f".{os.path.basename(path)}.llama-server.log"
             with llama_server(a.llama_server, path, a.ctx, a.port, log) as (url, peer):
                 peer["decode"] = decode_timings(url, ids, a.tokens, a.llama_reps, 2, log)
             r["peer"] = peer

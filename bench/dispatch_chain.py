@@ -3,6 +3,7 @@ them, timed with timestamps. Tells how many µs a fused region saves per dispatc
 
     python -m bench.dispatch_chain [-n 500] [--out chain.json]
 Writes JSON; never asserts timings."""
+
 from __future__ import annotations
 
 import argparse
@@ -29,12 +30,22 @@ class _Extra:
         self.dev = dev
         cs = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
         self.cs = cs
-        self.bmb = new("VkBufferMemoryBarrier*", {
-            "srcAccessMask": vk.VK_ACCESS_SHADER_WRITE_BIT, "dstAccessMask": vk.VK_ACCESS_SHADER_READ_BIT,
-            "srcQueueFamilyIndex": 0xFFFFFFFF, "dstQueueFamilyIndex": 0xFFFFFFFF,  # IGNORED
-            "buffer": buf.handle, "offset": 0, "size": buf.size})
-        self.mb = new("VkMemoryBarrier*", {"srcAccessMask": vk.VK_ACCESS_SHADER_WRITE_BIT,
-                                           "dstAccessMask": vk.VK_ACCESS_SHADER_READ_BIT})
+        self.bmb = new(
+            "VkBufferMemoryBarrier*",
+            {
+                "srcAccessMask": vk.VK_ACCESS_SHADER_WRITE_BIT,
+                "dstAccessMask": vk.VK_ACCESS_SHADER_READ_BIT,
+                "srcQueueFamilyIndex": 0xFFFFFFFF,
+                "dstQueueFamilyIndex": 0xFFFFFFFF,  # IGNORED
+                "buffer": buf.handle,
+                "offset": 0,
+                "size": buf.size,
+            },
+        )
+        self.mb = new(
+            "VkMemoryBarrier*",
+            {"srcAccessMask": vk.VK_ACCESS_SHADER_WRITE_BIT, "dstAccessMask": vk.VK_ACCESS_SHADER_READ_BIT},
+        )
         ev = ffi.new("VkEvent*")
         check("vkCreateEvent", lib.vkCreateEvent(dev.handle, new("VkEventCreateInfo*"), NULL, ev))
         self.event = ev[0]
@@ -93,7 +104,8 @@ def handoff_us(dev, n: int, elems: int, grid_groups: int = 0, reps: int = 7, pol
     no pipeline barrier between them (grid_groups 0), or all links in one dispatch of grid_groups
     resident workgroups with a grid barrier between links. Checks the values the links computed."""
     import numpy as np
-    n -= n % 2                                   # an even chain ends in buffer a
+
+    n -= n % 2  # an even chain ends in buffer a
     wg = 64
     groups = elems // wg
     defines = {"GRID": "1"} if grid_groups else {}
@@ -142,8 +154,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, default=500)
     ap.add_argument("--out")
-    ap.add_argument("--grid-groups", type=int, default=132, help="resident workgroups of the grid hand-over "
-                    "(the H100 has 132 SMs); past what the device runs at once it flags a failed wait")
+    ap.add_argument(
+        "--grid-groups",
+        type=int,
+        default=132,
+        help="resident workgroups of the grid hand-over "
+        "(the H100 has 132 SMs); past what the device runs at once it flags a failed wait",
+    )
     a = ap.parse_args()
     with Device() as dev:
         res = {"device": dev.info.name, "driver": dev.info.driver_version, "dispatches": a.n}
@@ -151,13 +168,20 @@ def main() -> None:
             for kind in KINDS:
                 us = chain_us(dev, a.n, kind, elems=elems)
                 res[f"{kind}-{elems}"] = {"total_us": us, "us_per_dispatch": us / a.n}
-                print(f"{dev.info.name}: {a.n} dispatches of {elems // 64} workgroups, barrier {kind:8s}: "
-                      f"{us:9.1f} µs = {us / a.n:6.2f} µs each")
-            for name, gg, poll in (("flag", 0, False), ("grid", a.grid_groups, False),
-                                   ("grid-poll-load", a.grid_groups, True)):
+                print(
+                    f"{dev.info.name}: {a.n} dispatches of {elems // 64} workgroups, barrier {kind:8s}: "
+                    f"{us:9.1f} µs = {us / a.n:6.2f} µs each"
+                )
+            for name, gg, poll in (
+                ("flag", 0, False),
+                ("grid", a.grid_groups, False),
+                ("grid-poll-load", a.grid_groups, True),
+            ):
                 r = res[f"{name}-{elems}"] = handoff_us(dev, a.n, elems, gg, poll_load=poll)
-                print(f"{dev.info.name}: {a.n} links of {elems // 64} workgroups, hand-over {name:14s}: "
-                      f"{r['total_us']:9.1f} µs = {r['us_per_dispatch']:6.2f} µs each, correct {r['correct']}")
+                print(
+                    f"{dev.info.name}: {a.n} links of {elems // 64} workgroups, hand-over {name:14s}: "
+                    f"{r['total_us']:9.1f} µs = {r['us_per_dispatch']:6.2f} µs each, correct {r['correct']}"
+                )
     if a.out:
         with open(a.out, "w") as f:
             json.dump(res, f, indent=2)

@@ -9,6 +9,7 @@ of the half's largest |x|), once for all the rows a workgroup holds, so its cost
 with the rows. `--barrier none` times back-to-back dispatches that overlap (throughput), `full`
 the decode's chain of dependent dispatches. Writes JSON; never asserts timings.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,7 +20,7 @@ import numpy as np
 
 from bench.matvec_bench import Case, copy_bandwidth, measure
 from vkdecode.cli.bench import write_json
-from vkdecode.lowering.ops import KernelCaps
+from vkdecode.lowering.calls import KernelCaps
 from vkdecode.quant import PackedWeight, dequantize
 
 
@@ -31,8 +32,15 @@ def rel_error(case: Case) -> float:
     return float(np.abs(y - ref).max() / np.abs(ref).max())
 
 
-def run(dev, shapes: list[tuple[int, int]], dtypes: list[str], reps: int, barriers: list[str],
-        copies: int = 0, warm_s: float = 0.3) -> list[dict]:
+def run(
+    dev,
+    shapes: list[tuple[int, int]],
+    dtypes: list[str],
+    reps: int,
+    barriers: list[str],
+    copies: int = 0,
+    warm_s: float = 0.3,
+) -> list[dict]:
     caps = replace(KernelCaps.from_info(dev.info), kwide=1, kw_split=1)
     rows = []
     for dtype in dtypes:
@@ -40,16 +48,19 @@ def run(dev, shapes: list[tuple[int, int]], dtypes: list[str], reps: int, barrie
             case = Case(dev, dtype, out, n_in, copies)
             idot = {"KQ_IDOT": 1, **({"KQ_IDOT_Q6": 1} if dtype == "q6_k" else {})}
             try:
-                measure(case, caps, reps, warm_s=warm_s)       # untimed: first touch, clocks up
+                measure(case, caps, reps, warm_s=warm_s)  # untimed: first touch, clocks up
                 for barrier in barriers:
-                    for _ in range(2):                         # A, B, A, B
+                    for _ in range(2):  # A, B, A, B
                         for name, defines in (("float", {}), ("idot", idot)):
                             r = measure(case, caps, reps, barrier=barrier, defines=defines)
                             r.update(kernel=name, rel_error=rel_error(case))
                             rows.append(r)
-                            print(f"{dtype} {out:6d}x{n_in:<6d} {barrier:4s} {name:5s} wg {r['wg']:3d} rows {r['rows']} "
-                                  f"{r['us']:8.2f} us {r['GBps']:7.0f} GB/s  rel error {r['rel_error']:.1e}  "
-                                  f"{r['pipeline_stats'].get('Register Count', '')}", flush=True)
+                            print(
+                                f"{dtype} {out:6d}x{n_in:<6d} {barrier:4s} {name:5s} wg {r['wg']:3d} rows {r['rows']} "
+                                f"{r['us']:8.2f} us {r['GBps']:7.0f} GB/s  rel error {r['rel_error']:.1e}  "
+                                f"{r['pipeline_stats'].get('Register Count', '')}",
+                                flush=True,
+                            )
             finally:
                 case.close()
     return rows
@@ -64,13 +75,19 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
     from vkdecode.vk import Device
+
     shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes]
     with Device() as dev:
         if not dev.info.features.get("integer_dot"):
             raise SystemExit(f"{dev.info.name}: no shaderIntegerDotProduct")
         copy = copy_bandwidth(dev, min(512 << 20, dev.info.limits["max_storage_buffer_range"] & ~0xFFFF))
-        res = {"device": dev.info.name, "driver": dev.info.driver_version, "date": time.strftime("%Y-%m-%d"),
-               "copy_GBps": copy, "rows": run(dev, shapes, a.dtypes, a.reps, a.barrier)}
+        res = {
+            "device": dev.info.name,
+            "driver": dev.info.driver_version,
+            "date": time.strftime("%Y-%m-%d"),
+            "copy_GBps": copy,
+            "rows": run(dev, shapes, a.dtypes, a.reps, a.barrier),
+        }
     if a.out:
         write_json(res, a.out)
     return 0

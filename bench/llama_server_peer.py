@@ -20,6 +20,7 @@ N - 1 steps; `steps_s_median` is the rate of the steps themselves.
 The server log must show every layer offloaded to the Vulkan device, or the run is refused (a CPU
 fallback would look plausible).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,7 +37,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # run from anywhere
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
 
 from vkdecode.cli.bench import write_json
 
@@ -73,7 +74,9 @@ def offload_check(log: str) -> str:
         raise RuntimeError("llama-server's log names no Vulkan device: the run did not use ggml-vulkan")
     m = re.search(r"offloaded (\d+)/(\d+) layers to GPU", log)
     if not m or m.group(1) != m.group(2):
-        raise RuntimeError(f"not every layer is on the GPU: {m.group(0) if m else 'no offload line in the log'}")
+        raise RuntimeError(
+            f"not every layer is on the GPU: {m.group(0) if m else 'no offload line in the log'}"
+        )
     return m.group(0)
 
 
@@ -81,18 +84,44 @@ def offload_check(log: str) -> str:
 def llama_server(server: str, model: str, ctx: int, port: int, log_path: str):
     """Starts llama-server on `model` with every layer offloaded, waits until it is ready and
     checks its log (offload_check); yields (url, facts about the run for the JSON); stops it."""
-    cmd = [server, "-m", model, "-ngl", "999", "-c", str(ctx), "-b", "2048", "-ub", "512",
-           "--port", str(port), "--host", "127.0.0.1", "-np", "1", "-lv", "4"]
+    cmd = [
+        server,
+        "-m",
+        model,
+        "-ngl",
+        "999",
+        "-c",
+        str(ctx),
+        "-b",
+        "2048",
+        "-ub",
+        "512",
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "-np",
+        "1",
+        "-lv",
+        "4",
+    ]
     url = f"http://127.0.0.1:{port}"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     try:
         _wait_ready(url, proc, log_path)
         text = _read(log_path)
-        yield url, {"peer": "llama.cpp llama-server (Vulkan)", "model": os.path.basename(model),
-                    "cmd": " ".join(cmd), "offload": offload_check(text),
-                    "device_lines": [ln for ln in text.splitlines() if "Vulkan" in ln][:6],
-                    "build": next((ln for ln in text.splitlines() if "build" in ln.lower()), "")}
+        yield (
+            url,
+            {
+                "peer": "llama.cpp llama-server (Vulkan)",
+                "model": os.path.basename(model),
+                "cmd": " ".join(cmd),
+                "offload": offload_check(text),
+                "device_lines": [ln for ln in text.splitlines() if "Vulkan" in ln][:6],
+                "build": next((ln for ln in text.splitlines() if "build" in ln.lower()), ""),
+            },
+        )
     finally:
         proc.terminate()
         try:
@@ -110,8 +139,9 @@ def prompt_timings(url: str, lengths, reps: int, warmup: int, vocab: int) -> dic
         walls, pps, pms = [], [], []
         for r in range(warmup + reps):
             t0 = time.perf_counter()
-            rep = _post(url + "/completion", {"prompt": ids, "n_predict": 1, "cache_prompt": False,
-                                              "temperature": 0})
+            rep = _post(
+                url + "/completion", {"prompt": ids, "n_predict": 1, "cache_prompt": False, "temperature": 0}
+            )
             dt = time.perf_counter() - t0
             t = rep["timings"]
             if t.get("prompt_n") != n:
@@ -120,10 +150,17 @@ def prompt_timings(url: str, lengths, reps: int, warmup: int, vocab: int) -> dic
                 walls.append(dt)
                 pps.append(t["prompt_per_second"])
                 pms.append(t["prompt_ms"])
-        out[str(n)] = {"ttft_s_median": statistics.median(walls), "prompt_ms_median": statistics.median(pms),
-                       "prompt_tok_s_median": statistics.median(pps), "reps": reps}
-        print(f"llama.cpp {n:5d} tokens: prompt {statistics.median(pms):8.1f} ms "
-              f"({statistics.median(pps):8.0f} tok/s), request {statistics.median(walls) * 1e3:8.1f} ms", flush=True)
+        out[str(n)] = {
+            "ttft_s_median": statistics.median(walls),
+            "prompt_ms_median": statistics.median(pms),
+            "prompt_tok_s_median": statistics.median(pps),
+            "reps": reps,
+        }
+        print(
+            f"llama.cpp {n:5d} tokens: prompt {statistics.median(pms):8.1f} ms "
+            f"({statistics.median(pps):8.0f} tok/s), request {statistics.median(walls) * 1e3:8.1f} ms",
+            flush=True,
+        )
     return out
 
 
@@ -131,8 +168,10 @@ def decode_figures(reply: dict, n_predict: int) -> tuple[float, float]:
     """(decode tok/s, decode ms) of one /completion reply; refuses one that stopped early."""
     t = reply.get("timings") or {}
     if t.get("predicted_n") != n_predict:
-        raise RuntimeError(f"the server predicted {t.get('predicted_n')} tokens, not {n_predict} "
-                           "(ignore_eos not honoured, or the context is full)")
+        raise RuntimeError(
+            f"the server predicted {t.get('predicted_n')} tokens, not {n_predict} "
+            "(ignore_eos not honoured, or the context is full)"
+        )
     tok_s, ms = t.get("predicted_per_second"), t.get("predicted_ms")
     if not (isinstance(tok_s, (int, float)) and tok_s > 0 and isinstance(ms, (int, float)) and ms > 0):
         raise RuntimeError(f"the reply has no usable decode timings: {t}")
@@ -149,15 +188,21 @@ def logged_decode(log_text: str, n_predict: int) -> tuple[float, float]:
     return n_predict / (ms / 1e3), ms
 
 
-def decode_timings(url: str, prompt_ids: list[int], n_predict: int, reps: int, warmup: int,
-                   log_path: str | None = None) -> dict:
+def decode_timings(
+    url: str, prompt_ids: list[int], n_predict: int, reps: int, warmup: int, log_path: str | None = None
+) -> dict:
     """tg n_predict after the prompt `prompt_ids`, greedy, EOS ignored: the server's decode tok/s
     (median, min, max and every repetition). A random-weight model's output is not valid text, and
     recent servers answer it with HTTP 500 ("does not match the expected Content-only format")
     after timing it: then the timing comes from the server's log line (log_path), which reads
     predicted_ms the same way (its clock also starts after the first token)."""
-    body = {"prompt": [int(t) for t in prompt_ids], "n_predict": n_predict, "ignore_eos": True,
-            "cache_prompt": False, "temperature": 0}
+    body = {
+        "prompt": [int(t) for t in prompt_ids],
+        "n_predict": n_predict,
+        "ignore_eos": True,
+        "cache_prompt": False,
+        "temperature": 0,
+    }
     speeds, ms = [], []
     for r in range(warmup + reps):
         try:
@@ -165,19 +210,29 @@ def decode_timings(url: str, prompt_ids: list[int], n_predict: int, reps: int, w
         except urllib.error.HTTPError:
             if log_path is None:
                 raise
-            time.sleep(0.2)             # the log line is written before the reply; let it flush
+            time.sleep(0.2)  # the log line is written before the reply; let it flush
             tok_s, dt = logged_decode(_read(log_path), n_predict)
         if r >= warmup:
             speeds.append(tok_s)
             ms.append(dt)
     # the server's first predicted token comes from the prompt's logits (its clock starts after
     # it), so predicted_ms spans n_predict - 1 decode steps: steps_s is that rate
-    out = {"n_predict": n_predict, "prompt_tokens": len(prompt_ids), "reps": reps,
-           "tok_s_median": statistics.median(speeds), "tok_s_min": min(speeds), "tok_s_max": max(speeds),
-           "tok_s": speeds, "predicted_ms_median": statistics.median(ms),
-           "steps_s_median": statistics.median(1e3 * (n_predict - 1) / t for t in ms)}
-    print(f"llama.cpp decode tg{n_predict} after {len(prompt_ids)} prompt tokens: "
-          f"{out['tok_s_median']:8.1f} tok/s (median of {reps})", flush=True)
+    out = {
+        "n_predict": n_predict,
+        "prompt_tokens": len(prompt_ids),
+        "reps": reps,
+        "tok_s_median": statistics.median(speeds),
+        "tok_s_min": min(speeds),
+        "tok_s_max": max(speeds),
+        "tok_s": speeds,
+        "predicted_ms_median": statistics.median(ms),
+        "steps_s_median": statistics.median(1e3 * (n_predict - 1) / t for t in ms),
+    }
+    print(
+        f"llama.cpp decode tg{n_predict} after {len(prompt_ids)} prompt tokens: "
+        f"{out['tok_s_median']:8.1f} tok/s (median of {reps})",
+        flush=True,
+    )
     return out
 
 
@@ -185,7 +240,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--server", required=True, help="path of llama-server")
     ap.add_argument("--model", required=True)
-    ap.add_argument("--lengths", type=int, nargs="*", default=[128, 512, 2000], help="prompt lengths (none: skip)")
+    ap.add_argument(
+        "--lengths", type=int, nargs="*", default=[128, 512, 2000], help="prompt lengths (none: skip)"
+    )
     ap.add_argument("--decode", type=int, default=0, help="also decode tok/s over this many tokens (tg N)")
     ap.add_argument("--decode-prompt", type=int, default=16, help="prompt tokens before the decoded ones")
     ap.add_argument("--reps", type=int, default=5)
@@ -199,7 +256,9 @@ def main(argv=None) -> int:
         result["lengths"] = prompt_timings(url, a.lengths, a.reps, a.warmup, a.vocab)
         if a.decode:
             ids = np.random.default_rng(1).integers(100, a.vocab, a.decode_prompt).tolist()
-            result["decode"] = decode_timings(url, ids, a.decode, a.reps, a.warmup, (a.out or "llama-server") + ".log")
+            result["decode"] = decode_timings(
+                url, ids, a.decode, a.reps, a.warmup, (a.out or "llama-server") + ".log"
+            )
     if a.out:
         write_json(result, a.out)
     return 0

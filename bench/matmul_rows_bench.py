@@ -11,6 +11,7 @@ Each measurement records `reps` times the op's calls (a split-k matmul is two di
 executors' barrier after each dispatch, and reads GPU time from timestamps; FLOPs = 2 T out in.
 A variant a device cannot run (the narrow kernel beyond 16 rows) is left out.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,31 +21,43 @@ import sys
 import time
 from dataclasses import replace
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # run from anywhere
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
 
 import numpy as np
 
 from bench.matvec_bench import random_parts
 from fusion.ir import Program
 from vkdecode.cli.bench import write_json
+from vkdecode.lowering.calls import KernelCaps
 from vkdecode.lowering.coop import COOP_TILES
-from vkdecode.lowering.ops import KernelCaps, op_calls
+from vkdecode.lowering.ops import op_calls
 from vkdecode.lowering.rows import WIDE_TILES
 
 # (dtype, out, in, what): the matmuls of one layer of a prompt chunk (no lm_head: a prefill chunk
 # drops it, fusion/chunk.py)
 PRESETS = {
-    "smollm2": [("q4_1", 576, 576, "wq/wo"), ("q4_1", 192, 576, "wk/wv"), ("q4_1", 1536, 576, "gate/up"),
-                ("q4_1", 576, 1536, "down")],
-    "qwen3": [("f16", 2048, 1024, "wq"), ("f16", 1024, 1024, "wk/wv"), ("f16", 1024, 2048, "wo"),
-              ("f16", 3072, 1024, "gate/up"), ("f16", 1024, 3072, "down")],
+    "smollm2": [
+        ("q4_1", 576, 576, "wq/wo"),
+        ("q4_1", 192, 576, "wk/wv"),
+        ("q4_1", 1536, 576, "gate/up"),
+        ("q4_1", 576, 1536, "down"),
+    ],
+    "qwen3": [
+        ("f16", 2048, 1024, "wq"),
+        ("f16", 1024, 1024, "wk/wv"),
+        ("f16", 1024, 2048, "wo"),
+        ("f16", 3072, 1024, "gate/up"),
+        ("f16", 1024, 3072, "down"),
+    ],
 }
 # how many times each shape runs per layer (q, k, v, o, gate, up, down)
 PER_LAYER = {"wq/wo": 2, "wk/wv": 2, "gate/up": 2, "wq": 1, "wo": 1, "down": 1}
-VARIANTS = {"tiled": {"matmul_narrow": -1, "matmul_wide": -1, "matmul_coop": -1},
-            "narrow": {"matmul_narrow": 16, "matmul_wide": -1, "matmul_coop": -1},
-            "wide": {"matmul_narrow": -1, "matmul_wide": 1, "matmul_coop": -1},
-            "coop": {"matmul_narrow": -1, "matmul_wide": 1, "matmul_coop": 1}}   # wide where coop cannot
+VARIANTS = {
+    "tiled": {"matmul_narrow": -1, "matmul_wide": -1, "matmul_coop": -1},
+    "narrow": {"matmul_narrow": 16, "matmul_wide": -1, "matmul_coop": -1},
+    "wide": {"matmul_narrow": -1, "matmul_wide": 1, "matmul_coop": -1},
+    "coop": {"matmul_narrow": -1, "matmul_wide": 1, "matmul_coop": 1},
+}  # wide where coop cannot
 
 
 def _program(dtype, out, n_in, rows) -> Program:
@@ -75,6 +88,7 @@ def time_calls(dev, p: Program, calls, arrays: dict, reps: int) -> dict:
     """GPU time of `reps` runs of calls (a barrier after each dispatch): one buffer per bound value
     and part, filled from arrays[(value, part)] where given (zeros otherwise)."""
     from vkdecode.vk.descriptors import write_descriptor_set
+
     bufs = {}
     for c in calls:
         for b in c.bindings:
@@ -82,26 +96,35 @@ def time_calls(dev, p: Program, calls, arrays: dict, reps: int) -> dict:
             if key in bufs:
                 continue
             a = arrays.get(key)
-            nbytes = a.nbytes if a is not None else (
-                max(n for c2 in calls for s, n in c2.scratch if s == b.value) if b.value.startswith("scratch:")
-                else p.values[b.value].numel * 4)
+            nbytes = (
+                a.nbytes
+                if a is not None
+                else (
+                    max(n for c2 in calls for s, n in c2.scratch if s == b.value)
+                    if b.value.startswith("scratch:")
+                    else p.values[b.value].numel * 4
+                )
+            )
             bufs[key] = dev.buffer(max(16, nbytes))
             if a is not None:
                 bufs[key].write(a)
     pool = dev.descriptor_pool(len(calls), sum(len(c.bindings) for c in calls))
     pipes = []
     for c in calls:
-        pipe = dev.pipeline(c.shader, spec=c.spec, defines=dict(c.defines), n_bindings=len(c.bindings),
-                            push_size=len(c.push))
+        pipe = dev.pipeline(
+            c.shader, spec=c.spec, defines=dict(c.defines), n_bindings=len(c.bindings), push_size=len(c.push)
+        )
         d = pool.allocate(pipe)
-        write_descriptor_set(dev, d, [(bufs[(b.value, b.part)], 0, bufs[(b.value, b.part)].size) for b in c.bindings])
+        write_descriptor_set(
+            dev, d, [(bufs[(b.value, b.part)], 0, bufs[(b.value, b.part)].size) for b in c.bindings]
+        )
         pipes.append((c, pipe, d))
     ts = dev.timestamp_pool(2)
     cmd = dev.command_buffer()
     cmd.begin(one_time=False)
     ts.reset_cmd(cmd)
     for i in range(reps + 1):
-        if i == 1:      # the first run warms code and caches; time the rest
+        if i == 1:  # the first run warms code and caches; time the rest
             cmd.timestamp(ts, 0)
         for c, pipe, d in pipes:
             cmd.bind(pipe, d)
@@ -120,8 +143,11 @@ def time_calls(dev, p: Program, calls, arrays: dict, reps: int) -> dict:
     for o in [cmd, ts, pool] + list(bufs.values()):
         o.close()
     med = float(np.median(times))
-    return {"calls": [{"shader": c.shader, "groups": list(c.groups), "defines": dict(c.defines)} for c in calls],
-            "us": med / 1e3, "us_min": min(times) / 1e3}
+    return {
+        "calls": [{"shader": c.shader, "groups": list(c.groups), "defines": dict(c.defines)} for c in calls],
+        "us": med / 1e3,
+        "us_min": min(times) / 1e3,
+    }
 
 
 def main(argv=None) -> int:
@@ -129,25 +155,38 @@ def main(argv=None) -> int:
     ap.add_argument("--preset", default="all", choices=sorted(PRESETS) + ["all"])
     ap.add_argument("--dtype", default="", help="override the preset's weight dtype (e.g. q4_k, q8_0)")
     ap.add_argument("--widths", type=int, nargs="+", default=[16, 32, 64, 128, 256, 512])
-    ap.add_argument("--variants", nargs="+", default=["tiled", "narrow", "wide", "coop"], choices=sorted(VARIANTS))
+    ap.add_argument(
+        "--variants", nargs="+", default=["tiled", "narrow", "wide", "coop"], choices=sorted(VARIANTS)
+    )
     ap.add_argument("--sweep", action="store_true", help="also every wide tile x k splits 1, 2, 4")
-    ap.add_argument("--coop-sweep", action="store_true", help="also every tensor-core tile x k splits 1, 2, 4")
+    ap.add_argument(
+        "--coop-sweep", action="store_true", help="also every tensor-core tile x k splits 1, 2, 4"
+    )
     ap.add_argument("--groups", type=int, default=0, help="KernelCaps.matmul_groups for the auto wide choice")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
     from vkdecode.vk import Device
+
     dev = Device()
     base = KernelCaps.from_info(dev.info, matmul_groups=a.groups)
     res = {"device": dev.info.name, "date": time.strftime("%Y-%m-%d"), "caps": base.__dict__, "rows": []}
     tunings = [(v, VARIANTS[v]) for v in a.variants]
     if a.sweep:
-        tunings += [(f"wide-{tm}x{tn}-s{s}", dict(VARIANTS["wide"], matmul_tile=f"{tm}x{tn}", matmul_splitk=s))
-                    for tm, tn in WIDE_TILES for s in (1, 2, 4)]
+        tunings += [
+            (f"wide-{tm}x{tn}-s{s}", dict(VARIANTS["wide"], matmul_tile=f"{tm}x{tn}", matmul_splitk=s))
+            for tm, tn in WIDE_TILES
+            for s in (1, 2, 4)
+        ]
     if a.coop_sweep and base.coop_matrix:
-        tunings += [(f"coop-{':'.join('x'.join(map(str, t[i:i + 2])) for i in (0, 2))}-s{s}",
-                     dict(VARIANTS["coop"], coop_tile=f"{t[0]}x{t[1]}:{t[2]}x{t[3]}", matmul_splitk=s))
-                    for t in COOP_TILES for s in (1, 2, 4)]
+        tunings += [
+            (
+                f"coop-{':'.join('x'.join(map(str, t[i : i + 2])) for i in (0, 2))}-s{s}",
+                dict(VARIANTS["coop"], coop_tile=f"{t[0]}x{t[1]}:{t[2]}x{t[3]}", matmul_splitk=s),
+            )
+            for t in COOP_TILES
+            for s in (1, 2, 4)
+        ]
     sums: dict[tuple[str, str, int], float] = {}
     shapes = [(m,) + s for m in (sorted(PRESETS) if a.preset == "all" else [a.preset]) for s in PRESETS[m]]
     for model, dtype, out, n_in, what in shapes:
@@ -158,30 +197,50 @@ def main(argv=None) -> int:
                     continue
                 try:
                     r = measure(dev, dtype, out, n_in, rows, replace(base, **t), a.reps)
-                except ValueError as e:      # a tile this device's shared memory does not hold
+                except ValueError as e:  # a tile this device's shared memory does not hold
                     print(f"{name}: {e}", file=sys.stderr)
                     continue
                 r.update(model=model, variant=name, dtype=dtype, out=out, n_in=n_in, what=what, rows=rows)
                 res["rows"].append(r)
                 key = (model, name, rows)
                 sums[key] = sums.get(key, 0.0) + PER_LAYER.get(what, 1) * r["us"]
-                print(f"{dtype:5s} {out:5d}x{n_in:<5d} {what:8s} T {rows:4d} {name:16s} {r['us']:9.1f} us "
-                      f"{r['GFLOPs']:8.0f} GFLOP/s  {[c['groups'] for c in r['calls']]}", flush=True)
+                print(
+                    f"{dtype:5s} {out:5d}x{n_in:<5d} {what:8s} T {rows:4d} {name:16s} {r['us']:9.1f} us "
+                    f"{r['GFLOPs']:8.0f} GFLOP/s  {[c['groups'] for c in r['calls']]}",
+                    flush=True,
+                )
     # per layer of the preset's model (q, k, v, o, gate, up, down), summed per variant and width
-    res["layer_us"] = [{"model": m, "variant": v, "rows": n, "us": us} for (m, v, n), us in sorted(sums.items())]
+    res["layer_us"] = [
+        {"model": m, "variant": v, "rows": n, "us": us} for (m, v, n), us in sorted(sums.items())
+    ]
     for row in res["layer_us"]:
-        print(f"layer of {row['model']:8s} {row['variant']:16s} T {row['rows']:4d} {row['us']:9.1f} us", flush=True)
+        print(
+            f"layer of {row['model']:8s} {row['variant']:16s} T {row['rows']:4d} {row['us']:9.1f} us",
+            flush=True,
+        )
     # the fastest variant per shape and width (what KernelCaps' automatic choice should pick)
     best: dict[tuple, dict] = {}
     for r in res["rows"]:
         key = (r["model"], r["what"], r["dtype"], r["rows"])
         if key not in best or r["us"] < best[key]["us"]:
             best[key] = r
-    res["best"] = [{"model": m, "what": w, "dtype": d, "rows": n, "variant": r["variant"], "us": r["us"],
-                    "GFLOPs": r["GFLOPs"]} for (m, w, d, n), r in sorted(best.items())]
+    res["best"] = [
+        {
+            "model": m,
+            "what": w,
+            "dtype": d,
+            "rows": n,
+            "variant": r["variant"],
+            "us": r["us"],
+            "GFLOPs": r["GFLOPs"],
+        }
+        for (m, w, d, n), r in sorted(best.items())
+    ]
     for b in res["best"]:
-        print(f"best: {b['model']:8s} {b['what']:8s} T {b['rows']:4d} {b['variant']:16s} {b['GFLOPs']:8.0f} GFLOP/s",
-              flush=True)
+        print(
+            f"best: {b['model']:8s} {b['what']:8s} T {b['rows']:4d} {b['variant']:16s} {b['GFLOPs']:8.0f} GFLOP/s",
+            flush=True,
+        )
     dev.check_validation()
     dev.close()
     if a.out:

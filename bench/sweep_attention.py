@@ -3,6 +3,7 @@ the o-projection combining the partials; tok/s and GPU µs side by side in one p
 
     python -m bench.sweep_attention --shape qwen3-0.6b --quant f16 [--out sweep.json]
 Writes JSON; never asserts timings."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,7 +11,7 @@ import json
 from dataclasses import replace
 
 from vkdecode import benchmark as bench
-from vkdecode.lowering.ops import KernelCaps
+from vkdecode.lowering.calls import KernelCaps
 from vkdecode.vk.device import Device
 
 
@@ -24,8 +25,13 @@ def main() -> None:
     ap.add_argument("--splits", type=int, nargs="+", default=[0, 1, 2, 4, 8, 16], help="0: automatic")
     ap.add_argument("--kernels", nargs="+", default=[""], help="attention kernel: sg, wg ('' automatic)")
     ap.add_argument("--wg", type=int, nargs="+", default=[0], help="attention workgroup sizes (0: automatic)")
-    ap.add_argument("--cx-rows", type=int, nargs="+", default=[0],
-                    help="rows per workgroup of the combining o-projection (0: automatic)")
+    ap.add_argument(
+        "--cx-rows",
+        type=int,
+        nargs="+",
+        default=[0],
+        help="rows per workgroup of the combining o-projection (0: automatic)",
+    )
     ap.add_argument("--profile", action="store_true", help="also GPU µs by rule (separate executor)")
     ap.add_argument("--out")
     a = ap.parse_args()
@@ -37,21 +43,35 @@ def main() -> None:
         for kernel, splits, cx_rows, wg in grid:
             caps = replace(base, attn_kernel=kernel, attn_splits=splits, cx_rows=cx_rows, attn_wg=wg)
             r = bench.timed_fused(dev, model, caps, a.n, a.reps, a.profile)
-            rows.append({"attn_kernel": kernel, "attn_splits": splits, "cx_rows": cx_rows, "attn_wg": wg,
-                         **r})
+            rows.append(
+                {"attn_kernel": kernel, "attn_splits": splits, "cx_rows": cx_rows, "attn_wg": wg, **r}
+            )
             tok_s, gpu, n_disp = r["tok_s"], r["gpu_us"], r["dispatches"]
-            print(f"{dev.info.name} {a.shape} {a.quant} ctx {a.ctx} kernel {kernel or 'auto'} wg {wg or 'auto'} "
-                  f"splits {splits or 'auto'} "
-                  f"o-proj rows {cx_rows or 'auto'}: "
-                  f"{tok_s['median']:7.1f} tok/s  GPU {gpu['median']:7.1f} us  {n_disp} dispatches", flush=True)
+            print(
+                f"{dev.info.name} {a.shape} {a.quant} ctx {a.ctx} kernel {kernel or 'auto'} wg {wg or 'auto'} "
+                f"splits {splits or 'auto'} "
+                f"o-proj rows {cx_rows or 'auto'}: "
+                f"{tok_s['median']:7.1f} tok/s  GPU {gpu['median']:7.1f} us  {n_disp} dispatches",
+                flush=True,
+            )
             for rule, e in r.get("region_us", {}).items():
                 print(f"    {rule:36s} {e['us']:7.1f} us  {e['regions']} regions", flush=True)
         same = all(r["tokens"] == rows[0]["tokens"] for r in rows)
         print("greedy tokens identical across grids:", same)
         if a.out:
             with open(a.out, "w") as f:
-                json.dump({"device": dev.info.name, "shape": a.shape, "quant": a.quant, "ctx": a.ctx,
-                           "rows": rows, "tokens_agree": same}, f, indent=2)
+                json.dump(
+                    {
+                        "device": dev.info.name,
+                        "shape": a.shape,
+                        "quant": a.quant,
+                        "ctx": a.ctx,
+                        "rows": rows,
+                        "tokens_agree": same,
+                    },
+                    f,
+                    indent=2,
+                )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ In pipelined replay a token's wall interval is the time between two host wake-up
 fences, i.e. the GPU's step time plus the difference of two wake-up delays, so the median interval
 can fall below the median GPU span; the mean interval (wall / tokens) cannot fall below the mean
 span, since spans on one queue do not overlap. Writes JSON; never asserts timings."""
+
 from __future__ import annotations
 
 import argparse
@@ -27,18 +28,23 @@ def run_once(ex, prompt: list[int], n: int) -> dict:
     wall = time.perf_counter() - t0
     steps = ex.token_stats[start:]
     w, g = [s.wall_us for s in steps], [s.gpu_us for s in steps]
-    return {"tokens": len(got),
-            "old_median_wall_us": statistics.median(w), "old_median_gpu_us": statistics.median(g),
-            "new_wall_us": wall * 1e6 / len(got), "new_gpu_us": sum(g) / len(g),
-            "old_gpu_exceeds_wall": statistics.median(g) > statistics.median(w),
-            "new_gpu_exceeds_wall": sum(g) / len(g) > wall * 1e6 / len(got),
-            "intervals_below_their_span": sum(wi < gi for wi, gi in zip(w, g)) / len(w)}
+    return {
+        "tokens": len(got),
+        "old_median_wall_us": statistics.median(w),
+        "old_median_gpu_us": statistics.median(g),
+        "new_wall_us": wall * 1e6 / len(got),
+        "new_gpu_us": sum(g) / len(g),
+        "old_gpu_exceeds_wall": statistics.median(g) > statistics.median(w),
+        "new_gpu_exceeds_wall": sum(g) / len(g) > wall * 1e6 / len(got),
+        "intervals_below_their_span": sum(wi < gi for wi, gi in zip(w, g)) / len(w),
+    }
 
 
 def main(argv=None) -> int:
     from vkdecode import benchmark as bench
     from vkdecode.executors import make_executor
     from vkdecode.vk import Device
+
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--shape", default="smollm2-135m")
     p.add_argument("--quant", default="q4_1")

@@ -1,4 +1,5 @@
 """Pure-Python decode-step IR and the pattern matcher that fuses it (no Vulkan, no vkdecode)."""
+
 from fusion.ir import IRError, Op, Program, Value
 from fusion.partition import PartitionError, check_partition, format_partition, partition, schedule, summarize
 from fusion.pattern import (

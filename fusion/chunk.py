@@ -22,6 +22,7 @@ Two tails (what the chunk is for):
        (and, with sampling, the RNG position) of the token-by-token path.
   all  (verify) every row gets logits and its argmax: T tokens checked in one step.
 """
+
 from __future__ import annotations
 
 from fusion.ir import Program
@@ -52,7 +53,7 @@ def chunk_program(decode: Program, rows: int, tail: str = "kv") -> Program:
         else:
             p.value(v.name, v.shape, v.dtype, v.kind)
     p.value(TOKENS, (rows,), "u32", "step")
-    consts = getattr(decode, "constants", None)     # builder-computed weights (rope tables)
+    consts = getattr(decode, "constants", None)  # builder-computed weights (rope tables)
     if consts:
         p.constants = {n: a for n, a in consts.items() if n in p.values}
     for i in ops:

@@ -8,6 +8,7 @@ norm -> gate/up -> SwiGLU/GeGLU, projection -> residual add): their fused kernel
 (vkdecode/kernels_rows_fused.py) are the narrow chunk matmul with the norm, the GLU or the add done
 in its workgroups; attention, rope and kv_write stay one kernel per op.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -46,7 +47,9 @@ def _weights(m: Match) -> list[str]:
 def _rows_check(m: Match, p: Program) -> bool:
     """Every projection is a row op of the chunk's width; a norm weight is one row of its input."""
     rows = int(p.meta.get("chunk_rows", 0))
-    if rows < 1 or any(int(p.ops[i].attrs.get("rows", 0)) != rows for i in m.ops if p.ops[i].kind == "matmul"):
+    if rows < 1 or any(
+        int(p.ops[i].attrs.get("rows", 0)) != rows for i in m.ops if p.ops[i].kind == "matmul"
+    ):
         return False
     nw = m.captures.get("norm_w")
     return nw is None or all(p.values[w].shape[1] == p.values[nw].shape[0] for w in _weights(m))
@@ -65,18 +68,22 @@ def rows_rule(rule: Rule) -> Rule:
 
     def check(m: Match, p: Program) -> bool:
         return _rows_check(m, p) and (rule.check is None or rule.check(m, p))
+
     # the decode rule's lowering names the region after the (suffixed) pattern
     return Rule(name, pat, rule.lower, check)
 
 
 # decode priority order: the norm goes into gate/up (+ GLU) first, else into every projection
-ROW_RULES: tuple[Rule, ...] = tuple(rows_rule(r) for r in (
-    RMS_NORM_MATMUL_SILU_MUL,
-    RMS_NORM_MATMUL_BIAS_SILU_MUL,
-    RMS_NORM_MATMUL_GELU_MUL,
-    RMS_NORM_MATMUL,
-    MATMUL_BIAS_ADD,
-    MATMUL_ADD,
-    MATMUL_SILU_MUL,
-    MATMUL_GELU_MUL,
-))
+ROW_RULES: tuple[Rule, ...] = tuple(
+    rows_rule(r)
+    for r in (
+        RMS_NORM_MATMUL_SILU_MUL,
+        RMS_NORM_MATMUL_BIAS_SILU_MUL,
+        RMS_NORM_MATMUL_GELU_MUL,
+        RMS_NORM_MATMUL,
+        MATMUL_BIAS_ADD,
+        MATMUL_ADD,
+        MATMUL_SILU_MUL,
+        MATMUL_GELU_MUL,
+    )
+)

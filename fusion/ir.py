@@ -33,36 +33,34 @@ Op semantics (the reference executor and every kernel implement exactly these):
              is argmax over it of l/temp + Gumbel(u), u = hash(seed, pos, index) (Gumbel-max: an
              exact draw from the renormalised distribution, reproducible from the step buffer alone)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# Words of the step buffer. The host writes TOKEN and POS before a step; nothing else in the
-# recorded step changes between tokens.
-STEP_TOKEN = 0
-STEP_POS = 1
-STEP_SEED = 2      # sampling RNG seed (u32); the counter is the position
-STEP_TEMP = 3      # sampling temperature (f32 bits); written once per generation
-STEP_TOP_K = 4     # u32, 0 = no top-k cut
-STEP_TOP_P = 5     # f32 bits, 1.0 = no top-p cut
-STEP_WORDS = 8
-
-VALUE_KINDS = ("weight", "activation", "state", "step", "output")
-WEIGHT_DTYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q4_k", "q5_k", "q6_k", "q2_k", "q3_k")
-QUANT_BLOCK = 32   # elements per block of the q* / iq* dtypes, except the K-quants:
-K_QUANT_BLOCK = 256  # q2_k .. q6_k superblocks
-
-
-class IRError(ValueError):
-    """A malformed Program; the message names the op (`op #12 rms_norm: ...`) or the value."""
+from fusion.verify import verify_program
+from fusion.vocab import (  # noqa: F401 (re-exported: the IR's words are imported from here)
+    K_QUANT_BLOCK,
+    QUANT_BLOCK,
+    STEP_POS,
+    STEP_SEED,
+    STEP_TEMP,
+    STEP_TOKEN,
+    STEP_TOP_K,
+    STEP_TOP_P,
+    STEP_WORDS,
+    VALUE_KINDS,
+    WEIGHT_DTYPES,
+    IRError,
+)
 
 
 @dataclass(frozen=True)
 class Value:
     name: str
     shape: tuple[int, ...]
-    dtype: str          # f32 | u32 for activations; a WEIGHT_DTYPES entry for weights
-    kind: str           # one of VALUE_KINDS
+    dtype: str  # f32 | u32 for activations; a WEIGHT_DTYPES entry for weights
+    kind: str  # one of VALUE_KINDS
 
     @property
     def numel(self) -> int:
@@ -81,7 +79,9 @@ class Op:
 
     def __str__(self) -> str:
         attrs = " ".join(f"{k}={v}" for k, v in self.attrs.items())
-        return f"{', '.join(self.outputs)} = {self.kind}({', '.join(self.inputs)}){' ' + attrs if attrs else ''}"
+        return (
+            f"{', '.join(self.outputs)} = {self.kind}({', '.join(self.inputs)}){' ' + attrs if attrs else ''}"
+        )
 
 
 class Program:
@@ -91,7 +91,7 @@ class Program:
         self.name = name
         self.values: dict[str, Value] = {}
         self.ops: list[Op] = []
-        self.meta: dict = {}     # free-form facts for users of the program (arch, ctx, ...)
+        self.meta: dict = {}  # free-form facts for users of the program (arch, ctx, ...)
         # weight values whose data the builder computed, not read from the model file (the rope
         # frequency tables): name -> f32 array; executors upload them with the loaded weights
         self.constants: dict = {}
@@ -131,7 +131,6 @@ class Program:
         return [v.name for v in self.values.values() if v.kind == "output"]
 
     def verify(self) -> Program:
-        from fusion.verify import verify_program
         verify_program(self)
         return self
 

@@ -5,6 +5,7 @@ order, and the first match that passes pattern.why_illegal and lowers to a Regio
 claims become single-op regions (rule None). The list is ordered so that running the regions in list
 order respects data flow (a topological order that stays close to program order).
 """
+
 from __future__ import annotations
 
 import heapq
@@ -113,7 +114,9 @@ def check_partition(program: Program, regions: list[Region]) -> None:
             o = program.ops[i]
             for v in o.inputs:
                 if v not in ready:
-                    raise PartitionError(f"region {reg.name} (op #{i} {o.kind}) reads {v} before it is written")
+                    raise PartitionError(
+                        f"region {reg.name} (op #{i} {o.kind}) reads {v} before it is written"
+                    )
             ready.update(o.outputs)
 
 
@@ -130,6 +133,7 @@ def format_partition(program: Program, regions: list[Region]) -> str:
     lines.append("regions:")
     for k, r in enumerate(regions):
         kinds = " ".join(program.ops[i].kind for i in r.ops)
-        lines.append(f"  [{k:4d}] {r.name:<32s} ops {r.ops[0]}..{r.ops[-1]} ({kinds}) "
-                     f"-> {', '.join(r.outputs)}")
+        lines.append(
+            f"  [{k:4d}] {r.name:<32s} ops {r.ops[0]}..{r.ops[-1]} ({kinds}) -> {', '.join(r.outputs)}"
+        )
     return "\n".join(lines)

@@ -28,6 +28,7 @@ Legality (`why_illegal`, the ONE predicate every rule goes through; None means l
      its outputs, so two regions can never wait on each other;
   4. the rule's optional check(match, program) accepts (e.g. equal weight dtypes, matching shapes).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -47,9 +48,9 @@ class OpPat:
     kind: str
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
-    attrs: tuple = ()               # ((attr, value-or-predicate), ...), hashable
+    attrs: tuple = ()  # ((attr, value-or-predicate), ...), hashable
     where: Callable | None = None
-    kinds: tuple = ()               # ((capture, kinds-tuple), ...)
+    kinds: tuple = ()  # ((capture, kinds-tuple), ...)
     commutative: bool = False
     optional: bool = False
 
@@ -76,8 +77,15 @@ class Pattern:
 
 def op(kind, inputs, outputs, *, attrs=None, where=None, kinds=None, commutative=False) -> OpPat:
     kinds = {k: (v,) if isinstance(v, str) else tuple(v) for k, v in (kinds or {}).items()}
-    return OpPat(kind, tuple(inputs), tuple(outputs), tuple((attrs or {}).items()), where,
-                 tuple(kinds.items()), commutative)
+    return OpPat(
+        kind,
+        tuple(inputs),
+        tuple(outputs),
+        tuple((attrs or {}).items()),
+        where,
+        tuple(kinds.items()),
+        commutative,
+    )
 
 
 def optional(p: OpPat) -> OpPat:
@@ -102,23 +110,25 @@ class Graph:
         self.ops = program.ops
         self.producer = program.producers()
         self.consumers: dict[str, list[int]] = {
-            v: sorted(set(users)) for v, users in program.consumers().items()}
+            v: sorted(set(users)) for v, users in program.consumers().items()
+        }
 
 
 @dataclass
 class Match:
     pattern: str
     anchor: int
-    ops: list[int]                  # program order
-    captures: dict                  # name -> value name | None | list (repeated groups)
+    ops: list[int]  # program order
+    captures: dict  # name -> value name | None | list (repeated groups)
     exports: list[str]
-    inputs: list[str] = field(default_factory=list)   # read, not produced inside; first-use order
+    inputs: list[str] = field(default_factory=list)  # read, not produced inside; first-use order
 
     def produced(self, g: Graph) -> list[str]:
         return [v for i in self.ops for v in g.ops[i].outputs]
 
 
 # -- matching --
+
 
 def _unify(env: dict, names, values) -> dict | None:
     new = None
@@ -159,7 +169,7 @@ def _op_ok(g: Graph, p: OpPat, i: int) -> bool:
 
 
 def _match_op(g, p: OpPat, env, used, claimed, candidates=None) -> Iterator[tuple[dict, frozenset]]:
-    for i in (candidates if candidates is not None else _candidates(g, p, env)):
+    for i in candidates if candidates is not None else _candidates(g, p, env):
         if i in used or i in claimed or not _op_ok(g, p, i):
             continue
         o = g.ops[i]
@@ -187,8 +197,11 @@ def _match_seq(g, items, k, env, used, claimed) -> Iterator[tuple[dict, frozense
             e[("#rep", k)] = iters
             yield from _match_seq(g, items, k + 1, e, u, claimed)
         return
-    yield from ((e, u2) for e1, u1 in _match_op(g, it, env, used, claimed)
-                for e, u2 in _match_seq(g, items, k + 1, e1, u1, claimed))
+    yield from (
+        (e, u2)
+        for e1, u1 in _match_op(g, it, env, used, claimed)
+        for e, u2 in _match_seq(g, items, k + 1, e1, u1, claimed)
+    )
     if it.optional:
         yield from _match_seq(g, items, k + 1, env, used, claimed)
 
@@ -243,6 +256,7 @@ def _build(p: Pattern, g: Graph, anchor: int, env: dict, used) -> Match:
 
 
 # -- legality --
+
 
 def why_illegal(m: Match, g: Graph, claimed: dict | None = None, check=None) -> str | None:
     """The one legality predicate (see the module docstring); returns the reason, or None if legal.

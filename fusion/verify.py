@@ -1,18 +1,29 @@
 """Program.verify(): shapes and dtypes per op kind, SSA form, step values read only."""
+
 from __future__ import annotations
 
-from fusion.ir import K_QUANT_BLOCK, QUANT_BLOCK, STEP_WORDS, WEIGHT_DTYPES, IRError, Program
+from fusion.vocab import K_QUANT_BLOCK, QUANT_BLOCK, STEP_WORDS, WEIGHT_DTYPES, IRError
 
 ARITY = {  # kind -> (number of inputs, number of outputs)
-    "embed": (2, 1), "rms_norm": (2, 1), "matmul": (2, 1), "add": (2, 1), "rope": (3, 1),
-    "kv_write": (3, 2), "attention": (4, 1), "silu_mul": (2, 1), "gelu_mul": (2, 1), "argmax": (1, 1),
+    "embed": (2, 1),
+    "rms_norm": (2, 1),
+    "matmul": (2, 1),
+    "add": (2, 1),
+    "rope": (3, 1),
+    "kv_write": (3, 2),
+    "attention": (4, 1),
+    "silu_mul": (2, 1),
+    "gelu_mul": (2, 1),
+    "argmax": (1, 1),
     "sample": (2, 1),
 }
 
 
-def verify_program(p: Program) -> None:
+def verify_program(p) -> None:
+    """Raise IRError on the first malformed op of p (a fusion.ir.Program)."""
     produced: set[str] = set()
     for i, op in enumerate(p.ops):
+
         def fail(msg: str, i=i, op=op) -> None:
             raise IRError(f"op #{i} {op.kind}: {msg}")
 
@@ -38,7 +49,7 @@ def verify_program(p: Program) -> None:
         _check_shapes(p, op, fail)
 
 
-def _check_shapes(p: Program, op, fail) -> None:
+def _check_shapes(p, op, fail) -> None:
     ins = [p.values[n] for n in op.inputs]
     outs = [p.values[n] for n in op.outputs]
     a = op.attrs
@@ -51,50 +62,75 @@ def _check_shapes(p: Program, op, fail) -> None:
     r = int(a.get("rows", 1))
     for v in ins:
         if v.kind == "step" and v.name == "step":
-            need(v.shape == (STEP_WORDS,) and v.dtype == "u32", f"step value {v.name} must be u32[{STEP_WORDS}]")
+            need(
+                v.shape == (STEP_WORDS,) and v.dtype == "u32",
+                f"step value {v.name} must be u32[{STEP_WORDS}]",
+            )
     k = op.kind
     if k == "embed":
         t, ids = ins
         need(t.kind == "weight" and len(t.shape) == 2, f"table {t.name} must be a 2-D weight")
-        need(outs[0].shape == (r * t.shape[1],), f"output {outs[0].name} {outs[0].shape} != ({r * t.shape[1]},)")
+        need(
+            outs[0].shape == (r * t.shape[1],),
+            f"output {outs[0].name} {outs[0].shape} != ({r * t.shape[1]},)",
+        )
         if r > 1 or ids.name != "step":
-            need(ids.kind == "step" and ids.shape == (r,) and ids.dtype == "u32", f"token ids {ids.name} must be u32[{r}]")
+            need(
+                ids.kind == "step" and ids.shape == (r,) and ids.dtype == "u32",
+                f"token ids {ids.name} must be u32[{r}]",
+            )
     elif k == "rms_norm":
         x, w = ins
-        need(len(w.shape) == 1 and w.shape[0] > 0 and x.shape[0] % w.shape[0] == 0,
-             f"weight {w.name} {w.shape} does not divide input {x.name} {x.shape}")
+        need(
+            len(w.shape) == 1 and w.shape[0] > 0 and x.shape[0] % w.shape[0] == 0,
+            f"weight {w.name} {w.shape} does not divide input {x.name} {x.shape}",
+        )
         need(outs[0].shape == x.shape, f"output {outs[0].name} {outs[0].shape} != input {x.shape}")
         need("eps" in a, "missing attr eps")
     elif k == "matmul":
         w, x = ins
         need(w.kind == "weight" and len(w.shape) == 2, f"{w.name} must be a 2-D weight")
         need(w.dtype in WEIGHT_DTYPES, f"{w.name}: unsupported weight dtype {w.dtype}")
-        need(x.shape == (r * w.shape[1],), f"input {x.name} {x.shape} does not match weight {w.name} {w.shape}")
-        need(outs[0].shape == (r * w.shape[0],), f"output {outs[0].name} {outs[0].shape} != ({r * w.shape[0]},)")
+        need(
+            x.shape == (r * w.shape[1],), f"input {x.name} {x.shape} does not match weight {w.name} {w.shape}"
+        )
+        need(
+            outs[0].shape == (r * w.shape[0],),
+            f"output {outs[0].name} {outs[0].shape} != ({r * w.shape[0]},)",
+        )
         if w.dtype.startswith(("q", "iq")):
             blk = K_QUANT_BLOCK if w.dtype.endswith("_k") else QUANT_BLOCK
             need(w.shape[1] % blk == 0, f"{w.name}: in-dim {w.shape[1]} not a multiple of {blk}")
     elif k in ("add", "silu_mul", "gelu_mul"):
         # a chunk adds a bias (a weight) to every row
         bias = k == "add" and ins[1].kind == "weight" and ins[0].numel % ins[1].numel == 0
-        need(ins[0].shape == outs[0].shape and (ins[1].shape == ins[0].shape or bias),
-             f"shapes differ: {[v.shape for v in ins + outs]}")
+        need(
+            ins[0].shape == outs[0].shape and (ins[1].shape == ins[0].shape or bias),
+            f"shapes differ: {[v.shape for v in ins + outs]}",
+        )
     elif k == "rope":
         x = ins[0]
         need(a.get("layout") in ("neox", "pairs"), f"layout must be neox or pairs, got {a.get('layout')!r}")
-        need(x.shape == (r * a["n_heads"] * a["head_dim"],) and outs[0].shape == x.shape,
-             f"{x.name} {x.shape} != n_heads*head_dim {a['n_heads']}*{a['head_dim']}")
+        need(
+            x.shape == (r * a["n_heads"] * a["head_dim"],) and outs[0].shape == x.shape,
+            f"{x.name} {x.shape} != n_heads*head_dim {a['n_heads']}*{a['head_dim']}",
+        )
         need(a["head_dim"] % 2 == 0, "head_dim must be even")
         f = ins[2]
-        need(f.kind == "weight" and f.dtype == "f32" and f.shape == (a["head_dim"] // 2,),
-             f"freqs {f.name} must be an f32 weight of shape ({a['head_dim'] // 2},)")
+        need(
+            f.kind == "weight" and f.dtype == "f32" and f.shape == (a["head_dim"] // 2,),
+            f"freqs {f.name} must be an f32 weight of shape ({a['head_dim'] // 2},)",
+        )
     elif k == "kv_write":
         kk, vv, _ = ins
         kc, vc = outs
         need(kc.kind == "state" and vc.kind == "state", "caches must be state values")
         need(len(kc.shape) == 2 and kc.shape == vc.shape, f"cache shapes {kc.shape} {vc.shape}")
         need(kc.dtype in ("f32", "f16") and vc.dtype == kc.dtype, f"cache dtypes {kc.dtype} {vc.dtype}")
-        need(kc.dtype == "f32" or kc.shape[1] % 2 == 0, f"f16 cache rows {kc.shape[1]} must be even (word pairs)")
+        need(
+            kc.dtype == "f32" or kc.shape[1] % 2 == 0,
+            f"f16 cache rows {kc.shape[1]} must be even (word pairs)",
+        )
         need(kk.shape == vv.shape == (r * kc.shape[1],), f"k/v {kk.shape} do not match cache rows {kc.shape}")
     elif k == "attention":
         q, kc, vc, _ = ins

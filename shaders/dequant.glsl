@@ -1,4 +1,4 @@
-// Weight access for every weight dtype in vkdecode/quant.py's GPU word layout, shared by the
+// Weight access for every weight dtype in vkdecode/quant/blocks.py's GPU word layout, shared by the
 // matvec, embed and (later) fused kernels so they all decode blocks the same way.
 //
 // The includer defines one of DT_F32 DT_F16 DT_Q8_0 DT_Q4_0 DT_Q4_1 DT_Q5_0 DT_Q5_1 DT_IQ4_NL DT_Q4_K
@@ -112,7 +112,7 @@ uvec4 bytebits(uint w, uint sh, uint mask) { return uvec4(w >> sh, w >> (sh + 8)
 // the 2^23 subtracted (one FMA, exact): no int-to-float conversion and, per 4 nibbles, two shifts
 // fewer than moving each field to bit 0. H100, Llama-3.1-8B Q4_K_M step 4430 -> 4283 µs (q6_k
 // alone 4349), q6_k matvecs 4-9% faster; narrow units of 1024-wide rows (Qwen3-0.6B Q4_K_M) ran 4%
-// slower with it, q4_1's 14336x4096 7% slower (bench/results/nvidia-h100-80gb-hbm3/kquant-pos/),
+// slower with it, q4_1's 14336x4096 7% slower (bench/results/nvidia-h100-80gb-hbm3/2026-11-25-kquant-pos/),
 // hence only q6_k and the wide K-quant units use it. NIB_OLD / Q6_OLD: the previous decode (A/B;
 // CPUs keep NIB_OLD, KernelCaps.kq_inplace: lavapipe's q4_k matvec ran ~5% slower in place).
 const vec4 POS_S = vec4(1.0, 1.0 / 256.0, 1.0 / 65536.0, 1.0 / 65536.0);

@@ -97,7 +97,7 @@ float fmv_total(uint i) {
 void fmv_norm_parts() {
 #if defined(NORM) && defined(NORM_PRE)
     // 16-byte loads: every workgroup reads all N_PARTS, so the load count matters (H100, Llama-3.1-8B
-    // Q4_K_M step 3652 vs 3736 µs with a float a load; bench/results/nvidia-h100-80gb-hbm3/norm-parts/)
+    // Q4_K_M step 3652 vs 3736 µs with a float a load; bench/results/nvidia-h100-80gb-hbm3/2026-11-25-norm-parts/)
     for (uint p = gl_LocalInvocationID.x; p < N_PARTS / 4; p += gl_WorkGroupSize.x) {
         const vec4 a = fn_part4[p];
         fmv_ss += (a.x + a.y) + (a.z + a.w);

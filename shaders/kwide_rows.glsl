@@ -7,7 +7,7 @@
 // Every row's weight words are loaded first, then x in two halves (the low nibbles' 16
 // activations, then the high ones'), so only half of the unit's x is live with them: H100, q4_k
 // 14336x4096 24.2 vs 26.6 µs, 28672x4096 39.9 vs 44.5 (4 rows a workgroup of 64 against the
-// unsplit unit's best, 2), bench/results/nvidia-h100-80gb-hbm3/kwide-split/.
+// unsplit unit's best, 2), bench/results/nvidia-h100-80gb-hbm3/2026-11-25-kwide-split/.
 {
 #ifdef KW_PAIR
 #define KW_N (2 * ROWS)

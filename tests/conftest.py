@@ -1,14 +1,12 @@
 """Shared fixtures: one Vulkan device per session, and a zero-validation-errors check after each test."""
+
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
 # `tests.helpers` importable under a bare `pytest` as well as `python -m pytest`
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 _DEVICE = None
 
@@ -23,6 +21,7 @@ def device():
     global _DEVICE
     from vkdecode.errors import NoDeviceError
     from vkdecode.vk import Device
+
     try:
         dev = Device()
     except NoDeviceError as e:
@@ -53,4 +52,5 @@ def _no_validation_errors():
 def models_dir(tmp_path_factory):
     """A session-wide directory of tiny random models (built once, reused by every test)."""
     from tests.helpers.make_models import models_dir as _models_dir
+
     return _models_dir(tmp_path_factory)

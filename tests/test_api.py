@@ -1,12 +1,8 @@
 """The Python API: vkdecode.load -> generate / stream_generate / close / with, on a tiny model."""
+
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `tests.helpers` under a bare pytest
 
 import vkdecode
 from tests.helpers.make_models import models_dir, tiny_hf_model, write_gguf
@@ -38,7 +34,7 @@ def test_generate_and_stream_agree(device, tiny_gguf):
     assert s["mode"] == "fused" and s["generated_tokens"] == len(rs)
     h, e = s["host_calls_per_token"], s["executed_per_token"]
     assert h["descriptor_writes"] == 0 and h["submits"] == 1 and "dispatches" not in h
-    assert e["dispatches"] == n_items > 0        # what `vkdecode stats` calls dispatches, never 0
+    assert e["dispatches"] == n_items > 0  # what `vkdecode stats` calls dispatches, never 0
     if s["decode_tok_s"] > 0:
         assert s["gpu_us_per_token"] <= s["wall_us_per_token"] == pytest.approx(1e6 / s["decode_tok_s"])
 
@@ -48,8 +44,9 @@ def test_modes_give_the_same_greedy_tokens(device, tiny_gguf):
     for mode in ("fused", "replay-nofuse", "unfused"):
         with vkdecode.load(tiny_gguf, device=device, mode=mode, ctx=64) as model:
             assert model.mode == mode
-            got[mode] = [r.token for r in model.stream_generate(chat="What is the capital of France?",
-                                                                max_tokens=6)]
+            got[mode] = [
+                r.token for r in model.stream_generate(chat="What is the capital of France?", max_tokens=6)
+            ]
     assert got["fused"] == got["replay-nofuse"] == got["unfused"]
 
 
@@ -71,19 +68,21 @@ def test_hf_directory_and_prompt_ids(device, tiny_dir):
         ids = model.encode_prompt("Hello")
         assert ids and all(isinstance(i, int) for i in ids)
         chat_ids = model.encode_prompt(chat="Hello")
-        assert len(chat_ids) > len(ids)                 # the template wraps the message
+        assert len(chat_ids) > len(ids)  # the template wraps the message
         a = [r.token for r in model.stream_generate(prompt_ids=ids, max_tokens=3)]
         b = [r.token for r in model.stream_generate("Hello", max_tokens=3)]
     assert a == b
 
 
 def test_close_releases_and_is_idempotent(tiny_gguf):
-    model = vkdecode.load(tiny_gguf, ctx=32)           # owns its device
-    assert model.generate("Hi", max_tokens=2) is not None
+    model = vkdecode.load(tiny_gguf, ctx=32)  # owns its device
+    # generate() is the concatenated text of the tokens stream_generate yields
+    toks = [r for r in model.stream_generate("Hi", max_tokens=2)]
+    assert 1 <= len(toks) <= 2 and model.generate("Hi", max_tokens=2) == "".join(r.text for r in toks)
     assert not model.device.validation_errors
     model.close()
     assert model.executor is None and model.device is None
-    model.close()                                      # harmless
+    model.close()  # harmless
     with vkdecode.load(tiny_gguf, ctx=32) as m2:
         m2.generate("Hi", max_tokens=1)
     assert m2.executor is None
@@ -94,7 +93,7 @@ def test_shared_device_stays_open(device, tiny_gguf):
     with vkdecode.load(tiny_gguf, device=device, ctx=32) as model:
         model.generate("Hi", max_tokens=1)
     assert model.executor is None
-    buf = device.buffer(64)                            # the caller's device still works
+    buf = device.buffer(64)  # the caller's device still works
     buf.close()
 
 
@@ -105,7 +104,7 @@ def test_errors(device, tiny_gguf, tmp_path):
         with pytest.raises(ContextError, match="--ctx"):
             list(model.stream_generate("the quick brown fox jumps over the lazy dog " * 4, max_tokens=2))
         vocab = model.loaded.args.vocab_size
-        with pytest.raises(UsageError, match=f"token id {vocab} is outside"):    # never an OOB embedding row
+        with pytest.raises(UsageError, match=f"token id {vocab} is outside"):  # never an OOB embedding row
             list(model.stream_generate(prompt_ids=[1, vocab], max_tokens=2))
 
 
@@ -114,6 +113,7 @@ def test_chat_needs_a_chat_template(device, tiny_dir, tmp_path):
     fall back to ChatML silently); a raw prompt still runs."""
     import json
     import shutil
+
     d = tmp_path / "no-template"
     shutil.copytree(tiny_dir, d)
     cfg = json.loads((d / "tokenizer_config.json").read_text())

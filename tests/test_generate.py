@@ -1,13 +1,9 @@
 """generate.stream_generate: stop reasons, context bounds and the run summary, on a scripted fake
 executor and tokenizer (no GPU), plus one check on a real executor."""
+
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `tests.helpers` under a bare pytest
 
 from tests.helpers.make_models import models_dir, tiny_hf_model, write_gguf
 from vkdecode.errors import ContextError
@@ -26,6 +22,7 @@ def tiny_gguf(tmp_path_factory):
 
 class FakeExecutor:
     """Returns scripted next tokens; records the (token, pos) it was stepped with."""
+
     mode = "fake"
 
     def __init__(self, script, ctx=64):
@@ -35,7 +32,7 @@ class FakeExecutor:
     def set_sampling(self, params):
         self.sampling.append(params)
 
-    decode = Executor.decode        # the plain (waiting) decode loop over step()
+    decode = Executor.decode  # the plain (waiting) decode loop over step()
 
     def step(self, token, pos):
         self.calls.append((token, pos))
@@ -73,7 +70,7 @@ def test_length_stop_yields_max_tokens():
     assert "".join(r.text for r in rs) == "<7><8><9><10>"
     # each generated token is fed back at the next position
     assert ex.calls == [(1, 0), (2, 1), (3, 2), (7, 3), (8, 4), (9, 5)]
-    assert len(ex.sampling) == 1 and ex.sampling[0].greedy    # greedy unless asked otherwise
+    assert len(ex.sampling) == 1 and ex.sampling[0].greedy  # greedy unless asked otherwise
 
 
 def test_eos_stops_without_text():
@@ -91,16 +88,26 @@ def test_eos_ignored_when_asked():
 def test_stops_at_end_of_context():
     ex, rs = run([4], prompt=(1, 2), max_tokens=100, ctx=6)
     assert rs[-1].finish_reason == "length"
-    assert max(pos for _, pos in ex.calls) == 5      # never a step past the KV cache
+    assert max(pos for _, pos in ex.calls) == 5  # never a step past the KV cache
 
 
 def test_summary_on_last_response_only():
     _, rs = run([0, 0, 7, 8, 9], max_tokens=3, load_s=1.5)
     assert all(r.stats is None for r in rs[:-1])
     s = rs[-1].stats
-    for key in ("mode", "prompt_tokens", "generated_tokens", "load_s", "ttft_s", "decode_tok_s",
-                "host_us_per_token", "gpu_us_per_token", "wall_us_per_token", "executed_per_token",
-                "host_calls_per_token"):
+    for key in (
+        "mode",
+        "prompt_tokens",
+        "generated_tokens",
+        "load_s",
+        "ttft_s",
+        "decode_tok_s",
+        "host_us_per_token",
+        "gpu_us_per_token",
+        "wall_us_per_token",
+        "executed_per_token",
+        "host_calls_per_token",
+    ):
         assert key in s
     assert (s["mode"], s["prompt_tokens"], s["generated_tokens"], s["load_s"]) == ("fake", 3, 3, 1.5)
     assert s["gpu_us_per_token"] == 20.0 and s["host_calls_per_token"]["submits"] == 1
@@ -126,6 +133,7 @@ def test_real_executor_matches_step_by_step(device, tiny_gguf):
     """stream_generate on a real executor gives the tokens of stepping it by hand."""
     from vkdecode.executors import make_executor
     from vkdecode.models.loader import load_model
+
     m = load_model(tiny_gguf, ctx=32)
     ids = m.tokenizer.encode("Hello, world")
     with make_executor("fused", device, m.program, m.weights) as ex:

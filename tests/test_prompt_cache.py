@@ -1,13 +1,9 @@
 """prompt_cache.KVPrefix and stream_generate(kv=..., reuse=True): the second turn of a chat runs
 only its new tokens and produces the same tokens as a run without the cache."""
+
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `tests.helpers` under a bare pytest
 
 import vkdecode
 from tests.helpers.make_models import models_dir, tiny_hf_model, write_gguf
@@ -29,17 +25,18 @@ def test_reusable_prefix():
     for p, t in enumerate([1, 2, 3, 4]):
         kv.wrote(t, p)
     assert kv.reusable([1, 2, 3, 4, 5]) == 4
-    assert kv.reusable([1, 2, 3, 4]) == 3          # one token always runs: it yields the next token
+    assert kv.reusable([1, 2, 3, 4]) == 3  # one token always runs: it yields the next token
     assert kv.reusable([1, 2, 9, 4, 5]) == 2
     assert kv.reusable([7]) == 0
     kv.keep(2)
     assert kv.ids == [1, 2]
     with pytest.raises(AssertionError):
-        kv.wrote(5, 7)                             # rows are written in order, or it is a bug
+        kv.wrote(5, 7)  # rows are written in order, or it is a bug
 
 
 class FakeExecutor:
     """Next token = (token + 1) % 50; records the (token, pos) of every step."""
+
     mode, ctx = "fake", 64
 
     def __init__(self):
@@ -64,6 +61,7 @@ class FakeTokenizer:
         class S:
             add = staticmethod(lambda t: f"<{t}>")
             flush = staticmethod(lambda: "")
+
         return S()
 
 
@@ -75,7 +73,7 @@ def test_rows_tracked_and_skipped_on_a_fake_executor():
     assert kv.ids == [10, 11, 12, 13, 14, 15] and rs[-1].stats["cached_tokens"] == 0
     ex.calls.clear()
     rs2 = list(stream_generate(ex, FakeTokenizer(), [10, 11, 12, 13, 14, 15, 16, 30], 2, kv=kv, reuse=True))
-    assert ex.calls[:2] == [(16, 6), (30, 7)]       # only the new prompt tokens ran
+    assert ex.calls[:2] == [(16, 6), (30, 7)]  # only the new prompt tokens ran
     assert rs2[-1].stats["cached_tokens"] == 6 and rs2[-1].stats["prompt_tokens"] == 8
     ex.calls.clear()
     list(stream_generate(ex, FakeTokenizer(), [10, 11, 40], 1, kv=kv, reuse=False))
@@ -85,24 +83,32 @@ def test_rows_tracked_and_skipped_on_a_fake_executor():
 def test_early_close_and_should_stop_keep_the_rows_exact():
     ex, kv = FakeExecutor(), KVPrefix()
     gen = stream_generate(ex, FakeTokenizer(), [1, 2], 10, kv=kv, reuse=True)
-    got = [next(gen).token for _ in range(3)]       # a consumer that stops after 3 tokens
+    got = [next(gen).token for _ in range(3)]  # a consumer that stops after 3 tokens
     gen.close()
     assert got == [3, 4, 5] and kv.ids == [1, 2, 3, 4]
     calls = iter([False, True])
-    assert list(stream_generate(ex, FakeTokenizer(), [1, 2, 7, 8], 5, kv=kv, reuse=True,
-                                should_stop=lambda: next(calls))) == []
-    assert kv.ids == [1, 2, 7]                      # one new row ran before the stop
+    assert (
+        list(
+            stream_generate(
+                ex, FakeTokenizer(), [1, 2, 7, 8], 5, kv=kv, reuse=True, should_stop=lambda: next(calls)
+            )
+        )
+        == []
+    )
+    assert kv.ids == [1, 2, 7]  # one new row ran before the stop
 
 
 def positions_run(model) -> int:
     """Positions the last generation ran: decode steps plus the tokens of its prompt chunks."""
-    ps = model.executor.prefill_set
+    ps = model.decoder.prefill
     return len(model.executor.token_stats) + (sum(c.tokens for c in ps.chunks) if ps is not None else 0)
 
 
-@pytest.mark.parametrize("mode,kw", [("fused", {}), ("fused", {"tokens_per_submit": 4}), ("unfused", {}),
-                                     ("fused", {"sampling": True})],
-                         ids=["fused", "fused-k4", "unfused", "fused-sampled"])
+@pytest.mark.parametrize(
+    "mode,kw",
+    [("fused", {}), ("fused", {"tokens_per_submit": 4}), ("unfused", {}), ("fused", {"sampling": True})],
+    ids=["fused", "fused-k4", "unfused", "fused-sampled"],
+)
 def test_second_turn_same_tokens_fewer_steps(device, tiny_gguf, mode, kw):
     sampled = {"temp": 0.9, "top_k": 40, "seed": 3} if kw.get("sampling") else {}
     with vkdecode.load(tiny_gguf, device=device, mode=mode, ctx=128, **kw) as model:
@@ -120,4 +126,4 @@ def test_second_turn_same_tokens_fewer_steps(device, tiny_gguf, mode, kw):
     assert [r.token for r in cached] == [r.token for r in fresh]
     n_cached = cached[-1].stats["cached_tokens"]
     assert len(ids1) <= n_cached < len(ids2) and fresh[-1].stats["cached_tokens"] == 0
-    assert steps_fresh - steps_cached == n_cached    # exactly the cached prompt steps were skipped
+    assert steps_fresh - steps_cached == n_cached  # exactly the cached prompt steps were skipped

@@ -1,11 +1,7 @@
 """The numpy oracle against transformers (tiny random models), op semantics, and the real model."""
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `tests.helpers` under a bare pytest
 
 from fusion.ir import Program
 from tests.helpers.make_models import hf_logits, load_smollm2, models_dir, tiny_hf_model, write_gguf
@@ -53,10 +49,10 @@ def test_matches_transformers(mdir, arch, tied):
     d = tiny_hf_model(arch, mdir, tied=tied)
     tokens, logits = run_greedy(reference_for(d), PROMPT_IDS, DECODE)
     ref = hf_logits(d, tokens)
-    assert np.abs(ref).max() > 1.0           # logits are not degenerate
+    assert np.abs(ref).max() > 1.0  # logits are not degenerate
     assert rel_err(logits, ref) <= 1e-4
     # the greedy tokens are transformers' greedy tokens too
-    assert list(ref.argmax(axis=1)[PROMPT - 1:-1]) == tokens[PROMPT:]
+    assert list(ref.argmax(axis=1)[PROMPT - 1 : -1]) == tokens[PROMPT:]
 
 
 def test_float64_option(mdir):
@@ -80,8 +76,8 @@ def test_gguf_llama_pairs_layout_matches_hf(mdir):
     _, lg = run_greedy(g_ref, PROMPT_IDS, 4)
     _, lh = run_greedy(h_ref, PROMPT_IDS, 4)
     assert rel_err(lg, lh) <= 1e-4
-    toks = PROMPT_IDS + [int(t) for t in lh.argmax(axis=1)[PROMPT - 1:-1]]
-    assert rel_err(lg, hf_logits(d, toks)) <= 2e-2     # f16 rounding of a random, sharp model
+    toks = PROMPT_IDS + [int(t) for t in lh.argmax(axis=1)[PROMPT - 1 : -1]]
+    assert rel_err(lg, hf_logits(d, toks)) <= 2e-2  # f16 rounding of a random, sharp model
 
 
 def test_reset_and_context(mdir):
@@ -97,6 +93,7 @@ def test_reset_and_context(mdir):
 
 # ---------------------------------------------------------------- single ops
 
+
 def one_op(kind, ins: dict, outs: dict, **attrs):
     """A one-op Program: ins/outs map name -> (shape, dtype, kind)."""
     p = Program("t")
@@ -110,9 +107,18 @@ def test_rope_pairs_equals_permuted_neox():
     x = np.random.default_rng(0).standard_normal(h * d).astype(np.float32)
     res = {}
     for layout in ("neox", "pairs"):
-        p, op = one_op("rope", {"x": ((h * d,), "f32", "activation"), "step": ((8,), "u32", "step"),
-                                "freqs": ((d // 2,), "f32", "weight")},
-                       {"y": ((h * d,), "f32", "activation")}, n_heads=h, head_dim=d, layout=layout)
+        p, op = one_op(
+            "rope",
+            {
+                "x": ((h * d,), "f32", "activation"),
+                "step": ((8,), "u32", "step"),
+                "freqs": ((d // 2,), "f32", "weight"),
+            },
+            {"y": ((h * d,), "f32", "activation")},
+            n_heads=h,
+            head_dim=d,
+            layout=layout,
+        )
         xin = x if layout == "neox" else permute_rows(x, h)
         res[layout] = run_op(op, p, {"x": xin, "step": make_step(0, 7), "freqs": inv_freq(10000.0, d)})["y"]
     np.testing.assert_allclose(res["pairs"], permute_rows(res["neox"], h), rtol=1e-6, atol=1e-6)
@@ -126,29 +132,46 @@ def test_attention_gqa_against_loop():
     rng = np.random.default_rng(0)
     q = rng.standard_normal(h * d).astype(np.float32)
     kc, vc = (rng.standard_normal((ctx, kvh * d)).astype(np.float32) for _ in range(2))
-    p, op = one_op("attention", {"q": ((h * d,), "f32", "activation"), "kc": ((ctx, kvh * d), "f32", "state"),
-                                 "vc": ((ctx, kvh * d), "f32", "state"), "step": ((8,), "u32", "step")},
-                   {"o": ((h * d,), "f32", "activation")}, n_heads=h, n_kv_heads=kvh, head_dim=d, scale=0.3)
+    p, op = one_op(
+        "attention",
+        {
+            "q": ((h * d,), "f32", "activation"),
+            "kc": ((ctx, kvh * d), "f32", "state"),
+            "vc": ((ctx, kvh * d), "f32", "state"),
+            "step": ((8,), "u32", "step"),
+        },
+        {"o": ((h * d,), "f32", "activation")},
+        n_heads=h,
+        n_kv_heads=kvh,
+        head_dim=d,
+        scale=0.3,
+    )
     got = run_op(op, p, {"q": q, "kc": kc, "vc": vc, "step": make_step(0, pos)})["o"]
     want = []
     for i in range(h):
         j = i // (h // kvh)
-        s = np.array([0.3 * q[i * d:(i + 1) * d] @ kc[t, j * d:(j + 1) * d] for t in range(pos + 1)])
+        s = np.array([0.3 * q[i * d : (i + 1) * d] @ kc[t, j * d : (j + 1) * d] for t in range(pos + 1)])
         w = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
-        want.append(sum(w[t] * vc[t, j * d:(j + 1) * d] for t in range(pos + 1)))
+        want.append(sum(w[t] * vc[t, j * d : (j + 1) * d] for t in range(pos + 1)))
     np.testing.assert_allclose(got, np.concatenate(want), rtol=1e-5, atol=1e-6)
 
 
 def test_rms_norm_per_head_kv_write_argmax():
     x = np.arange(8, dtype=np.float32)
-    p, op = one_op("rms_norm", {"x": ((8,), "f32", "activation"), "w": ((4,), "f32", "weight")},
-                   {"y": ((8,), "f32", "activation")}, eps=0.0)
+    p, op = one_op(
+        "rms_norm",
+        {"x": ((8,), "f32", "activation"), "w": ((4,), "f32", "weight")},
+        {"y": ((8,), "f32", "activation")},
+        eps=0.0,
+    )
     y = run_op(op, p, {"x": x, "w": np.ones(4, np.float32)})["y"]
-    for head in (slice(0, 4), slice(4, 8)):   # each head normalised on its own
+    for head in (slice(0, 4), slice(4, 8)):  # each head normalised on its own
         np.testing.assert_allclose(y[head], x[head] / np.sqrt(np.mean(x[head] ** 2)), rtol=1e-6)
-    p, op = one_op("kv_write", {"k": ((4,), "f32", "activation"), "v": ((4,), "f32", "activation"),
-                                "step": ((8,), "u32", "step")},
-                   {"kc": ((3, 4), "f32", "state"), "vc": ((3, 4), "f32", "state")})
+    p, op = one_op(
+        "kv_write",
+        {"k": ((4,), "f32", "activation"), "v": ((4,), "f32", "activation"), "step": ((8,), "u32", "step")},
+        {"kc": ((3, 4), "f32", "state"), "vc": ((3, 4), "f32", "state")},
+    )
     env = {"k": np.ones(4, np.float32), "v": 2 * np.ones(4, np.float32), "step": make_step(0, 0)}
     env.update(run_op(op, p, env))
     env.update(k=3 * env["k"], step=make_step(0, 2))
@@ -159,6 +182,7 @@ def test_rms_norm_per_head_kv_write_argmax():
 
 
 # ---------------------------------------------------------------- the real model
+
 
 def test_smollm2_answers_paris():
     m = load_smollm2()

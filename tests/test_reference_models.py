@@ -4,17 +4,15 @@ models (HF directories and the same weights as GGUF), logits at every step and g
 Positions run to 32, past the llama3 config's original context (32: every rope band occurs for
 head_dim 16) and past the Gemma config's sliding window (6), so scaling and window both bite.
 """
+
 from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.helpers.make_models import LLAMA3_ROPE, hf_logits, models_dir, tiny_hf_model, write_gguf
 from tests.test_reference import PROMPT, PROMPT_IDS, reference_for, rel_err, run_greedy
@@ -31,9 +29,9 @@ def mdir(tmp_path_factory):
 def check_against_transformers(path, hf_dir):
     tokens, logits = run_greedy(reference_for(path, ctx=64), PROMPT_IDS, DECODE)
     ref = hf_logits(hf_dir, tokens)
-    assert np.abs(ref).max() > 1.0                       # logits are not degenerate
+    assert np.abs(ref).max() > 1.0  # logits are not degenerate
     assert rel_err(logits, ref) <= 1e-4, rel_err(logits, ref)
-    assert list(ref.argmax(axis=1)[PROMPT - 1:-1]) == tokens[PROMPT:]
+    assert list(ref.argmax(axis=1)[PROMPT - 1 : -1]) == tokens[PROMPT:]
     return logits
 
 
@@ -68,7 +66,9 @@ def test_llama3_gguf_rope_freqs_matches_transformers(mdir):
 
 @pytest.mark.parametrize("tied", [True, False])
 def test_gemma3_matches_transformers(mdir, tied):
-    check_against_transformers(tiny_hf_model("gemma3", mdir, tied=tied), tiny_hf_model("gemma3", mdir, tied=tied))
+    check_against_transformers(
+        tiny_hf_model("gemma3", mdir, tied=tied), tiny_hf_model("gemma3", mdir, tied=tied)
+    )
 
 
 # GGUF has no key for query_pre_attn_scalar: llama.cpp takes head_dim (hidden / heads for the
@@ -78,7 +78,9 @@ GGUF_SCALAR = {"query_pre_attn_scalar": 16}
 
 def test_gemma3_global_linear_scaling_matches_transformers(mdir):
     """Bigger Gemma 3s scale the global layers' rope linearly (factor 8); sliding layers never."""
-    d = tiny_hf_model("gemma3", mdir, tied=True, rope_scaling={"rope_type": "linear", "factor": 8.0}, **GGUF_SCALAR)
+    d = tiny_hf_model(
+        "gemma3", mdir, tied=True, rope_scaling={"rope_type": "linear", "factor": 8.0}, **GGUF_SCALAR
+    )
     check_against_transformers(d, d)
     check_against_transformers(write_gguf(d, mdir / "gemma3-linear.f32.gguf", "f32"), d)
 
@@ -100,5 +102,5 @@ def test_gemma3_window_matters(mdir):
         (b / "config.json").write_text(json.dumps(cfg))
     _, la = run_greedy(reference_for(a), PROMPT_IDS, DECODE)
     _, lb = run_greedy(reference_for(b), PROMPT_IDS, DECODE)
-    assert rel_err(la[:6], lb[:6]) < 1e-6          # within the window: identical
+    assert rel_err(la[:6], lb[:6]) < 1e-6  # within the window: identical
     assert rel_err(la[6:], lb[6:]) > 1e-3

@@ -1,4 +1,5 @@
 """The GPU sampler against its numpy twin, its distribution, and reproducibility across modes."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,7 +34,7 @@ def test_numpy_sampler_cuts():
     assert k2 == {0, 1}
     p_small = {sample_logits(logits, _step(pos, SamplingParams(temp=1.0, top_p=0.3))) for pos in range(200)}
     assert p_small == {0}
-    assert sample_logits(logits[::-1].copy(), _step(0, SamplingParams())) == 4    # greedy = argmax
+    assert sample_logits(logits[::-1].copy(), _step(0, SamplingParams())) == 4  # greedy = argmax
 
 
 def test_bad_parameters_are_user_errors():
@@ -51,19 +52,31 @@ def _sampler_program(n: int) -> Program:
 
 
 @pytest.mark.parametrize("n", [33, 1000, 49152])
-@pytest.mark.parametrize("params", [SamplingParams(0.0), SamplingParams(0.8, seed=3),
-                                    SamplingParams(1.0, top_k=5, seed=7), SamplingParams(0.7, top_p=0.9, seed=11),
-                                    SamplingParams(1.3, top_k=40, top_p=0.5, seed=1)],
-                         ids=["greedy", "temp", "topk", "topp", "topk-topp"])
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(0.0),
+        SamplingParams(0.8, seed=3),
+        SamplingParams(1.0, top_k=5, seed=7),
+        SamplingParams(0.7, top_p=0.9, seed=11),
+        SamplingParams(1.3, top_k=40, top_p=0.5, seed=1),
+    ],
+    ids=["greedy", "temp", "topk", "topp", "topk-topp"],
+)
 def test_gpu_sampler_equals_numpy(device, n, params):
-    from vkdecode.lowering.ops import KernelCaps, op_calls
+    from vkdecode.lowering.calls import KernelCaps
+    from vkdecode.lowering.ops import op_calls
     from vkdecode.vk.descriptors import write_descriptor_set
+
     prog = _sampler_program(n)
     rng = np.random.default_rng(n)
     caps = KernelCaps.from_info(device.info)
     (call,) = op_calls(prog, 0, caps)
-    bufs = [device.buffer(n * 4, host_visible=True), device.buffer(STEP_WORDS * 4, host_visible=True),
-            device.buffer(4, host_visible=True)]
+    bufs = [
+        device.buffer(n * 4, host_visible=True),
+        device.buffer(STEP_WORDS * 4, host_visible=True),
+        device.buffer(4, host_visible=True),
+    ]
     pipe = device.pipeline(call.shader, call.spec, dict(call.defines), 3)
     pool = device.descriptor_pool(1, 3)
     dset = pool.allocate(pipe)
@@ -110,9 +123,9 @@ def test_same_seed_same_tokens_in_every_mode(device, models_dir):
     assert ref_toks == runs["fused"]
     greedy = []
     with make_executor("fused", device, m.program, m.weights) as ex:
-        ex.set_sampling(SamplingParams(seed=99))       # temp 0: the sampler is argmax
+        ex.set_sampling(SamplingParams(seed=99))  # temp 0: the sampler is argmax
         tok = 5
         for pos in range(24):
             tok = ex.step(tok, pos)
             greedy.append(tok)
-    assert greedy != runs["fused"]      # a 300-token vocab at temp 1 does not follow argmax for 24 steps
+    assert greedy != runs["fused"]  # a 300-token vocab at temp 1 does not follow argmax for 24 steps

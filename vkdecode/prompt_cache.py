@@ -8,12 +8,13 @@ pipelined decode ran past the stop are not counted either, so only rows known to
 tracked. Rows past the tracked length may hold anything: attention never reads past the position
 of the step, and the next steps overwrite them.
 """
+
 from __future__ import annotations
 
 
 class KVPrefix:
     def __init__(self):
-        self.ids: list[int] = []     # ids[p] is the token whose K/V row p holds
+        self.ids: list[int] = []  # ids[p] is the token whose K/V row p holds
 
     def reusable(self, prompt_ids: list[int]) -> int:
         """Leading prompt tokens whose K/V rows are already there. At least one prompt token is
@@ -30,7 +31,7 @@ class KVPrefix:
 
     def wrote(self, token: int, pos: int) -> None:
         """A step at `pos` fed `token` has completed (its K/V row is written)."""
-        if pos != len(self.ids):      # a caller bug: the rows must be written in order
+        if pos != len(self.ids):  # a caller bug: the rows must be written in order
             raise AssertionError(f"KV row {pos} written while {len(self.ids)} rows are tracked")
         self.ids.append(int(token))
 

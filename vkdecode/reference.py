@@ -3,6 +3,7 @@
 Every Vulkan path is checked against this. Weights are used as `dequantize(packed)` of the same
 PackedWeight the GPU reads, so both see identical weight values; math is f32 (or f64).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,7 +31,7 @@ def _rope(x: np.ndarray, pos: int, freqs: np.ndarray, a: dict, dtype) -> np.ndar
     cos, sin = np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
     x = x.reshape(h, d)
     if a["layout"] == "neox":
-        x1, x2 = x[:, : d // 2], x[:, d // 2:]
+        x1, x2 = x[:, : d // 2], x[:, d // 2 :]
         y = np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=1)
     else:
         x1, x2 = x[:, 0::2], x[:, 1::2]
@@ -41,11 +42,11 @@ def _rope(x: np.ndarray, pos: int, freqs: np.ndarray, a: dict, dtype) -> np.ndar
 def _attention(q, kc, vc, pos: int, a: dict, dtype) -> np.ndarray:
     h, kvh, d = a["n_heads"], a["n_kv_heads"], a["head_dim"]
     window = int(a.get("window", 0))
-    lo = max(0, pos - window + 1) if window else 0     # a sliding layer sees `window` keys
+    lo = max(0, pos - window + 1) if window else 0  # a sliding layer sees `window` keys
     n = pos + 1 - lo
-    k = kc[lo:pos + 1].reshape(n, kvh, d).astype(dtype, copy=False)
-    v = vc[lo:pos + 1].reshape(n, kvh, d).astype(dtype, copy=False)
-    qg = q.reshape(kvh, h // kvh, d)                      # head i reads kv head i // group
+    k = kc[lo : pos + 1].reshape(n, kvh, d).astype(dtype, copy=False)
+    v = vc[lo : pos + 1].reshape(n, kvh, d).astype(dtype, copy=False)
+    qg = q.reshape(kvh, h // kvh, d)  # head i reads kv head i // group
     s = np.einsum("kgd,nkd->kgn", qg, k) * dtype(a["scale"])
     s = np.exp(s - s.max(axis=-1, keepdims=True))
     p = s / s.sum(axis=-1, keepdims=True)
@@ -62,21 +63,29 @@ def _rows_op(op: Op, program: Program, env: dict, ins: list, rows: int, dt) -> l
         return [np.argmax(ins[0].reshape(rows, -1), axis=1).astype(np.uint32)]
     pos0 = int(ins[list(op.inputs).index("step")][STEP_POS])
     if k == "rope":
-        return [np.concatenate([_rope(x, pos0 + t, ins[2], a, dt) for t, x in enumerate(ins[0].reshape(rows, -1))])]
+        return [
+            np.concatenate(
+                [_rope(x, pos0 + t, ins[2], a, dt) for t, x in enumerate(ins[0].reshape(rows, -1))]
+            )
+        ]
     if k == "kv_write":
         caches = []
         for name, x in zip(op.outputs, ins[:2]):
             c = env.get(name)
             if c is None:
                 c = np.zeros(program.values[name].shape, dtype=dt)
-            if program.values[name].dtype == "f16":   # an f16 cache stores (and returns) halves
+            if program.values[name].dtype == "f16":  # an f16 cache stores (and returns) halves
                 x = np.asarray(x).astype(np.float16)
-            c[pos0:pos0 + rows] = x.reshape(rows, -1)
+            c[pos0 : pos0 + rows] = x.reshape(rows, -1)
             caches.append(c)
         return caches
     if k == "attention":
         q, kc, vc, _ = ins
-        return [np.concatenate([_attention(x, kc, vc, pos0 + t, a, dt) for t, x in enumerate(q.reshape(rows, -1))])]
+        return [
+            np.concatenate(
+                [_attention(x, kc, vc, pos0 + t, a, dt) for t, x in enumerate(q.reshape(rows, -1))]
+            )
+        ]
     raise ValueError(f"reference: op {k} has no row-wise form")
 
 
@@ -107,7 +116,7 @@ def run_op(op: Op, program: Program, env: dict, dtype=np.float32) -> dict[str, n
         out = [(xs / np.sqrt(ms + dt(a["eps"])) * w).reshape(-1)]
     elif k == "matmul":
         out = [ins[0] @ ins[1]]
-    elif k == "add":   # a bias weight shorter than a (a chunk's rows) is added to every row
+    elif k == "add":  # a bias weight shorter than a (a chunk's rows) is added to every row
         out = [(ins[0].reshape(-1, ins[1].size) + ins[1]).reshape(-1)]
     elif k == "rope":
         out = [_rope(ins[0], int(ins[1][STEP_POS]), ins[2], a, dt)]
@@ -118,7 +127,7 @@ def run_op(op: Op, program: Program, env: dict, dtype=np.float32) -> dict[str, n
             c = env.get(name)
             if c is None:
                 c = np.zeros(program.values[name].shape, dtype=dt)
-            if program.values[name].dtype == "f16":   # stored as f16, read back as such
+            if program.values[name].dtype == "f16":  # stored as f16, read back as such
                 row = np.asarray(row).astype(np.float16)
             c[int(step[STEP_POS])] = row
             caches.append(c)
@@ -137,43 +146,50 @@ def run_op(op: Op, program: Program, env: dict, dtype=np.float32) -> dict[str, n
         out = [np.array([np.argmax(ins[0])], dtype=np.uint32)]
     elif k == "sample":
         from vkdecode.sampling import sample_logits
+
         out = [np.array([sample_logits(ins[0], ins[1])], dtype=np.uint32)]
     else:
         raise ValueError(f"reference: unknown op kind {k!r}")
-    return {name: np.asarray(v, dtype=np.uint32 if program.values[name].dtype == "u32" else dt)
-            for name, v in zip(op.outputs, out)}
+    return {
+        name: np.asarray(v, dtype=np.uint32 if program.values[name].dtype == "u32" else dt)
+        for name, v in zip(op.outputs, out)
+    }
 
 
 class Reference:
     """Runs every op of `program` in order for one token; keeps the KV caches across steps."""
 
-    def __init__(self, program: Program, weights: dict[str, PackedWeight], dtype=np.float32,
-                 sampling=None):
+    def __init__(self, program: Program, weights: dict[str, PackedWeight], dtype=np.float32, sampling=None):
         self.program, self.dtype = program, np.dtype(dtype).type
-        self.sampling = sampling        # a vkdecode.sampling.SamplingParams for `sample` ops
-        weights = {**program.constants, **weights}      # the builder's tables (rope frequencies)
+        self.sampling = sampling  # a vkdecode.sampling.SamplingParams for `sample` ops
+        weights = {**program.constants, **weights}  # the builder's tables (rope frequencies)
         missing = [v.name for v in program.values.values() if v.kind == "weight" and v.name not in weights]
         if missing:
             raise KeyError(f"reference: weights missing for {missing[:5]}")
         # dequantize once: the per-token loop then runs plain numpy matvecs
-        self.weights = {n: _weight(weights[n], self.dtype) for n, v in program.values.items()
-                        if v.kind == "weight"}
+        self.weights = {
+            n: _weight(weights[n], self.dtype) for n, v in program.values.items() if v.kind == "weight"
+        }
         self.values: dict[str, np.ndarray] = {}
         self.reset()
 
     def reset(self) -> None:
-        self.state = {v.name: np.zeros(v.shape, dtype=self.dtype)
-                      for v in self.program.values.values() if v.kind == "state"}
+        self.state = {
+            v.name: np.zeros(v.shape, dtype=self.dtype)
+            for v in self.program.values.values()
+            if v.kind == "state"
+        }
         self.values = {}
 
     def step(self, token: int, pos: int) -> dict[str, np.ndarray]:
         ctx = next(iter(self.state.values())).shape[0] if self.state else None
         if ctx is not None and not 0 <= pos < ctx:
             from vkdecode.errors import ContextError
+
             raise ContextError(f"position {pos} is outside the context of {ctx} tokens")
         step = make_step(token, pos)
         if self.sampling is not None:
-            step[STEP_SEED:STEP_SEED + 4] = self.sampling.step_words()
+            step[STEP_SEED : STEP_SEED + 4] = self.sampling.step_words()
         env: dict = {**self.weights, **self.state, "step": step}
         return self._run(env)
 
@@ -181,15 +197,19 @@ class Reference:
         """One prompt chunk of a fusion/chunk.py program: tokens at positions pos0.. (the KV caches
         in self.state are updated in place, as step() does)."""
         from fusion.chunk import TOKENS
+
         ids = np.asarray(tokens, dtype=np.uint32)
         if ids.shape != self.program.values[TOKENS].shape:
-            raise ValueError(f"reference: {ids.size} tokens for a chunk of {self.program.values[TOKENS].shape[0]}")
+            raise ValueError(
+                f"reference: {ids.size} tokens for a chunk of {self.program.values[TOKENS].shape[0]}"
+            )
         env: dict = {**self.weights, **self.state, "step": make_step(int(ids[0]), pos0), TOKENS: ids}
         return self._run(env)
 
     def _run(self, env: dict) -> dict[str, np.ndarray]:
         for op in self.program.ops:
             env.update(run_op(op, self.program, env, self.dtype))
-        self.values = {n: env[n] for n in self.program.values
-                       if self.program.values[n].kind in ("activation", "output")}
+        self.values = {
+            n: env[n] for n in self.program.values if self.program.values[n].kind in ("activation", "output")
+        }
         return {n: env[n] for n in self.program.outputs()}

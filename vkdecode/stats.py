@@ -11,6 +11,7 @@ Per-token figures have one name and one meaning wherever they are reported (`vkd
                        at the call sites; 0 dispatches are *recorded* per token in replay, which is
                        why `dispatches` is never a host-call figure.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
@@ -21,10 +22,10 @@ class Counters:
     dispatches: int = 0
     pipeline_binds: int = 0
     descriptor_set_binds: int = 0
-    descriptor_writes: int = 0          # VkWriteDescriptorSet entries passed to vkUpdateDescriptorSets
+    descriptor_writes: int = 0  # VkWriteDescriptorSet entries passed to vkUpdateDescriptorSets
     descriptor_set_allocations: int = 0
     command_buffer_recordings: int = 0  # vkBeginCommandBuffer calls
-    recorded_commands: int = 0          # every vkCmd* call
+    recorded_commands: int = 0  # every vkCmd* call
     barriers: int = 0
     submits: int = 0
 
@@ -38,16 +39,25 @@ class Counters:
         return asdict(self)
 
 
-HOST_KEYS = ("descriptor_writes", "descriptor_set_allocations", "command_buffer_recordings",
-             "recorded_commands", "submits")
+HOST_KEYS = (
+    "descriptor_writes",
+    "descriptor_set_allocations",
+    "command_buffer_recordings",
+    "recorded_commands",
+    "submits",
+)
 
 
 def executed_per_token(ex) -> dict:
     """What the GPU executes per step, from the recording. Same formula as
     Executor._record_items: a barrier before the step, the data-flow barriers, and the
     host-visibility barrier at the end."""
-    return {"dispatches": len(ex.items), "pipeline_binds": len(ex.items),
-            "barriers": sum(bool(it.barrier) for it in ex.items) + 2, "regions": len(ex.regions)}
+    return {
+        "dispatches": len(ex.items),
+        "pipeline_binds": len(ex.items),
+        "barriers": sum(bool(it.barrier) for it in ex.items) + 2,
+        "regions": len(ex.regions),
+    }
 
 
 def host_calls_per_token(counters: dict) -> dict:

@@ -1,4 +1,5 @@
 """Probe shaders of the benchmarks (never shipped): Device.pipeline takes them by path."""
+
 from pathlib import Path
 
 DIR = Path(__file__).resolve().parent

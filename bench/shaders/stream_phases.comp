@@ -17,7 +17,7 @@
 // may wait for them (memoryBarrierBuffer in grid_sync.glsl does, it seems, on an H100), which
 // would serialise PRE = 1's loads with the barrier. PRE = 3 is PRE = 2 with the final workgroup
 // barrier acquiring too (the formally complete form).
-// Measured and removed (bench/results/nvidia-h100-80gb-hbm3/session-2026-11-26/): a grid barrier
+// Measured and removed (bench/results/nvidia-h100-80gb-hbm3/2026-11-26-session/): a grid barrier
 // whose waits poll a flag word instead of the arrival counter, and loader workgroups outside the
 // barriers reading phases 1-3 ahead into L2. Neither was faster.
 // Bindings: 0-3 the phases' words, 4 sync (2 counters, zero between dispatches), 5 error word,

@@ -1,4 +1,5 @@
 """Every executor against the numpy reference, and the counters that prove the steady state."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,8 +14,13 @@ from vkdecode.reference import Reference
 
 # name -> (family, tiny_hf_model overrides); llama3-rope: Llama 3.1 rope scaling; gemma3: GeGLU,
 # sandwich norms, sliding window 6 < STEPS on layer 0, a global layer 1 with another rope base
-MODELS = {"llama": ("llama", {}), "qwen2": ("qwen2", {}), "qwen3": ("qwen3", {}),
-          "llama3-rope": ("llama", {"rope_scaling": LLAMA3_ROPE}), "gemma3": ("gemma3", {})}
+MODELS = {
+    "llama": ("llama", {}),
+    "qwen2": ("qwen2", {}),
+    "qwen3": ("qwen3", {}),
+    "llama3-rope": ("llama", {"rope_scaling": LLAMA3_ROPE}),
+    "gemma3": ("gemma3", {}),
+}
 ARCHS = tuple(MODELS)
 STEPS = 32
 
@@ -31,8 +37,11 @@ _run = greedy_against_reference
 @pytest.mark.parametrize("arch", ARCHS)
 def test_modes_match_reference_and_each_other(device, tiny, models_dir, arch, kv_dtype):
     f, over = MODELS[arch]
-    m = tiny[arch] if kv_dtype == "f16" else load_model(tiny_hf_model(f, models_dir, **over), ctx=48,
-                                                        kv_dtype="f32")
+    m = (
+        tiny[arch]
+        if kv_dtype == "f16"
+        else load_model(tiny_hf_model(f, models_dir, **over), ctx=48, kv_dtype="f32")
+    )
     ref = Reference(m.program, m.weights)
     out = {}
     for mode in ("unfused", "replay-nofuse", "fused"):
@@ -52,12 +61,12 @@ def test_unfused_counters_follow_the_op_list(device, tiny):
             ex.step(1, pos)
         c = ex.token_stats[-1].counters
         n = len(ex.items)
-        assert n >= len(m.program.ops)        # one or more dispatches per op, never fewer
+        assert n >= len(m.program.ops)  # one or more dispatches per op, never fewer
         assert c.dispatches == c.pipeline_binds == c.descriptor_set_binds == n
         assert c.descriptor_set_allocations == n
         assert c.descriptor_writes == sum(len(it.ranges) for it in ex.items)
         assert c.command_buffer_recordings == 1 and c.submits == 1
-        assert c.barriers == 2 + sum(it.barrier for it in ex.items)   # + step start, host read
+        assert c.barriers == 2 + sum(it.barrier for it in ex.items)  # + step start, host read
 
 
 @pytest.mark.parametrize("mode", ["replay-nofuse", "fused"])
@@ -68,15 +77,21 @@ def test_replay_steady_state_has_no_host_work_but_one_submit(device, tiny, mode)
             ex.step(3, pos)
         for s in ex.token_stats:
             c = s.counters
-            assert (c.descriptor_writes, c.descriptor_set_allocations, c.command_buffer_recordings,
-                    c.recorded_commands, c.dispatches, c.submits) == (0, 0, 0, 0, 0, 1)
+            assert (
+                c.descriptor_writes,
+                c.descriptor_set_allocations,
+                c.command_buffer_recordings,
+                c.recorded_commands,
+                c.dispatches,
+                c.submits,
+            ) == (0, 0, 0, 0, 0, 1)
 
 
 def test_replay_decodes_to_the_last_position_and_stops(device, models_dir):
     m = load_model(tiny_hf_model("llama", models_dir), ctx=12)
     ref = Reference(m.program, m.weights)
     with make_executor("fused", device, m.program, m.weights) as ex:
-        _run(ex, ref, 12)                      # positions 0 .. ctx-1, the last one included
+        _run(ex, ref, 12)  # positions 0 .. ctx-1, the last one included
         with pytest.raises(ContextError, match="outside the context"):
             ex.step(1, 12)
 
@@ -140,9 +155,11 @@ def test_sampling_steps_keep_the_advance_dispatch(device, models_dir):
     from vkdecode.executors.plan import with_advance
     from vkdecode.lowering.ops import op_calls
     from vkdecode.models import build_program
+
     m = load_model(tiny_hf_model("llama", models_dir), ctx=16)
     p = build_program(m.args, 16, {n: w.dtype for n, w in m.weights.items()}, sampling=True)
-    from vkdecode.lowering.ops import KernelCaps
+    from vkdecode.lowering.calls import KernelCaps
+
     caps = KernelCaps.from_info(device.info)
     calls = [c for i in range(len(p.ops)) for c in op_calls(p, i, caps)]
     assert calls[-1].shader == "sample"

@@ -1,4 +1,5 @@
 """A weight larger than maxStorageBufferRange (128 MiB on lavapipe) runs whole, split by rows."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,14 +17,16 @@ from vkdecode.reference import Reference
 def test_lm_head_beyond_the_binding_limit(device, mode):
     limit = device.info.limits["max_storage_buffer_range"]
     hidden = 512
-    vocab = limit // (hidden * 4) + 4096          # an f32 lm_head just past the limit
+    vocab = limit // (hidden * 4) + 4096  # an f32 lm_head just past the limit
     if vocab * hidden * 4 > 1 << 30:
         pytest.skip(f"maxStorageBufferRange {limit} is too large to exceed cheaply here")
     args = ModelArgs("llama", vocab, hidden, 256, 1, 4, 2, 128, 1e-5, 10000.0, 64, False)
     dtypes = {"lm_head": "f32"}
     rng = np.random.default_rng(0)
-    weights = {n: random_weight(dtypes.get(n, "q8_0") if len(s) == 2 else "f32", s, rng)
-               for n, s in expected_shapes(args).items()}
+    weights = {
+        n: random_weight(dtypes.get(n, "q8_0") if len(s) == 2 else "f32", s, rng)
+        for n, s in expected_shapes(args).items()
+    }
     program = build_program(args, 16, {n: w.dtype for n, w in weights.items()})
     assert program.values["lm_head"].numel * 4 > limit
     ref = Reference(program, weights)

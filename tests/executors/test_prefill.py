@@ -8,6 +8,7 @@ attention), so values agree to f32 rounding: KV rows within 1e-5 of the largest 
 within 1e-4 relative (as tests/executors/test_executors.py for fused vs reference); with f16 KV
 caches (the default) both within 2e-3, as there.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,14 +17,15 @@ import pytest
 from tests.helpers.make_models import tiny_hf_model, write_gguf
 from vkdecode.errors import ContextError
 from vkdecode.executors import make_executor
-from vkdecode.lowering.ops import KernelCaps
+from vkdecode.executors.decoder import Decoder
+from vkdecode.lowering.calls import KernelCaps
 from vkdecode.models.loader import load_model
 from vkdecode.reference import Reference
 
 ARCHS = ("llama", "qwen2", "qwen3")
 CTX = 48
 KV_TOL, LOGIT_TOL = 1e-5, 1e-4
-F16_TOL = 2e-3      # f16 caches (the default): a value rounded from two close f32s may differ by an ulp
+F16_TOL = 2e-3  # f16 caches (the default): a value rounded from two close f32s may differ by an ulp
 # K-quant weights, f16 caches: the chunk matmul decodes element by element and the decode matvec in
 # 32-element units, so sums differ a little more (H100: a v-cache row of the Q4_K_M model 2.16e-3)
 KQUANT_TOL = 3e-3
@@ -51,8 +53,9 @@ def reference_path(m, toks):
     return ref.state, r["logits"], int(r["next_token"][0])
 
 
-def check_against(ex, toks, state, logits, nxt, what="", tol=None):
-    got = ex.prefill(toks, 0)
+def check_against(dec, toks, state, logits, nxt, what="", tol=None):
+    ex = dec.executor
+    got = dec.run_prompt(toks, 0)
     n = len(toks)
     f16 = False
     for name, want in state.items():
@@ -74,17 +77,21 @@ def test_prefill_equals_token_path(device, tiny, arch, mode):
     m = tiny[arch]
     toks = prompt(37)
     want = reference_path(m, toks)
-    with make_executor(mode, device, m.program, m.weights, caps=exact(device)) as ex:
-        ex.enable_prefill((16, 8, 3))       # 36 = 16 + 16 + 3 + one decode step, then the last
-        check_against(ex, toks, *want, what=f"{arch} {mode}")
-        assert [c.width for c in ex.prefill_set.chunks] == [16, 16, 3]
-        for w, _, s in ex.prefill_set.chunks:
+    with Decoder(make_executor(mode, device, m.program, m.weights, caps=exact(device))) as dec:
+        dec.set_prefill((16, 8, 3))  # 36 = 16 + 16 + 3 + one decode step, then the last
+        check_against(dec, toks, *want, what=f"{arch} {mode}")
+        assert [c.width for c in dec.prefill.chunks] == [16, 16, 3]
+        for w, _, s in dec.prefill.chunks:
             c = s.counters
-            if mode == "unfused":       # re-recorded and re-written per chunk, as per token
+            if mode == "unfused":  # re-recorded and re-written per chunk, as per token
                 assert c.command_buffer_recordings == 1 and c.descriptor_writes > 0
-            else:                       # recorded once at enable_prefill
-                assert (c.descriptor_writes, c.descriptor_set_allocations, c.command_buffer_recordings,
-                        c.submits) == (0, 0, 0, 1), f"chunk of {w}: {c.as_dict()}"
+            else:  # recorded once at enable_prefill
+                assert (
+                    c.descriptor_writes,
+                    c.descriptor_set_allocations,
+                    c.command_buffer_recordings,
+                    c.submits,
+                ) == (0, 0, 0, 1), f"chunk of {w}: {c.as_dict()}"
 
 
 @pytest.mark.parametrize("mode", ["replay-nofuse", "fused"])
@@ -94,33 +101,51 @@ def test_prefill_with_the_gpu_narrow_matmul(device, tiny, mode):
     toks = prompt(30, seed=3)
     want = reference_path(m, toks)
     caps = exact(device, matmul_narrow=16)
-    with make_executor(mode, device, m.program, m.weights, caps=caps) as ex:
-        ex.enable_prefill((16, 8, 3))
-        check_against(ex, toks, *want, what=f"narrow {mode}")
+    with Decoder(make_executor(mode, device, m.program, m.weights, caps=caps)) as dec:
+        dec.set_prefill((16, 8, 3))
+        check_against(dec, toks, *want, what=f"narrow {mode}")
 
 
 # the GPU choice (forced on lavapipe): narrow kernel up to 16 rows, wide one from 17, auto tile and
 # split over k (the tiny model's grids are small, so the 32-row chunk splits); wide for every row
 # count with one tile; and element-path K-quants
-WIDE_CAPS = {"gpu": {"matmul_narrow": 16, "matmul_wide": 0},
-             "all-8x4": {"matmul_narrow": -1, "matmul_wide": 1, "matmul_tile": "8x4", "matmul_splitk": 1}}
+WIDE_CAPS = {
+    "gpu": {"matmul_narrow": 16, "matmul_wide": 0},
+    "all-8x4": {"matmul_narrow": -1, "matmul_wide": 1, "matmul_tile": "8x4", "matmul_splitk": 1},
+}
 
 
-@pytest.mark.parametrize("src,mode,setting", [("hf", "fused", "gpu"), ("hf", "replay-nofuse", "all-8x4"),
-                                              ("q4_1", "fused", "gpu"), ("q4_k", "unfused", "all-8x4")])
+@pytest.mark.parametrize(
+    "src,mode,setting",
+    [
+        ("hf", "fused", "gpu"),
+        ("hf", "replay-nofuse", "all-8x4"),
+        ("q4_1", "fused", "gpu"),
+        ("q4_k", "unfused", "all-8x4"),
+    ],
+)
 def test_prefill_with_the_gpu_wide_matmul(device, tiny, models_dir, src, mode, setting):
     """Chunks through matmul_rows_wide (+ matmul_rows_splitk) equal the token path."""
-    m = tiny["qwen3"] if src == "hf" else load_model(write_gguf(
-        tiny_hf_model("qwen3", models_dir, hidden_size=256, intermediate_size=256),
-        models_dir / f"prefill-qwen3-h256.{src}.gguf", src), ctx=CTX)
+    m = (
+        tiny["qwen3"]
+        if src == "hf"
+        else load_model(
+            write_gguf(
+                tiny_hf_model("qwen3", models_dir, hidden_size=256, intermediate_size=256),
+                models_dir / f"prefill-qwen3-h256.{src}.gguf",
+                src,
+            ),
+            ctx=CTX,
+        )
+    )
     toks = prompt(45, seed=4)
     want = reference_path(m, toks)
     caps = exact(device, **WIDE_CAPS[setting])
-    with make_executor(mode, device, m.program, m.weights, caps=caps) as ex:
-        ex.enable_prefill((32, 8, 3))           # 44 = 32 + 8 + 3 + one decode step, then the last
-        check_against(ex, toks, *want, what=f"wide {src} {mode} {setting}")
-        assert [c.width for c in ex.prefill_set.chunks] == [32, 8, 3]
-        for w, runner in ex.prefill_set.runners.items():
+    with Decoder(make_executor(mode, device, m.program, m.weights, caps=caps)) as dec:
+        dec.set_prefill((32, 8, 3))  # 44 = 32 + 8 + 3 + one decode step, then the last
+        check_against(dec, toks, *want, what=f"wide {src} {mode} {setting}")
+        assert [c.width for c in dec.prefill.chunks] == [32, 8, 3]
+        for w, runner in dec.prefill.runners.items():
             shaders = {it.call.shader for it in runner.items}
             assert ("matmul_rows_wide" in shaders) == (w == 32 or setting != "gpu"), (w, shaders)
 
@@ -134,7 +159,7 @@ def test_prefill_with_the_tensor_core_matmul(device, models_dir, src):
     """Chunks of 64 rows through matmul_rows_coop and attention_rows_coop (where the device has
     VK_NV_cooperative_matrix: the H100, not lavapipe) equal the token path; narrower chunks keep
     the f32 kernels."""
-    caps = KernelCaps.from_info(device.info, prefill_chunk_rows=-1, attn_coop=1)   # exact widths
+    caps = KernelCaps.from_info(device.info, prefill_chunk_rows=-1, attn_coop=1)  # exact widths
     if not caps.coop_matrix:
         pytest.skip("no VK_NV_cooperative_matrix on this device (lavapipe has none): runs on the H100")
     hf = tiny_hf_model("qwen3", models_dir, hidden_size=256, intermediate_size=512)
@@ -142,13 +167,16 @@ def test_prefill_with_the_tensor_core_matmul(device, models_dir, src):
     m = load_model(path, ctx=160)
     toks = prompt(140, seed=9)
     want = reference_path(m, toks)
-    with make_executor("fused", device, m.program, m.weights, caps=caps) as ex:
-        ex.enable_prefill((64, 8, 3))           # 139 = 64 + 64 + 8 + 3, then the last token
-        check_against(ex, toks, *want, what=f"coop {src}", tol=COOP_TOL)
-        assert [c.width for c in ex.prefill_set.chunks] == [64, 64, 8, 3]
-        for w, runner in ex.prefill_set.runners.items():
+    with Decoder(make_executor("fused", device, m.program, m.weights, caps=caps)) as dec:
+        dec.set_prefill((64, 8, 3))  # 139 = 64 + 64 + 8 + 3, then the last token
+        check_against(dec, toks, *want, what=f"coop {src}", tol=COOP_TOL)
+        assert [c.width for c in dec.prefill.chunks] == [64, 64, 8, 3]
+        for w, runner in dec.prefill.runners.items():
             shaders = {it.call.shader for it in runner.items}
-            assert ("matmul_rows_coop" in shaders) == ("attention_rows_coop" in shaders) == (w == 64), (w, shaders)
+            assert ("matmul_rows_coop" in shaders) == ("attention_rows_coop" in shaders) == (w == 64), (
+                w,
+                shaders,
+            )
 
 
 @pytest.mark.parametrize("dtype", ["f16", "q8_0", "q4_0", "q4_1", "q5_0"])
@@ -157,21 +185,21 @@ def test_prefill_every_weight_dtype(device, models_dir, dtype):
     m = load_model(path, ctx=CTX)
     toks = prompt(21, seed=1)
     want = reference_path(m, toks)
-    with make_executor("replay-nofuse", device, m.program, m.weights, caps=exact(device)) as ex:
-        ex.enable_prefill((8, 5))
-        check_against(ex, toks, *want, what=dtype)
+    with Decoder(make_executor("replay-nofuse", device, m.program, m.weights, caps=exact(device))) as dec:
+        dec.set_prefill((8, 5))
+        check_against(dec, toks, *want, what=dtype)
 
 
 def test_width_one_chunks_and_a_prompt_filling_the_context(device, tiny):
     m = tiny["llama"]
-    toks = prompt(CTX, seed=2)                 # positions 0 .. ctx-1: the cache is full
+    toks = prompt(CTX, seed=2)  # positions 0 .. ctx-1: the cache is full
     want = reference_path(m, toks)
-    with make_executor("fused", device, m.program, m.weights, caps=exact(device)) as ex:
-        ex.enable_prefill((32, 7, 1))          # 47 = 32 + 7 + 7 + 1: width-1 chunks run too
-        check_against(ex, toks, *want, what="full context")
-        assert [c.width for c in ex.prefill_set.chunks] == [32, 7, 7, 1]
+    with Decoder(make_executor("fused", device, m.program, m.weights, caps=exact(device))) as dec:
+        dec.set_prefill((32, 7, 1))  # 47 = 32 + 7 + 7 + 1: width-1 chunks run too
+        check_against(dec, toks, *want, what="full context")
+        assert [c.width for c in dec.prefill.chunks] == [32, 7, 7, 1]
         with pytest.raises(ContextError):
-            ex.prefill(toks + [5], 0)
+            dec.run_prompt(toks + [5], 0)
 
 
 def test_prefill_then_decode_equals_plain_decode(device, tiny):
@@ -180,13 +208,14 @@ def test_prefill_then_decode_equals_plain_decode(device, tiny):
     m = tiny["qwen3"]
     out = {}
     for name, widths in (("plain", None), ("chunks", (16, 4))):
-        with make_executor("fused", device, m.program, m.weights, caps=exact(device)) as ex:
+        with Decoder(make_executor("fused", device, m.program, m.weights, caps=exact(device))) as dec:
+            ex = dec.executor
             if widths:
-                ex.enable_prefill(widths)
+                dec.set_prefill(widths)
             runs = []
             for seed in (3, 4):
                 toks = prompt(29, seed)
-                nxt = ex.prefill(toks, 0)
+                nxt = dec.run_prompt(toks, 0)
                 runs.append([nxt] + list(ex.decode(nxt, len(toks), 12)))
             out[name] = runs
     assert out["plain"] == out["chunks"]
@@ -201,14 +230,16 @@ def test_padded_last_chunk_then_decode(device, tiny, mode):
     caps = KernelCaps.from_info(device.info, prefill_chunk_rows=64)
     toks = prompt(30, seed=8)
     want = reference_path(m, toks)
-    with make_executor(mode, device, m.program, m.weights, caps=exact(device)) as ex:
-        nxt = ex.prefill(toks, 0)
+    with Decoder(make_executor(mode, device, m.program, m.weights, caps=exact(device))) as dec:
+        ex = dec.executor
+        nxt = dec.run_prompt(toks, 0)
         plain = [nxt] + list(ex.decode(nxt, len(toks), 10))
-    with make_executor(mode, device, m.program, m.weights, caps=caps) as ex:
-        ex.enable_prefill((16, 8))
-        check_against(ex, toks, *want, what=f"padded {mode}")
-        assert [c.width for c in ex.prefill_set.chunks] == [16, 16]      # 29 tokens: 16 + 13 in 16 rows
-        nxt = ex.prefill(toks, 0)
+    with Decoder(make_executor(mode, device, m.program, m.weights, caps=caps)) as dec:
+        ex = dec.executor
+        dec.set_prefill((16, 8))
+        check_against(dec, toks, *want, what=f"padded {mode}")
+        assert [c.width for c in dec.prefill.chunks] == [16, 16]  # 29 tokens: 16 + 13 in 16 rows
+        nxt = dec.run_prompt(toks, 0)
         assert [nxt] + list(ex.decode(nxt, len(toks), 10)) == plain
 
 
@@ -216,13 +247,23 @@ def test_chunk_plan():
     """plan_chunks: the cheapest cover (chunk = fixed + width rows, decode token = step), padding
     only the last chunk and only within the context."""
     from vkdecode.executors.prefill import plan_chunks
+
     gpu = (512, 256, 128, 64, 16, 4)
-    assert plan_chunks(511, gpu, 10 ** 6, 64, 21) == ((512, 511),)
-    assert plan_chunks(511, gpu, 511, 64, 21) == ((256, 256), (128, 128), (64, 64), (16, 16), (16, 16),
-                                                  (16, 16), (4, 4), (4, 4), (4, 4))   # 512 rows do not fit
-    assert plan_chunks(1999, gpu, 10 ** 6, 64, 21) == ((512, 512),) * 3 + ((512, 463),)
-    assert plan_chunks(3, gpu, 10 ** 6, 64, 21) == ()                        # three decode steps
-    assert plan_chunks(19, gpu, 10 ** 6, 64, 21) == ((64, 19),)
+    assert plan_chunks(511, gpu, 10**6, 64, 21) == ((512, 511),)
+    assert plan_chunks(511, gpu, 511, 64, 21) == (
+        (256, 256),
+        (128, 128),
+        (64, 64),
+        (16, 16),
+        (16, 16),
+        (16, 16),
+        (4, 4),
+        (4, 4),
+        (4, 4),
+    )  # 512 rows do not fit
+    assert plan_chunks(1999, gpu, 10**6, 64, 21) == ((512, 512),) * 3 + ((512, 463),)
+    assert plan_chunks(3, gpu, 10**6, 64, 21) == ()  # three decode steps
+    assert plan_chunks(19, gpu, 10**6, 64, 21) == ((64, 19),)
     for n in range(0, 700, 7):
         for room in (n, n + 3, n + 600):
             plan = plan_chunks(n, gpu, room, 64, 21)
@@ -232,10 +273,10 @@ def test_chunk_plan():
 
 def test_prefill_regions_reported(device, tiny):
     m = tiny["llama"]
-    with make_executor("fused", device, m.program, m.weights, caps=exact(device)) as ex:
-        ex.enable_prefill((8,))
-        rs = ex.prefill_set.region_stats()[8]
-        assert rs and sum(r["ops"] for r in rs) == len(ex.prefill_set.runners[8].program.ops)
+    with Decoder(make_executor("fused", device, m.program, m.weights, caps=exact(device))) as dec:
+        dec.set_prefill((8,))
+        rs = dec.prefill.region_stats()[8]
+        assert rs and sum(r["ops"] for r in rs) == len(dec.prefill.runners[8].program.ops)
         assert any(r["weight_bytes"] > 0 for r in rs)
 
 
@@ -244,21 +285,26 @@ def test_prefill_with_every_bias(device, models_dir):
     m = load_model(tiny_hf_model("llama", models_dir, attention_bias=True, mlp_bias=True), ctx=CTX)
     toks = prompt(19, seed=5)
     want = reference_path(m, toks)
-    with make_executor("fused", device, m.program, m.weights, caps=exact(device)) as ex:
-        ex.enable_prefill((8, 3))
-        check_against(ex, toks, *want, what="biases")
+    with Decoder(make_executor("fused", device, m.program, m.weights, caps=exact(device))) as dec:
+        dec.set_prefill((8, 3))
+        check_against(dec, toks, *want, what="biases")
 
 
 def test_prefill_gemma3_window_and_k_quants(device, models_dir):
     """Gemma 3 (embed scale, gelu_mul, extra norms, sliding-window layers) and a Q4_K_M GGUF
     (K-quant weights decoded element by element in the chunk matmul)."""
     hf = tiny_hf_model("gemma3", models_dir)
-    for src in (hf, write_gguf(tiny_hf_model("llama", models_dir, hidden_size=256, intermediate_size=256),
-                               models_dir / "prefill-llama-h256.q4_k_m.gguf", "q4_k_m")):
+    for src in (
+        hf,
+        write_gguf(
+            tiny_hf_model("llama", models_dir, hidden_size=256, intermediate_size=256),
+            models_dir / "prefill-llama-h256.q4_k_m.gguf",
+            "q4_k_m",
+        ),
+    ):
         m = load_model(src, ctx=CTX)
         toks = prompt(30, seed=6)
         want = reference_path(m, toks)
-        with make_executor("fused", device, m.program, m.weights, caps=exact(device)) as ex:
-            ex.enable_prefill((16, 5))
-            check_against(ex, toks, *want, what=str(src), tol=KQUANT_TOL if src != hf else None)
-
+        with Decoder(make_executor("fused", device, m.program, m.weights, caps=exact(device))) as dec:
+            dec.set_prefill((16, 5))
+            check_against(dec, toks, *want, what=str(src), tol=KQUANT_TOL if src != hf else None)

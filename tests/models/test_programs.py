@@ -1,12 +1,29 @@
 """The per-family decode Programs (llama.py, qwen2.py, qwen3.py): names, order, tied head."""
+
 import pytest
 
 from tests.helpers.make_models import SMALL
 from vkdecode.models import build_program
 from vkdecode.models.config import ModelArgs
 
-LAYER = ["rms_norm", "matmul", "matmul", "matmul", "rope", "rope", "kv_write", "attention", "matmul",
-         "add", "rms_norm", "matmul", "matmul", "silu_mul", "matmul", "add"]
+LAYER = [
+    "rms_norm",
+    "matmul",
+    "matmul",
+    "matmul",
+    "rope",
+    "rope",
+    "kv_write",
+    "attention",
+    "matmul",
+    "add",
+    "rms_norm",
+    "matmul",
+    "matmul",
+    "silu_mul",
+    "matmul",
+    "add",
+]
 QWEN2 = LAYER[:2] + ["add", "matmul", "add", "matmul", "add"] + LAYER[4:]
 QWEN3 = LAYER[:4] + ["rms_norm", "rms_norm"] + LAYER[4:]
 
@@ -28,7 +45,9 @@ def test_value_names_and_kinds():
     p = build_program(args("qwen2"), 32, {"layers.0.wq": "q8_0", "tok_embd": "f16"})
     v = p.values
     assert v["step"].kind == "step" and v["step"].shape == (8,) and v["step"].dtype == "u32"
-    assert v["layers.0.wq"].dtype == "q8_0" and v["tok_embd"].dtype == "f16" and v["layers.1.wq"].dtype == "f32"
+    assert (
+        v["layers.0.wq"].dtype == "q8_0" and v["tok_embd"].dtype == "f16" and v["layers.1.wq"].dtype == "f32"
+    )
     assert v["layers.0.bq"].kind == "weight" and v["layers.0.bq"].shape == (64,)
     assert v["layers.1.k_cache"].kind == "state" and v["layers.1.k_cache"].shape == (32, 32)
     assert v["logits"].kind == "output" and v["logits"].shape == (300,)

@@ -1,4 +1,5 @@
 """tokenizer.py: tokenizer.json and GGUF vocabularies, chat templates, streaming detokenization."""
+
 import json
 import shutil
 
@@ -29,7 +30,9 @@ def test_hf_tokenizer(hf_tok):
     for t in TEXT:
         assert hf_tok.decode(hf_tok.encode(t)) == t
     ids = hf_tok.encode("<|im_start|>user\nhi<|im_end|>")
-    assert ids[0] == hf_tok.tok.token_to_id("<|im_start|>") and ids[-1] == hf_tok.tok.token_to_id("<|im_end|>")
+    assert ids[0] == hf_tok.tok.token_to_id("<|im_start|>") and ids[-1] == hf_tok.tok.token_to_id(
+        "<|im_end|>"
+    )
     assert hf_tok.eos_ids == {hf_tok.tok.token_to_id("<|im_end|>")}
 
 
@@ -46,13 +49,15 @@ def test_gguf_byte_level_bpe_matches_tokenizer_json(models_dir, hf_tok):
 def test_smollm2_tokenizer():
     tok = load_smollm2().tokenizer
     assert tok.encode("What is the capital of France?") == [1780, 314, 260, 3575, 282, 4649, 47]
-    assert len(tok.encode("12345")) == 5                     # the "smollm" pre-tokenizer splits digits
+    assert len(tok.encode("12345")) == 5  # the "smollm" pre-tokenizer splits digits
     assert tok.eos_ids == {2} and tok.id_to_token(2) == "<|im_end|>" and tok.bos_id == 1
     for t in TEXT:
         assert tok.decode(tok.encode(t)) == t
     text = tok.apply_chat_template([{"role": "user", "content": "Hi"}])
-    assert text == ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
-                    "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    assert text == (
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+        "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert tok.encode(text)[:1] == [1]
 
 
@@ -65,19 +70,23 @@ def test_stream_decoder_holds_back_split_characters(hf_tok):
     pieces.append(stream.flush())
     assert "".join(pieces) == text
     assert not any("\ufffd" in p for p in pieces)
-    assert sum(p == "" for p in pieces) > 1      # some multi-byte characters did span tokens
+    assert sum(p == "" for p in pieces) > 1  # some multi-byte characters did span tokens
 
 
 def test_chat_template_conventions(hf_tok):
-    t = Tokenizer(hf_tok.tok, hf_tok.eos_ids, hf_tok.tok.token_to_id("<|im_start|>"),
-                  "{{ bos_token }}{% for m in messages %}{{ m['content'] | tojson }}{{ eos_token }}{% endfor %}"
-                  "{% if add_generation_prompt %}GO{% endif %}")
+    t = Tokenizer(
+        hf_tok.tok,
+        hf_tok.eos_ids,
+        hf_tok.tok.token_to_id("<|im_start|>"),
+        "{{ bos_token }}{% for m in messages %}{{ m['content'] | tojson }}{{ eos_token }}{% endfor %}"
+        "{% if add_generation_prompt %}GO{% endif %}",
+    )
     assert t.apply_chat_template(CHAT) == '<|im_start|>"Be brief."<|im_end|>"Hi 12 東京"<|im_end|>GO'
     assert t.apply_chat_template(CHAT, add_generation_prompt=False).endswith("<|im_end|>")
     t.chat_template = "{{ raise_exception('no system role') }}"
     with pytest.raises(ModelError, match="no system role"):
         t.apply_chat_template(CHAT)
-    t.chat_template = None       # no silent ChatML fallback: an error naming the problem
+    t.chat_template = None  # no silent ChatML fallback: an error naming the problem
     with pytest.raises(ModelError, match="no chat template"):
         t.apply_chat_template(CHAT)
 
@@ -107,9 +116,9 @@ def test_gguf_sentencepiece(tmp_path):
     tok = Tokenizer.from_gguf(open_gguf(path), path)
     ids = tok.encode("the cat")
     assert [tokens[i] for i in ids] == ["▁the", "▁cat"]
-    assert tok.encode("the cat", add_special=True)[0] == 1        # llama adds BOS by default
+    assert tok.encode("the cat", add_special=True)[0] == 1  # llama adds BOS by default
     e = tok.encode("thé")
-    assert [tokens[i] for i in e][-2:] == ["<0xC3>", "<0xA9>"]    # byte fallback
+    assert [tokens[i] for i in e][-2:] == ["<0xC3>", "<0xA9>"]  # byte fallback
     assert tok.decode(e) == "thé" and tok.decode(ids) == "the cat" and tok.eos_ids == {2}
 
 
@@ -133,6 +142,7 @@ def test_prompt_and_chat_ids_equal_transformers(tmp_path_factory, style):
     included: Llama 2 / 3 style), a chat to apply_chat_template(tokenize=True,
     add_generation_prompt=True) (the template's own BOS, never a second one)."""
     import transformers
+
     d = write_tokenizer_style(tmp_path_factory.getbasetemp() / f"tok-{style}", style)
     hf = transformers.AutoTokenizer.from_pretrained(str(d))
     tok = Tokenizer.from_hf_dir(str(d))
@@ -143,7 +153,7 @@ def test_prompt_and_chat_ids_equal_transformers(tmp_path_factory, style):
         want = want["input_ids"] if hasattr(want, "keys") else want
         assert tok.encode_chat(msgs) == list(want)
     if TOKENIZER_STYLES[style][1]:
-        assert tok.encode_prompt("Hi")[0] == hf.bos_token_id     # the case that used to lose its BOS
+        assert tok.encode_prompt("Hi")[0] == hf.bos_token_id  # the case that used to lose its BOS
 
 
 def test_chat_without_a_template_is_an_error(tmp_path):
@@ -158,23 +168,34 @@ def test_chat_without_a_template_is_an_error(tmp_path):
     assert "--prompt" in str(e.value) and str(d) in str(e.value)
 
 
-@pytest.mark.parametrize("pre,add_bos,want_bos", [("smollm", None, False), ("llama-bpe", None, True),
-                                                  ("smollm", True, True), ("llama-bpe", False, False)])
+@pytest.mark.parametrize(
+    "pre,add_bos,want_bos",
+    [("smollm", None, False), ("llama-bpe", None, True), ("smollm", True, True), ("llama-bpe", False, False)],
+)
 def test_gguf_add_bos_as_llama_cpp(models_dir, pre, add_bos, want_bos):
     """tokenizer.ggml.add_bos_token when present, else llama.cpp's default for the pre-tokenizer."""
-    g = write_gguf(tiny_hf_model("llama", models_dir), models_dir / f"tok-bos-{pre}-{add_bos}.gguf", "f16",
-                   pre=pre, add_bos=add_bos)
+    g = write_gguf(
+        tiny_hf_model("llama", models_dir),
+        models_dir / f"tok-bos-{pre}-{add_bos}.gguf",
+        "f16",
+        pre=pre,
+        add_bos=add_bos,
+    )
     tok = Tokenizer.from_gguf(open_gguf(str(g)), str(g))
     ids = tok.encode_prompt("Hello")
     assert (ids[0] == tok.bos_id) == want_bos and ids[want_bos:] == tok.encode("Hello")
     chat = tok.encode_chat(CHAT)
-    assert chat == tok.encode(tok.apply_chat_template(CHAT))     # the template decides, no BOS added
+    assert chat == tok.encode(tok.apply_chat_template(CHAT))  # the template decides, no BOS added
 
 
 def test_gguf_add_eos_token(models_dir):
     """tokenizer.ggml.add_eos_token: llama.cpp appends EOS to a raw prompt (never to a chat)."""
-    g = write_gguf(tiny_hf_model("llama", models_dir), models_dir / "tok-eos.gguf", "f16",
-                   metadata={"tokenizer.ggml.add_eos_token": True})
+    g = write_gguf(
+        tiny_hf_model("llama", models_dir),
+        models_dir / "tok-eos.gguf",
+        "f16",
+        metadata={"tokenizer.ggml.add_eos_token": True},
+    )
     tok = Tokenizer.from_gguf(open_gguf(str(g)), str(g))
     assert tok.encode_prompt("Hello") == tok.encode("Hello") + [tok.tok.token_to_id("<|im_end|>")]
     assert tok.encode_chat(CHAT) == tok.encode(tok.apply_chat_template(CHAT))

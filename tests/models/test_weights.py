@@ -1,5 +1,6 @@
 """weights.py: safetensors (f32/f16/bf16, sharded) and GGUF (float + block types) to PackedWeights,
 and the errors for bad files (each names the file and the tensor or key)."""
+
 import shutil
 
 import gguf
@@ -40,6 +41,7 @@ def test_hf_f16_stays_f16_norms_f32(models_dir):
 def test_hf_bf16_becomes_f32(models_dir):
     import torch
     from safetensors.torch import load_file
+
     d = tiny_hf_model("llama", models_dir, dtype="bf16")
     _, w, meta = load_weights(d)
     assert meta["source_types"]["layers.0.wq"] == "BF16" and w["layers.0.wq"].dtype == "f32"
@@ -50,6 +52,7 @@ def test_hf_bf16_becomes_f32(models_dir):
 
 def test_hf_sharded(models_dir, tmp_path):
     import transformers
+
     d = tiny_hf_model("llama", models_dir)
     transformers.AutoModelForCausalLM.from_pretrained(d).save_pretrained(tmp_path, max_shard_size="40KB")
     assert (tmp_path / "model.safetensors.index.json").exists()
@@ -57,16 +60,27 @@ def test_hf_sharded(models_dir, tmp_path):
     check_hf_values(d, w, args)
 
 
-@pytest.mark.parametrize("arch,dtype", [("llama", "f16"), ("llama", "q8_0"), ("llama", "q4_0"),
-                                        ("llama", "q4_1"), ("llama", "q5_0"), ("qwen2", "q8_0"),
-                                        ("qwen3", "q4_1"), ("llama", "q5_1"), ("qwen2", "iq4_nl")])
+@pytest.mark.parametrize(
+    "arch,dtype",
+    [
+        ("llama", "f16"),
+        ("llama", "q8_0"),
+        ("llama", "q4_0"),
+        ("llama", "q4_1"),
+        ("llama", "q5_0"),
+        ("qwen2", "q8_0"),
+        ("qwen3", "q4_1"),
+        ("llama", "q5_1"),
+        ("qwen2", "iq4_nl"),
+    ],
+)
 def test_gguf_roundtrip(models_dir, arch, dtype):
     d = tiny_hf_model(arch, models_dir, tied=arch == "qwen3")
     args, w, meta = load_weights(write_gguf(d, models_dir / f"{arch}.{dtype}.gguf", dtype))
     assert meta["format"] == "gguf" and not meta["notes"] and set(w) == set(expected_shapes(args))
     qt = gguf.GGMLQuantizationType[dtype.upper()]
     for name, pw in w.items():
-        src = gguf_source(d, name, args)        # llama: q/k rows as the converter permutes them
+        src = gguf_source(d, name, args)  # llama: q/k rows as the converter permutes them
         if src.ndim == 1:
             assert pw.dtype == "f32" and np.array_equal(pw.dequantize(), src), name
             continue
@@ -93,17 +107,18 @@ def test_gguf_kquant_kept_quantized(tmp_path, kind):
     """K-quants (and q5_1, iq4_nl) keep their blocks: the packed weight holds the file's bytes and
     dequantizes exactly as the gguf package does."""
     from vkdecode.quant.kquant import LAYOUTS
+
     n, nbytes, _, _, pad = LAYOUTS[kind.lower()]
     raw = np.random.default_rng(0).integers(0, 256, (4, 512 // n * nbytes), dtype=np.uint8)
     blocks = raw.reshape(4, -1, nbytes)
     for off in {"Q6_K": (208,), "IQ4_NL": (0,), "Q2_K": (80, 82), "Q3_K": (108,)}.get(kind, (0, 2)):
-        blocks[:, :, off:off + 2] = np.array([0.01], np.float16).view(np.uint8)
+        blocks[:, :, off : off + 2] = np.array([0.01], np.float16).view(np.uint8)
     qt = gguf.GGMLQuantizationType[kind]
     t = single_tensor_gguf(tmp_path / "k.gguf", "blk.0.ffn_up.weight", raw, qt)
     notes = []
     pw = _gguf_tensor(str(tmp_path / "k.gguf"), t, (4, 512), notes)
     assert pw.dtype == kind.lower() and not notes
-    assert pw.nbytes == raw.nbytes // nbytes * (nbytes + pad)     # the file's bytes (+ a pad to words)
+    assert pw.nbytes == raw.nbytes // nbytes * (nbytes + pad)  # the file's bytes (+ a pad to words)
     assert np.array_equal(pw.dequantize(), gguf.quants.dequantize(raw, qt).reshape(4, 512))
 
 
@@ -128,6 +143,7 @@ def test_gguf_unsupported_type_names_tensor(tmp_path):
 
 # ---------------------------------------------------------------- bad input
 
+
 def raises(path, *words):
     with pytest.raises(ModelError) as e:
         load_weights(path)
@@ -136,19 +152,32 @@ def raises(path, *words):
 
 
 def test_gguf_missing_tensor(models_dir):
-    g = write_gguf(tiny_hf_model("llama", models_dir), models_dir / "drop.gguf", "f16",
-                   mutate=lambda n, a: None if n == "blk.1.ffn_up.weight" else a)
+    g = write_gguf(
+        tiny_hf_model("llama", models_dir),
+        models_dir / "drop.gguf",
+        "f16",
+        mutate=lambda n, a: None if n == "blk.1.ffn_up.weight" else a,
+    )
     raises(g, "'blk.1.ffn_up.weight'", "missing")
 
 
 def test_gguf_misshapen_tensor(models_dir):
-    g = write_gguf(tiny_hf_model("llama", models_dir), models_dir / "shape.gguf", "q8_0",
-                   mutate=lambda n, a: a[:16] if n == "blk.0.attn_k.weight" else a)
+    g = write_gguf(
+        tiny_hf_model("llama", models_dir),
+        models_dir / "shape.gguf",
+        "q8_0",
+        mutate=lambda n, a: a[:16] if n == "blk.0.attn_k.weight" else a,
+    )
     raises(g, "'blk.0.attn_k.weight'", "shape (16, 64)", "expected (32, 64)")
 
 
-@pytest.mark.parametrize("keep,words", [(0.5, ("'blk.", "past the end")),   # in the tensor data
-                                        (0.002, ("truncated",))])                # in the metadata
+@pytest.mark.parametrize(
+    "keep,words",
+    [
+        (0.5, ("'blk.", "past the end")),  # in the tensor data
+        (0.002, ("truncated",)),
+    ],
+)  # in the metadata
 def test_gguf_truncated(models_dir, tmp_path, keep, words):
     src = write_gguf(tiny_hf_model("llama", models_dir), models_dir / "llama.f16.gguf", "f16")
     data = src.read_bytes()
@@ -170,6 +199,7 @@ def test_missing_path(tmp_path):
 
 def rewrite_safetensors(src_dir, dst_dir, change):
     from safetensors.numpy import save_file
+
     shutil.copytree(src_dir, dst_dir)
     state = hf_state(src_dir)
     change(state)
@@ -178,15 +208,19 @@ def rewrite_safetensors(src_dir, dst_dir, change):
 
 def test_hf_missing_tensor(models_dir, tmp_path):
     d = tmp_path / "m"
-    rewrite_safetensors(tiny_hf_model("llama", models_dir), d,
-                        lambda s: s.pop("model.layers.1.mlp.up_proj.weight"))
+    rewrite_safetensors(
+        tiny_hf_model("llama", models_dir), d, lambda s: s.pop("model.layers.1.mlp.up_proj.weight")
+    )
     raises(d, "'model.layers.1.mlp.up_proj.weight'", "missing")
 
 
 def test_hf_misshapen_tensor(models_dir, tmp_path):
     d = tmp_path / "m"
-    rewrite_safetensors(tiny_hf_model("llama", models_dir), d,
-                        lambda s: s.update({"model.norm.weight": np.ones(63, np.float32)}))
+    rewrite_safetensors(
+        tiny_hf_model("llama", models_dir),
+        d,
+        lambda s: s.update({"model.norm.weight": np.ones(63, np.float32)}),
+    )
     raises(d, "model.safetensors", "'model.norm.weight'", "(63,)", "expected (64,)")
 
 

@@ -1,6 +1,7 @@
 """User errors through the CLI: a one-line-or-more `error: ...` naming the problem, a non-zero exit,
 no traceback -- in process (vkdecode.cli.main) and, where cheap, in a subprocess. (Bad paths,
-unknown devices and a prompt longer than --ctx are covered in tests/test_cli.py.)"""
+unknown devices and a prompt longer than --ctx are covered in tests/cli/test_cli.py.)"""
+
 from __future__ import annotations
 
 import os
@@ -12,10 +13,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))   # `tests.helpers` under a bare pytest
-
 from tests.helpers.make_models import models_dir, tiny_hf_model, write_gguf
+from tests.helpers.paths import ROOT
 from vkdecode.cli import main
 from vkdecode.models.weights import open_gguf
 
@@ -27,7 +26,7 @@ def tiny(tmp_path_factory):
 
 
 def cli(capsys, *argv) -> tuple[int, str]:
-    capsys.readouterr()          # drop what building the test models printed
+    capsys.readouterr()  # drop what building the test models printed
     rc = main([str(a) for a in argv])
     _, err = capsys.readouterr()
     assert "Traceback" not in err
@@ -35,27 +34,48 @@ def cli(capsys, *argv) -> tuple[int, str]:
 
 
 def run_args(model, *more):
-    return ("run", "--model", model, "--prompt", "Hello", "--max-tokens", 2, "--ctx", 32, "--no-progress", *more)
+    return (
+        "run",
+        "--model",
+        model,
+        "--prompt",
+        "Hello",
+        "--max-tokens",
+        2,
+        "--ctx",
+        32,
+        "--no-progress",
+        *more,
+    )
 
 
 def subprocess_run(*argv, env=None) -> subprocess.CompletedProcess:
-    full = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {}))
-    return subprocess.run([sys.executable, "-m", "vkdecode", *map(str, argv)], capture_output=True, text=True,
-                          env=full, timeout=300, check=False)
+    full = dict(
+        os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {})
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "vkdecode", *map(str, argv)],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=300,
+        check=False,
+    )
 
 
 def patch_tensor_type(src: Path, dst: Path, tensor: str, new_type: int) -> Path:
     """Copy of a GGUF with one tensor's type id rewritten in its tensor info."""
     r = open_gguf(str(src))
     t = next(t for t in r.tensors if t.name == tensor)
-    at = t.field.offset + sum(p.nbytes for p in t.field.parts[:4])   # name len, name, n_dims, dims
+    at = t.field.offset + sum(p.nbytes for p in t.field.parts[:4])  # name len, name, n_dims, dims
     data = bytearray(src.read_bytes())
-    data[at:at + 4] = struct.pack("<I", new_type)
+    data[at : at + 4] = struct.pack("<I", new_type)
     dst.write_bytes(bytes(data))
     return dst
 
 
 # ---------------------------------------------------------------- models
+
 
 def test_unknown_architecture(capsys, tmp_path_factory, tmp_path):
     d = models_dir(tmp_path_factory)
@@ -72,11 +92,14 @@ def test_unknown_architecture(capsys, tmp_path_factory, tmp_path):
 
 def test_unknown_quantization(capsys, tmp_path_factory, tmp_path):
     import gguf
+
     d = models_dir(tmp_path_factory)
     src = write_gguf(tiny_hf_model("llama", d), d / "llama.q4_0.gguf", "q4_0")
     # Q8_1 (no kernel, and gguf cannot dequantize it): 64 values in 72 bytes, inside the 256 the
     # F32 norm weight had, so the file stays well formed
-    bad = patch_tensor_type(src, tmp_path / "q8_1.gguf", "blk.1.ffn_norm.weight", gguf.GGMLQuantizationType.Q8_1)
+    bad = patch_tensor_type(
+        src, tmp_path / "q8_1.gguf", "blk.1.ffn_norm.weight", gguf.GGMLQuantizationType.Q8_1
+    )
     rc, err = cli(capsys, *run_args(bad))
     assert rc == 1 and "'blk.1.ffn_norm.weight'" in err and "Q8_1" in err and "not supported" in err
     r = subprocess_run(*run_args(bad))
@@ -102,42 +125,50 @@ def test_chat_without_chat_template(capsys, tiny, tmp_path):
     fall back to ChatML silently); --prompt still runs."""
     bad = tmp_path / "notemplate.gguf"
     bad.write_bytes(tiny.read_bytes().replace(b"tokenizer.chat_template", b"tokenizer.chat_templat_"))
-    rc, err = cli(capsys, "run", "--model", bad, "--chat", "Hi", "--max-tokens", 2, "--ctx", 32, "--no-progress")
+    rc, err = cli(
+        capsys, "run", "--model", bad, "--chat", "Hi", "--max-tokens", 2, "--ctx", 32, "--no-progress"
+    )
     assert rc == 1 and "no chat template" in err and "--prompt" in err and "notemplate.gguf" in err
     rc, _ = cli(capsys, *run_args(bad))
     assert rc == 0
 
 
 def test_prompt_longer_than_context_in_a_subprocess(tiny):
-    r = subprocess_run("run", "--model", tiny, "--ctx", 8, "--prompt", "the quick brown fox jumps " * 4,
-                       "--max-tokens", 4)
+    r = subprocess_run(
+        "run", "--model", tiny, "--ctx", 8, "--prompt", "the quick brown fox jumps " * 4, "--max-tokens", 4
+    )
     assert r.returncode == 1 and r.stderr.startswith("error: the prompt has") and "raise --ctx" in r.stderr
     assert "Traceback" not in r.stderr
 
 
 # ---------------------------------------------------------------- the machine
 
+
 def test_no_vulkan_device_exit_2(tiny):
-    r = subprocess_run(*run_args(tiny), env={"VK_DRIVER_FILES": "/nonexistent", "VK_ICD_FILENAMES": "/nonexistent"})
+    r = subprocess_run(
+        *run_args(tiny), env={"VK_DRIVER_FILES": "/nonexistent", "VK_ICD_FILENAMES": "/nonexistent"}
+    )
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith("error: ") and "no Vulkan device" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_no_glslang_validator(capsys, monkeypatch, tiny, tmp_path):
-    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))            # no compiler on PATH ...
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))       # ... and no cached SPIR-V
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no compiler on PATH ...
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # ... and no cached SPIR-V
     rc, err = cli(capsys, *run_args(tiny))
     assert rc == 1 and "glslangValidator not found" in err and "glslang-tools" in err
-    r = subprocess_run(*run_args(tiny), env={"PATH": str(tmp_path / "empty-bin"),
-                                             "XDG_CACHE_HOME": str(tmp_path / "cache2")})
+    r = subprocess_run(
+        *run_args(tiny), env={"PATH": str(tmp_path / "empty-bin"), "XDG_CACHE_HOME": str(tmp_path / "cache2")}
+    )
     assert r.returncode == 1 and "glslang-tools" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_shader_compile_failure_names_file_and_line(capsys, monkeypatch, tiny, tmp_path):
     from vkdecode.vk.shaders import shader_dir
+
     broken = tmp_path / "shaders"
     shutil.copytree(shader_dir(), broken)
-    for f in broken.glob("*.comp"):      # line 2 of every shader: whichever compiles first fails
+    for f in broken.glob("*.comp"):  # line 2 of every shader: whichever compiles first fails
         lines = f.read_text().splitlines(keepends=True)
         f.write_text(lines[0] + "this is not glsl;\n" + "".join(lines[1:]))
     monkeypatch.setenv("VKDECODE_SHADER_DIR", str(broken))
@@ -149,6 +180,7 @@ def test_shader_compile_failure_names_file_and_line(capsys, monkeypatch, tiny, t
 
 def test_model_larger_than_device_memory(capsys, monkeypatch, tiny):
     from vkdecode.vk.device import DeviceInfo
+
     monkeypatch.setattr(DeviceInfo, "device_local_bytes", property(lambda self: 16 << 10))
     rc, err = cli(capsys, *run_args(tiny))
     assert rc == 1 and "the model needs" in err and "has 16.0 KiB device-local" in err

@@ -1,15 +1,12 @@
 """Several models at once: two models of different families open on one Device with their
 generations interleaved token by token give exactly the tokens each gives alone; two Devices in two
 threads generate at the same time, each as it does alone (the README's "Threads" section)."""
+
 from __future__ import annotations
 
-import sys
 import threading
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # `tests.helpers` under a bare pytest
 
 import vkdecode
 from tests.helpers.make_models import models_dir, tiny_hf_model, write_gguf
@@ -21,30 +18,36 @@ PROMPT, N = [5, 17, 42, 9], 24
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     d = models_dir(tmp_path_factory)
-    return {"llama": str(write_gguf(tiny_hf_model("llama", d, tied=True), d / "llama-tied.q8_0.gguf", "q8_0")),
-            "qwen3": str(tiny_hf_model("qwen3", d)),
-            "qwen2": str(write_gguf(tiny_hf_model("qwen2", d), d / "qwen2.q8_0.gguf", "q8_0"))}
+    return {
+        "llama": str(write_gguf(tiny_hf_model("llama", d, tied=True), d / "llama-tied.q8_0.gguf", "q8_0")),
+        "qwen3": str(tiny_hf_model("qwen3", d)),
+        "qwen2": str(write_gguf(tiny_hf_model("qwen2", d), d / "qwen2.q8_0.gguf", "q8_0")),
+    }
 
 
 def tokens(model) -> list[int]:
-    return [r.token for r in stream_generate(model.executor, model.tokenizer, PROMPT, N, stop_at_eos=False)]
+    return [r.token for r in stream_generate(model.decoder, model.tokenizer, PROMPT, N, stop_at_eos=False)]
 
 
-@pytest.mark.parametrize("a,b", [(("llama", "fused"), ("qwen3", "fused")),
-                                 (("qwen2", "replay-nofuse"), ("llama", "unfused"))],
-                         ids=["fused+fused", "nofuse+unfused"])
+@pytest.mark.parametrize(
+    "a,b",
+    [(("llama", "fused"), ("qwen3", "fused")), (("qwen2", "replay-nofuse"), ("llama", "unfused"))],
+    ids=["fused+fused", "nofuse+unfused"],
+)
 def test_two_models_on_one_device_interleaved(device, models, a, b):
-    with vkdecode.load(models[a[0]], device=device, mode=a[1], ctx=64) as ma, \
-            vkdecode.load(models[b[0]], device=device, mode=b[1], ctx=64) as mb:
+    with (
+        vkdecode.load(models[a[0]], device=device, mode=a[1], ctx=64) as ma,
+        vkdecode.load(models[b[0]], device=device, mode=b[1], ctx=64) as mb,
+    ):
         alone = {"a": tokens(ma), "b": tokens(mb)}
-        ga = stream_generate(ma.executor, ma.tokenizer, PROMPT, N, stop_at_eos=False)
-        gb = stream_generate(mb.executor, mb.tokenizer, PROMPT, N, stop_at_eos=False)
+        ga = stream_generate(ma.decoder, ma.tokenizer, PROMPT, N, stop_at_eos=False)
+        gb = stream_generate(mb.decoder, mb.tokenizer, PROMPT, N, stop_at_eos=False)
         got = {"a": [], "b": []}
-        for ra, rb in zip(ga, gb):          # one token of each in turn, both pipelines in flight
+        for ra, rb in zip(ga, gb):  # one token of each in turn, both pipelines in flight
             got["a"].append(ra.token)
             got["b"].append(rb.token)
         assert got == alone
-        assert alone["a"] != alone["b"]     # different models: the comparison means something
+        assert alone["a"] != alone["b"]  # different models: the comparison means something
 
 
 def test_two_devices_in_two_threads(models):
@@ -59,7 +62,7 @@ def test_two_devices_in_two_threads(models):
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
             out[name] = e
 
-    with Device() as dev:          # the expected tokens, one model at a time
+    with Device() as dev:  # the expected tokens, one model at a time
         want = {}
         for name in ("llama", "qwen3"):
             with vkdecode.load(models[name], device=dev, ctx=64) as m:

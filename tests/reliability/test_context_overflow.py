@@ -6,14 +6,10 @@ The arithmetic (vkdecode/generate.py): a prompt of P tokens runs steps 0..P-1; t
 gives the first new token; decode then runs steps P..ctx-1, each giving one more. So ctx=16, P=10
 yields 1 + (16 - 10) = 7 new tokens, the last one chosen by the step at position 15 = ctx-1 (it is
 returned but never written to the cache: there is no row for it)."""
+
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # `tests.helpers` under a bare pytest
 
 import vkdecode
 from fusion.ir import STEP_POS
@@ -21,7 +17,7 @@ from tests.helpers.make_models import models_dir, tiny_hf_model, write_gguf
 from vkdecode.generate import stream_generate
 
 MODES = ("fused", "replay-nofuse", "unfused")
-CTX, PROMPT = 16, list(range(20, 30))     # 10 prompt tokens
+CTX, PROMPT = 16, list(range(20, 30))  # 10 prompt tokens
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +48,8 @@ def expected_submits(device, n_prompt: int, prefill: bool) -> int:
     if not prefill:
         return n_prompt
     from vkdecode.executors.prefill import chunk_plan, default_widths
-    from vkdecode.lowering.ops import KernelCaps
+    from vkdecode.lowering.calls import KernelCaps
+
     # the last prompt token runs the decode step; chunks may be padded up to the context end
     chunks = chunk_plan(n_prompt - 1, default_widths(device), CTX, KernelCaps.from_info(device.info))
     return len(chunks) + (n_prompt - sum(n for _, n in chunks))
@@ -64,12 +61,12 @@ def test_stops_at_the_last_position(device, tiny, monkeypatch, mode, prefill):
     with vkdecode.load(tiny, device=device, mode=mode, ctx=CTX, prefill=prefill) as model:
         ex = model.executor
         submits = count_submits(monkeypatch, device)
-        rs = list(stream_generate(ex, model.tokenizer, PROMPT, max_tokens=100, stop_at_eos=False))
+        rs = list(stream_generate(model.decoder, model.tokenizer, PROMPT, max_tokens=100, stop_at_eos=False))
         assert len(rs) == 1 + CTX - len(PROMPT) == 7
         assert [r.finish_reason for r in rs] == [None] * 6 + ["length"]
         # the prompt's steps, then one step per position up to ctx-1, none after
         assert submits[0] == expected_submits(device, len(PROMPT), prefill) + CTX - len(PROMPT)
-        assert gpu_pos(ex) == CTX                 # the last step ran at ctx-1
+        assert gpu_pos(ex) == CTX  # the last step ran at ctx-1
         assert rs[-1].stats["generated_tokens"] == 7
 
 
@@ -96,8 +93,10 @@ def test_same_tokens_up_to_the_end_in_every_mode(device, tiny):
     got = {}
     for mode in MODES:
         with vkdecode.load(tiny, device=device, mode=mode, ctx=CTX) as model:
-            got[mode] = [r.token for r in stream_generate(model.executor, model.tokenizer, PROMPT, 100,
-                                                          stop_at_eos=False)]
+            got[mode] = [
+                r.token
+                for r in stream_generate(model.decoder, model.tokenizer, PROMPT, 100, stop_at_eos=False)
+            ]
     assert got["fused"] == got["replay-nofuse"] == got["unfused"]
 
 
@@ -107,13 +106,14 @@ def test_prompt_filling_the_context_gives_one_token(device, tiny, monkeypatch, m
     """A prompt of exactly ctx tokens fits (it used to be refused): one token, from the step at
     ctx - 1, then "length"; one token more is a ContextError before any step runs."""
     from vkdecode.errors import ContextError
+
     prompt = list(range(20, 20 + CTX))
     with vkdecode.load(tiny, device=device, mode=mode, ctx=CTX, prefill=prefill) as model:
         submits = count_submits(monkeypatch, device)
-        rs = list(stream_generate(model.executor, model.tokenizer, prompt, max_tokens=100, stop_at_eos=False))
+        rs = list(stream_generate(model.decoder, model.tokenizer, prompt, max_tokens=100, stop_at_eos=False))
         assert len(rs) == 1 and rs[0].finish_reason == "length" and rs[0].stats["generated_tokens"] == 1
         n = expected_submits(device, CTX, prefill)
         assert submits[0] == n and gpu_pos(model.executor) == CTX
         with pytest.raises(ContextError, match="raise --ctx"):
-            list(stream_generate(model.executor, model.tokenizer, prompt + [5], max_tokens=1))
+            list(stream_generate(model.decoder, model.tokenizer, prompt + [5], max_tokens=1))
         assert submits[0] == n

@@ -2,16 +2,13 @@
 what it allocated: a fence wait that times out (a real long-running dispatch), VK_ERROR_DEVICE_LOST
 from vkQueueSubmit and VK_TIMEOUT from vkWaitForFences (simulated through the module's `lib`),
 VK_ERROR_OUT_OF_DEVICE_MEMORY from vkAllocateMemory, a shader that fails to compile mid-load."""
+
 from __future__ import annotations
 
 import shutil
-import sys
 import time
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # `tests.helpers` under a bare pytest
 
 import vkdecode
 from tests.helpers.make_models import models_dir, tiny_hf_model, write_gguf
@@ -58,6 +55,7 @@ def held(device) -> dict:
 
 # ---------------------------------------------------------------- fence waits
 
+
 def test_wait_timeout_on_a_running_dispatch_raises(device, tmp_path):
     src = tmp_path / "spin.comp"
     src.write_text(SPIN)
@@ -78,8 +76,8 @@ def test_wait_timeout_on_a_running_dispatch_raises(device, tmp_path):
             device.wait_fence(fence, timeout_s=0)
         with pytest.raises(VulkanError, match="VK_TIMEOUT"):
             device.wait(timeout_s=0)
-        assert time.perf_counter() - t0 < 1.0        # a timeout returns at once, it does not block
-        device.wait()                                # the work still finishes and is waited for
+        assert time.perf_counter() - t0 < 1.0  # a timeout returns at once, it does not block
+        device.wait()  # the work still finishes and is waited for
     finally:
         for obj in (cmd, pool, buf):
             obj.close()
@@ -89,12 +87,13 @@ def test_wait_timeout_on_a_running_dispatch_raises(device, tmp_path):
 def test_device_lost_at_submit_surfaces_through_generate(device, tiny, monkeypatch, mode):
     import vkdecode.vk.device as vkdev
     from vkdecode.vk.ffi import vk
+
     with vkdecode.load(tiny, device=device, mode=mode, ctx=32) as model:
         want = [r.token for r in model.stream_generate("Hello", max_tokens=6)]
         n = [0]
 
         def submit(*a):
-            n[0] += 1      # the 4th submit: past the prompt, inside the pipelined decode loop
+            n[0] += 1  # the 4th submit: past the prompt, inside the pipelined decode loop
             return vk.VK_ERROR_DEVICE_LOST if n[0] >= 4 else vkdev.lib._real.vkQueueSubmit(*a)
 
         monkeypatch.setattr(vkdev, "lib", FakeLib(vkdev.lib, vkQueueSubmit=submit))
@@ -108,17 +107,19 @@ def test_device_lost_at_submit_surfaces_through_generate(device, tiny, monkeypat
 def test_fence_timeout_surfaces_through_generate(device, tiny, monkeypatch):
     import vkdecode.vk.device as vkdev
     from vkdecode.vk.ffi import vk
+
     with vkdecode.load(tiny, device=device, ctx=32) as model:
         monkeypatch.setattr(vkdev, "lib", FakeLib(vkdev.lib, vkWaitForFences=lambda *a: vk.VK_TIMEOUT))
         with pytest.raises(VulkanError, match="did not finish within"):
             list(model.stream_generate("Hello", max_tokens=4))
-        monkeypatch.undo()    # close() below waits for real
+        monkeypatch.undo()  # close() below waits for real
 
 
 def test_device_lost_in_the_cli(capsys, tiny, monkeypatch):
     import vkdecode.vk.device as vkdev
     from vkdecode.cli import main
     from vkdecode.vk.ffi import vk
+
     monkeypatch.setattr(vkdev, "lib", FakeLib(vkdev.lib, vkQueueSubmit=lambda *a: vk.VK_ERROR_DEVICE_LOST))
     rc = main(["run", "--model", tiny, "--prompt", "Hi", "--max-tokens", "2", "--ctx", "16", "--no-progress"])
     err = capsys.readouterr().err
@@ -127,11 +128,13 @@ def test_device_lost_in_the_cli(capsys, tiny, monkeypatch):
 
 # ---------------------------------------------------------------- failed loads free everything
 
+
 @pytest.mark.parametrize("nth", [1, 2, 3])
 def test_out_of_device_memory_names_the_bytes_and_frees(device, tiny, monkeypatch, nth):
     import vkdecode.vk.memory as vkmem
     from vkdecode.vk.ffi import vk
-    vkdecode.load(tiny, device=device, ctx=32).close()     # the staging buffer exists from here on
+
+    vkdecode.load(tiny, device=device, ctx=32).close()  # the staging buffer exists from here on
     before = held(device)
     n = [0]
 
@@ -139,8 +142,11 @@ def test_out_of_device_memory_names_the_bytes_and_frees(device, tiny, monkeypatc
         # from the nth allocation of the load on, memory is out (host arena, weights, activations):
         # every memory type Buffer falls back to fails too (an H100 offers several device-local ones)
         n[0] += 1
-        return vk.VK_ERROR_OUT_OF_DEVICE_MEMORY if n[0] >= nth else vkmem.lib._real.vkAllocateMemory(
-            dev, info, cb, out)
+        return (
+            vk.VK_ERROR_OUT_OF_DEVICE_MEMORY
+            if n[0] >= nth
+            else vkmem.lib._real.vkAllocateMemory(dev, info, cb, out)
+        )
 
     monkeypatch.setattr(vkmem, "lib", FakeLib(vkmem.lib, vkAllocateMemory=alloc))
     with pytest.raises(DeviceMemoryError) as e:
@@ -156,14 +162,15 @@ def test_shader_failure_mid_load_frees(tiny, monkeypatch, tmp_path):
     from vkdecode.errors import ShaderError
     from vkdecode.vk import Device
     from vkdecode.vk.shaders import shader_dir
+
     broken = tmp_path / "shaders"
     shutil.copytree(shader_dir(), broken)
-    victim = broken / "argmax.comp"            # the last kernel of a greedy step: built last
+    victim = broken / "argmax.comp"  # the last kernel of a greedy step: built last
     lines = victim.read_text().splitlines(keepends=True)
     victim.write_text(lines[0] + "this is not glsl;\n" + "".join(lines[1:]))
     monkeypatch.setenv("VKDECODE_SHADER_DIR", str(broken))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    with Device() as dev:       # its own device: the session device has these pipelines cached
+    with Device() as dev:  # its own device: the session device has these pipelines cached
         for mode in ("fused", "unfused"):
             with pytest.raises(ShaderError, match=r"argmax\.comp:2"):
                 vkdecode.load(tiny, device=dev, mode=mode, ctx=32)

@@ -2,19 +2,17 @@
 safetensors headers. Whatever the bytes, load_model / load_weights either load or raise ModelError
 (a VkDecodeError) -- never IndexError, KeyError, ValueError, struct.error, a numpy error or a hang.
 No GPU needed."""
+
 from __future__ import annotations
 
 import json
 import shutil
 import struct
-import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # `tests.helpers` under a bare pytest
 
 from tests.helpers.make_models import models_dir, tiny_hf_model, write_gguf
 from vkdecode.errors import VkDecodeError
@@ -23,8 +21,13 @@ from vkdecode.models.weights import load_weights, open_gguf
 
 # Each example loads a ~200 KB file in ~30 ms; the deadline catches quadratic blow-ups (a count
 # field flipped to 2**40), the timeout mark an outright hang.
-FUZZ = settings(max_examples=200, deadline=5000, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=200,
+    deadline=5000,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 pytestmark = pytest.mark.timeout(300)
 
 
@@ -75,6 +78,7 @@ def loads_or_model_error(path, loader=load_model) -> None:
 
 # ---------------------------------------------------------------- GGUF
 
+
 @FUZZ
 @given(frac=st.floats(0.0, 1.0, exclude_max=True))
 def test_gguf_truncated_anywhere(gguf_bytes, tmp_path, frac):
@@ -85,8 +89,12 @@ def test_gguf_truncated_anywhere(gguf_bytes, tmp_path, frac):
 
 
 @FUZZ
-@given(flips=st.lists(st.tuples(st.floats(0.0, 1.0, exclude_max=True), st.integers(1, 255)),
-                      min_size=1, max_size=8), infos_only=st.booleans())
+@given(
+    flips=st.lists(
+        st.tuples(st.floats(0.0, 1.0, exclude_max=True), st.integers(1, 255)), min_size=1, max_size=8
+    ),
+    infos_only=st.booleans(),
+)
 def test_gguf_flipped_bytes_in_header(gguf_bytes, tmp_path, flips, infos_only):
     """Anywhere before the tensor data (mostly the vocabulary), or only in the tensor infos."""
     data, header_end, infos, _ = gguf_bytes
@@ -100,14 +108,18 @@ def test_gguf_flipped_bytes_in_header(gguf_bytes, tmp_path, flips, infos_only):
 
 
 @FUZZ
-@given(where=st.floats(0.0, 1.0, exclude_max=True),
-       word=st.one_of(st.integers(0, 2**64 - 1), st.sampled_from([0, 1, 2**31 - 1, 2**32 - 1, 2**63, 2**64 - 1])))
+@given(
+    where=st.floats(0.0, 1.0, exclude_max=True),
+    word=st.one_of(
+        st.integers(0, 2**64 - 1), st.sampled_from([0, 1, 2**31 - 1, 2**32 - 1, 2**63, 2**64 - 1])
+    ),
+)
 def test_gguf_random_u64_in_header(gguf_bytes, tmp_path, where, word):
     """Counts, lengths, dims and offsets are u64s: set one (at any byte) to an extreme value."""
     data, header_end, _, _ = gguf_bytes
     buf = bytearray(data)
     at = min(int(where * header_end), header_end - 8)
-    buf[at:at + 8] = struct.pack("<Q", word)
+    buf[at : at + 8] = struct.pack("<Q", word)
     f = tmp_path / "word.gguf"
     f.write_bytes(bytes(buf))
     loads_or_model_error(f)
@@ -123,7 +135,9 @@ def test_gguf_random_magic_and_version(gguf_bytes, tmp_path, magic, version, kee
     loads_or_model_error(f)
 
 
-NUMBERS = st.sampled_from([0, 1, 2, 3, 7, 15, 17, 33, 65, 1000, 2**16, 2**31 - 1, 2**31, 2**32 - 1]) | st.integers(0, 2**32 - 1)
+NUMBERS = st.sampled_from(
+    [0, 1, 2, 3, 7, 15, 17, 33, 65, 1000, 2**16, 2**31 - 1, 2**31, 2**32 - 1]
+) | st.integers(0, 2**32 - 1)
 FLOATS = st.sampled_from([0.0, -1.0, float("nan"), float("inf"), -float("inf"), 1e30]) | st.floats(width=32)
 
 
@@ -135,13 +149,13 @@ def test_gguf_metadata_values(gguf_bytes, tmp_path, data):
     buf = bytearray(raw)
     for name, kind, at in data.draw(st.lists(st.sampled_from(slots), min_size=1, max_size=3)):
         if kind == 6:
-            buf[at:at + 4] = struct.pack("<f", data.draw(FLOATS))
+            buf[at : at + 4] = struct.pack("<f", data.draw(FLOATS))
         elif kind == 7:
             buf[at] = data.draw(st.integers(0, 255))
         elif kind == 10:
-            buf[at:at + 8] = struct.pack("<Q", data.draw(NUMBERS | st.integers(0, 2**64 - 1)))
+            buf[at : at + 8] = struct.pack("<Q", data.draw(NUMBERS | st.integers(0, 2**64 - 1)))
         else:
-            buf[at:at + 4] = struct.pack("<I", data.draw(NUMBERS))
+            buf[at : at + 4] = struct.pack("<I", data.draw(NUMBERS))
     f = tmp_path / "meta.gguf"
     f.write_bytes(bytes(buf))
     loads_or_model_error(f)
@@ -150,20 +164,28 @@ def test_gguf_metadata_values(gguf_bytes, tmp_path, data):
 # ---------------------------------------------------------------- safetensors
 
 JSONISH = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=True) | st.text(max_size=8),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=True)
+    | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-    max_leaves=12)
+    max_leaves=12,
+)
 DTYPES = st.sampled_from(["F32", "F16", "BF16", "F64", "I8", "U8", "I64", "BOOL", "F8_E4M3", "Q4", "", "f32"])
 SHAPE = st.lists(st.integers(-2, 200), max_size=3) | JSONISH
 OFFSETS = st.lists(st.integers(-10, 2**20), min_size=0, max_size=3) | JSONISH
-ENTRY = st.fixed_dictionaries({}, optional={"dtype": DTYPES | JSONISH, "shape": SHAPE, "data_offsets": OFFSETS})
+ENTRY = st.fixed_dictionaries(
+    {}, optional={"dtype": DTYPES | JSONISH, "shape": SHAPE, "data_offsets": OFFSETS}
+)
 
 
 def _header_strategy(real: dict):
     """Either free JSON-ish noise, or the real header with some entries replaced by fuzzed ones."""
     names = sorted(real)
     patched = st.dictionaries(st.sampled_from(names), ENTRY, min_size=1, max_size=4).map(
-        lambda bad: {**real, **bad})
+        lambda bad: {**real, **bad}
+    )
     return st.one_of(JSONISH, patched, st.dictionaries(st.text(max_size=12), ENTRY, max_size=4))
 
 
@@ -173,12 +195,12 @@ def _write_safetensors(f: Path, header_bytes: bytes, n: int | None, payload: byt
 
 
 def _real(hf_dir) -> tuple[dict, bytes]:
-    raw = (hf_dir.parent / "orig.safetensors")
+    raw = hf_dir.parent / "orig.safetensors"
     if not raw.exists():
         shutil.copy(hf_dir / "model.safetensors", raw)
     data = raw.read_bytes()
     n = struct.unpack("<Q", data[:8])[0]
-    return json.loads(data[8:8 + n]), data[8 + n:]
+    return json.loads(data[8 : 8 + n]), data[8 + n :]
 
 
 @FUZZ
@@ -211,8 +233,8 @@ def test_safetensors_header_not_json(hf_dir, junk):
     loads_or_model_error(hf_dir, load_weights)
 
 
-
 # ---------------------------------------------------------------- config.json
+
 
 @pytest.fixture(scope="module")
 def hf_cfg_dir(tmp_path_factory):

@@ -3,20 +3,16 @@ stream_generate) in every mode, for the tiny Llama / Qwen2 / Qwen3 models and th
 each on its own Device with the Khronos layer and synchronization validation on whatever
 VKDECODE_VALIDATE says -- and proof that this setup does catch a synchronization hazard, so zero
 means something. (The rest of the suite runs under the layer when VKDECODE_VALIDATE=1, as in CI.)"""
+
 from __future__ import annotations
 
 import os
 import struct
-import sys
-from pathlib import Path
 
 import pytest
 
-from tests.helpers.shaders import TEST_SCALE
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # `tests.helpers` under a bare pytest
-
 from tests.helpers.make_models import load_smollm2, models_dir, tiny_hf_model, write_gguf
+from tests.helpers.shaders import TEST_SCALE
 from vkdecode.executors import MODES, make_executor
 from vkdecode.generate import stream_generate
 from vkdecode.models.loader import load_model
@@ -30,6 +26,7 @@ def vdev(device):
     """A Device of its own with validation + sync validation on (the layer must be installed)."""
     from vkdecode.vk import Device
     from vkdecode.vk.instance import VALIDATION_LAYER, _layers
+
     if VALIDATION_LAYER not in _layers():
         if os.environ.get("VKDECODE_VALIDATE") == "1":
             pytest.fail(f"{VALIDATION_LAYER} is not installed")
@@ -83,8 +80,11 @@ def test_tiny_models_every_mode_validation_clean(vdev, tmp_path_factory, arch):
     d = models_dir(tmp_path_factory)
     src = tiny_hf_model(arch, d)
     # llama as a Q8_0 GGUF (block repacking, "pairs" rope), the qwens as HF f32 / f16 safetensors
-    path = {"llama": write_gguf(src, d / "llama.q8_0.gguf", "q8_0"), "qwen2": src,
-            "qwen3": tiny_hf_model(arch, d, dtype="f16")}[arch]
+    path = {
+        "llama": write_gguf(src, d / "llama.q8_0.gguf", "q8_0"),
+        "qwen2": src,
+        "qwen3": tiny_hf_model(arch, d, dtype="f16"),
+    }[arch]
     m = load_model(path, ctx=48)
     got = {mode: full_decode(vdev, m, mode, [5, 17, 42, 9, 100], 12) for mode in MODES}
     assert got["fused"] == got["replay-nofuse"] == got["unfused"]

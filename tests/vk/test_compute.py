@@ -1,4 +1,5 @@
 """Compute round trips through the test shader, staging, binding limits, timestamps, counters."""
+
 from __future__ import annotations
 
 import struct
@@ -51,8 +52,9 @@ def test_spec_constants_change_result(device):
     x = np.arange(100, dtype=np.float32)
     assert np.array_equal(scale(device, x, 3.0, -2.0, True), x * 3 - 2)
     assert np.array_equal(scale(device, x, 0.5, 10.0, True), x * 0.5 + 10)
-    assert device.pipeline(TEST_SCALE, spec=(WG, 3.0, -2.0), n_bindings=2, push_size=4) is \
-        device.pipeline(TEST_SCALE, spec=(WG, 3.0, -2.0), n_bindings=2, push_size=4)
+    assert device.pipeline(TEST_SCALE, spec=(WG, 3.0, -2.0), n_bindings=2, push_size=4) is device.pipeline(
+        TEST_SCALE, spec=(WG, 3.0, -2.0), n_bindings=2, push_size=4
+    )
 
 
 def test_staged_upload_larger_than_staging_chunk(device):
@@ -126,15 +128,16 @@ def test_arena_alignment_and_large_tensor(device):
 def test_arena_expect_sizes_chunks_to_the_tensors(device):
     """expect(): chunks no larger than the announced bytes; past them, small tail chunks."""
     from vkdecode.vk.memory import TAIL_CHUNK
+
     arena = device.arena(1 << 20)
     try:
-        sizes = [300_000, 300_000, 300_000, 300_000, 100]      # 1.2 MB announced in 1 MiB chunks
+        sizes = [300_000, 300_000, 300_000, 300_000, 100]  # 1.2 MB announced in 1 MiB chunks
         arena.expect(sum(arena.padded(n) for n in sizes))
         for i, n in enumerate(sizes):
             arena.alloc(n, f"t{i}")
         assert len(arena.buffers) == 2 and arena.buffers[0].size == 1 << 20
-        assert arena.buffers[1].size == arena.padded(300_000) + arena.padded(100)   # what was left
-        late = arena.alloc(1000, "scratch")                    # not announced
+        assert arena.buffers[1].size == arena.padded(300_000) + arena.padded(100)  # what was left
+        late = arena.alloc(1000, "scratch")  # not announced
         assert late.buffer.size == min(1 << 20, TAIL_CHUNK)
     finally:
         arena.close()
@@ -167,7 +170,13 @@ def test_timestamps_increase_and_submit_counts(device):
         cmd.end()
         device.submit([cmd])
         d = device.counters - before
-        assert (d.submits, d.dispatches, d.barriers, d.pipeline_binds, d.descriptor_set_binds) == (1, 1, 2, 1, 1)
+        assert (d.submits, d.dispatches, d.barriers, d.pipeline_binds, d.descriptor_set_binds) == (
+            1,
+            1,
+            2,
+            1,
+            1,
+        )
         assert d.command_buffer_recordings == 1 and d.recorded_commands == 11
         t = ts.read_ns()
         assert t[0] <= t[1] <= t[2] and t[2] > t[0]

@@ -1,26 +1,29 @@
 """Device choice (pure, on fake DeviceInfo lists), probing of the real device, and the CLI."""
+
 from __future__ import annotations
 
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from tests.helpers.paths import ROOT
 from vkdecode.errors import NoDeviceError, VulkanError
 from vkdecode.vk.device import DeviceInfo, choose_device
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def fake(index, name, kind):
     return DeviceInfo(index=index, name=name, vendor="x", vendor_id=0, device_id=0, device_type=kind)
 
 
-FAKES = [fake(0, "llvmpipe (LLVM 15)", "cpu"), fake(1, "Intel UHD 770", "integrated"),
-         fake(2, "NVIDIA H100 80GB HBM3", "discrete"), fake(3, "virtio-gpu", "virtual")]
+FAKES = [
+    fake(0, "llvmpipe (LLVM 15)", "cpu"),
+    fake(1, "Intel UHD 770", "integrated"),
+    fake(2, "NVIDIA H100 80GB HBM3", "discrete"),
+    fake(3, "virtio-gpu", "virtual"),
+]
 
 
 def test_choice_prefers_discrete_then_integrated_then_virtual_then_cpu(monkeypatch):
@@ -58,16 +61,34 @@ def test_choice_of_nothing():
 def test_device_info_is_complete(device):
     info = device.info
     assert info.device_type in ("discrete", "integrated", "virtual", "cpu", "other")
-    for key in ("max_storage_buffer_range", "max_workgroup_size", "max_workgroup_count", "max_workgroup_invocations",
-                "max_shared_memory", "max_push_constants", "timestamp_period", "min_storage_buffer_offset_alignment",
-                "max_memory_allocation_size"):
+    for key in (
+        "max_storage_buffer_range",
+        "max_workgroup_size",
+        "max_workgroup_count",
+        "max_workgroup_invocations",
+        "max_shared_memory",
+        "max_push_constants",
+        "timestamp_period",
+        "min_storage_buffer_offset_alignment",
+        "max_memory_allocation_size",
+    ):
         assert key in info.limits, key
     assert len(info.limits["max_workgroup_size"]) == 3
-    for key in ("storage_16bit", "float16", "storage_8bit", "int8", "subgroup_arithmetic", "subgroup_size_control",
-                "push_descriptors", "timestamps"):
+    for key in (
+        "storage_16bit",
+        "float16",
+        "storage_8bit",
+        "int8",
+        "subgroup_arithmetic",
+        "subgroup_size_control",
+        "push_descriptors",
+        "timestamps",
+    ):
         assert isinstance(info.features[key], bool), key
     assert info.features["subgroup_size"] >= 1 and isinstance(info.features["subgroup_ops"], list)
-    assert info.memory_heaps and all({"size", "device_local", "host_visible"} <= set(h) for h in info.memory_heaps)
+    assert info.memory_heaps and all(
+        {"size", "device_local", "host_visible"} <= set(h) for h in info.memory_heaps
+    )
     assert json.loads(json.dumps(info.as_dict()))["name"] == info.name
     if info.vendor_id == 0x10005 and "llvmpipe" in info.name:
         assert info.vendor == "Mesa (lavapipe)"
@@ -82,8 +103,15 @@ def test_check_validation_raises_and_clears(device):
 
 
 def _cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "vkdecode", *args], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, **(env or {})}, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "vkdecode", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+        check=False,
+    )
 
 
 def test_cli_devices_json(device):
@@ -108,6 +136,7 @@ def test_cli_no_device_exit_code_2():
 
 def test_cli_main_maps_errors_to_exit_codes(monkeypatch, capsys):
     from vkdecode import cli
+
     monkeypatch.setenv("VKDECODE_DEVICE", "no-such-gpu-anywhere")
     assert cli.main(["devices"]) == 2
     assert "error: no Vulkan device matches" in capsys.readouterr().err

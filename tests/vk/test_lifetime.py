@@ -1,4 +1,5 @@
 """Ownership: create/close many objects, idempotent close, and device close closes children."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -43,8 +44,10 @@ def test_thousand_descriptor_sets(device):
 
 def test_pipelines_close_to_zero(device):
     base = _live(device, "Pipeline")
-    pipes = [device.pipeline(TEST_SCALE, spec=(64, float(i), 0.0), n_bindings=2, push_size=4)
-             for i in range(100, 120)]
+    pipes = [
+        device.pipeline(TEST_SCALE, spec=(64, float(i), 0.0), n_bindings=2, push_size=4)
+        for i in range(100, 120)
+    ]
     assert _live(device, "Pipeline") == base + 20
     for p in pipes:
         p.close()
@@ -71,7 +74,7 @@ def test_device_close_closes_children_in_reverse_order():
         order = []
         for obj in (buf, pipe, pool, cmd, ts, arena.buffers[0]):
             orig = obj.close
-            obj.close = (lambda o=obj, f=orig: (order.append(type(o).__name__), f()))
+            obj.close = lambda o=obj, f=orig: (order.append(type(o).__name__), f())
         errors = list(dev.validation_errors)
     finally:
         dev.close()

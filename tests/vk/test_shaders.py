@@ -1,4 +1,5 @@
 """glslangValidator toolchain: on-disk cache, compile errors with file:line, missing compiler."""
+
 from __future__ import annotations
 
 import pytest
@@ -41,8 +42,10 @@ def test_cache_key_follows_source(tmp_path, monkeypatch):
 def test_bad_shader_names_file_and_line(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     src = tmp_path / "broken.comp"
-    src.write_text("#version 450\nlayout(local_size_x = 1) in;\nvoid main() {\n    uint x = 1u;\n"
-                   "    x = undefined_thing + 1u;\n}\n")
+    src.write_text(
+        "#version 450\nlayout(local_size_x = 1) in;\nvoid main() {\n    uint x = 1u;\n"
+        "    x = undefined_thing + 1u;\n}\n"
+    )
     with pytest.raises(ShaderError) as e:
         compile_shader(str(src))
     msg = str(e.value)

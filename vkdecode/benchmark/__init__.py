@@ -4,6 +4,7 @@ Every mode runs the same Program, weights, prompt and token count on one Device,
 (so only one copy of the weights is resident), after warm-up. Decoding ignores EOS, as llama-bench
 does, so every mode and repetition times exactly the same steps. Never asserts timings.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,14 +29,14 @@ PROMPT_TEXT = "The quick brown fox jumps over the lazy dog, and the capital of F
 
 @dataclass
 class BenchModel:
-    name: str                     # file name, or the shape name
-    source: str                   # path, or "random weights"
-    quant: str                    # dominant weight dtype, upper case (Q4_1, F16, ...)
-    args: object                  # ModelArgs
+    name: str  # file name, or the shape name
+    source: str  # path, or "random weights"
+    quant: str  # dominant weight dtype, upper case (Q4_1, F16, ...)
+    args: object  # ModelArgs
     program: object
     weights: dict
     prompt_ids: list[int] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)   # the loader's (e.g. tensors dequantized at load)
+    notes: list[str] = field(default_factory=list)  # the loader's (e.g. tensors dequantized at load)
 
     @property
     def size_bytes(self) -> int:
@@ -47,11 +48,21 @@ class BenchModel:
 
     def describe(self) -> dict:
         a = self.args
-        return {"name": self.name, "source": self.source, "quant": self.quant, "arch": a.arch,
-                "size_bytes": self.size_bytes, "params": self.params, "n_layers": a.n_layers,
-                "hidden_size": a.hidden_size, "vocab_size": a.vocab_size,
-                "weight_bytes_per_token": weight_bytes_per_token(self.program, self.weights),
-                "weight_bytes_by_dtype": self.bytes_by_dtype(), "kv_dtype": self.kv_dtype, "notes": self.notes}
+        return {
+            "name": self.name,
+            "source": self.source,
+            "quant": self.quant,
+            "arch": a.arch,
+            "size_bytes": self.size_bytes,
+            "params": self.params,
+            "n_layers": a.n_layers,
+            "hidden_size": a.hidden_size,
+            "vocab_size": a.vocab_size,
+            "weight_bytes_per_token": weight_bytes_per_token(self.program, self.weights),
+            "weight_bytes_by_dtype": self.bytes_by_dtype(),
+            "kv_dtype": self.kv_dtype,
+            "notes": self.notes,
+        }
 
     def bytes_by_dtype(self) -> dict[str, int]:
         """Device bytes of the weights by their dtype on the device (what the matvecs read)."""
@@ -75,14 +86,30 @@ def dominant_quant(weights: dict) -> str:
 
 def file_model(path: str, ctx: int, prompt_tokens: int, kv_dtype: str = "f16") -> BenchModel:
     from vkdecode.models.loader import load_model
+
     lm = load_model(path, ctx=ctx, kv_dtype=kv_dtype)
     ids = lm.tokenizer.encode(PROMPT_TEXT * (1 + prompt_tokens // 8))[:prompt_tokens]
-    return BenchModel(os.path.basename(os.path.normpath(path)), path, dominant_quant(lm.weights), lm.args,
-                      lm.program, lm.weights, ids, list(lm.meta.get("notes", [])))
+    return BenchModel(
+        os.path.basename(os.path.normpath(path)),
+        path,
+        dominant_quant(lm.weights),
+        lm.args,
+        lm.program,
+        lm.weights,
+        ids,
+        list(lm.meta.get("notes", [])),
+    )
 
 
-def random_model(shape: str, quant: str, ctx: int, prompt_tokens: int, seed: int = 0,
-                 kv_dtype: str = "f16", n_layers: int = 0) -> BenchModel:
+def random_model(
+    shape: str,
+    quant: str,
+    ctx: int,
+    prompt_tokens: int,
+    seed: int = 0,
+    kv_dtype: str = "f16",
+    n_layers: int = 0,
+) -> BenchModel:
     args, program, weights = shape_model(shape, quant, ctx, seed, kv_dtype, n_layers)
     ids = np.random.default_rng(seed + 1).integers(0, args.vocab_size, prompt_tokens).tolist()
     name = f"{shape}-{n_layers}l" if n_layers else shape
@@ -90,6 +117,7 @@ def random_model(shape: str, quant: str, ctx: int, prompt_tokens: int, seed: int
 
 
 # ---------------------------------------------------------------- per-token figures
+
 
 def weight_bytes_per_token(program, weights: dict) -> int:
     """Weight bytes one decode step reads: whole matrices, but only one row of the embedding table."""
@@ -104,17 +132,23 @@ def weight_bytes_per_token(program, weights: dict) -> int:
 
 
 def spread(xs: list[float]) -> dict:
-    return {"median": statistics.median(xs), "sd": statistics.stdev(xs) if len(xs) > 1 else 0.0,
-            "min": min(xs), "max": max(xs), "n": len(xs)}
+    return {
+        "median": statistics.median(xs),
+        "sd": statistics.stdev(xs) if len(xs) > 1 else 0.0,
+        "min": min(xs),
+        "max": max(xs),
+        "n": len(xs),
+    }
 
 
 # ---------------------------------------------------------------- one mode
+
 
 def decode_run(ex, prompt_ids: list[int], n: int, after_step=None) -> dict:
     """Prompt through the step, then n greedy steps, timed; returns tokens and per-step figures.
     The timed steps go through ex.decode(), which replay pipelines (two steps in flight, the GPU
     feeding each step its token), as stream_generate does; after_step forces the waiting loop."""
-    ex.token_stats.clear()          # keeps memory flat over many repetitions
+    ex.token_stats.clear()  # keeps memory flat over many repetitions
     nxt = None
     for pos, t in enumerate(prompt_ids):
         nxt = ex.step(t, pos)
@@ -122,7 +156,7 @@ def decode_run(ex, prompt_ids: list[int], n: int, after_step=None) -> dict:
     t0 = time.perf_counter()
     if after_step is None:
         tokens += list(ex.decode(nxt, pos, n))
-    else:                           # one step at a time: after_step reads that step's timestamps
+    else:  # one step at a time: after_step reads that step's timestamps
         for p in range(pos, pos + n):
             tokens.append(ex.step(tokens[-1], p))
             after_step()
@@ -130,13 +164,17 @@ def decode_run(ex, prompt_ids: list[int], n: int, after_step=None) -> dict:
     steps = ex.token_stats[start:]
     counters = mean_counters(steps)
     k = getattr(ex, "tokens_per_submit", 1)
-    return {"tokens": tokens, "tok_s": len(steps) / wall if wall > 0 else 0.0,
-            # host enqueue per token: a submit's cost spread over the tokens it carries
-            "host_us": statistics.median(s.host_us for s in steps) if k == 1
-            else sum(s.host_us for s in steps) / len(steps),
-            "gpu_us": statistics.median(s.gpu_us for s in steps),
-            "wall_us": statistics.median(s.wall_us for s in steps),
-            "counters": counters}
+    return {
+        "tokens": tokens,
+        "tok_s": len(steps) / wall if wall > 0 else 0.0,
+        # host enqueue per token: a submit's cost spread over the tokens it carries
+        "host_us": statistics.median(s.host_us for s in steps)
+        if k == 1
+        else sum(s.host_us for s in steps) / len(steps),
+        "gpu_us": statistics.median(s.gpu_us for s in steps),
+        "wall_us": statistics.median(s.wall_us for s in steps),
+        "counters": counters,
+    }
 
 
 def timed_fused(device, model: BenchModel, caps, n: int, reps: int, profile: bool = False) -> dict:
@@ -144,11 +182,16 @@ def timed_fused(device, model: BenchModel, caps, n: int, reps: int, profile: boo
     `reps` timed ones; tok/s and GPU µs spreads, the first run's tokens, dispatches per token, and
     with `profile` GPU µs by rule from a separate profiling executor."""
     from vkdecode.executors import make_executor
+
     with make_executor("fused", device, model.program, model.weights, caps=caps) as ex:
         decode_run(ex, model.prompt_ids, n)
         runs = [decode_run(ex, model.prompt_ids, n) for _ in range(reps)]
-        out = {"tok_s": spread([r["tok_s"] for r in runs]), "gpu_us": spread([r["gpu_us"] for r in runs]),
-               "tokens": runs[0]["tokens"], "dispatches": len(ex.items)}
+        out = {
+            "tok_s": spread([r["tok_s"] for r in runs]),
+            "gpu_us": spread([r["gpu_us"] for r in runs]),
+            "tokens": runs[0]["tokens"],
+            "dispatches": len(ex.items),
+        }
     if profile:
         with make_executor("fused", device, model.program, model.weights, caps=caps, profile=True) as ex:
             out["region_us"] = region_profile(ex, model.prompt_ids, n)
@@ -182,9 +225,11 @@ def parse_mode(mode: str) -> tuple[str, dict]:
     return base, {}
 
 
-def run_mode(device, model: BenchModel, mode: str, n: int, reps: int, warmup: int,
-             profile: bool = False, log=None) -> dict:
+def run_mode(
+    device, model: BenchModel, mode: str, n: int, reps: int, warmup: int, profile: bool = False, log=None
+) -> dict:
     from vkdecode.executors import make_executor
+
     base, kw = parse_mode(mode)
     t0 = time.perf_counter()
     ex = make_executor(base, device, model.program, model.weights, **kw)
@@ -197,16 +242,19 @@ def run_mode(device, model: BenchModel, mode: str, n: int, reps: int, warmup: in
             runs.append(decode_run(ex, model.prompt_ids, n))
             if log:
                 log(f"{mode}: rep {i + 1}/{reps} {runs[-1]['tok_s']:.1f} tok/s")
-        out = {"mode": mode, "build_s": build_s,
-               "tok_s": spread([r["tok_s"] for r in runs]),
-               "host_us": spread([r["host_us"] for r in runs]),
-               "gpu_us": spread([r["gpu_us"] for r in runs]),
-               "wall_us": spread([r["wall_us"] for r in runs]),
-               "executed_per_token": executed_per_token(ex),
-               "host_calls_per_token": host_calls_per_token(runs[-1]["counters"]),
-               "counters_per_token": runs[-1]["counters"],
-               "tokens": runs[0]["tokens"],
-               "stable": all(r["tokens"] == runs[0]["tokens"] for r in runs)}
+        out = {
+            "mode": mode,
+            "build_s": build_s,
+            "tok_s": spread([r["tok_s"] for r in runs]),
+            "host_us": spread([r["host_us"] for r in runs]),
+            "gpu_us": spread([r["gpu_us"] for r in runs]),
+            "wall_us": spread([r["wall_us"] for r in runs]),
+            "executed_per_token": executed_per_token(ex),
+            "host_calls_per_token": host_calls_per_token(runs[-1]["counters"]),
+            "counters_per_token": runs[-1]["counters"],
+            "tokens": runs[0]["tokens"],
+            "stable": all(r["tokens"] == runs[0]["tokens"] for r in runs),
+        }
     finally:
         ex.close()
     if profile and mode in ("fused", "replay-nofuse"):
@@ -231,13 +279,16 @@ def agreement(results: dict[str, dict]) -> dict:
         toks = results[m]["tokens"]
         if m != base and toks != ref:
             i = next((k for k, (a, b) in enumerate(zip(ref, toks)) if a != b), min(len(ref), len(toks)))
-            mismatches.append({"mode": m, "first_index": i, "expected": ref[i:i + 8], "got": toks[i:i + 8]})
+            mismatches.append(
+                {"mode": m, "first_index": i, "expected": ref[i : i + 8], "got": toks[i : i + 8]}
+            )
         if not results[m].get("stable", True):
             mismatches.append({"mode": m, "first_index": -1, "unstable": "tokens differ between repetitions"})
     return {"ok": not mismatches, "baseline": base, "mismatches": mismatches}
 
 
 # ---------------------------------------------------------------- device figures
+
 
 def copy_bandwidth(device, nbytes: int = 256 << 20, reps: int = 5, runs: int = 4) -> float:
     """GB/s of the faster of two device-local -> device-local copies: vkCmdCopyBuffer and a compute
@@ -248,6 +299,7 @@ def copy_bandwidth(device, nbytes: int = 256 << 20, reps: int = 5, runs: int = 4
 
 def copy_bandwidths(device, nbytes: int = 256 << 20, reps: int = 5, runs: int = 4) -> dict[str, float]:
     from vkdecode.vk.descriptors import write_descriptor_set
+
     nbytes -= nbytes % 16
     a, b = device.buffer(nbytes), device.buffer(nbytes)
     ts = device.timestamp_pool(2)
@@ -259,6 +311,7 @@ def copy_bandwidths(device, nbytes: int = 256 << 20, reps: int = 5, runs: int = 
     out = {}
     try:
         for method in ("vkCmdCopyBuffer", "compute"):
+
             def one(cmd, method=method):
                 if method == "compute":
                     cmd.bind(pipe, dset)
@@ -266,6 +319,7 @@ def copy_bandwidths(device, nbytes: int = 256 << 20, reps: int = 5, runs: int = 
                 else:
                     cmd.copy(a, b, nbytes)
                 cmd.barrier()
+
             cmd = device.command_buffer()
             cmd.begin(one_time=False)
             ts.reset_cmd(cmd)
@@ -290,11 +344,16 @@ def copy_bandwidths(device, nbytes: int = 256 << 20, reps: int = 5, runs: int = 
 
 def git_commit() -> str | None:
     if os.environ.get("VKDECODE_GIT_COMMIT"):
-        return os.environ["VKDECODE_GIT_COMMIT"]   # set by scripts that run where .git is not copied
+        return os.environ["VKDECODE_GIT_COMMIT"]  # set by scripts that run where .git is not copied
     try:
         here = os.path.dirname(os.path.abspath(__file__))
-        r = subprocess.run(["git", "-C", here, "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                           text=True, timeout=10, check=False)
+        r = subprocess.run(
+            ["git", "-C", here, "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
         return r.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -302,13 +361,30 @@ def git_commit() -> str | None:
 
 def environment(device) -> dict:
     i = device.info
-    return {"device": i.name, "vendor": i.vendor, "device_type": i.device_type, "driver": i.driver_name,
-            "driver_version": i.driver_version, "driver_info": i.driver_info, "vulkan": i.api_version,
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "git_commit": git_commit()}
+    return {
+        "device": i.name,
+        "vendor": i.vendor,
+        "device_type": i.device_type,
+        "driver": i.driver_name,
+        "driver_version": i.driver_version,
+        "driver_info": i.driver_info,
+        "vulkan": i.api_version,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        "git_commit": git_commit(),
+    }
 
 
-def run_bench(device, model: BenchModel, modes, n: int = 32, reps: int = 5, warmup: int = 1,
-              profile: bool = False, copy_bytes: int = 256 << 20, log=None) -> dict:
+def run_bench(
+    device,
+    model: BenchModel,
+    modes,
+    n: int = 32,
+    reps: int = 5,
+    warmup: int = 1,
+    profile: bool = False,
+    copy_bytes: int = 256 << 20,
+    log=None,
+) -> dict:
     """Everything `vkdecode bench` reports, as one JSON-able dict."""
     results = {m: run_mode(device, model, m, n, reps, warmup, profile, log) for m in modes}
     agree = agreement(results)
@@ -320,8 +396,20 @@ def run_bench(device, model: BenchModel, modes, n: int = 32, reps: int = 5, warm
     ratio = None
     if "unfused" in results and "fused" in results and results["fused"]["host_us"]["median"] > 0:
         ratio = results["unfused"]["host_us"]["median"] / results["fused"]["host_us"]["median"]
-    return {"environment": environment(device), "model": model.describe(),
-            "settings": {"tokens": n, "reps": reps, "warmup": warmup, "prompt_tokens": len(model.prompt_ids),
-                         "ctx": model.program.meta.get("ctx"), "profile": profile},
-            "copy_GBps": copy, "weight_bytes_per_token": wb, "host_us_ratio_unfused_fused": ratio,
-            "agreement": agree, "modes": results}
+    return {
+        "environment": environment(device),
+        "model": model.describe(),
+        "settings": {
+            "tokens": n,
+            "reps": reps,
+            "warmup": warmup,
+            "prompt_tokens": len(model.prompt_ids),
+            "ctx": model.program.meta.get("ctx"),
+            "profile": profile,
+        },
+        "copy_GBps": copy,
+        "weight_bytes_per_token": wb,
+        "host_us_ratio_unfused_fused": ratio,
+        "agreement": agree,
+        "modes": results,
+    }

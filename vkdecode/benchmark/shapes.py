@@ -4,6 +4,7 @@ Weights are valid but random: f16 halves drawn directly as bit patterns (a 1.2 G
 in about a second, no float64 temporaries), quantized blocks as random quant words with small
 random scales. Decode speed does not depend on the values; they only need to stay finite.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,43 +12,122 @@ import numpy as np
 from vkdecode.models import build_program
 from vkdecode.models.config import ModelArgs
 from vkdecode.models.gguf_names import expected_shapes
-from vkdecode.quant import BLOCK, QUANT_TYPES, WORDS_PER_BLOCK, PackedWeight, block_elems, row_words
+from vkdecode.quant import BLOCK, DTYPES, QUANT_TYPES, WORDS_PER_BLOCK, PackedWeight, block_elems, row_words
 
 SHAPES = {
-    "smollm2-135m": {"arch": "llama", "n_layers": 30, "hidden_size": 576, "n_heads": 9, "n_kv_heads": 3,
-                     "head_dim": 64, "intermediate_size": 1536, "vocab_size": 49152, "tie_embeddings": True,
-                     "rope_theta": 100000.0, "rope_layout": "pairs"},
-    "qwen3-0.6b": {"arch": "qwen3", "n_layers": 28, "hidden_size": 1024, "n_heads": 16, "n_kv_heads": 8,
-                   "head_dim": 128, "intermediate_size": 3072, "vocab_size": 151936, "tie_embeddings": True,
-                   "qk_norm": True, "rope_theta": 1000000.0, "rope_layout": "neox"},
+    "smollm2-135m": {
+        "arch": "llama",
+        "n_layers": 30,
+        "hidden_size": 576,
+        "n_heads": 9,
+        "n_kv_heads": 3,
+        "head_dim": 64,
+        "intermediate_size": 1536,
+        "vocab_size": 49152,
+        "tie_embeddings": True,
+        "rope_theta": 100000.0,
+        "rope_layout": "pairs",
+    },
+    "qwen3-0.6b": {
+        "arch": "qwen3",
+        "n_layers": 28,
+        "hidden_size": 1024,
+        "n_heads": 16,
+        "n_kv_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 3072,
+        "vocab_size": 151936,
+        "tie_embeddings": True,
+        "qk_norm": True,
+        "rope_theta": 1000000.0,
+        "rope_layout": "neox",
+    },
     # Gemma-3-270M: every 6th layer global, the others a 512-row sliding window
-    "gemma3-270m": {"arch": "gemma3", "n_layers": 18, "hidden_size": 640, "n_heads": 4, "n_kv_heads": 1,
-                    "head_dim": 256, "intermediate_size": 2048, "vocab_size": 262144, "tie_embeddings": True,
-                    "qk_norm": True, "rope_theta": 1000000.0, "rope_layout": "neox", "hidden_act": "gelu_tanh",
-                    "sliding_window": 512, "rope_local_theta": 10000.0, "query_pre_attn_scalar": 256.0,
-                    "layer_types": tuple("full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
-                                         for i in range(18))},
+    "gemma3-270m": {
+        "arch": "gemma3",
+        "n_layers": 18,
+        "hidden_size": 640,
+        "n_heads": 4,
+        "n_kv_heads": 1,
+        "head_dim": 256,
+        "intermediate_size": 2048,
+        "vocab_size": 262144,
+        "tie_embeddings": True,
+        "qk_norm": True,
+        "rope_theta": 1000000.0,
+        "rope_layout": "neox",
+        "hidden_act": "gelu_tanh",
+        "sliding_window": 512,
+        "rope_local_theta": 10000.0,
+        "query_pre_attn_scalar": 256.0,
+        "layer_types": tuple(
+            "full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(18)
+        ),
+    },
     # Llama-3.2-1B and Llama-3.1-8B(-Instruct): GGUF llama (q/k rows permuted: "pairs"), rms eps 1e-5,
     # Llama 3 rope scaling as in their config.json (a GGUF carries it as rope_freqs.weight)
-    "llama3.2-1b": {"arch": "llama", "n_layers": 16, "hidden_size": 2048, "n_heads": 32, "n_kv_heads": 8,
-                    "head_dim": 64, "intermediate_size": 8192, "vocab_size": 128256, "tie_embeddings": True,
-                    "rope_theta": 500000.0, "rope_layout": "pairs", "rms_eps": 1e-5,
-                    "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
-                                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192.0}},
-    "llama3.1-8b": {"arch": "llama", "n_layers": 32, "hidden_size": 4096, "n_heads": 32, "n_kv_heads": 8,
-                    "head_dim": 128, "intermediate_size": 14336, "vocab_size": 128256, "tie_embeddings": False,
-                    "rope_theta": 500000.0, "rope_layout": "pairs", "rms_eps": 1e-5,
-                    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192.0}},
-    "tiny": {"arch": "llama", "n_layers": 2, "hidden_size": 64, "n_heads": 4, "n_kv_heads": 2, "head_dim": 16,
-             "intermediate_size": 128, "vocab_size": 512, "tie_embeddings": True, "rope_theta": 10000.0,
-             "rope_layout": "pairs"},
+    "llama3.2-1b": {
+        "arch": "llama",
+        "n_layers": 16,
+        "hidden_size": 2048,
+        "n_heads": 32,
+        "n_kv_heads": 8,
+        "head_dim": 64,
+        "intermediate_size": 8192,
+        "vocab_size": 128256,
+        "tie_embeddings": True,
+        "rope_theta": 500000.0,
+        "rope_layout": "pairs",
+        "rms_eps": 1e-5,
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 32.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192.0,
+        },
+    },
+    "llama3.1-8b": {
+        "arch": "llama",
+        "n_layers": 32,
+        "hidden_size": 4096,
+        "n_heads": 32,
+        "n_kv_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 14336,
+        "vocab_size": 128256,
+        "tie_embeddings": False,
+        "rope_theta": 500000.0,
+        "rope_layout": "pairs",
+        "rms_eps": 1e-5,
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192.0,
+        },
+    },
+    "tiny": {
+        "arch": "llama",
+        "n_layers": 2,
+        "hidden_size": 64,
+        "n_heads": 4,
+        "n_kv_heads": 2,
+        "head_dim": 16,
+        "intermediate_size": 128,
+        "vocab_size": 512,
+        "tie_embeddings": True,
+        "rope_theta": 10000.0,
+        "rope_layout": "pairs",
+    },
 }
-QUANTS = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
-          "q4_k_m")
+QUANTS = (*DTYPES, "q4_k_m")
 # llama.cpp's fallback for a tensor whose rows are no whole number of 256-superblocks
 # (llama_tensor_get_type: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0)
-K_FALLBACK = {"q4_k": "q5_0", "q5_k": "q5_1", "q6_k": "q8_0", "q2_k": "iq4_nl", "q3_k": "iq4_nl"}
+K_FALLBACK = {n: d.fallback for n, d in DTYPES.items() if d.fallback}
+# the Q2..Q5 types (under q6_k's 6.56 bits a weight), whose files keep a tied token table q8_0
+LOW_BIT = tuple(n for n, d in DTYPES.items() if d.quant and d.bits < 6.5)
 # Target std of a weight; with RMSNorm between layers the activations stay O(1).
 STD = 0.02
 
@@ -92,8 +172,7 @@ def weight_dtypes(args: ModelArgs, quant: str) -> dict[str, str]:
             if quant == "q4_k_m":
                 out[name] = q4_k_m_dtype(name, shape, args)
                 continue
-            low_bit = quant in ("q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q2_k", "q3_k", "q4_k", "q5_k")
-            dt = "q8_0" if name == "tok_embd" and args.tie_embeddings and low_bit else quant
+            dt = "q8_0" if name == "tok_embd" and args.tie_embeddings and quant in LOW_BIT else quant
             out[name] = dt if dt not in K_FALLBACK or shape[1] % block_elems(dt) == 0 else K_FALLBACK[dt]
     return out
 
@@ -106,8 +185,10 @@ def random_halves(rng, n: int, scale: float) -> np.ndarray:
 
 
 def random_weight(dtype: str, shape: tuple, rng) -> PackedWeight:
-    if len(shape) == 1:      # norms (and biases): around 1 so every layer stays well scaled
-        return PackedWeight("f32", shape, {"data": (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)})
+    if len(shape) == 1:  # norms (and biases): around 1 so every layer stays well scaled
+        return PackedWeight(
+            "f32", shape, {"data": (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)}
+        )
     out, n_in = shape
     if dtype == "f32":
         return PackedWeight("f32", shape, {"data": (STD * rng.standard_normal(shape)).astype(np.float32)})
@@ -123,7 +204,7 @@ def random_weight(dtype: str, shape: tuple, rng) -> PackedWeight:
     # quant values have std about 74 (q8_0), 9.2 (q5_0) or 4.6 (4-bit): scale d so values have std near STD
     d = random_halves(rng, out * nb, STD / {"q8_0": 74.0, "q5_0": 9.2}.get(dtype, 4.6)) & np.uint16(0x7FFF)
     s = d.astype(np.uint32).reshape(out, nb)
-    if dtype == "q4_1":      # m = -8 d centres the unsigned nibbles on zero
+    if dtype == "q4_1":  # m = -8 d centres the unsigned nibbles on zero
         m = (random_halves(rng, out * nb, 8 * STD / 4.6) | np.uint16(0x8000)).astype(np.uint32)
         s |= m.reshape(out, nb) << 16
     return PackedWeight(dtype, shape, {"q": q, "s": s})
@@ -137,25 +218,25 @@ def _random_split(dtype: str, shape: tuple, rng) -> PackedWeight:
     s = rng.integers(0, 1 << 32, (out, row_words(dtype, n_in, "s")), dtype=np.uint32)
     nb = n_in // block_elems(dtype)
     sw = s.reshape(out, nb, -1)
-    if dtype in ("q4_k", "q5_k"):   # d * sc * n - dmin * m, sc and m ~32: dmin = mean(n) d centres
+    if dtype in ("q4_k", "q5_k"):  # d * sc * n - dmin * m, sc and m ~32: dmin = mean(n) d centres
         mean_n = 7.5 if dtype == "q4_k" else 15.5
         d = random_halves(rng, out * nb, STD / 32 / (4.6 if dtype == "q4_k" else 9.2)) & np.uint16(0x7FFF)
         dmin = (d.view(np.float16).astype(np.float32) * mean_n).astype(np.float16).view(np.uint16)
         sw[:, :, 0] = (d.astype(np.uint32) | (dmin.astype(np.uint32) << 16)).reshape(out, nb)
-    elif dtype == "q6_k":           # d * sc * (n - 32), n - 32 std ~18; sc kept in 0..15 (rms ~9) so
-        sw[:, :, :4] &= np.uint32(0x0F0F0F0F)   # d stays a normal f16
+    elif dtype == "q6_k":  # d * sc * (n - 32), n - 32 std ~18; sc kept in 0..15 (rms ~9) so
+        sw[:, :, :4] &= np.uint32(0x0F0F0F0F)  # d stays a normal f16
         sw[:, :, 4] = (random_halves(rng, out * nb, STD / 9 / 18) & np.uint16(0x7FFF)).reshape(out, nb)
-    elif dtype == "q2_k":           # d * sc * n - dmin * m, sc and m ~7.5, n ~1.5: dmin = 1.5 d centres
+    elif dtype == "q2_k":  # d * sc * n - dmin * m, sc and m ~7.5, n ~1.5: dmin = 1.5 d centres
         d = random_halves(rng, out * nb, STD / 7.5 / 1.1) & np.uint16(0x7FFF)
         dmin = (d.view(np.float16).astype(np.float32) * 1.5).astype(np.float16).view(np.uint16)
         sw[:, :, 4] = (d.astype(np.uint32) | (dmin.astype(np.uint32) << 16)).reshape(out, nb)
-    elif dtype == "q3_k":           # d * sc * (n - 4), 6-bit signed sc (rms ~18), n - 4 std ~2.3
+    elif dtype == "q3_k":  # d * sc * (n - 4), 6-bit signed sc (rms ~18), n - 4 std ~2.3
         sw[:, :, 3] = (random_halves(rng, out * nb, STD / 18 / 2.3) & np.uint16(0x7FFF)).reshape(out, nb)
-    elif dtype == "q5_1":           # d * n + m, m = -16 d
+    elif dtype == "q5_1":  # d * n + m, m = -16 d
         d = random_halves(rng, out * nb, STD / 9.2) & np.uint16(0x7FFF)
         m = (-16 * d.view(np.float16).astype(np.float32)).astype(np.float16).view(np.uint16)
         sw[:, :, 0] = (d.astype(np.uint32) | (m.astype(np.uint32) << 16)).reshape(out, nb)
-    else:                           # iq4_nl: d * table[n], table std ~70
+    else:  # iq4_nl: d * table[n], table std ~70
         sw[:, :, 0] = (random_halves(rng, out * nb, STD / 70) & np.uint16(0x7FFF)).reshape(out, nb)
     return PackedWeight(dtype, shape, {"q": q, "s": s})
 
@@ -169,6 +250,8 @@ def shape_model(shape: str, quant: str, ctx: int, seed: int = 0, kv_dtype: str =
     args = shape_args(shape, n_layers=n_layers)
     dtypes = weight_dtypes(args, quant)
     rng = np.random.default_rng(seed)
-    weights = {name: random_weight(dtypes.get(name, "f32"), shape, rng)
-               for name, shape in expected_shapes(args).items()}
+    weights = {
+        name: random_weight(dtypes.get(name, "f32"), shape, rng)
+        for name, shape in expected_shapes(args).items()
+    }
     return args, build_program(args, ctx, dtypes, kv_dtype=kv_dtype), weights

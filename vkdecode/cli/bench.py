@@ -1,5 +1,6 @@
 """`vkdecode bench`: every mode on the same model, prompt and token count in one process; a
 llama-bench-like table, JSON and a PNG chart. The formatting here is reused by bench/run_all.py."""
+
 from __future__ import annotations
 
 import json
@@ -10,20 +11,37 @@ from vkdecode.errors import VkDecodeError
 
 
 def add_bench_parser(sub) -> None:
-    from vkdecode.cli.stats import add_model_source_options
+    from vkdecode.cli.options import add_model_source_options
     from vkdecode.executors import MODES
+
     p = sub.add_parser("bench", help="decode speed of each mode on one model, in one process")
     add_model_source_options(p)
-    p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES, help="modes to run (default: all)")
-    p.add_argument("-n", "--tokens", type=int, default=128, help="timed decode steps per repetition (default 128)")
+    p.add_argument(
+        "--modes", nargs="+", default=list(MODES), choices=MODES, help="modes to run (default: all)"
+    )
+    p.add_argument(
+        "-n", "--tokens", type=int, default=128, help="timed decode steps per repetition (default 128)"
+    )
     p.add_argument("--reps", type=int, default=5, help="timed repetitions per mode (default 5)")
     p.add_argument("--warmup", type=int, default=1, help="untimed repetitions first (default 1)")
-    p.add_argument("--prompt-tokens", type=int, default=16, help="prompt steps before the timed ones (default 16)")
-    p.add_argument("--copy-mib", type=int, default=256,
-                   help="size of the Vulkan buffer copy that measures the device's bandwidth (0: skip)")
-    p.add_argument("--profile", action="store_true", help="also GPU µs per region, summed by rule (replay modes)")
-    p.add_argument("--json", metavar="OUT", default=None, help="write all figures as JSON to OUT ('-' = stdout)")
-    p.add_argument("--plot", metavar="OUT.png", default=None, help="write a chart of per-token latency by mode")
+    p.add_argument(
+        "--prompt-tokens", type=int, default=16, help="prompt steps before the timed ones (default 16)"
+    )
+    p.add_argument(
+        "--copy-mib",
+        type=int,
+        default=256,
+        help="size of the Vulkan buffer copy that measures the device's bandwidth (0: skip)",
+    )
+    p.add_argument(
+        "--profile", action="store_true", help="also GPU µs per region, summed by rule (replay modes)"
+    )
+    p.add_argument(
+        "--json", metavar="OUT", default=None, help="write all figures as JSON to OUT ('-' = stdout)"
+    )
+    p.add_argument(
+        "--plot", metavar="OUT.png", default=None, help="write a chart of per-token latency by mode"
+    )
     p.add_argument("--quiet", action="store_true", help="no per-repetition progress on stderr")
     p.set_defaults(func=cmd_bench)
 
@@ -36,19 +54,31 @@ def bench_ctx(args) -> int:
 
 def cmd_bench(args) -> int:
     from vkdecode import benchmark as bench
-    from vkdecode.cli.stats import bench_model_from_args, open_device
+    from vkdecode.cli.options import bench_model_from_args, open_device
+
     if args.tokens < 1 or args.reps < 1 or args.warmup < 0 or args.prompt_tokens < 1:
         raise VkDecodeError("bench needs -n >= 1, --reps >= 1, --warmup >= 0 and --prompt-tokens >= 1")
     if args.plot:
         require_matplotlib()
     ctx = bench_ctx(args)
     if args.prompt_tokens + args.tokens > ctx:
-        raise VkDecodeError(f"--prompt-tokens + -n = {args.prompt_tokens + args.tokens} does not fit --ctx {ctx}")
+        raise VkDecodeError(
+            f"--prompt-tokens + -n = {args.prompt_tokens + args.tokens} does not fit --ctx {ctx}"
+        )
     model = bench_model_from_args(args, ctx, args.prompt_tokens)
     log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     with open_device(args.device) as dev:
-        res = bench.run_bench(dev, model, args.modes, args.tokens, args.reps, args.warmup, args.profile,
-                              args.copy_mib << 20, log)
+        res = bench.run_bench(
+            dev,
+            model,
+            args.modes,
+            args.tokens,
+            args.reps,
+            args.warmup,
+            args.profile,
+            args.copy_mib << 20,
+            log,
+        )
     to_stdout = args.json == "-"
     out = sys.stderr if to_stdout else sys.stdout
     print(format_table([res]), file=out)
@@ -83,21 +113,47 @@ def _params(n: int) -> str:
 
 def format_table(results: list[dict]) -> str:
     """Markdown table in the spirit of llama-bench: one row per (model, mode)."""
-    cols = ["model", "size", "params", "quant", "device", "mode", "test", "t/s", "host µs/t", "GPU µs/t",
-            "dispatches/t", "desc writes/t"]
+    cols = [
+        "model",
+        "size",
+        "params",
+        "quant",
+        "device",
+        "mode",
+        "test",
+        "t/s",
+        "host µs/t",
+        "GPU µs/t",
+        "dispatches/t",
+        "desc writes/t",
+    ]
     rows = []
     for res in results:
         m, env = res["model"], res["environment"]
         for mode, r in res["modes"].items():
             ts = r["tok_s"]
-            rows.append([m["name"], _size(m["size_bytes"]), _params(m["params"]), m["quant"], env["device"], mode,
-                         f"tg{res['settings']['tokens']}", f"{ts['median']:.2f} ± {ts['sd']:.2f}",
-                         f"{r['host_us']['median']:.1f}", f"{r['gpu_us']['median']:.1f}",
-                         str(r["executed_per_token"]["dispatches"]),
-                         str(r["host_calls_per_token"]["descriptor_writes"])])
+            rows.append(
+                [
+                    m["name"],
+                    _size(m["size_bytes"]),
+                    _params(m["params"]),
+                    m["quant"],
+                    env["device"],
+                    mode,
+                    f"tg{res['settings']['tokens']}",
+                    f"{ts['median']:.2f} ± {ts['sd']:.2f}",
+                    f"{r['host_us']['median']:.1f}",
+                    f"{r['gpu_us']['median']:.1f}",
+                    str(r["executed_per_token"]["dispatches"]),
+                    str(r["host_calls_per_token"]["descriptor_writes"]),
+                ]
+            )
     widths = [max(len(c), *(len(row[i]) for row in rows)) if rows else len(c) for i, c in enumerate(cols)]
-    line = lambda cells: "| " + " | ".join(c.rjust(w) if i >= 6 else c.ljust(w)
-                                           for i, (c, w) in enumerate(zip(cells, widths))) + " |"
+    line = lambda cells: (
+        "| "
+        + " | ".join(c.rjust(w) if i >= 6 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        + " |"
+    )
     sep = "| " + " | ".join(("-" * (w - 1) + ":") if i >= 6 else "-" * w for i, w in enumerate(widths)) + " |"
     return "\n".join([line(cols), sep] + [line(r) for r in rows])
 
@@ -105,26 +161,38 @@ def format_table(results: list[dict]) -> str:
 def format_notes(res: dict) -> str:
     lines, agree = [], res["agreement"]
     if agree["ok"]:
-        lines.append(f"greedy tokens agree across modes ({', '.join(res['modes'])}; baseline {agree['baseline']})")
+        lines.append(
+            f"greedy tokens agree across modes ({', '.join(res['modes'])}; baseline {agree['baseline']})"
+        )
     for mm in agree["mismatches"]:
-        lines.append(f"!!! MISMATCH: {mm['mode']} differs from {agree['baseline']} at token {mm['first_index']}: "
-                     f"expected {mm.get('expected')} got {mm.get('got')} {mm.get('unstable', '')}".rstrip())
+        lines.append(
+            f"!!! MISMATCH: {mm['mode']} differs from {agree['baseline']} at token {mm['first_index']}: "
+            f"expected {mm.get('expected')} got {mm.get('got')} {mm.get('unstable', '')}".rstrip()
+        )
     if res.get("host_us_ratio_unfused_fused"):
         lines.append(f"host enqueue per token, unfused / fused: {res['host_us_ratio_unfused_fused']:.1f}x")
     wb, copy = res["weight_bytes_per_token"], res["copy_GBps"]
     for mode, r in res["modes"].items():
         bw = r["bandwidth"]
-        frac = f" = {100 * bw['fraction_of_copy']:.3g}% of the copy bandwidth" if bw["fraction_of_copy"] else ""
-        lines.append(f"{mode}: weights {_size(wb)}/token x {r['tok_s']['median']:.1f} tok/s = "
-                     f"{bw['GBps']:.2f} GB/s{frac}")
+        frac = (
+            f" = {100 * bw['fraction_of_copy']:.3g}% of the copy bandwidth" if bw["fraction_of_copy"] else ""
+        )
+        lines.append(
+            f"{mode}: weights {_size(wb)}/token x {r['tok_s']['median']:.1f} tok/s = "
+            f"{bw['GBps']:.2f} GB/s{frac}"
+        )
     if copy:
-        lines.append(f"device copy bandwidth (best of vkCmdCopyBuffer and a compute copy, read + write): {copy:.1f} GB/s")
+        lines.append(
+            f"device copy bandwidth (best of vkCmdCopyBuffer and a compute copy, read + write): {copy:.1f} GB/s"
+        )
     for mode, r in res["modes"].items():
         if "region_us" in r:
             total = sum(e["us"] for e in r["region_us"].values())
             lines.append(f"{mode}: GPU µs per token by rule (total {total:.1f}):")
-            lines += [f"  {rule:34s} {e['us']:10.1f} µs  {e['regions']:4d} regions"
-                      for rule, e in r["region_us"].items()]
+            lines += [
+                f"  {rule:34s} {e['us']:10.1f} µs  {e['regions']:4d} regions"
+                for rule, e in r["region_us"].items()
+            ]
     return "\n".join(lines)
 
 
@@ -132,19 +200,23 @@ def require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise VkDecodeError("--plot needs matplotlib: pip install matplotlib (or pip install 'vkdecode[plot]')") from None
+        raise VkDecodeError(
+            "--plot needs matplotlib: pip install matplotlib (or pip install 'vkdecode[plot]')"
+        ) from None
 
 
 def plot_results(results: list[dict], path: str) -> None:
     """One panel per benchmarked model: per-token wall, GPU and host enqueue µs by mode (± sd)."""
     require_matplotlib()
     import matplotlib
-    matplotlib.use("Agg")       # no display on CI machines and GPU servers
+
+    matplotlib.use("Agg")  # no display on CI machines and GPU servers
     import matplotlib.pyplot as plt
+
     cols = min(3, len(results))
     rows = -(-len(results) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(max(6.5, 4.4 * cols + 1), 3.8 * rows + 0.8), squeeze=False)
-    for ax in axes.flat[len(results):]:
+    for ax in axes.flat[len(results) :]:
         ax.set_visible(False)
     series = [("wall_us", "per token (wall)"), ("gpu_us", "GPU"), ("host_us", "host enqueue")]
     for ax, res in zip(axes.flat, results):
@@ -152,7 +224,9 @@ def plot_results(results: list[dict], path: str) -> None:
         for k, (key, label) in enumerate(series):
             med = [res["modes"][m][key]["median"] for m in modes]
             sd = [res["modes"][m][key]["sd"] for m in modes]
-            ax.bar([i + (k - 1) * 0.27 for i in range(len(modes))], med, 0.27, yerr=sd, capsize=3, label=label)
+            ax.bar(
+                [i + (k - 1) * 0.27 for i in range(len(modes))], med, 0.27, yerr=sd, capsize=3, label=label
+            )
         ax.set_xticks(range(len(modes)), modes)
         vals = [res["modes"][m][key]["median"] for m in modes for key, _ in series]
         if min(vals) > 0 and max(vals) / min(vals) > 30:

@@ -1,5 +1,6 @@
 """`vkdecode serve`: an OpenAI-compatible HTTP server (vkdecode/serve_app.py) for one model on one
 device. Starlette and uvicorn are imported only here, so `vkdecode run` never loads them."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -7,32 +8,56 @@ import os
 import socket
 import sys
 
+from vkdecode.cli.options import decode_options
 from vkdecode.errors import UsageError, VkDecodeError
 
 INSTALL_SERVE = "pip install 'vkdecode[serve]' (starlette and uvicorn)"
 
 
 def add_serve_parser(sub) -> None:
-    from vkdecode.cli.run import add_model_options
+    from vkdecode.cli.options import add_model_options
     from vkdecode.executors import MODES
-    p = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API (/v1/chat/completions)")
+
+    p = sub.add_parser(
+        "serve", help="serve a model over an OpenAI-compatible HTTP API (/v1/chat/completions)"
+    )
     add_model_options(p)
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)"
+    )
     p.add_argument("--port", type=int, default=8080, help="TCP port (default 8080; 0 = any free port)")
     p.add_argument("--mode", default="fused", choices=MODES, help="executor mode (default fused)")
-    p.add_argument("--model-id", default=None,
-                   help="the model name clients send and /v1/models lists (default: the file name without .gguf)")
-    p.add_argument("--api-key", default=os.environ.get("VKDECODE_API_KEY"),
-                   help="require 'Authorization: Bearer KEY' on every request (default: VKDECODE_API_KEY, "
-                        "else none)")
-    p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
-                   help="let web pages from ORIGIN (e.g. http://localhost:3000; '*' = any) call the API from "
-                        "a browser (CORS); repeatable")
-    p.add_argument("--max-queue", type=int, default=8,
-                   help="requests that may wait for the device; more are refused with 503 (default 8)")
+    p.add_argument(
+        "--model-id",
+        default=None,
+        help="the model name clients send and /v1/models lists (default: the file name without .gguf)",
+    )
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("VKDECODE_API_KEY"),
+        help="require 'Authorization: Bearer KEY' on every request (default: VKDECODE_API_KEY, else none)",
+    )
+    p.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="let web pages from ORIGIN (e.g. http://localhost:3000; '*' = any) call the API from "
+        "a browser (CORS); repeatable",
+    )
+    p.add_argument(
+        "--max-queue",
+        type=int,
+        default=8,
+        help="requests that may wait for the device; more are refused with 503 (default 8)",
+    )
     p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB)")
-    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
-                   help="uvicorn's log level (default warning; info logs every request)")
+    p.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="uvicorn's log level (default warning; info logs every request)",
+    )
     p.set_defaults(func=cmd_serve)
 
 
@@ -44,8 +69,6 @@ def default_model_id(path: str) -> str:
 def check_args(args) -> None:
     if not 0 <= args.port <= 65535:
         raise UsageError("--port must be 0..65535")
-    if args.ctx is not None and args.ctx < 2:
-        raise UsageError("--ctx must be at least 2")
     if args.max_queue < 1:
         raise UsageError("--max-queue must be at least 1")
     if args.max_body_bytes < 1024:
@@ -59,7 +82,7 @@ def listen_socket(host: str, port: int) -> socket.socket:
     try:
         family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
     except ValueError:
-        family = socket.AF_INET         # a host name: resolved by bind
+        family = socket.AF_INET  # a host name: resolved by bind
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -81,32 +104,42 @@ def cmd_serve(args) -> int:
     from vkdecode.default_model import resolve_model
     from vkdecode.serve.app import create_app
     from vkdecode.serve.engine import Engine
+
+    # the sampling build serves greedy (temperature 0) and sampled requests alike
+    options = decode_options(args, sampling=True)
     path = resolve_model(args.model)
     sock = listen_socket(args.host, args.port)
     try:
-        # the sampling build serves greedy (temperature 0) and sampled requests alike
-        model = vkdecode.load(path, device=args.device, mode=args.mode, ctx=args.ctx, sampling=True)
+        model = vkdecode.load(path, device=args.device, options=options)
     except BaseException:
         sock.close()
         raise
     engine = Engine(model, args.model_id or default_model_id(path), max_queue=args.max_queue)
-    app = create_app(engine, api_key=args.api_key, max_body_bytes=args.max_body_bytes,
-                     allow_origins=args.allow_origin)
+    app = create_app(
+        engine, api_key=args.api_key, max_body_bytes=args.max_body_bytes, allow_origins=args.allow_origin
+    )
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    print(f"vkdecode serve: {engine.model_id} ({model.mode}, ctx {model.executor.ctx}) on "
-          f"{model.device.info.name}\n  OpenAI API at http://{shown}:{port}/v1  (queue {args.max_queue}, "
-          f"API key {'required' if args.api_key else 'off'})", file=sys.stderr, flush=True)
+    print(
+        f"vkdecode serve: {engine.model_id} ({model.mode}, ctx {model.executor.ctx}) on "
+        f"{model.device.info.name}\n  OpenAI API at http://{shown}:{port}/v1  (queue {args.max_queue}, "
+        f"API key {'required' if args.api_key else 'off'})",
+        file=sys.stderr,
+        flush=True,
+    )
     if not args.api_key and not _loopback(args.host):
-        print(f"warning: listening on {args.host} without --api-key: anyone who can reach it can use it",
-              file=sys.stderr, flush=True)
+        print(
+            f"warning: listening on {args.host} without --api-key: anyone who can reach it can use it",
+            file=sys.stderr,
+            flush=True,
+        )
     config = uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=5)
     try:
         uvicorn.Server(config).run(sockets=[sock])
-    except KeyboardInterrupt:   # uvicorn shuts down gracefully on Ctrl-C, then re-raises it
+    except KeyboardInterrupt:  # uvicorn shuts down gracefully on Ctrl-C, then re-raises it
         print("vkdecode serve: stopped", file=sys.stderr)
     finally:
-        engine.close()       # idempotent: the app's shutdown has normally closed it already
+        engine.close()  # idempotent: the app's shutdown has normally closed it already
         sock.close()
     return 0
 

@@ -1,9 +1,10 @@
 """What every executor shares: the memory plan, the pipelines, the per-token stats, the interface.
 
-    ex.step(token, pos) -> next token id (greedy argmax on the GPU)
-    ex.read_logits() -> np.ndarray of the last step's logits
-    ex.token_stats[-1] -> TokenStats of the last step; ex.region_stats() -> per-region table
+ex.step(token, pos) -> next token id (greedy argmax on the GPU)
+ex.read_logits() -> np.ndarray of the last step's logits
+ex.token_stats[-1] -> TokenStats of the last step; ex.region_stats() -> per-region table
 """
+
 from __future__ import annotations
 
 import time
@@ -12,16 +13,16 @@ from dataclasses import dataclass, field
 from fusion.ir import STEP_POS, STEP_SEED, STEP_TOKEN
 from vkdecode.errors import ContextError, UsageError
 from vkdecode.executors.plan import GRID_ARGS, GridArgs, MemoryPlan, barriers_before, with_advance
-from vkdecode.lowering.ops import KernelCall, KernelCaps
+from vkdecode.lowering.calls import KernelCall, KernelCaps
 from vkdecode.stats import Counters
 
 
 @dataclass
 class TokenStats:
     counters: Counters
-    host_us: float      # token known -> submit returned
-    gpu_us: float       # timestamp queries around the recorded work
-    wall_us: float      # token known -> next token read back
+    host_us: float  # token known -> submit returned
+    gpu_us: float  # timestamp queries around the recorded work
+    wall_us: float  # token known -> next token read back
     regions_us: list[float] = field(default_factory=list)
 
     def as_dict(self) -> dict:
@@ -33,22 +34,20 @@ class TokenStats:
 @dataclass
 class Item:
     """One dispatch of the step: its call, pipeline, descriptor ranges, barrier before it."""
+
     call: KernelCall
     pipeline: object
     ranges: list
     barrier: bool
     region: int
-    grid: int | None = None   # record of GridArgs: dispatched indirectly from it
+    grid: int | None = None  # record of GridArgs: dispatched indirectly from it
 
 
 class Executor:
     mode = "?"
 
-    def __init__(self, device, program, weights, caps: KernelCaps | None = None, progress=None,
-                 share=()):
+    def __init__(self, device, program, weights, caps: KernelCaps | None = None, progress=None, share=()):
         self.device = device
-        self.prefill_set = None
-        self.speculative = None
         self.program = program
         self.ctx = _ctx_of(program)
         self.caps = caps or KernelCaps.from_info(device.info)
@@ -57,7 +56,7 @@ class Executor:
         self.plan = MemoryPlan(device, program, weights, progress, share)
         try:
             self._build(show_progress=progress is not None)
-        except BaseException:   # a shader that does not compile, out of memory: free the plan
+        except BaseException:  # a shader that does not compile, out of memory: free the plan
             self.close()
             raise
 
@@ -73,14 +72,16 @@ class Executor:
         if "chunk_rows" not in self.program.meta:
             calls, added = with_advance(calls, len(self.grids))
             if added:
-                owners.append(owners[-1])       # counted with the last region (the token choice)
+                owners.append(owners[-1])  # counted with the last region (the token choice)
         assert len(self.grids) == 0 or "chunk_rows" not in self.program.meta
         self.plan.add_grid_args(self.grids)
         self.plan.add_scratch(calls)
         pipelines = [self._pipeline(c) for c in _shader_progress(calls, show_progress)]
-        index = self.grids.index + [None] * (len(calls) - len(self.grids.index))   # the advance: direct
-        self.items = [Item(c, pipe, self.plan.ranges(c), b, ri, g)
-                      for c, pipe, b, ri, g in zip(calls, pipelines, barriers_before(calls), owners, index)]
+        index = self.grids.index + [None] * (len(calls) - len(self.grids.index))  # the advance: direct
+        self.items = [
+            Item(c, pipe, self.plan.ranges(c), b, ri, g)
+            for c, pipe, b, ri, g in zip(calls, pipelines, barriers_before(calls), owners, index)
+        ]
         self._grid_slice = self.plan.slices.get((GRID_ARGS, "data"))
         self.timestamps = self.device.timestamp_pool(2 + len(self.regions))
         self._next = self.plan.slices.get(("next_token", "data"))
@@ -90,10 +91,12 @@ class Executor:
     # -- build helpers ------------------------------------------------------------------------
     def _partition(self):
         from fusion.partition import partition
+
         return partition(self.program, [])
 
     def _lower(self, region) -> list[KernelCall]:
         from vkdecode.lowering.regions import region_calls
+
         return region_calls(self.program, region, self.caps, fuse=False)
 
     def _across_regions(self, calls: list[KernelCall], owners: list[int]) -> tuple[list, list]:
@@ -129,7 +132,7 @@ class Executor:
                     cmd.push(it.pipeline, it.call.push)
                 if it.grid is None:
                     cmd.dispatch(*it.call.groups)
-                else:   # x = the splits live at the step's position (GridArgs)
+                else:  # x = the splits live at the step's position (GridArgs)
                     cmd.dispatch_indirect(grids.buffer, grids.offset + it.grid * GridArgs.RECORD_WORDS * 4)
                 if profile and (i == last or self.items[i + 1].region != it.region):
                     # and of every region the call absorbed: they end with it
@@ -137,7 +140,7 @@ class Executor:
                     for r in range(it.region, max(end, it.region + 1)):
                         cmd.timestamp(ts, 2 + r)
         cmd.timestamp(ts, 1)
-        cmd.host_barrier()     # the next token is read by the host after the fence
+        cmd.host_barrier()  # the next token is read by the host after the fence
 
     # -- per token ------------------------------------------------------------------------------
     def step(self, token: int, pos: int) -> int:
@@ -151,8 +154,14 @@ class Executor:
         nxt = int(self._next.read_array("uint32", 1)[0]) if self._next is not None else -1
         t2 = time.perf_counter()
         ns = self.timestamps.read_ns(0, 2)
-        self.token_stats.append(TokenStats(self.device.counters.snapshot() - before, (t1 - t0) * 1e6,
-                                           (ns[1] - ns[0]) / 1e3, (t2 - t0) * 1e6))
+        self.token_stats.append(
+            TokenStats(
+                self.device.counters.snapshot() - before,
+                (t1 - t0) * 1e6,
+                (ns[1] - ns[0]) / 1e3,
+                (t2 - t0) * 1e6,
+            )
+        )
         return nxt
 
     def decode(self, token: int, pos: int, max_steps: int):
@@ -162,57 +171,16 @@ class Executor:
             token = self.step(token, p)
             yield token
 
-    # -- prompt chunks (vkdecode/executors/prefill.py) ---------------------------------------------
-    def enable_prefill(self, widths=None) -> None:
-        """Build (and, in replay modes, record) one prompt-chunk executor per width, sharing this
-        executor's weights, KV caches and step buffer."""
-        from vkdecode.executors.prefill import Prefill
-        if self.prefill_set is not None:
-            self.prefill_set.close()
-        self.prefill_set = Prefill(self, widths)
-
-    def enable_speculative(self, k: int, always_verify: bool = False) -> None:
-        """Greedy speculative decoding: K prompt-lookup drafts checked per replayed verify step
-        (vkdecode/speculative.py); generation then decodes through it. always_verify checks every
-        draft found, paying or not (tests; bench/speculative.py's acceptance figures)."""
-        from vkdecode.executors.speculative import Speculative
-        if self.speculative is not None:
-            self.speculative.close()
-            self.speculative = None
-        self.speculative = Speculative(self, k, always_verify)
-
-    def prefill(self, tokens, pos0: int = 0, should_stop=None) -> int | None:
-        """Run prompt tokens at positions pos0.. and return the next token: all but the last in
-        chunks (when enabled), the last through the decode step. should_stop() is checked before
-        each chunk and step; True returns None at once (rows written so far stay written)."""
-        tokens = list(tokens)
-        if not tokens:
-            raise ContextError("the prompt is empty: nothing to decode from")
-        if pos0 + len(tokens) > self.ctx:
-            raise ContextError(f"{len(tokens)} prompt tokens from position {pos0} do not fit the context "
-                               f"of {self.ctx}")
-        done = 0
-        if self.prefill_set is not None:
-            done = self.prefill_set.run(tokens[:-1], pos0, should_stop)
-            if done is None:
-                return None
-        nxt = -1
-        for i in range(done, len(tokens)):
-            if should_stop is not None and should_stop():
-                return None
-            nxt = self.step(tokens[i], pos0 + i)
-        return nxt
-
     def _write_step(self, token: int, pos: int) -> None:
         # STEP_TOKEN and STEP_POS are adjacent words: one small write into the mapped step buffer
         self.plan.step.buffer.write_u32(self._step_word, (token, pos))
-        if self._grid_slice is not None:    # and the attention grids sized to pos (GridArgs)
+        if self._grid_slice is not None:  # and the attention grids sized to pos (GridArgs)
             words, base = self.grids.args(pos), self._grid_slice.offset // 4
             for g in range(len(self.grids)):
-                self._grid_slice.buffer.write_u32(base + g * GridArgs.RECORD_WORDS, words[3 * g:3 * g + 3])
+                self._grid_slice.buffer.write_u32(base + g * GridArgs.RECORD_WORDS, words[3 * g : 3 * g + 3])
 
     def _enqueue(self, token: int, pos: int) -> None:
-        raise NotImplementedError   # each executor's way of recording and submitting
+        raise NotImplementedError  # each executor's way of recording and submitting
 
     @property
     def samples(self) -> bool:
@@ -222,8 +190,10 @@ class Executor:
     def set_sampling(self, params) -> None:
         """Write temperature, top-k, top-p and seed into the step buffer (once per generation)."""
         if not params.greedy and not self.samples:
-            raise UsageError("this model was loaded for greedy decoding; load it with sampling=True "
-                             "to sample with a temperature")
+            raise UsageError(
+                "this model was loaded for greedy decoding; load it with sampling=True "
+                "to sample with a temperature"
+            )
         self.plan.step.buffer.write_u32(self.plan.step.offset // 4 + STEP_SEED, params.step_words())
 
     def read_logits(self):
@@ -242,22 +212,23 @@ class Executor:
                         # an embed reads one row of its table, every other op the whole weight
                         part = full // self.program.values[v].shape[0] if op.kind == "embed" else full
                         read[v] = max(read.get(v, 0), part)
-            rows.append({"name": r.name, "rule": r.rule, "ops": len(r.ops), "dispatches": len(its),
-                         "barriers": sum(it.barrier for it in its), "descriptor_sets": len(its),
-                         "weight_bytes": sum(read.values())})
+            rows.append(
+                {
+                    "name": r.name,
+                    "rule": r.rule,
+                    "ops": len(r.ops),
+                    "dispatches": len(its),
+                    "barriers": sum(it.barrier for it in its),
+                    "descriptor_sets": len(its),
+                    "weight_bytes": sum(read.values()),
+                }
+            )
         return rows
 
     def close(self) -> None:
-        if getattr(self, "speculative", None) is not None:   # uses this plan's slices: first
-            self.speculative.close()
-            self.speculative = None
-        if getattr(self, "prefill_set", None) is not None:
-            self.prefill_set.close()
-            self.prefill_set = None
-        self.speculative = None
         if getattr(self, "plan", None) is not None:
             self.device.wait_idle()
-            if getattr(self, "timestamps", None) is not None:   # None when __init__ failed early
+            if getattr(self, "timestamps", None) is not None:  # None when __init__ failed early
                 self.timestamps.close()
             self.plan.close()
             self.plan = None
@@ -275,6 +246,7 @@ def _shader_progress(calls, show: bool):
     if not show:
         return calls
     from tqdm import tqdm
+
     return tqdm(calls, desc="shaders and pipelines", unit="pipeline", leave=False)
 
 

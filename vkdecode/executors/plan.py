@@ -1,5 +1,6 @@
 """Memory plan of one model on one device: every weight, activation, state, output and scratch
 buffer gets a fixed slice at build time, so descriptor sets written once stay valid forever."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -7,15 +8,15 @@ from dataclasses import replace
 import numpy as np
 
 from fusion.ir import STEP_WORDS, Program
-from vkdecode.lowering.ops import QUANT_TYPES, Binding, KernelCall, row_bytes
-from vkdecode.quant import PackedWeight, pack_float
+from vkdecode.lowering.calls import Binding, KernelCall, row_bytes
+from vkdecode.quant import QUANT_TYPES, PackedWeight, pack_float
 
-CHUNK = 256 << 20          # arena buffer size; larger tensors get their own buffer
+CHUNK = 256 << 20  # arena buffer size; larger tensors get their own buffer
 SMALL_OUTPUT_BYTES = 4096  # outputs this small (next_token) live in host-visible memory
-TOKEN_RING = 64            # tokens the GPU appends (advance_step); the host reads them by position
+TOKEN_RING = 64  # tokens the GPU appends (advance_step); the host reads them by position
 
 
-GRID_ARGS = "attn_grid_args"   # slice of the indirect attention grids' records (GridArgs)
+GRID_ARGS = "attn_grid_args"  # slice of the indirect attention grids' records (GridArgs)
 
 
 class GridArgs:
@@ -26,11 +27,12 @@ class GridArgs:
     written by the host with the position (Executor._write_step) and by the step's last dispatch
     for the next position (advance_step / argmax ADVANCE, which run grid_args_update), so a
     replayed step and the pipelined steps after it need no host work and no recording."""
+
     RECORD_WORDS = 16
 
     def __init__(self, calls: list[KernelCall]):
-        self.records: list[tuple[int, ...]] = []   # (S, rows per live split, MIN_S, WINDOW, H, PF_G)
-        self.index: list[int | None] = []          # record of each call, None: a direct dispatch
+        self.records: list[tuple[int, ...]] = []  # (S, rows per live split, MIN_S, WINDOW, H, PF_G)
+        self.index: list[int | None] = []  # record of each call, None: a direct dispatch
         for c in calls:
             if c.live is None:
                 self.index.append(None)
@@ -47,7 +49,8 @@ class GridArgs:
 
     def args(self, pos: int) -> list[int]:
         """(x, y, z) of every record at position pos, as grid_args_update computes them."""
-        from vkdecode.lowering.ops import AttnGrid, live_splits
+        from vkdecode.lowering.calls import AttnGrid, live_splits
+
         out = []
         for s, maxchunk, min_s, window, h, pf_g in self.records:
             x = live_splits(pos, AttnGrid(h, 0, s, maxchunk, min_s, window))
@@ -59,7 +62,7 @@ class GridArgs:
         out = []
         a = self.args(0)
         for g, rec in enumerate(self.records):
-            out += a[3 * g:3 * g + 3] + list(rec) + [0] * (self.RECORD_WORDS - 3 - len(rec))
+            out += a[3 * g : 3 * g + 3] + list(rec) + [0] * (self.RECORD_WORDS - 3 - len(rec))
         return out
 
 
@@ -75,8 +78,12 @@ def _with_grid_args(call: KernelCall, n_grids: int) -> KernelCall:
     if not n_grids:
         return call
     n = len(call.bindings)
-    return replace(call, bindings=call.bindings + (Binding(GRID_ARGS),), writes=call.writes + (n,),
-                   defines=call.defines + (("GRID_ARGS", str(n)), ("GRID_N", str(n_grids))))
+    return replace(
+        call,
+        bindings=call.bindings + (Binding(GRID_ARGS),),
+        writes=call.writes + (n,),
+        defines=call.defines + (("GRID_ARGS", str(n)), ("GRID_N", str(n_grids))),
+    )
 
 
 def with_advance(calls: list[KernelCall], n_grids: int = 0) -> tuple[list[KernelCall], bool]:
@@ -85,13 +92,22 @@ def with_advance(calls: list[KernelCall], n_grids: int = 0) -> tuple[list[Kernel
     dispatch and one barrier fewer per token); any other last call gets advance_call() after it.
     Either also writes the next step's n_grids indirect attention grids (GridArgs)."""
     last = calls[-1] if calls else None
-    if (last is not None and last.shader == "argmax" and ("FINAL", "1") in last.defines
-            and last.bindings[1].value == "next_token" and len(last.spec) == 3):
+    if (
+        last is not None
+        and last.shader == "argmax"
+        and ("FINAL", "1") in last.defines
+        and last.bindings[1].value == "next_token"
+        and len(last.spec) == 3
+    ):
         n = len(last.bindings)
-        folded = replace(last, spec=last.spec + (TOKEN_RING,),
-                         bindings=last.bindings + (Binding("step"), Binding("token_ring")),
-                         writes=last.writes + (n, n + 1), defines=last.defines + (("ADVANCE", "1"),),
-                         label=last.label + "+advance")
+        folded = replace(
+            last,
+            spec=last.spec + (TOKEN_RING,),
+            bindings=last.bindings + (Binding("step"), Binding("token_ring")),
+            writes=last.writes + (n, n + 1),
+            defines=last.defines + (("ADVANCE", "1"),),
+            label=last.label + "+advance",
+        )
         return calls[:-1] + [_with_grid_args(folded, n_grids)], False
     return calls + [advance_call(n_grids)], True
 
@@ -120,13 +136,15 @@ def check_fits(device, program: Program, weights: dict) -> None:
     heap size, not what is free: drivers do not report free memory portably.)"""
     from vkdecode.errors import DeviceMemoryError
     from vkdecode.vk.memory import format_bytes as fmt
+
     need = required_bytes(program, weights)
     total, heap = sum(need.values()), device.info.device_local_bytes
     if heap and total > heap:
         raise DeviceMemoryError(
             f"the model needs {fmt(total)} of device memory (weights {fmt(need['weights'])}, KV cache "
             f"{fmt(need['kv_cache'])}, activations {fmt(need['activations'])}), but {device.info.name} has "
-            f"{fmt(heap)} device-local; try a smaller --ctx or a smaller quantization")
+            f"{fmt(heap)} device-local; try a smaller --ctx or a smaller quantization"
+        )
 
 
 class MemoryPlan:
@@ -151,12 +169,24 @@ class MemoryPlan:
             # them, so device memory ~ the weights' bytes + KV + activations, not whole 256 MiB chunks
             # (a plan sharing another's slices allocates only what it cannot take: no expectation)
             vals = [] if self.share else program.values.values()
-            self._weights.expect(sum(self._weights.padded(a.nbytes) for v in vals if v.kind == "weight"
-                                     for a in self._packed(program, weights, v).parts.values()))
-            self._acts.expect(sum(self._acts.padded(value_bytes(v)) for v in vals if v.kind in ("activation", "state")
-                                  or (v.kind == "output" and value_bytes(v) > SMALL_OUTPUT_BYTES)))
+            self._weights.expect(
+                sum(
+                    self._weights.padded(a.nbytes)
+                    for v in vals
+                    if v.kind == "weight"
+                    for a in self._packed(program, weights, v).parts.values()
+                )
+            )
+            self._acts.expect(
+                sum(
+                    self._acts.padded(value_bytes(v))
+                    for v in vals
+                    if v.kind in ("activation", "state")
+                    or (v.kind == "output" and value_bytes(v) > SMALL_OUTPUT_BYTES)
+                )
+            )
             self._build(program, weights, progress)
-        except BaseException:   # out of memory or Ctrl-C half way: free what was allocated
+        except BaseException:  # out of memory or Ctrl-C half way: free what was allocated
             self.close()
             raise
 

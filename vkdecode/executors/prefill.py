@@ -15,6 +15,7 @@ draft rows in speculative decode), and never past the context. On CPUs (< 0) no 
 Narrower widths reuse the widest width's activation buffers (chunks never run concurrently), so
 activation memory is that of the widest chunk only.
 """
+
 from __future__ import annotations
 
 import functools
@@ -32,7 +33,7 @@ from fusion.chunk import TOKENS, chunk_program
 # kernel). Measured whole prompts (SmolLM2 Q4_1 / Qwen3 F16, 128, 512, 2000 tokens, ms): widths
 # 16/4 alone 25/34, 105/146, 823/1084 (many chunks' attention adds up at 2000); 512/256/128/64
 # 66/119, 105/205, 264/717; 512/256/128/64/16/4 30/52, 74/148, 283/728, the best balance.
-# bench/results/nvidia-h100-80gb-hbm3/prefill-*/
+# bench/results/nvidia-h100-80gb-hbm3/*-prefill-*/
 WIDTHS_GPU = (512, 256, 128, 64, 16, 4)
 WIDTHS_CPU = (64, 32, 16)
 
@@ -65,7 +66,9 @@ def chunk_plan(n: int, widths, room: int, caps) -> list[tuple[int, int]]:
 
 
 @functools.lru_cache(maxsize=256)
-def plan_chunks(n: int, widths: tuple[int, ...], room: int, fixed: int, step: int) -> tuple[tuple[int, int], ...]:
+def plan_chunks(
+    n: int, widths: tuple[int, ...], room: int, fixed: int, step: int
+) -> tuple[tuple[int, int], ...]:
     """((width, tokens), ...) covering a prefix of n tokens; the rest runs through the decode step.
     Only the last chunk may hold fewer tokens than its width (padded), and only when `room` (KV
     rows from the first chunk's position to the context end) holds all its rows. Minimises the
@@ -74,11 +77,11 @@ def plan_chunks(n: int, widths: tuple[int, ...], room: int, fixed: int, step: in
     512-row chunk rather than 256 + 128 + 64 + 16 x 3 + 4 x 3 + 3 decode steps."""
     ws = sorted(set(widths))
     head: list[tuple[int, int]] = []
-    while n >= 2 * ws[-1]:                      # whole widest chunks; plan only the last stretch
+    while n >= 2 * ws[-1]:  # whole widest chunks; plan only the last stretch
         head.append((ws[-1], ws[-1]))
         n, room = n - ws[-1], room - ws[-1]
     inf = float("inf")
-    best, last = [0.0] + [inf] * n, [0] * (n + 1)   # exact covers of k tokens
+    best, last = [0.0] + [inf] * n, [0] * (n + 1)  # exact covers of k tokens
     for k in range(1, n + 1):
         for w in ws:
             if w <= k and best[k - w] + fixed + w < best[k]:
@@ -86,7 +89,9 @@ def plan_chunks(n: int, widths: tuple[int, ...], room: int, fixed: int, step: in
     cost, k_best, tail = inf, 0, None
     for k in range(n + 1):
         r = n - k
-        opts = [(best[k] + step * r, None)] + [(best[k] + fixed + w, w) for w in ws if w >= r > 0 and k + w <= room]
+        opts = [(best[k] + step * r, None)] + [
+            (best[k] + fixed + w, w) for w in ws if w >= r > 0 and k + w <= room
+        ]
         for c, w in opts:
             if c < cost:
                 cost, k_best, tail = c, k, w
@@ -99,9 +104,9 @@ def plan_chunks(n: int, widths: tuple[int, ...], room: int, fixed: int, step: in
 
 
 class ChunkRun(NamedTuple):
-    width: int          # the chunk program that ran
-    tokens: int         # prompt tokens it covered (< width: padded)
-    stats: object       # its TokenStats
+    width: int  # the chunk program that ran
+    tokens: int  # prompt tokens it covered (< width: padded)
+    stats: object  # its TokenStats
 
 
 def chunk_executor(mode: str, device, program, caps, share):
@@ -113,6 +118,7 @@ def chunk_executor(mode: str, device, program, caps, share):
     from vkdecode.executors.replay import ReplayExecutor
     from vkdecode.executors.unfused import UnfusedExecutor
     from vkdecode.lowering.rows_fused import chunk_rules
+
     if mode == "unfused":
         return UnfusedExecutor(device, program, {}, caps, share=share)
     rules = chunk_rules(program, caps) if mode == "fused" else ()
@@ -134,11 +140,11 @@ class Prefill:
                 ex = chunk_executor(decode_ex.mode, decode_ex.device, prog, decode_ex.caps, share)
                 self.runners[w] = ex
                 if len(share) == 1:
-                    share = [decode_ex.plan, ex.plan]   # the widest chunk's activations for the rest
+                    share = [decode_ex.plan, ex.plan]  # the widest chunk's activations for the rest
         except BaseException:
             self.close()
             raise
-        self.chunks: list[ChunkRun] = []     # every chunk run since the caller last cleared it
+        self.chunks: list[ChunkRun] = []  # every chunk run since the caller last cleared it
 
     def run(self, tokens, pos0: int, should_stop=None) -> int | None:
         """Fill the KV cache for tokens at positions pos0..; returns how many were covered (a
@@ -152,7 +158,10 @@ class Prefill:
             ids = ex.plan.slices[(TOKENS, "data")]
             # padding rows repeat the last token: their KV rows (past the prompt's) are written and
             # later overwritten by the decode steps of those positions before any step reads them
-            ids.buffer.write_u32(ids.offset // 4, [int(t) for t in tokens[done:done + n]] + [int(tokens[done + n - 1])] * (w - n))
+            ids.buffer.write_u32(
+                ids.offset // 4,
+                [int(t) for t in tokens[done : done + n]] + [int(tokens[done + n - 1])] * (w - n),
+            )
             ex.step(int(tokens[done]), pos0 + done)
             self.chunks.append(ChunkRun(w, n, ex.token_stats[-1]))
             ex.token_stats.clear()

@@ -3,6 +3,7 @@ once; every token the host writes (token, pos) into the step buffer and submits.
 0 descriptor writes, 0 allocations, 0 recordings, 1 submit per token.
 
 fuse=False records the unfused kernels once (`replay --no-fuse`): the gain of replay alone."""
+
 from __future__ import annotations
 
 import os
@@ -11,11 +12,12 @@ from collections import deque
 
 from vkdecode.executors.base import Executor, TokenStats
 from vkdecode.executors.plan import TOKEN_RING
+from vkdecode.options import MAX_TOKENS_PER_SUBMIT
 from vkdecode.stats import Counters
 from vkdecode.vk.descriptors import write_descriptor_set
 
 # steps one submit may carry: two submits in flight must stay within the GPU's token ring
-MAX_TOKENS_PER_SUBMIT = TOKEN_RING // 2
+assert MAX_TOKENS_PER_SUBMIT == TOKEN_RING // 2
 
 
 def fusion_disabled() -> bool:
@@ -23,8 +25,19 @@ def fusion_disabled() -> bool:
 
 
 class ReplayExecutor(Executor):
-    def __init__(self, device, program, weights, caps=None, progress=None, fuse: bool = True,
-                 rules=None, profile: bool = False, tokens_per_submit: int = 1, share=()):
+    def __init__(
+        self,
+        device,
+        program,
+        weights,
+        caps=None,
+        progress=None,
+        fuse: bool = True,
+        rules=None,
+        profile: bool = False,
+        tokens_per_submit: int = 1,
+        share=(),
+    ):
         if not 1 <= tokens_per_submit <= MAX_TOKENS_PER_SUBMIT:
             raise ValueError(f"tokens_per_submit must be 1..{MAX_TOKENS_PER_SUBMIT}, not {tokens_per_submit}")
         self.tokens_per_submit = tokens_per_submit
@@ -66,10 +79,12 @@ class ReplayExecutor(Executor):
 
     def _partition(self):
         from fusion.partition import partition
+
         return partition(self.program, [] if not self.fuse else self.rules)
 
     def _lower(self, region):
         from vkdecode.lowering.regions import region_calls
+
         return region_calls(self.program, region, self.caps, fuse=self.fuse)
 
     def _across_regions(self, calls, owners):
@@ -77,6 +92,7 @@ class ReplayExecutor(Executor):
             return calls, owners
         from vkdecode.lowering.attention import absorb_combines
         from vkdecode.lowering.norm_pre import add_norm_pre
+
         calls, owners = absorb_combines(self.program, calls, owners, self.caps)
         return add_norm_pre(self.program, calls, owners, self.caps)
 
@@ -96,7 +112,7 @@ class ReplayExecutor(Executor):
         sizes = [k] * (n // k) + [1] * (n % k)
         dev = self.device
         inflight: deque = deque()
-        submitted = [0, 0]          # submits so far of 1-step and of K-step recordings
+        submitted = [0, 0]  # submits so far of 1-step and of K-step recordings
         self._write_step(token, pos)
 
         def submit(i: int) -> None:
@@ -112,7 +128,7 @@ class ReplayExecutor(Executor):
             submitted[batch] += 1
 
         try:
-            first = 0           # token index of the oldest submit in flight
+            first = 0  # token index of the oldest submit in flight
             nsub = 0
             while nsub < min(2, len(sizes)):
                 submit(nsub)
@@ -122,7 +138,7 @@ class ReplayExecutor(Executor):
                 fence, ts, size, host_us, counters = inflight.popleft()
                 dev.wait_fence(fence)
                 toks = [self.plan.ring_token(pos + first + i) for i in range(size)]
-                ns = ts.read_ns(0, 2)     # read before that recording is resubmitted
+                ns = ts.read_ns(0, 2)  # read before that recording is resubmitted
                 if nsub < len(sizes):
                     submit(nsub)
                     nsub += 1
@@ -151,8 +167,12 @@ class ReplayExecutor(Executor):
     def close(self) -> None:
         if getattr(self, "plan", None) is not None:
             super().close()
-            for obj in [*getattr(self, "cmds", []), *getattr(self, "ts_pools", [])[1:],   # absent when
-                        *getattr(self, "batch_cmds", []), *getattr(self, "batch_ts", []),  # __init__
-                        getattr(self, "pool", None)]:                                   # failed
+            for obj in [
+                *getattr(self, "cmds", []),
+                *getattr(self, "ts_pools", [])[1:],  # absent when
+                *getattr(self, "batch_cmds", []),
+                *getattr(self, "batch_ts", []),  # __init__
+                getattr(self, "pool", None),
+            ]:  # failed
                 if obj is not None:
                     obj.close()

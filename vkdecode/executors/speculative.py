@@ -19,6 +19,7 @@ on this device (on an H100 the per-op 9-row chunk step of SmolLM2 is ~4.5 plain 
 low acceptance (code edits on the H100: 2.2 tokens per verify, 0.75x plain) must fall back to plain
 steps instead of losing to them.
 """
+
 from __future__ import annotations
 
 import time
@@ -51,10 +52,10 @@ class PromptLookup:
 
     def extend(self, toks) -> None:
         for t in toks:
-            i = len(self.tokens)      # the n-grams ending just before token i now have a successor
+            i = len(self.tokens)  # the n-grams ending just before token i now have a successor
             for n in range(1, self.max_ngram + 1):
                 if i >= n:
-                    self.after[tuple(self.tokens[i - n:i])] = i
+                    self.after[tuple(self.tokens[i - n : i])] = i
             self.tokens.append(int(t))
 
     def draft(self) -> list[int]:
@@ -78,7 +79,7 @@ class VerifyPolicy:
     1 / PROBE_COST of the time, so a text turning repetitive is noticed: on lavapipe a 9-row
     verify step costs ~11 fused steps, and a probe every 16 steps cost summaries 0.7x of plain."""
 
-    ALPHA = 0.25        # weight of the newest sample in a running mean
+    ALPHA = 0.25  # weight of the newest sample in a running mean
     PROBE_EVERY = 16
     PROBE_COST = 8
 
@@ -120,33 +121,37 @@ class VerifyPolicy:
 @dataclass
 class SpecStats:
     verify_steps: int = 0
-    plain_steps: int = 0          # no draft found, or checking it did not pay: the decode step ran
-    declined: int = 0             # drafts found but not checked (VerifyPolicy): each a burst of plain steps
-    drafted: int = 0              # draft tokens checked (padding excluded)
+    plain_steps: int = 0  # no draft found, or checking it did not pay: the decode step ran
+    declined: int = 0  # drafts found but not checked (VerifyPolicy): each a burst of plain steps
+    drafted: int = 0  # draft tokens checked (padding excluded)
     accepted: int = 0
     emitted: int = 0
 
     def as_dict(self) -> dict:
         d = dict(self.__dict__)
         d["acceptance_rate"] = self.accepted / self.drafted if self.drafted else 0.0
-        d["tokens_per_verify"] = ((self.emitted - self.plain_steps) / self.verify_steps
-                                  if self.verify_steps else 0.0)
+        d["tokens_per_verify"] = (
+            (self.emitted - self.plain_steps) / self.verify_steps if self.verify_steps else 0.0
+        )
         return d
 
 
 class Speculative:
     """The verify executor of one decode executor (sharing its weights, caches, step buffer)."""
 
-    def __init__(self, decode_ex, k: int, always_verify: bool = False):
+    def __init__(self, decode_ex, k: int, always_verify: bool = False, prefill=None):
         from fusion.chunk import chunk_program
         from vkdecode.executors.prefill import chunk_executor
+
         if k < 1:
             raise UsageError(f"--speculative takes K >= 1 draft tokens, not {k}")
         if decode_ex.samples:
             raise UsageError("speculative decoding is greedy only: load without sampling (temp 0)")
         self.decode_ex, self.k = decode_ex, k
-        share = [decode_ex.plan] + ([next(iter(decode_ex.prefill_set.runners.values())).plan]
-                                    if decode_ex.prefill_set and decode_ex.prefill_set.runners else [])
+        # the widest prompt chunk's activations (prefill: executors.prefill.Prefill) are big enough
+        share = [decode_ex.plan] + (
+            [next(iter(prefill.runners.values())).plan] if prefill is not None and prefill.runners else []
+        )
         prog = chunk_program(decode_ex.program, k + 1, "all")
         self.verify = chunk_executor(decode_ex.mode, decode_ex.device, prog, decode_ex.caps, share)
         self.stats = SpecStats()
@@ -167,7 +172,7 @@ class Speculative:
             t0 = time.perf_counter()
             if drafts and not self.policy.pays():
                 self.stats.declined += 1
-                emitted = list(ex.decode(token, pos, min(left, DECLINE_BURST)))   # a TokenStats each
+                emitted = list(ex.decode(token, pos, min(left, DECLINE_BURST)))  # a TokenStats each
                 self.stats.plain_steps += len(emitted)
                 self.policy.skip(len(emitted) - 1)
                 self.policy.note_plain((time.perf_counter() - t0) / len(emitted))
@@ -200,7 +205,7 @@ class Speculative:
         k = self.k
         self.stats.verify_steps += 1
         self.stats.drafted += len(drafts)
-        rows = [token] + drafts + [drafts[-1]] * (k - len(drafts))   # padding: never accepted
+        rows = [token] + drafts + [drafts[-1]] * (k - len(drafts))  # padding: never accepted
         ids.buffer.write_u32(ids.offset // 4, rows)
         self.verify.step(token, pos)
         g = [int(x) for x in out.read_array("uint32", k + 1)]
@@ -208,7 +213,7 @@ class Speculative:
         while n < len(drafts) and drafts[n] == g[n]:
             n += 1
         self.stats.accepted += n
-        return g[:n + 1]
+        return g[: n + 1]
 
     def close(self) -> None:
         self.verify.close()

@@ -1,5 +1,6 @@
 """The baseline: one dispatch per op, a descriptor set allocated and written for every dispatch and
 the command buffer recorded again every token, as llama.cpp's and MLX's Vulkan paths do."""
+
 from __future__ import annotations
 
 from vkdecode.executors.base import Executor
@@ -38,6 +39,6 @@ class UnfusedExecutor(Executor):
     def close(self) -> None:
         if getattr(self, "plan", None) is not None:
             super().close()
-            for obj in (getattr(self, "cmd", None), getattr(self, "pool", None)):   # None: __init__ failed
+            for obj in (getattr(self, "cmd", None), getattr(self, "pool", None)):  # None: __init__ failed
                 if obj is not None:
                     obj.close()

@@ -1,5 +1,6 @@
 """(QK_NORM_)ROPE_KV_WRITE_ATTENTION -> one fused dispatch on the split-K grid (+ attention_combine
 when split, which absorb_combines then hands to the o-projection), and ADD_RMS_NORM -> one dispatch."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -7,53 +8,55 @@ from dataclasses import replace
 
 from fusion.ir import Program
 from fusion.rules import Region
-from vkdecode.lowering.ops import (
+from vkdecode.lowering.calls import (
     AttnGrid,
     Binding,
     KernelCall,
     KernelCaps,
-    _groups,
-    _reduce_defines,
-    _wg,
     attention_splits,
     combine_call,
+    flat_groups,
     kv_defines,
     partials,
+    reduce_defines,
+    wg_size,
 )
 
 # Decode attention is latency-bound (a few rows per workgroup, chains of dependent loads), so the
 # grid trades workgroups per head (splits, whose partials the o-projection combines as it loads:
 # absorb_combines) against rows per workgroup. H100, tok/s of the whole fused step at ctx 192
-# (bench/sweep_attention.py, bench/results/nvidia-h100-80gb-hbm3/sweep-wg-*.json), subgroup-rows
+# (bench/sweep_attention.py, bench/results/nvidia-h100-80gb-hbm3/2026-11-21-attention-sweeps/sweep-wg-*.json), subgroup-rows
 # kernel: SmolLM2 shape (head_dim 64) 1417 / 1459 / 1486 with 1 / 2 / 4 splits of 256 invocations,
 # 1496 with 4 of 512; Qwen3-0.6B shape (head_dim 128) f16 916 / 935 / 952 with 1 / 2 / 4 of 256,
 # 956 with 2 of 512; 1024 invocations was slower for both. The workgroup form (the portable
 # fallback) was best at 256 invocations and 4 splits (sweep-kern-*.json).
-ATTN_WG = 256           # invocations per workgroup, workgroup form
-ATTN_WG_SG = 512        # invocations per workgroup, subgroup-rows form
-SPLIT_WIDTH = 256       # automatic splits: about this many head elements per head over all splits
+ATTN_WG = 256  # invocations per workgroup, workgroup form
+ATTN_WG_SG = 512  # invocations per workgroup, subgroup-rows form
+SPLIT_WIDTH = 256  # automatic splits: about this many head elements per head over all splits
 # and at least this many for heads up to 128 wide: H100, ctx 1024, whole step GPU µs at positions
 # 16-48 / 400-432, 2 splits (SPLIT_WIDTH's) vs 4: Qwen3-0.6B F16 1147 / 1232 vs 1073 / 1136,
 # Llama-3.1-8B Q4_K_M 4234 / 4333 vs 4111 / 4204; 8 were worse than 4 there and for head_dim 64
-# (SmolLM2 695 vs 709, Llama-3.2-1B 1227 vs 1242; bench/results/nvidia-h100-80gb-hbm3/attn-splits/)
+# (SmolLM2 695 vs 709, Llama-3.2-1B 1227 vs 1242; bench/results/nvidia-h100-80gb-hbm3/2026-11-25-attn-splits/)
 MIN_SPLITS_128 = 4
-SPLIT_ROWS_CTX = 256    # the context those sweeps ran at: GPU live splits keep its rows per split (live_rows)
+SPLIT_ROWS_CTX = 256  # the context those sweeps ran at: GPU live splits keep its rows per split (live_rows)
 # GPU grids at most this many splits: H100, Qwen3's 16 heads x 16 = 256 workgroups, about 2 per SM;
 # position 1000 gets 16 splits of 63 rows (head_dim 64 and 128), whatever --ctx is
 MAX_SPLITS = 16
-CX_BATCH = 8            # splits the o-projection's absorbed combine loads together (matmul_add.comp CX_B)
-SG_BATCH = 8            # rows per subgroup batch of the subgroup-rows kernel (registers: 2 x RB x EPL)
+CX_BATCH = 8  # splits the o-projection's absorbed combine loads together (matmul_add.comp CX_B)
+SG_BATCH = 8  # rows per subgroup batch of the subgroup-rows kernel (registers: 2 x RB x EPL)
 
 
 def attention_grid(ctx: int, head_dim: int, caps: KernelCaps) -> tuple[int, int, int]:
     """(splits S, max rows per split, live splits at least) of the fused attention. CPUs
-    (caps.attn_live_rows < 0): kernels.attention_splits (bounded by attn_max_chunk rows at full
+    (caps.attn_live_rows < 0): calls.attention_splits (bounded by attn_max_chunk rows at full
     context), and at least caps.attn_splits. GPUs: the grid of live splits of gpu_split_rows rows,
     at most max_splits of them (beyond that the rows per split grow), so a position runs the same
     splits, of the same rows, whatever --ctx is (before, S = ctx / attn_max_chunk clamped the live
     count: position 1000, head_dim 128 ran 5 splits at ctx 1280 and 8 at 8192). The minimum (the
     third value; automatic: 4 for head_dim 64 and 128) keeps small positions spread over a GPU."""
-    want = caps.attn_splits or max(1, min(8, SPLIT_WIDTH // head_dim), MIN_SPLITS_128 if head_dim <= 128 else 1)
+    want = caps.attn_splits or max(
+        1, min(8, SPLIT_WIDTH // head_dim), MIN_SPLITS_128 if head_dim <= 128 else 1
+    )
     if caps.attn_live_rows >= 0:
         rows = gpu_split_rows(want, caps)
         s = min(ctx, max(want, min(max_splits(want, caps), -(-ctx // rows))))
@@ -90,12 +93,18 @@ def live_rows(maxchunk: int, min_s: int, caps: KernelCaps) -> int:
     return min(maxchunk, gpu_split_rows(min_s, caps))
 
 
-def _subgroup_rows(d: int, wg: int, caps: KernelCaps) -> bool:
+def subgroup_rows(d: int, wg: int, caps: KernelCaps) -> bool:
     """The subgroup-rows kernel needs subgroup arithmetic, a subgroup size the driver cannot change
     under it (min == max), and a head that splits evenly over the lanes, a few elements each."""
     lanes = caps.subgroup_size
-    return (caps.attn_kernel != "wg" and caps.subgroup_arithmetic and caps.subgroup_fixed
-            and wg % lanes == 0 and d % lanes == 0 and 1 <= d // lanes <= 16)
+    return (
+        caps.attn_kernel != "wg"
+        and caps.subgroup_arithmetic
+        and caps.subgroup_fixed
+        and wg % lanes == 0
+        and d % lanes == 0
+        and 1 <= d // lanes <= 16
+    )
 
 
 def _sg_shared_bytes(wg: int, lanes: int, d: int) -> int:
@@ -111,49 +120,75 @@ def rope_kv_write_attention(p: Program, region: Region, caps: KernelCaps) -> lis
     out = r["out"]
     ctx = p.values[r["k_cache"]].shape[0]
     window = int(a.get("window", 0))
-    s, maxchunk, min_s = attention_grid(min(ctx, window) if window else ctx, d, caps)   # rows it can see
+    s, maxchunk, min_s = attention_grid(min(ctx, window) if window else ctx, d, caps)  # rows it can see
     qk_norm = "q_norm_w" in r
-    defines = _reduce_defines(caps) + ((("NEOX", "1"),) if a["layout"] == "neox" else ()) \
-        + ((("QK_NORM", "1"),) if qk_norm else ()) + kv_defines(p, r["k_cache"])
+    defines = (
+        reduce_defines(caps)
+        + ((("NEOX", "1"),) if a["layout"] == "neox" else ())
+        + ((("QK_NORM", "1"),) if qk_norm else ())
+        + kv_defines(p, r["k_cache"])
+    )
     f16 = p.values[r["k_cache"]].dtype == "f16"
     shader = "rope_kv_write_attention"
-    wg = _wg(caps, caps.attn_wg or ATTN_WG_SG, cap=1024)
+    wg = wg_size(caps, caps.attn_wg or ATTN_WG_SG, cap=1024)
     lanes = caps.subgroup_size
     while wg > lanes and _sg_shared_bytes(wg, lanes, d) > caps.max_shared:
         wg //= 2
     # an f16 cache word is two elements: a lane writes whole words only with an even EPL
-    if (_subgroup_rows(d, wg, caps) and _sg_shared_bytes(wg, lanes, d) <= caps.max_shared
-            and not (f16 and (d // lanes) % 2)):
-        rb = min(SG_BATCH, -(-maxchunk // (wg // lanes)))   # rows a subgroup loads before using them
+    if (
+        subgroup_rows(d, wg, caps)
+        and _sg_shared_bytes(wg, lanes, d) <= caps.max_shared
+        and not (f16 and (d // lanes) % 2)
+    ):
+        rb = min(SG_BATCH, -(-maxchunk // (wg // lanes)))  # rows a subgroup loads before using them
         shader += "_sg"
         defines += (("LANES", str(lanes)), ("EPL", str(d // lanes)), ("RB", str(rb)))
     else:
-        wg = _wg(caps, caps.attn_wg or ATTN_WG, cap=1024)
-        du = d // 4 if d % 4 == 0 else d      # P.V units per row, as the shader's RG
+        wg = wg_size(caps, caps.attn_wg or ATTN_WG, cap=1024)
+        du = d // 4 if d % 4 == 0 else d  # P.V units per row, as the shader's RG
         rg = wg // du if wg >= du else 1
         if 4 * (3 * d + maxchunk + rg * d + 2 * wg) > caps.max_shared:
             return None
         defines += (("KVEC", "1"),) if d % 4 == 0 else ()
     spec = (wg, h, kvh, d, s, maxchunk, float(a["scale"]), 0.0, float(a.get("eps", 0.0)), window, min_s)
-    ins = (Binding(r["q"]), Binding(r["k"]), Binding(r["v"]), Binding(r["step"]),
-           Binding(r["k_cache"]), Binding(r["v_cache"]))
+    ins = (
+        Binding(r["q"]),
+        Binding(r["k"]),
+        Binding(r["v"]),
+        Binding(r["step"]),
+        Binding(r["k_cache"]),
+        Binding(r["v_cache"]),
+    )
     # then the q/k norm weights, then the rope table (binding B_FREQ)
     norms = (Binding(r["q_norm_w"]), Binding(r["k_norm_w"])) if qk_norm else ()
     norms += (Binding(r["freqs"]),)
     defines += (("B_FREQ", str(len(ins) + len(norms))),)
     if s == 1:
-        return [KernelCall(shader, spec, ins + (Binding(out),) + norms, (4, 5, 6),
-                           (1, h, 1), defines=defines, label=out)]
+        return [
+            KernelCall(
+                shader, spec, ins + (Binding(out),) + norms, (4, 5, 6), (1, h, 1), defines=defines, label=out
+            )
+        ]
     part, nbytes = partials(out, h, d, s)
     per_split = live_rows(maxchunk, min_s, caps)
     if per_split < maxchunk:
         defines += (("LIVE_ROWS", str(per_split)),)
     # the grid as its combine and the indirect dispatch see it: the live formula's rows per split
     grid = AttnGrid(h, d, s, per_split, min_s, window)
-    return [KernelCall(shader, spec, ins + (Binding(part),) + norms, (4, 5, 6), (s, h, 1),
-                       defines=defines + (("SPLIT", "1"),), scratch=((part, nbytes),), label=out + "[split]",
-                       live=grid if min_s < s else None),
-            combine_call(out, r["step"], grid, caps)]
+    return [
+        KernelCall(
+            shader,
+            spec,
+            ins + (Binding(part),) + norms,
+            (4, 5, 6),
+            (s, h, 1),
+            defines=defines + (("SPLIT", "1"),),
+            scratch=((part, nbytes),),
+            label=out + "[split]",
+            live=grid if min_s < s else None,
+        ),
+        combine_call(out, r["step"], grid, caps),
+    ]
 
 
 def reader_counts(calls: list[KernelCall]) -> Counter:
@@ -161,8 +196,9 @@ def reader_counts(calls: list[KernelCall]) -> Counter:
     return Counter(b.value for c in calls for i, b in enumerate(c.bindings) if i not in c.writes)
 
 
-def absorb_combines(program: Program, calls: list[KernelCall], owners: list[int],
-                    caps: KernelCaps) -> tuple[list, list]:
+def absorb_combines(
+    program: Program, calls: list[KernelCall], owners: list[int], caps: KernelCaps
+) -> tuple[list, list]:
     """Peephole over a fused step's calls: an attention_combine whose output only a matmul_add reads
     (the o-projection + residual) is dropped, and that matmul_add combines the partials as it loads
     its input (shaders/matmul_add.comp, COMBINE_X): one dispatch and one barrier fewer per layer.
@@ -172,7 +208,7 @@ def absorb_combines(program: Program, calls: list[KernelCall], owners: list[int]
     if caps.cx_rows < 0:
         return calls, owners
     readers = reader_counts(calls)
-    held: dict[str, tuple[KernelCall, int]] = {}   # combine output -> (combine, owner) not yet placed
+    held: dict[str, tuple[KernelCall, int]] = {}  # combine output -> (combine, owner) not yet placed
     out_calls, out_owners = [], []
     for call, owner in zip(calls, owners):
         if call.shader == "attention_combine":
@@ -190,7 +226,7 @@ def absorb_combines(program: Program, calls: list[KernelCall], owners: list[int]
                     out_owners.append(comb_owner)
         out_calls.append(call)
         out_owners.append(owner)
-    for comb, comb_owner in held.values():   # never read: keep it, the value is still defined
+    for comb, comb_owner in held.values():  # never read: keep it, the value is still defined
         out_calls.append(comb)
         out_owners.append(comb_owner)
     return out_calls, out_owners
@@ -198,9 +234,9 @@ def absorb_combines(program: Program, calls: list[KernelCall], owners: list[int]
 
 # An absorbing o-projection's workgroups each redo the whole combine (heads x head_dim floats per
 # live split), so it pays only while workgroups x that stay small. H100, ctx 1024 (ab_modes, GPU µs
-# per token, bench/results/nvidia-h100-80gb-hbm3/kquant-wide/ab-cx-*): Llama-3.1-8B Q4_K_M shape
+# per token, bench/results/nvidia-h100-80gb-hbm3/2026-11-25-kquant-wide/ab-cx-*): Llama-3.1-8B Q4_K_M shape
 # (2048 workgroups x 4096) 5286 absorbed vs 4390 separate, Qwen3-0.6B Q4_K_M (512 x 2048) 1227 vs
-# 1146; SmolLM2 (576 x 576) absorbed was 6% faster (session-2026-11-23c/ab-cx-smollm2-*).
+# 1146; SmolLM2 (576 x 576) absorbed was 6% faster (2026-11-23-session-c/ab-cx-smollm2-*).
 CX_ABSORB_MAX = 512 * 1024
 
 
@@ -219,29 +255,61 @@ def _combining_matmul_add(call: KernelCall, x: int, comb: KernelCall, caps: Kern
     # slower on an H100 (sweep-cx-*.json), so the matvec's own rows unless caps.cx_rows says
     rows = min(wg, caps.cx_rows or rows)
     # the partials replace x; the step buffer goes last (it says how many splits are live)
-    bindings = call.bindings[:x] + (comb.bindings[0],) + call.bindings[x + 1:] + (comb.bindings[2],)
-    defines = call.defines + (("COMBINE_X", "1"), ("CX_H", str(h)), ("CX_D", str(d)), ("CX_S", str(s)),
-                              ("CX_MAXCHUNK", str(maxchunk)), ("CX_MIN_S", str(min_s)), ("CX_WINDOW", str(window)),
-                              ("CX_B", str(min(s, CX_BATCH))))
-    return replace(call, spec=(wg, k, m, rows), groups=_groups(-(-m // rows)), bindings=bindings, defines=defines,
-                   scratch=call.scratch + comb.scratch, label=call.label + "+combine")
+    bindings = call.bindings[:x] + (comb.bindings[0],) + call.bindings[x + 1 :] + (comb.bindings[2],)
+    defines = call.defines + (
+        ("COMBINE_X", "1"),
+        ("CX_H", str(h)),
+        ("CX_D", str(d)),
+        ("CX_S", str(s)),
+        ("CX_MAXCHUNK", str(maxchunk)),
+        ("CX_MIN_S", str(min_s)),
+        ("CX_WINDOW", str(window)),
+        ("CX_B", str(min(s, CX_BATCH))),
+    )
+    return replace(
+        call,
+        spec=(wg, k, m, rows),
+        groups=flat_groups(-(-m // rows)),
+        bindings=bindings,
+        defines=defines,
+        scratch=call.scratch + comb.scratch,
+        label=call.label + "+combine",
+    )
 
 
 def add_rms_norm(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
     """sum = a + b and out = rms_norm(sum) * w in one workgroup (x is a few thousand floats)."""
     r = region.roles
     n = p.values[r["sum"]].numel
-    wg = _wg(caps, n, cap=256)
+    wg = wg_size(caps, n, cap=256)
     b = (Binding(r["a"]), Binding(r["b"]), Binding(r["norm_w"]), Binding(r["sum"]), Binding(r["out"]))
-    return [KernelCall("add_rms_norm", (wg, n, float(region.attrs["eps"])), b, (3, 4), (1, 1, 1),
-                       defines=_reduce_defines(caps), label=r["sum"] + "+" + r["out"])]
+    return [
+        KernelCall(
+            "add_rms_norm",
+            (wg, n, float(region.attrs["eps"])),
+            b,
+            (3, 4),
+            (1, 1, 1),
+            defines=reduce_defines(caps),
+            label=r["sum"] + "+" + r["out"],
+        )
+    ]
 
 
 def rms_norm_add(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
     """sum = residual + rms_norm(x) * w in one workgroup (Gemma's post-attention / post-FFN norm)."""
     r = region.roles
     n = p.values[r["sum"]].numel
-    wg = _wg(caps, n, cap=256)
+    wg = wg_size(caps, n, cap=256)
     b = (Binding(r["x"]), Binding(r["norm_w"]), Binding(r["residual"]), Binding(r["sum"]))
-    return [KernelCall("rms_norm_add", (wg, n, float(region.attrs["eps"])), b, (3,), (1, 1, 1),
-                       defines=_reduce_defines(caps), label=r["sum"])]
+    return [
+        KernelCall(
+            "rms_norm_add",
+            (wg, n, float(region.attrs["eps"])),
+            b,
+            (3,),
+            (1, 1, 1),
+            defines=reduce_defines(caps),
+            label=r["sum"],
+        )
+    ]

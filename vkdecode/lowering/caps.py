@@ -1,6 +1,7 @@
 """KernelCaps: what the shaders may use on a device, and the tuning knobs with their per-device-type
 defaults (each CPU default names the lavapipe measurement that chose it). Split from kernels.py,
 which re-exports it: every kernel builder takes one."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class KernelCaps:
     """What the shaders may use on this device, plus tuning knobs (0 = choose automatically)."""
+
     subgroup_size: int
     subgroup_arithmetic: bool
     max_storage_range: int
@@ -16,52 +18,69 @@ class KernelCaps:
     max_shared: int
     min_align: int
     subgroup_fixed: bool = False  # min == max subgroup size: shaders may rely on subgroup_size lanes
-    integer_dot: bool = False   # shaderIntegerDotProduct (OpUDot / OpSUDot on packed 4x8-bit vectors)
+    integer_dot: bool = False  # shaderIntegerDotProduct (OpUDot / OpSUDot on packed 4x8-bit vectors)
     integer_dot_fast: bool = False  # and the driver says they are accelerated (its ...Accelerated properties)
-    coop_matrix: bool = False   # VK_NV_cooperative_matrix, shaderFloat16, vulkanMemoryModel, 16-bit storage (*_coop.comp)
-    attn_max_chunk: int = 256   # kv rows per attention workgroup at full context (sets the split count)
-    attn_splits: int = 0        # fused attention workgroups per head at least (0: fused_attention chooses)
-    attn_live_rows: int = 0     # rows per live split at a position (0: fused_attention.live_rows, < 0: MAXCHUNK)
-    attn_max_splits: int = 0    # GPUs (attn_live_rows >= 0): splits of an attention grid at most (0: auto)
-    attn_wg: int = 0            # fused attention workgroup size (0: fused_attention.ATTN_WG[_SG])
-    attn_kernel: str = ""       # fused attention: "sg" (subgroup rows) where it fits, "wg" never; "" auto
-    cx_rows: int = 0            # rows per workgroup of an o-projection combining attention partials (0: auto,
-                                # < 0: none does, split attention keeps its attention_combine dispatch)
+    coop_matrix: bool = (
+        False  # VK_NV_cooperative_matrix, shaderFloat16, vulkanMemoryModel, 16-bit storage (*_coop.comp)
+    )
+    attn_max_chunk: int = 256  # kv rows per attention workgroup at full context (sets the split count)
+    attn_splits: int = 0  # fused attention workgroups per head at least (0: attention.py chooses)
+    attn_live_rows: int = 0  # rows per live split at a position (0: attention.live_rows, < 0: MAXCHUNK)
+    attn_max_splits: int = 0  # GPUs (attn_live_rows >= 0): splits of an attention grid at most (0: auto)
+    attn_wg: int = 0  # fused attention workgroup size (0: attention.ATTN_WG[_SG])
+    attn_kernel: str = ""  # fused attention: "sg" (subgroup rows) where it fits, "wg" never; "" auto
+    cx_rows: int = 0  # rows per workgroup of an o-projection combining attention partials (0: auto,
+    # < 0: none does, split attention keeps its attention_combine dispatch)
     matvec_wg: int = 0
     matvec_rows: int = 0
-    kwide: int = 0              # K-quant matvecs in 32-element units sharing one scale decode (0: rows of
-                                # 4096 and more, > 0: all, < 0: none: 8-element units)
-    kq_inplace: int = 0         # wide K-quant units' nibbles read in place by float bits (dequant.glsl pos4;
-                                # 0: yes, < 0: by shifts and int-to-float conversions, define NIB_OLD)
-    kw_split: int = 0           # wide q4_k / q6_k units take every row's weights, then x in halves
-                                # (shaders/kwide_rows.glsl; 0: yes, < 0: load_x + unit_dot, define KW_JOINT)
-    kq_idot: int = 0            # split wide q4_k / q6_k units on integer dot products, x as 22-bit block fixed point made
-                                # in registers (dequant.glsl KQ_IDOT), and split at every width (kernels.kq_idot;
-                                # 0: where accelerated, > 0: where shaderIntegerDotProduct, < 0: never)
-    kq_idot_q6: int = 0         # and q6_k units too where kq_idot applies (0: yes, < 0: q4_k only)
-    kw_balance: int = 0         # wide q4_k / q6_k rows of an odd multiple of 64 units (14336-wide: 448) take
-                                # units / 2 lanes, two units each, where a power of two left lanes idle
-                                # (kernels.kw_balanced; 0 or > 0: with subgroup arithmetic, < 0: never)
-    norm_pre: int = 0           # a matmul_add feeding an RMS norm also writes x * norm_w and partial sums
-                                # of x^2 for the norm's matvec (fused_norm_pre.py; 0: from 2048-element
-                                # vectors, > 0: always, < 0: never)
-    norm_pre_late: int = 0      # its consumers sum those partials after their weight loop, not before
-                                # (NORM_PRE_LATE; 0: where their weights are K-quants, > 0: always, < 0: never)
-    matmul_narrow: int = 0      # chunk widths up to this take matmul_rows_narrow (0: 16, < 0: never)
-    narrow_lanes: int = 0       # matmul_rows_narrow invocations per weight row (0: auto, up to 32; < 0: the tile width)
-    matmul_wide: int = 0        # chunk widths from this take matmul_rows_wide (0: 17, < 0: never)
-    chunk_fuse: int = 0         # narrow chunks (verify steps) as fused regions (kernels_rows_fused; 0: off, 1: on)
-    matmul_coop: int = 0        # chunk widths from this take matmul_rows_coop where coop_matrix (0: 64, < 0: never)
-    coop_tile: str = ""         # its subgroups x 16x16 blocks, "SG_MxSG_N:BLK_MxBLK_N" ("": kernels_rows chooses)
-    matmul_tile: str = ""       # its TMxTN micro-tile ("8x8", "8x4", "4x8", "4x4"; "": kernels_rows chooses)
-    matmul_splitk: int = 0      # its k splits (0: enough for matmul_groups workgroups, 1: none)
-    matmul_groups: int = 0      # workgroups a wide matmul should reach at least (0: 264, 2 per SM of an H100)
-    prefill_chunk_rows: int = 0  # a prompt chunk's fixed cost in rows, for padded chunk plans (0: 64; < 0: no padding)
-    attn_coop: int = 0          # chunk attention on the tensor cores where coop_matrix (0: head_dim <= 128, > 0: any, < 0: never)
-    attn_gqa_rows: int = 0      # chunks from this many rows take attention_rows_gqa when attn_rows_q is auto (0: 17)
-    attn_rows_q: int = 0        # chunk attention: rows per attention_rows_gqa workgroup (0: auto, < 0: per-row kernel)
-    head_blocks: int = 0        # row blocks per lm_head + argmax workgroup (0: fused_matvec.ARGMAX_PARTIALS pairs)
-    head_ops: bool = False      # the final norm + lm_head + argmax region runs its ops' kernels, not the fused one
+    kwide: int = 0  # K-quant matvecs in 32-element units sharing one scale decode (0: rows of
+    # 4096 and more, > 0: all, < 0: none: 8-element units)
+    kq_inplace: int = 0  # wide K-quant units' nibbles read in place by float bits (dequant.glsl pos4;
+    # 0: yes, < 0: by shifts and int-to-float conversions, define NIB_OLD)
+    kw_split: int = 0  # wide q4_k / q6_k units take every row's weights, then x in halves
+    # (shaders/kwide_rows.glsl; 0: yes, < 0: load_x + unit_dot, define KW_JOINT)
+    kq_idot: int = (
+        0  # split wide q4_k / q6_k units on integer dot products, x as 22-bit block fixed point made
+    )
+    # in registers (dequant.glsl KQ_IDOT), and split at every width (calls.kq_idot;
+    # 0: where accelerated, > 0: where shaderIntegerDotProduct, < 0: never)
+    kq_idot_q6: int = 0  # and q6_k units too where kq_idot applies (0: yes, < 0: q4_k only)
+    kw_balance: int = 0  # wide q4_k / q6_k rows of an odd multiple of 64 units (14336-wide: 448) take
+    # units / 2 lanes, two units each, where a power of two left lanes idle
+    # (calls.kw_balanced; 0 or > 0: with subgroup arithmetic, < 0: never)
+    norm_pre: int = 0  # a matmul_add feeding an RMS norm also writes x * norm_w and partial sums
+    # of x^2 for the norm's matvec (norm_pre.py; 0: from 2048-element
+    # vectors, > 0: always, < 0: never)
+    norm_pre_late: int = 0  # its consumers sum those partials after their weight loop, not before
+    # (NORM_PRE_LATE; 0: where their weights are K-quants, > 0: always, < 0: never)
+    matmul_narrow: int = 0  # chunk widths up to this take matmul_rows_narrow (0: 16, < 0: never)
+    narrow_lanes: int = (
+        0  # matmul_rows_narrow invocations per weight row (0: auto, up to 32; < 0: the tile width)
+    )
+    matmul_wide: int = 0  # chunk widths from this take matmul_rows_wide (0: 17, < 0: never)
+    chunk_fuse: int = 0  # narrow chunks (verify steps) as fused regions (rows_fused.py; 0: off, 1: on)
+    matmul_coop: int = 0  # chunk widths from this take matmul_rows_coop where coop_matrix (0: 64, < 0: never)
+    coop_tile: str = ""  # its subgroups x 16x16 blocks, "SG_MxSG_N:BLK_MxBLK_N" ("": rows.py chooses)
+    matmul_tile: str = ""  # its TMxTN micro-tile ("8x8", "8x4", "4x8", "4x4"; "": rows.py chooses)
+    matmul_splitk: int = 0  # its k splits (0: enough for matmul_groups workgroups, 1: none)
+    matmul_groups: int = 0  # workgroups a wide matmul should reach at least (0: 264, 2 per SM of an H100)
+    prefill_chunk_rows: int = (
+        0  # a prompt chunk's fixed cost in rows, for padded chunk plans (0: 64; < 0: no padding)
+    )
+    attn_coop: int = (
+        0  # chunk attention on the tensor cores where coop_matrix (0: head_dim <= 128, > 0: any, < 0: never)
+    )
+    attn_gqa_rows: int = (
+        0  # chunks from this many rows take attention_rows_gqa when attn_rows_q is auto (0: 17)
+    )
+    attn_rows_q: int = (
+        0  # chunk attention: rows per attention_rows_gqa workgroup (0: auto, < 0: per-row kernel)
+    )
+    head_blocks: int = 0  # row blocks per lm_head + argmax workgroup (0: matvec.ARGMAX_PARTIALS pairs)
+    head_ops: bool = (
+        False  # the final norm + lm_head + argmax region runs its ops' kernels, not the fused one
+    )
+    device_cpu: bool = False  # a CPU implementation (lavapipe): the measured CPU launch shapes below apply
 
     @classmethod
     def from_info(cls, info, **tuning) -> KernelCaps:
@@ -72,7 +91,7 @@ class KernelCaps:
             tuning.setdefault("matvec_rows", 16)
             # and per idle lane: a 128/256-lane matvec over 72/192 units (SmolLM2 q4_1) runs its
             # idle subgroups too. 16 lanes: fused step 148 -> 100 ms, per-op replay 151 -> 97
-            # (8 lanes, 32 x 32 rows and 64 were slower; bench/results/llvmpipe/cpufuse/summary.md)
+            # (8 lanes, 32 x 32 rows and 64 were slower; bench/results/llvmpipe/2026-11-23-cpufuse/README.md)
             tuning.setdefault("matvec_wg", 16)
             # and the fused attention in 32-lane workgroups (4 subgroups owning rows) instead of
             # 512: SmolLM2 at position 120, 30 layers: 67 -> 6.6 ms (16 / 64 lanes 7.8 / 9.3, the
@@ -102,7 +121,7 @@ class KernelCaps:
             tuning.setdefault("kq_inplace", -1)
             # and whole wide units, x loaded at once (lavapipe, K-quant 3072x1024 / 1024x3072 matvecs:
             # q4_k 967-989 / 1055-1062 µs whole vs 1115-1128 / 1108 split, q6_k within 2%;
-            # bench/results/llvmpipe/kwide-split/; the H100's gain is in kernels.kw_split)
+            # bench/results/llvmpipe/2026-11-25-kwide-split/; the H100's gain is in calls.kw_split)
             tuning.setdefault("kw_split", -1)
             # and power-of-two matvec workgroups (matvec_wg is 16 lanes there anyway)
             tuning.setdefault("kw_balance", -1)
@@ -117,17 +136,26 @@ class KernelCaps:
             tuning.setdefault("attn_gqa_rows", 2)
             # and exact chunk widths: a CPU's chunk costs its rows, so padding rows is waste there
             tuning.setdefault("prefill_chunk_rows", -1)
-        return cls(subgroup_size=int(f.get("subgroup_size", 1) or 1),
-                   subgroup_arithmetic=bool(f.get("subgroup_arithmetic", False)),
-                   subgroup_fixed=f.get("min_subgroup_size") == f.get("max_subgroup_size") == f.get("subgroup_size"),
-                   integer_dot=bool(f.get("integer_dot")),
-                   integer_dot_fast=bool(f.get("integer_dot") and f.get("integer_dot_fast")),
-                   coop_matrix=bool(f.get("coop_matrix_nv") and f.get("float16") and f.get("vulkan_memory_model")
-                                    and f.get("storage_16bit") and "shuffle" in f.get("subgroup_ops", ())),
-                   max_storage_range=int(lim["max_storage_buffer_range"]),
-                   max_invocations=int(lim["max_workgroup_invocations"]),
-                   max_shared=int(lim["max_shared_memory"]),
-                   min_align=int(lim["min_storage_buffer_offset_alignment"]), **tuning)
+            tuning["device_cpu"] = True
+        return cls(
+            subgroup_size=int(f.get("subgroup_size", 1) or 1),
+            subgroup_arithmetic=bool(f.get("subgroup_arithmetic", False)),
+            subgroup_fixed=f.get("min_subgroup_size") == f.get("max_subgroup_size") == f.get("subgroup_size"),
+            integer_dot=bool(f.get("integer_dot")),
+            integer_dot_fast=bool(f.get("integer_dot") and f.get("integer_dot_fast")),
+            coop_matrix=bool(
+                f.get("coop_matrix_nv")
+                and f.get("float16")
+                and f.get("vulkan_memory_model")
+                and f.get("storage_16bit")
+                and "shuffle" in f.get("subgroup_ops", ())
+            ),
+            max_storage_range=int(lim["max_storage_buffer_range"]),
+            max_invocations=int(lim["max_workgroup_invocations"]),
+            max_shared=int(lim["max_shared_memory"]),
+            min_align=int(lim["min_storage_buffer_offset_alignment"]),
+            **tuning,
+        )
 
 
 # ---------------------------------------------------------------- helpers

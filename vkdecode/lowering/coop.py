@@ -1,24 +1,25 @@
 """Shapes of the tensor-core chunk matmul (shaders/matmul_rows_coop.comp, VK_NV_cooperative_matrix).
 
-Pure choice, no Vulkan: kernels_rows._matmul asks coop_shape first and falls back to the
+Pure choice, no Vulkan: rows._matmul asks coop_shape first and falls back to the
 register-blocked matmul_rows_wide where it says None (no cooperative matrices, a subgroup size
 other than a fixed 32, a width under caps.matmul_coop, a tile grid that does not divide the
 weight or the chunk exactly, or an architecture whose matmul inputs do not fit f16);
-kernels_rows._attention asks coop_attention_shape (shaders/attention_rows_coop.comp) likewise.
+rows._attention asks coop_attention_shape (shaders/attention_rows_coop.comp) likewise.
 """
+
 from __future__ import annotations
 
 from vkdecode.lowering.caps import KernelCaps
+from vkdecode.models import ARCHITECTURES
 
-COOP_BK = 32                 # the kernel's k step
-COOP_START = 64              # default narrowest chunk: under it the f32 kernels' tiles fit as well
+COOP_BK = 32  # the kernel's k step
+COOP_START = 64  # default narrowest chunk: under it the f32 kernels' tiles fit as well
 # (SG_M, SG_N, BLK_M, BLK_N): subgroups along weight rows x chunk rows, 16x16 blocks per subgroup
 COOP_TILES = ((2, 2, 4, 4), (2, 2, 4, 2), (2, 2, 2, 4), (2, 2, 2, 2))
 COOP_MAX_SPLITS = 8
-COOP_GROUPS = 132            # default workgroups to reach: one per SM of an H100 (a tile is 4-8 warps of MMAs)
-# Gemma's activations overflow f16 (its reference implementations run in bf16 or f32); the kernel
-# rounds its inputs to f16, so Gemma chunks keep the f32 kernels.
-COOP_REFUSED_ARCHS = ("gemma3",)
+COOP_GROUPS = 132  # default workgroups to reach: one per SM of an H100 (a tile is 4-8 warps of MMAs)
+# architectures whose activations overflow f16, which the kernels round their inputs to (Gemma 3)
+COOP_REFUSED_ARCHS = tuple(name for name, a in ARCHITECTURES.items() if not a.coop)
 
 
 def tile_dims(tile: tuple) -> tuple[int, int, int]:
@@ -42,8 +43,12 @@ def parse_tile(text: str) -> tuple:
 def coop_usable(caps: KernelCaps, arch: str) -> bool:
     """Both coop kernels: cooperative matrices, subgroups fixed at 32 lanes (each kernel indexes its
     16 x 16 matrices by subgroup), and an architecture whose inputs fit f16."""
-    return (caps.coop_matrix and caps.subgroup_size == 32 and caps.subgroup_fixed
-            and arch not in COOP_REFUSED_ARCHS)
+    return (
+        caps.coop_matrix
+        and caps.subgroup_size == 32
+        and caps.subgroup_fixed
+        and arch not in COOP_REFUSED_ARCHS
+    )
 
 
 def coop_shape(caps: KernelCaps, arch: str, n: int, rows: int, n_in: int) -> tuple | None:
@@ -68,6 +73,7 @@ def coop_shape(caps: KernelCaps, arch: str, n: int, rows: int, n_in: int) -> tup
     def groups(t):
         bm, bn, _ = tile_dims(t)
         return (n // bm) * (rows // bn)
+
     tile = next((t for t in fits if groups(t) >= target), fits[-1])
     splits = caps.matmul_splitk or max(1, min(COOP_MAX_SPLITS, -(-target // groups(tile))))
     return tile + (max(1, min(splits, n_in // COOP_BK)),)
@@ -80,8 +86,8 @@ def coop_shape(caps: KernelCaps, arch: str, n: int, rows: int, n_in: int) -> tup
 # per 16 rows and head reading K and V twice straight from the cache, ran 339 and 124 us at pos 0.)
 COOP_ATTN_AUTO_MAX_D = 128
 ATTN_KNOWN_ATTRS = {"n_heads", "n_kv_heads", "head_dim", "scale", "rows", "window"}
-COOP_ATTN_SUBGROUPS = 4      # subgroups per workgroup to aim for: 16-row blocks x the G heads of a kv head
-COOP_ATTN_TILES = (64, 32, 16)   # keys per shared K/V tile, the largest that fits first
+COOP_ATTN_SUBGROUPS = 4  # subgroups per workgroup to aim for: 16-row blocks x the G heads of a kv head
+COOP_ATTN_TILES = (64, 32, 16)  # keys per shared K/V tile, the largest that fits first
 
 
 def coop_attention_shared(g: int, rb: int, d: int, bkv: int) -> int:
@@ -100,8 +106,15 @@ def coop_attention_shape(caps: KernelCaps, arch: str, attrs: dict, kv_f16: bool)
     d, rows = int(attrs["head_dim"]), int(attrs.get("rows", 1))
     if caps.attn_coop == 0 and d > COOP_ATTN_AUTO_MAX_D:
         return None
-    if (not coop_usable(caps, arch) or caps.attn_coop < 0 or not kv_f16 or int(attrs.get("window", 0))
-            or d % 16 or rows % 16 or set(attrs) - ATTN_KNOWN_ATTRS):
+    if (
+        not coop_usable(caps, arch)
+        or caps.attn_coop < 0
+        or not kv_f16
+        or int(attrs.get("window", 0))
+        or d % 16
+        or rows % 16
+        or set(attrs) - ATTN_KNOWN_ATTRS
+    ):
         return None
     g = int(attrs["n_heads"]) // int(attrs["n_kv_heads"])
     rb = max(1, COOP_ATTN_SUBGROUPS // g)

@@ -1,36 +1,35 @@
 """Row-wise ops of a prompt chunk (fusion/chunk.py, attr rows=T) -> kernel calls.
 
-kernels.op_calls sends an op here when it carries rows > 1 (or an embed reads chunk token ids):
+ops.op_calls sends an op here when it carries rows > 1 (or an embed reads chunk token ids):
 the tiled matmul (shaders/matmul_rows.comp, weights decoded through dequant.glsl), the block
 causal attention, rope / kv_write at positions step.pos + t, a bias add broadcast over rows and
 a per-row argmax. Like the decode calls, nothing here depends on the chunk's position or tokens:
 the same calls are recorded once per chunk width and replayed.
 """
+
 from __future__ import annotations
 
 import struct
 
 from fusion.ir import Op, Program
-from vkdecode.lowering.coop import coop_attention_shape, coop_shape, tile_dims
-from vkdecode.lowering.ops import (
+from vkdecode.lowering.calls import (
     MAX_GROUPS_X,
     Binding,
     KernelCall,
     KernelCaps,
-    _dtype_define,
-    _groups,
-    _reduce_defines,
-    _wbindings,
-    _wg,
+    dtype_define,
+    flat_groups,
     kv_defines,
+    reduce_defines,
     row_chunks,
+    weight_bindings,
+    wg_size,
 )
+from vkdecode.lowering.coop import coop_attention_shape, coop_shape, tile_dims
+from vkdecode.quant import FLOAT_TYPES, UNIT_DTYPES
 
-MATMUL_BM = 64      # weight rows per workgroup (shaders/matmul_rows.comp BM)
+MATMUL_BM = 64  # weight rows per workgroup (shaders/matmul_rows.comp BM)
 NARROW_OUTPUTS = 64  # outputs (weight rows x BN) per matmul_rows_narrow workgroup = its size
-# dtypes dequant.glsl's unit_weights decodes a unit at a time; any other dtype it reads through
-# dequant_elem, an element at a time (correct for every dtype dequant.glsl knows, only slower)
-UNIT_DTYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0")
 
 
 def _embed(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
@@ -38,16 +37,25 @@ def _embed(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     tv = p.values[table]
     vocab, dim = tv.shape
     rows = int(op.attrs.get("rows", 1))
-    wg = _wg(caps, 256)
+    wg = wg_size(caps, 256)
     chunks = row_chunks(tv.dtype, vocab, dim, caps)
     calls = []
     for r0, n in chunks:
-        b = _wbindings(table, tv.dtype, r0, None if len(chunks) == 1 else n)
+        b = weight_bindings(table, tv.dtype, r0, None if len(chunks) == 1 else n)
         b += (Binding(ids), Binding(op.outputs[0]))
         spec = (wg, dim, n, rows, float(op.attrs.get("scale", 1.0)))
-        calls.append(KernelCall("embed_rows", spec, b, (len(b) - 1,),
-                                _groups(-(-rows * dim // wg)), push=struct.pack("<I", r0),
-                                defines=(_dtype_define(tv.dtype),), label=op.outputs[0]))
+        calls.append(
+            KernelCall(
+                "embed_rows",
+                spec,
+                b,
+                (len(b) - 1,),
+                flat_groups(-(-rows * dim // wg)),
+                push=struct.pack("<I", r0),
+                defines=(dtype_define(tv.dtype),),
+                label=op.outputs[0],
+            )
+        )
     return calls
 
 
@@ -59,12 +67,14 @@ def matmul_tile_rows(rows: int) -> int:
     return bn
 
 
-def _narrow_rows(caps: KernelCaps, bn: int) -> int:
+def narrow_rows(caps: KernelCaps, bn: int) -> int:
     """Weight rows per matmul_rows_narrow workgroup for a chunk of tile width bn, or 0 (tiled
     matmul_rows): a chunk no wider than caps.matmul_narrow (0: 16) on a device whose limits hold a
     64-invocation workgroup and its 64 x 65 floats of partial sums."""
     limit = 16 if caps.matmul_narrow == 0 else caps.matmul_narrow
-    fits = caps.max_invocations >= NARROW_OUTPUTS and caps.max_shared >= 4 * NARROW_OUTPUTS * (NARROW_OUTPUTS + 1)
+    fits = caps.max_invocations >= NARROW_OUTPUTS and caps.max_shared >= 4 * NARROW_OUTPUTS * (
+        NARROW_OUTPUTS + 1
+    )
     return NARROW_OUTPUTS // bn if bn <= min(limit, 16) and fits else 0
 
 
@@ -92,9 +102,9 @@ def narrow_shape(caps: KernelCaps, bn: int, n_in: int, units: bool) -> tuple[int
     return rw, lanes
 
 
-WIDE_WG = 256                   # matmul_rows_wide: 16 x 16 invocations
-WIDE_BK = 32                    # its k step
-WIDE_TILES = ((8, 8), (8, 4), (4, 8), (4, 4))   # TM x TN micro-tiles, the most work per load first
+WIDE_WG = 256  # matmul_rows_wide: 16 x 16 invocations
+WIDE_BK = 32  # its k step
+WIDE_TILES = ((8, 8), (8, 4), (4, 8), (4, 4))  # TM x TN micro-tiles, the most work per load first
 MAX_SPLITS = 8
 
 
@@ -115,7 +125,9 @@ def wide_shape(caps: KernelCaps, n: int, rows: int, n_in: int) -> tuple[int, int
     if caps.matmul_tile:
         tm, tn = (int(v) for v in caps.matmul_tile.split("x"))
         if (tm, tn) not in fits:
-            raise ValueError(f"matmul_tile {caps.matmul_tile}: not one of {[f'{a}x{b}' for a, b in fits]} here")
+            raise ValueError(
+                f"matmul_tile {caps.matmul_tile}: not one of {[f'{a}x{b}' for a, b in fits]} here"
+            )
         fits = [(tm, tn)]
     fits = [f for f in fits if 16 * f[1] <= max(64, rows)] or fits[-1:]
     if not fits:
@@ -124,6 +136,7 @@ def wide_shape(caps: KernelCaps, n: int, rows: int, n_in: int) -> tuple[int, int
 
     def groups(t):
         return -(-n // (16 * t[0])) * -(-rows // (16 * t[1]))
+
     tile = next((t for t in fits if groups(t) >= target), fits[-1])
     splits = caps.matmul_splitk or max(1, min(MAX_SPLITS, -(-target // groups(tile))))
     return tile[0], tile[1], max(1, min(splits, -(-n_in // WIDE_BK)))
@@ -135,25 +148,27 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     n_out, n_in = wv.shape
     rows = int(op.attrs.get("rows", 1))
     bn = matmul_tile_rows(rows)
-    wg = (MATMUL_BM // 8) * (bn // 4)      # 8 x 4 outputs per invocation
+    wg = (MATMUL_BM // 8) * (bn // 4)  # 8 x 4 outputs per invocation
     chunks = row_chunks(wv.dtype, n_out, n_in, caps)
-    defines = (_dtype_define(wv.dtype),)
-    if n_in % 32 == 0 and wv.dtype in UNIT_DTYPES:   # whole 32-wide k tiles: a unit at a time
-        defines += (("UNITS", "1"),) + ((("WVEC", "1"),) if wv.dtype in ("f32", "f16") else ())
-    narrow = _narrow_rows(caps, bn)
+    defines = (dtype_define(wv.dtype),)
+    if n_in % 32 == 0 and wv.dtype in UNIT_DTYPES:  # whole 32-wide k tiles: a unit at a time
+        defines += (("UNITS", "1"),) + ((("WVEC", "1"),) if wv.dtype in FLOAT_TYPES else ())
+    narrow = narrow_rows(caps, bn)
     calls = []
     for r0, n in chunks:
-        b = _wbindings(w, wv.dtype, r0, None if len(chunks) == 1 else n)
+        b = weight_bindings(w, wv.dtype, r0, None if len(chunks) == 1 else n)
         label = op.outputs[0] + (f"[{r0}:]" if len(chunks) > 1 else "")
         coop = None if narrow else coop_shape(caps, str(p.meta.get("arch", "")), n, rows, n_in)
         if coop is not None:
-            calls += _coop_calls(op.outputs[0], b + (Binding(x),), coop, (n_in, n, rows, n_out), r0,
-                                 defines, label, caps)
+            calls += _coop_calls(
+                op.outputs[0], b + (Binding(x),), coop, (n_in, n, rows, n_out), r0, defines, label, caps
+            )
             continue
         wide = None if narrow else wide_shape(caps, n, rows, n_in)
         if wide is not None:
-            calls += _wide_calls(op.outputs[0], b + (Binding(x),), wide, (n_in, n, rows, n_out), r0,
-                                 defines, label, caps)
+            calls += _wide_calls(
+                op.outputs[0], b + (Binding(x),), wide, (n_in, n, rows, n_out), r0, defines, label, caps
+            )
             continue
         b += (Binding(x), Binding(op.outputs[0]))
         rw, lanes = narrow_shape(caps, bn, n_in, ("UNITS", "1") in defines) if narrow else (0, 0)
@@ -163,13 +178,17 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
         else:
             kernel, spec = "matmul_rows", (wg, n_in, n, rows, n_out, bn)
             grid = (-(-n // MATMUL_BM), -(-rows // bn), 1)
-        calls.append(KernelCall(kernel, spec, b, (len(b) - 1,), grid, push=struct.pack("<I", r0),
-                                defines=defines, label=label))
+        calls.append(
+            KernelCall(
+                kernel, spec, b, (len(b) - 1,), grid, push=struct.pack("<I", r0), defines=defines, label=label
+            )
+        )
     return calls
 
 
-def _wide_calls(out: str, ins: tuple, wide: tuple, dims: tuple, r0: int, defines: tuple, label: str,
-                caps: KernelCaps) -> list[KernelCall]:
+def _wide_calls(
+    out: str, ins: tuple, wide: tuple, dims: tuple, r0: int, defines: tuple, label: str, caps: KernelCaps
+) -> list[KernelCall]:
     """matmul_rows_wide into Y, or (k splits > 1) into partial sums that matmul_rows_splitk adds."""
     (tm, tn, s), (_, n, rows, _) = wide, dims
     grid = (-(-n // (16 * tm)), -(-rows // (16 * tn)), s)
@@ -178,8 +197,9 @@ def _wide_calls(out: str, ins: tuple, wide: tuple, dims: tuple, r0: int, defines
     return _tiled_calls("matmul_rows_wide", WIDE_WG, grid, out, ins, dims, r0, defines, label, caps)
 
 
-def _coop_calls(out: str, ins: tuple, shape: tuple, dims: tuple, r0: int, defines: tuple, label: str,
-                caps: KernelCaps) -> list[KernelCall]:
+def _coop_calls(
+    out: str, ins: tuple, shape: tuple, dims: tuple, r0: int, defines: tuple, label: str, caps: KernelCaps
+) -> list[KernelCall]:
     """matmul_rows_coop (tensor cores) into Y, or into split-k partials like the wide kernel."""
     *tile, s = shape
     bm, bn, wg = tile_dims(tuple(tile))
@@ -188,8 +208,18 @@ def _coop_calls(out: str, ins: tuple, shape: tuple, dims: tuple, r0: int, define
     return _tiled_calls("matmul_rows_coop", wg, grid, out, ins, dims, r0, defines, label, caps)
 
 
-def _tiled_calls(kernel: str, wg: int, grid: tuple, out: str, ins: tuple, dims: tuple, r0: int,
-                 defines: tuple, label: str, caps: KernelCaps) -> list[KernelCall]:
+def _tiled_calls(
+    kernel: str,
+    wg: int,
+    grid: tuple,
+    out: str,
+    ins: tuple,
+    dims: tuple,
+    r0: int,
+    defines: tuple,
+    label: str,
+    caps: KernelCaps,
+) -> list[KernelCall]:
     """A k-tiled matmul (grid z = k splits) into Y, or (splits > 1) into a scratch of partial sums
     that matmul_rows_splitk adds into Y. The scratch is one name for every matmul: the calls run
     one after another, so the largest split set is all that is ever live."""
@@ -204,22 +234,52 @@ def _tiled_calls(kernel: str, wg: int, grid: tuple, out: str, ins: tuple, dims: 
         return [KernelCall(kernel, spec, b, (len(b) - 1,), grid, push=push, defines=defines, label=label)]
     part, nbytes = "scratch:matmul_rows.splitk", s * rows * n * 4
     b = ins + (Binding(part),)
-    sum_wg = _wg(caps, 256)
-    return [KernelCall(kernel, spec, b, (len(b) - 1,), grid, push=push,
-                       defines=defines + (("SPLITK", "1"),), scratch=((part, nbytes),), label=label + "[splitk]"),
-            KernelCall("matmul_rows_splitk", (sum_wg, n, rows, n_out, s), (Binding(part), Binding(out)), (1,),
-                       _groups(-(-n * rows // sum_wg)), push=push, scratch=((part, nbytes),), label=label + "[sum]")]
+    sum_wg = wg_size(caps, 256)
+    return [
+        KernelCall(
+            kernel,
+            spec,
+            b,
+            (len(b) - 1,),
+            grid,
+            push=push,
+            defines=defines + (("SPLITK", "1"),),
+            scratch=((part, nbytes),),
+            label=label + "[splitk]",
+        ),
+        KernelCall(
+            "matmul_rows_splitk",
+            (sum_wg, n, rows, n_out, s),
+            (Binding(part), Binding(out)),
+            (1,),
+            flat_groups(-(-n * rows // sum_wg)),
+            push=push,
+            scratch=((part, nbytes),),
+            label=label + "[sum]",
+        ),
+    ]
 
 
 def _rope(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     a = op.attrs
     h, d, rows = int(a["n_heads"]), int(a["head_dim"]), int(a["rows"])
     n = rows * h * d // 2
-    wg = _wg(caps, n)
-    b = tuple(Binding(v) for v in op.inputs + op.outputs)     # x, step[, freqs table], y
-    defines = ((("NEOX", "1"),) if a["layout"] == "neox" else ()) + ((("FREQS", "1"),) if len(op.inputs) == 3 else ())
-    return [KernelCall("rope_rows", (wg, h, d, float(a.get("theta", 0.0)), rows), b, (len(b) - 1,),
-                       _groups(-(-n // wg)), defines=defines, label=op.outputs[0])]
+    wg = wg_size(caps, n)
+    b = tuple(Binding(v) for v in op.inputs + op.outputs)  # x, step[, freqs table], y
+    defines = ((("NEOX", "1"),) if a["layout"] == "neox" else ()) + (
+        (("FREQS", "1"),) if len(op.inputs) == 3 else ()
+    )
+    return [
+        KernelCall(
+            "rope_rows",
+            (wg, h, d, float(a.get("theta", 0.0)), rows),
+            b,
+            (len(b) - 1,),
+            flat_groups(-(-n // wg)),
+            defines=defines,
+            label=op.outputs[0],
+        )
+    ]
 
 
 def _kv_write(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
@@ -227,13 +287,22 @@ def _kv_write(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     rows = int(op.attrs["rows"])
     if row % 2:
         raise ValueError(f"kv_write {op.outputs[0]}: cache rows of {row} (odd) have no word-pair form")
-    wg = _wg(caps, 256)
+    wg = wg_size(caps, 256)
     b = tuple(Binding(v) for v in op.inputs + op.outputs)
-    return [KernelCall("kv_write_rows", (wg, row, rows), b, (3, 4), _groups(-(-rows * row // 2 // wg)),
-                       defines=kv_defines(p, op.outputs[0]), label=op.outputs[0])]
+    return [
+        KernelCall(
+            "kv_write_rows",
+            (wg, row, rows),
+            b,
+            (3, 4),
+            flat_groups(-(-rows * row // 2 // wg)),
+            defines=kv_defines(p, op.outputs[0]),
+            label=op.outputs[0],
+        )
+    ]
 
 
-GQA_BKV = 32        # keys per attention_rows_gqa tile
+GQA_BKV = 32  # keys per attention_rows_gqa tile
 
 
 def gqa_rows(caps: KernelCaps, g: int, d: int, rows: int) -> int:
@@ -248,6 +317,7 @@ def gqa_rows(caps: KernelCaps, g: int, d: int, rows: int) -> int:
 
     def fits(bq):
         return gqa_shared(g * bq, d) <= caps.max_shared and g * bq <= gqa_wg(caps, g * bq)
+
     bq = caps.attn_rows_q or min(16, rows)
     while bq > 1 and not fits(bq):
         bq //= 2
@@ -274,37 +344,63 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     if coop:
         rb, bkv = coop
         spec = (32 * (h // kvh) * rb, h, kvh, d, rows, float(a["scale"]), rb, bkv)
-        return [KernelCall("attention_rows_coop", spec, b, (4,), (kvh, rows // (16 * rb), 1), label=op.outputs[0])]
+        return [
+            KernelCall("attention_rows_coop", spec, b, (4,), (kvh, rows // (16 * rb), 1), label=op.outputs[0])
+        ]
     bq = gqa_rows(caps, h // kvh, d, rows)
     if bq:
         wg = gqa_wg(caps, h // kvh * bq)
         spec = (wg, h, kvh, d, rows, float(a["scale"]), int(a.get("window", 0)), bq, GQA_BKV)
-        return [KernelCall("attention_rows_gqa", spec, b, (4,), (kvh, -(-rows // bq), 1),
-                           defines=kv_defines(p, kc), label=op.outputs[0])]
-    wg = _wg(caps, max(d, 64), cap=max(256, d))
+        return [
+            KernelCall(
+                "attention_rows_gqa",
+                spec,
+                b,
+                (4,),
+                (kvh, -(-rows // bq), 1),
+                defines=kv_defines(p, kc),
+                label=op.outputs[0],
+            )
+        ]
+    wg = wg_size(caps, max(d, 64), cap=max(256, d))
     if wg < d:
         raise ValueError(f"attention {op.outputs[0]}: head_dim {d} > workgroup size {wg}")
     spec = (wg, h, kvh, d, rows, float(a["scale"]), int(a.get("window", 0)))
-    return [KernelCall("attention_rows", spec, b, (4,), (h, rows, 1),
-                       defines=_reduce_defines(caps) + kv_defines(p, kc), label=op.outputs[0])]
+    return [
+        KernelCall(
+            "attention_rows",
+            spec,
+            b,
+            (4,),
+            (h, rows, 1),
+            defines=reduce_defines(caps) + kv_defines(p, kc),
+            label=op.outputs[0],
+        )
+    ]
 
 
 def _add(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     n, nb = p.values[op.outputs[0]].numel, p.values[op.inputs[1]].numel
-    wg = _wg(caps, n)
+    wg = wg_size(caps, n)
     b = tuple(Binding(v) for v in op.inputs + op.outputs)
-    return [KernelCall("add_rows", (wg, n, nb), b, (2,), _groups(-(-n // wg)), label=op.outputs[0])]
+    return [KernelCall("add_rows", (wg, n, nb), b, (2,), flat_groups(-(-n // wg)), label=op.outputs[0])]
 
 
 def _argmax(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     rows = int(op.attrs["rows"])
     n = p.values[op.inputs[0]].numel // rows
     b = (Binding(op.inputs[0]), Binding(op.outputs[0]))
-    return [KernelCall("argmax_rows", (_wg(caps, 256), n), b, (1,), (rows, 1, 1), label=op.outputs[0])]
+    return [KernelCall("argmax_rows", (wg_size(caps, 256), n), b, (1,), (rows, 1, 1), label=op.outputs[0])]
 
 
-BUILDERS = {"embed": _embed, "matmul": _matmul, "rope": _rope, "kv_write": _kv_write,
-            "attention": _attention, "argmax": _argmax}
+BUILDERS = {
+    "embed": _embed,
+    "matmul": _matmul,
+    "rope": _rope,
+    "kv_write": _kv_write,
+    "attention": _attention,
+    "argmax": _argmax,
+}
 
 
 def row_op_calls(program: Program, op: Op, caps: KernelCaps) -> list[KernelCall] | None:

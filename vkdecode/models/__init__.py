@@ -1,21 +1,27 @@
-"""Model families (one file each), weights, tokenizer and the loader."""
+"""Model architectures (one module each, its Architecture record collected here), weights,
+tokenizer and the loader."""
+
 from __future__ import annotations
 
 from dataclasses import replace
 
 from vkdecode.models import gemma3, llama, qwen2, qwen3
+from vkdecode.models.arch import Architecture
+from vkdecode.options import KV_DTYPES
 
-FAMILIES = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3, "gemma3": gemma3}
+# name -> record; this order is the order error messages list them in
+ARCHITECTURES: dict[str, Architecture] = {
+    a.name: a for a in (llama.ARCHITECTURE, qwen2.ARCHITECTURE, qwen3.ARCHITECTURE, gemma3.ARCHITECTURE)
+}
 
 
-KV_DTYPES = ("f16", "f32")
-
-
-def build_program(args, ctx: int, weight_dtypes: dict[str, str] | None = None, sampling: bool = False,
-                  kv_dtype: str = "f32"):
-    """Dispatch to the family module of args.arch; sampling=True ends the step in the GPU sampler;
+def build_program(
+    args, ctx: int, weight_dtypes: dict[str, str] | None = None, sampling: bool = False, kv_dtype: str = "f32"
+):
+    """The builder of args.arch's architecture; sampling=True ends the step in the GPU sampler;
     kv_dtype the KV cache's storage (set_kv_dtype)."""
-    return set_kv_dtype(FAMILIES[args.arch].build_program(args, ctx, weight_dtypes, sampling), kv_dtype)
+    program = ARCHITECTURES[args.arch].builder(args, ctx, weight_dtypes, sampling).build()
+    return set_kv_dtype(program, kv_dtype)
 
 
 def set_kv_dtype(program, kv_dtype: str):

@@ -2,9 +2,10 @@
 
 Anything we cannot run exactly (yarn / dynamic rope scaling, logit soft-capping, ...) is refused
 with a ModelError instead of being ignored, because ignoring it gives plausible but wrong tokens;
-the audit of such keys lives in config_audit.py. Gemma 3's config differs enough to have its own
-readers (config_gemma3.py).
+the audit of such keys lives in config_audit.py. What differs per architecture is asked of its
+Architecture record (models/arch.py; Gemma 3 brings its own HF reader).
 """
+
 from __future__ import annotations
 
 import json
@@ -12,14 +13,14 @@ import os
 from dataclasses import dataclass, field
 
 from vkdecode.errors import ModelError
-from vkdecode.models import config_audit
+from vkdecode.models import ARCHITECTURES, config_audit
+from vkdecode.models.arch import Architecture, hf_key, hf_token_ids
 from vkdecode.models.config_rope import gguf_rope_factors, gguf_rope_scaling, hf_rope
 
-ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
-# HF `architectures` entries -> our family name.
-HF_ARCHS = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
-            "Gemma3ForCausalLM": "gemma3"}
-HF_MODEL_TYPES = {"gemma3_text": "gemma3"}
+ARCHS = tuple(ARCHITECTURES)
+# HF `architectures` entries and `model_type` values -> the architecture
+HF_ARCHS = {c: a for a in ARCHITECTURES.values() for c in a.hf_classes}
+HF_MODEL_TYPES = {t: a for a in ARCHITECTURES.values() for t in a.hf_model_types}
 
 
 @dataclass
@@ -36,30 +37,38 @@ class ModelArgs:
     rope_theta: float
     max_position: int
     tie_embeddings: bool
-    attention_bias: bool = False       # q/k/v projection biases
-    o_bias: bool = False               # o-projection bias (Llama / Qwen3 `attention_bias`; not Qwen2)
-    mlp_bias: bool = False             # gate/up/down biases (Llama `mlp_bias`)
+    attention_bias: bool = False  # q/k/v projection biases
+    o_bias: bool = False  # o-projection bias (Llama / Qwen3 `attention_bias`; not Qwen2)
+    mlp_bias: bool = False  # gate/up/down biases (Llama `mlp_bias`)
     qk_norm: bool = False
-    rope_layout: str = "neox"          # "pairs" for GGUF llama (converter permuted q/k rows)
+    rope_layout: str = "neox"  # "pairs" for GGUF llama (converter permuted q/k rows)
     bos_id: int | None = None
     eos_ids: list[int] = field(default_factory=list)
     # rope: a normalised scaling dict ({"rope_type": "llama3" | "linear", ...}) or llama.cpp's
     # per-frequency divisors (GGUF `rope_freqs.weight`); vkdecode/models/rope.py builds the table
     rope_scaling: dict | None = None
     rope_freq_factors: tuple[float, ...] | None = None
-    # Gemma 3 (config_gemma3.py): GeGLU, sandwich norms, scaled embeddings, sliding-window layers
-    hidden_act: str = "silu"                   # "silu" or "gelu_tanh"
-    sliding_window: int = 0                    # keys a sliding layer sees (itself included)
-    layer_types: tuple[str, ...] = ()          # per layer "sliding_attention" | "full_attention"
-    rope_local_theta: float = 0.0              # rope base of the sliding layers
-    query_pre_attn_scalar: float = 0.0         # attention scale = this ** -0.5 (0: head_dim)
+    # Gemma 3 (gemma3.py): GeGLU, sandwich norms, scaled embeddings, sliding-window layers
+    hidden_act: str = "silu"  # "silu" or "gelu_tanh"
+    sliding_window: int = 0  # keys a sliding layer sees (itself included)
+    layer_types: tuple[str, ...] = ()  # per layer "sliding_attention" | "full_attention"
+    rope_local_theta: float = 0.0  # rope base of the sliding layers
+    query_pre_attn_scalar: float = 0.0  # attention scale = this ** -0.5 (0: head_dim)
 
     def __post_init__(self):
         if self.arch not in ARCHS:
             raise ModelError(f"unknown architecture {self.arch!r} (supported: {', '.join(ARCHS)})")
-        sizes = ("vocab_size", "hidden_size", "intermediate_size", "n_layers", "n_heads", "n_kv_heads",
-                 "head_dim", "max_position")
-        for name in sizes:   # a corrupt header must not reach a division or a huge loop
+        sizes = (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "n_layers",
+            "n_heads",
+            "n_kv_heads",
+            "head_dim",
+            "max_position",
+        )
+        for name in sizes:  # a corrupt header must not reach a division or a huge loop
             if not 0 < getattr(self, name) < 1 << 31:
                 raise ModelError(f"{name} = {getattr(self, name)} is out of range")
         if self.n_heads % self.n_kv_heads:
@@ -67,16 +76,20 @@ class ModelArgs:
         if self.head_dim % 2:
             raise ModelError(f"head_dim {self.head_dim} is odd (rope rotates pairs)")
         for name in ("rope_theta",) + (("rope_local_theta",) if self.layer_types else ()):
-            if not 0 < getattr(self, name) < float("inf"):   # 0 or inf would make a table of inf / nan
+            if not 0 < getattr(self, name) < float("inf"):  # 0 or inf would make a table of inf / nan
                 raise ModelError(f"{name} = {getattr(self, name)} is out of range")
         if self.rope_freq_factors is not None and len(self.rope_freq_factors) != self.head_dim // 2:
-            raise ModelError(f"rope_freqs has {len(self.rope_freq_factors)} entries, expected {self.head_dim // 2}")
+            raise ModelError(
+                f"rope_freqs has {len(self.rope_freq_factors)} entries, expected {self.head_dim // 2}"
+            )
         if self.layer_types and len(self.layer_types) != self.n_layers:
-            raise ModelError(f"layer_types lists {len(self.layer_types)} layers, the model has {self.n_layers}")
+            raise ModelError(
+                f"layer_types lists {len(self.layer_types)} layers, the model has {self.n_layers}"
+            )
         if "sliding_attention" in self.layer_types and not 0 < self.sliding_window < 1 << 31:
             raise ModelError(f"sliding_window = {self.sliding_window} is out of range")
-        if self.arch == "gemma3" and not self.query_pre_attn_scalar > 0:
-            raise ModelError(f"query_pre_attn_scalar = {self.query_pre_attn_scalar} must be positive")
+        if ARCHITECTURES[self.arch].check is not None:
+            ARCHITECTURES[self.arch].check(self)
         if self.rope_freq_factors is not None and not all(f > 0 for f in self.rope_freq_factors):
             raise ModelError("rope_freqs holds a factor that is not positive")
 
@@ -113,46 +126,33 @@ class ModelArgs:
         return _checked(str(path), _from_gguf, reader, str(path))
 
 
-def _hf_arch(cfg: dict, where: str) -> str:
+def _hf_arch(cfg: dict, where: str) -> Architecture:
     archs = cfg.get("architectures") or []
     if not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
         raise ModelError(f"{where}: key 'architectures' must be a list of names, not {archs!r}")
     for a in archs:
         if a in HF_ARCHS:
             return HF_ARCHS[a]
-    if not archs and cfg.get("model_type") in ARCHS:
-        return cfg["model_type"]
     if not archs and cfg.get("model_type") in HF_MODEL_TYPES:
         return HF_MODEL_TYPES[cfg["model_type"]]
     name = archs[0] if archs else cfg.get("model_type")
-    raise ModelError(f"{where}: unknown architecture {name!r} in key 'architectures' "
-                     f"(supported: {', '.join(HF_ARCHS)})")
-
-
-def hf_key(cfg: dict, where: str):
-    """key(name, default=None): cfg[name], or default, or a ModelError naming the missing key."""
-    def key(name, default=None):
-        if name in cfg and cfg[name] is not None:
-            return cfg[name]
-        if default is None:
-            raise ModelError(f"{where}: missing key {name!r}")
-        return default
-    return key
+    raise ModelError(
+        f"{where}: unknown architecture {name!r} in key 'architectures' (supported: {', '.join(HF_ARCHS)})"
+    )
 
 
 def _from_hf(cfg: dict, where: str) -> ModelArgs:
     arch = _hf_arch(cfg, where)
     key = hf_key(cfg, where)
 
-    if arch == "gemma3":     # its own readers and refusals (config_gemma3.py)
-        from vkdecode.models.config_gemma3 import gemma3_from_hf
-        return gemma3_from_hf(cfg, where)
+    if arch.from_hf is not None:  # its own reader and refusals (gemma3.py)
+        return ModelArgs(arch=arch.name, **arch.from_hf(cfg, where))
     config_audit.audit_hf(cfg, arch, where)
     hidden, heads = int(key("hidden_size")), int(key("num_attention_heads"))
     bos, eos_ids = hf_token_ids(cfg, where)
     theta, scaling = hf_rope(cfg, where)
     return ModelArgs(
-        arch=arch,
+        arch=arch.name,
         vocab_size=int(key("vocab_size")),
         hidden_size=hidden,
         intermediate_size=int(key("intermediate_size")),
@@ -164,25 +164,17 @@ def _from_hf(cfg: dict, where: str) -> ModelArgs:
         rope_theta=theta,
         rope_scaling=scaling,
         max_position=int(key("max_position_embeddings", 4096)),
-        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),   # transformers' default
-        # Qwen2 always has q/k/v biases and never an o bias (whatever the config says); Llama and
-        # Qwen3 have q/k/v/o biases when `attention_bias` is true; only Llama reads `mlp_bias`.
-        attention_bias=True if arch == "qwen2" else bool(cfg.get("attention_bias", False)),
-        o_bias=arch != "qwen2" and bool(cfg.get("attention_bias", False)),
-        mlp_bias=arch == "llama" and bool(cfg.get("mlp_bias", False)),
-        qk_norm=arch == "qwen3",
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),  # transformers' default
+        # q/k/v(/o) biases when `attention_bias` is true, or always (Qwen2: never o); `mlp_bias`
+        # where the architecture reads it (Llama)
+        attention_bias=arch.qkv_bias or bool(cfg.get("attention_bias", False)),
+        o_bias=arch.hf_o_bias and bool(cfg.get("attention_bias", False)),
+        mlp_bias=arch.mlp_bias and bool(cfg.get("mlp_bias", False)),
+        qk_norm=arch.qk_norm,
         rope_layout="neox",
         bos_id=bos,
         eos_ids=eos_ids,
     )
-
-
-def hf_token_ids(cfg: dict, where: str) -> tuple[int | None, list[int]]:
-    eos, bos = cfg.get("eos_token_id"), cfg.get("bos_token_id")
-    eos_ids = [] if eos is None else ([eos] if isinstance(eos, int) else eos)
-    if not (isinstance(eos_ids, list) and all(type(i) is int for i in eos_ids)) or type(bos) not in (int, type(None)):
-        raise ModelError(f"{where}: token ids must be integers (eos_token_id {eos!r}, bos_token_id {bos!r})")
-    return bos, eos_ids
 
 
 def _gguf_field(reader, name, path: str = ""):
@@ -190,7 +182,7 @@ def _gguf_field(reader, name, path: str = ""):
     f = reader.fields.get(name)
     try:
         return None if f is None else f.contents()
-    except (ValueError, IndexError, TypeError) as e:   # UnicodeDecodeError is a ValueError
+    except (ValueError, IndexError, TypeError) as e:  # UnicodeDecodeError is a ValueError
         raise ModelError(f"{path}: key {name!r} cannot be read ({type(e).__name__}: {e})") from None
 
 
@@ -203,8 +195,10 @@ def _checked(where: str, build, *a) -> ModelArgs:
         if str(e).startswith(where):
             raise
         raise ModelError(f"{where}: {e}") from None
-    except (TypeError, ValueError, ArithmeticError) as e:   # ArithmeticError: a head count of 0
-        raise ModelError(f"{where}: a config value has the wrong type or is 0 ({type(e).__name__}: {e})") from None
+    except (TypeError, ValueError, ArithmeticError) as e:  # ArithmeticError: a head count of 0
+        raise ModelError(
+            f"{where}: a config value has the wrong type or is 0 ({type(e).__name__}: {e})"
+        ) from None
 
 
 def _from_gguf(reader, path: str) -> ModelArgs:
@@ -212,8 +206,11 @@ def _from_gguf(reader, path: str) -> ModelArgs:
     if arch is None:
         raise ModelError(f"{path}: missing key 'general.architecture'")
     if arch not in ARCHS:
-        raise ModelError(f"{path}: unknown architecture {arch!r} in key 'general.architecture' "
-                         f"(supported: {', '.join(ARCHS)})")
+        raise ModelError(
+            f"{path}: unknown architecture {arch!r} in key 'general.architecture' "
+            f"(supported: {', '.join(ARCHS)})"
+        )
+    spec = ARCHITECTURES[arch]
 
     def key(name, default=None):
         v = _gguf_field(reader, f"{arch}.{name}", path)
@@ -224,8 +221,8 @@ def _from_gguf(reader, path: str) -> ModelArgs:
         return v
 
     names = {t.name for t in reader.tensors}
-    scaling = gguf_rope_scaling(lambda k: _gguf_field(reader, k, path), arch, path)   # names the type
-    config_audit.audit_gguf(lambda name: _gguf_field(reader, name, path), arch, path)
+    scaling = gguf_rope_scaling(lambda k: _gguf_field(reader, k, path), arch, path)  # names the type
+    config_audit.audit_gguf(lambda name: _gguf_field(reader, name, path), arch, path, spec.gguf_implemented)
     hidden, heads = int(key("embedding_length")), int(key("attention.head_count"))
     vocab = _gguf_field(reader, f"{arch}.vocab_size", path)
     if vocab is None:
@@ -235,10 +232,7 @@ def _from_gguf(reader, path: str) -> ModelArgs:
         emb = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
         vocab = int(emb.shape[1]) if emb is not None else 0
     eos = _gguf_field(reader, "tokenizer.ggml.eos_token_id", path)
-    extra = {}
-    if arch == "gemma3":
-        from vkdecode.models.config_gemma3 import gemma3_gguf_extra
-        extra = gemma3_gguf_extra(key, int(key("block_count")), hidden, heads)
+    extra = spec.gguf_fields(key, int(key("block_count")), hidden, heads) if spec.gguf_fields else {}
     return ModelArgs(
         arch=arch,
         vocab_size=int(vocab),
@@ -255,12 +249,12 @@ def _from_gguf(reader, path: str) -> ModelArgs:
         max_position=int(key("context_length", 4096)),
         tie_embeddings="output.weight" not in names,
         # llama.cpp loads each of these biases when its tensor is present (qwen2: q/k/v always)
-        attention_bias=arch == "qwen2" or "blk.0.attn_q.bias" in names,
+        attention_bias=spec.qkv_bias or "blk.0.attn_q.bias" in names,
         o_bias="blk.0.attn_output.bias" in names,
-        mlp_bias=arch == "llama" and "blk.0.ffn_gate.bias" in names,
-        qk_norm=arch in ("qwen3", "gemma3"),
+        mlp_bias=spec.mlp_bias and "blk.0.ffn_gate.bias" in names,
+        qk_norm=spec.qk_norm,
         # llama.cpp's converter permutes llama q/k rows into adjacent pairs; qwen stays NEOX.
-        rope_layout="pairs" if arch == "llama" else "neox",
+        rope_layout=spec.gguf_rope_layout,
         bos_id=_gguf_field(reader, "tokenizer.ggml.bos_token_id", path),
         eos_ids=[] if eos is None else [int(eos)],
         **extra,

@@ -7,6 +7,7 @@ for Llama / Qwen3), `mlp_bias` (Llama). Keys that do not change a greedy decode 
 `attention_dropout` (inference), `pretraining_tp` (transformers' Llama ignores it), dtype, ids.
 Rope scaling types are read, or refused, in config_rope.py.
 """
+
 from __future__ import annotations
 
 from vkdecode.errors import ModelError
@@ -35,33 +36,36 @@ def _refuse(where: str, key: str, value, what: str) -> None:
     raise ModelError(f"{where}: key {key!r} = {value!r} ({what}) is not supported")
 
 
-def audit_hf(cfg: dict, arch: str, where: str) -> None:
-    """Refuse every key of an HF config.json that changes the math and is not implemented."""
+def audit_hf(cfg: dict, arch, where: str) -> None:
+    """Refuse every key of an HF config.json that changes the math and is not implemented. arch:
+    the Architecture record (models/arch.py)."""
     act = cfg.get("hidden_act", "silu")
-    if act not in ("silu", "swish"):      # transformers' ACT2FN maps both to SiLU
+    if act not in ("silu", "swish"):  # transformers' ACT2FN maps both to SiLU
         _refuse(where, "hidden_act", act, "only silu is implemented")
-    if arch == "llama" and cfg.get("sliding_window") is not None:
+    if not arch.hf_sliding_flag and cfg.get("sliding_window") is not None:
         _refuse(where, "sliding_window", cfg["sliding_window"], "sliding-window attention")
-    if arch != "llama" and cfg.get("use_sliding_window"):
+    if arch.hf_sliding_flag and cfg.get("use_sliding_window"):
         _refuse(where, "use_sliding_window", cfg["use_sliding_window"], "sliding-window attention")
     layer_types = cfg.get("layer_types") or []
     other = sorted({t for t in layer_types if t != "full_attention"}, key=str)
     if other:
         _refuse(where, "layer_types", other, "only full_attention layers are implemented")
-    for key, v in (("partial_rotary_factor", cfg),
-                   ("rope_parameters", cfg.get("rope_parameters")),
-                   ("rope_scaling", cfg.get("rope_scaling"))):
+    for key, v in (
+        ("partial_rotary_factor", cfg),
+        ("rope_parameters", cfg.get("rope_parameters")),
+        ("rope_scaling", cfg.get("rope_scaling")),
+    ):
         f = v.get("partial_rotary_factor") if isinstance(v, dict) else None
         if f is not None and float(f) != 1.0:
             name = key if key == "partial_rotary_factor" else f"{key}.partial_rotary_factor"
             _refuse(where, name, f, "partial rotary embedding")
     q = cfg.get("quantization_config")
-    if q:   # GPTQ / AWQ / bitsandbytes / fp8 tensors and scales: not the plain weights we read
+    if q:  # GPTQ / AWQ / bitsandbytes / fp8 tensors and scales: not the plain weights we read
         method = q.get("quant_method", "?") if isinstance(q, dict) else q
         _refuse(where, "quantization_config", method, "quantized safetensors; a GGUF of the model runs")
     for key, neutral in FOREIGN_HF_KEYS.items():
         if key in cfg and cfg[key] not in neutral:
-            _refuse(where, key, cfg[key], f"a {arch} model does not use it")
+            _refuse(where, key, cfg[key], f"a {arch.name} model does not use it")
 
 
 # GGUF metadata (after "{arch}.") that llama.cpp writes for math vkdecode does not implement.
@@ -84,14 +88,11 @@ GGUF_KEYS = {
 }
 
 
-# Keys an architecture implements although others do not (Gemma 3's sliding-window layers).
-GGUF_IMPLEMENTED = {"gemma3": {"attention.sliding_window"}}
-
-
-def audit_gguf(field, arch: str, path: str) -> None:
+def audit_gguf(field, arch: str, path: str, implemented=()) -> None:
     """Refuse GGUF metadata that changes the math and is not implemented. field(name) -> value or
-    None. rope.scaling.type is checked by config_rope.py, which reads the factor of linear scaling."""
-    skip = set(GGUF_IMPLEMENTED.get(arch, ()))
+    None; implemented: keys of GGUF_KEYS this architecture reads (Gemma 3's sliding window).
+    rope.scaling.type is checked by config_rope.py, which reads the factor of linear scaling."""
+    skip = set(implemented)
     if field(f"{arch}.rope.scaling.type") == "linear":
         skip.add("rope.scaling.factor")
     for key, neutral in GGUF_KEYS.items():
@@ -103,17 +104,22 @@ def audit_gguf(field, arch: str, path: str) -> None:
     rms = field(f"{arch}.attention.layer_norm_rms_epsilon")
     ln = field(f"{arch}.attention.layer_norm_epsilon")
     if ln is not None and rms is None:
-        raise ModelError(f"{path}: key '{arch}.attention.layer_norm_epsilon' (LayerNorm, not RMSNorm) "
-                         "is not supported")
+        raise ModelError(
+            f"{path}: key '{arch}.attention.layer_norm_epsilon' (LayerNorm, not RMSNorm) is not supported"
+        )
     head_dim = field(f"{arch}.attention.key_length")
     if head_dim is None:
         hidden, heads = field(f"{arch}.embedding_length"), field(f"{arch}.attention.head_count")
         head_dim = hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads else None
     rot = field(f"{arch}.rope.dimension_count")
     if rot is not None and head_dim is not None and int(rot) != int(head_dim):
-        raise ModelError(f"{path}: key '{arch}.rope.dimension_count' = {rot} differs from head_dim {head_dim} "
-                         "(partial rotary embedding) is not supported")
+        raise ModelError(
+            f"{path}: key '{arch}.rope.dimension_count' = {rot} differs from head_dim {head_dim} "
+            "(partial rotary embedding) is not supported"
+        )
     vdim = field(f"{arch}.attention.value_length")
     if vdim is not None and head_dim is not None and int(vdim) != int(head_dim):
-        raise ModelError(f"{path}: key '{arch}.attention.value_length' = {vdim} differs from the key "
-                         f"length {head_dim}, which is not supported")
+        raise ModelError(
+            f"{path}: key '{arch}.attention.value_length' = {vdim} differs from the key "
+            f"length {head_dim}, which is not supported"
+        )

@@ -1,12 +1,13 @@
 """RoPE settings from a config: HF rope_scaling / rope_parameters (transformers 4 and 5 forms)
 and GGUF rope.scaling.* metadata and llama.cpp's rope_freqs tensor. vkdecode/models/rope.py turns
 what these return into the inverse-frequency tables."""
+
 from __future__ import annotations
 
 from vkdecode.errors import ModelError
 from vkdecode.models.rope import LLAMA3_KEYS
 
-ROPE_TYPES = ("default", "llama3", "linear")   # the ones rope.py builds a table for
+ROPE_TYPES = ("default", "llama3", "linear")  # the ones rope.py builds a table for
 
 
 def rope_scaling(params: dict, where: str, key: str) -> dict | None:
@@ -14,18 +15,29 @@ def rope_scaling(params: dict, where: str, key: str) -> dict | None:
     a type we build no table for (yarn, dynamic, longrope, ...) is refused."""
     kind = params.get("rope_type") or params.get("type") or "default"
     if kind not in ROPE_TYPES:
-        raise ModelError(f"{where}: rope scaling {kind!r} (key {key!r}) is not supported "
-                         f"(supported: {', '.join(ROPE_TYPES)})")
+        raise ModelError(
+            f"{where}: rope scaling {kind!r} (key {key!r}) is not supported "
+            f"(supported: {', '.join(ROPE_TYPES)})"
+        )
     if kind == "default":
         return None
     need = ("factor",) if kind == "linear" else LLAMA3_KEYS
-    missing = [k for k in need if not isinstance(params.get(k), (int, float)) or isinstance(params.get(k), bool)]
+    missing = [
+        k for k in need if not isinstance(params.get(k), (int, float)) or isinstance(params.get(k), bool)
+    ]
     if missing:
-        raise ModelError(f"{where}: rope scaling {kind!r} (key {key!r}) needs numbers for {', '.join(missing)}")
+        raise ModelError(
+            f"{where}: rope scaling {kind!r} (key {key!r}) needs numbers for {', '.join(missing)}"
+        )
     vals = {k: float(params[k]) for k in need}
-    if vals["factor"] <= 0 or (kind == "llama3" and (vals["original_max_position_embeddings"] <= 0
-                                                      or vals["low_freq_factor"] <= 0
-                                                      or vals["high_freq_factor"] <= vals["low_freq_factor"])):
+    if vals["factor"] <= 0 or (
+        kind == "llama3"
+        and (
+            vals["original_max_position_embeddings"] <= 0
+            or vals["low_freq_factor"] <= 0
+            or vals["high_freq_factor"] <= vals["low_freq_factor"]
+        )
+    ):
         raise ModelError(f"{where}: rope scaling {kind!r} (key {key!r}) has out-of-range values {vals}")
     if params.get("attention_factor") not in (None, 1, 1.0):
         raise ModelError(f"{where}: rope attention_factor {params['attention_factor']!r} is not supported")
@@ -52,8 +64,10 @@ def gguf_rope_scaling(field, arch: str, path: str) -> dict | None:
     if kind in (None, "none"):
         return None
     if kind != "linear":
-        raise ModelError(f"{path}: rope scaling {kind!r} (key '{arch}.rope.scaling.type') is not supported "
-                         "(supported: none, linear, and llama.cpp's rope_freqs tensor)")
+        raise ModelError(
+            f"{path}: rope scaling {kind!r} (key '{arch}.rope.scaling.type') is not supported "
+            "(supported: none, linear, and llama.cpp's rope_freqs tensor)"
+        )
     factor = field(f"{arch}.rope.scaling.factor")
     if factor is None:
         raise ModelError(f"{path}: linear rope scaling without key '{arch}.rope.scaling.factor'")

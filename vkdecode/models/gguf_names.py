@@ -3,12 +3,13 @@
 Program weight names (the keys of the weights dict and the Program's weight values):
   tok_embd, layers.{i}.attn_norm, wq, wk, wv, wo, bq, bk, bv, bo (biases), q_norm, k_norm (qwen3),
   ffn_norm, w_gate, w_up, w_down, b_gate, b_up, b_down (biases), out_norm, lm_head (absent when tied);
-  gemma3 adds post_attn_norm and post_ffn_norm (its HF post_attention_layernorm is the post-attention norm,
-  not the FFN's input norm as in Llama: GEMMA3_NAMES overrides).
+  an architecture adds its own (its Builder's EXTRA_NORMS) and overrides names (its record's
+  layer_names: Gemma 3's post_attn_norm, post_ffn_norm).
 """
+
 from __future__ import annotations
 
-from vkdecode.models.config import ModelArgs
+from vkdecode.models import ARCHITECTURES
 
 # per-layer program name -> (HF suffix after "model.layers.{i}.", GGUF suffix after "blk.{i}.")
 LAYER_NAMES = {
@@ -31,11 +32,6 @@ LAYER_NAMES = {
     "b_up": ("mlp.up_proj.bias", "ffn_up.bias"),
     "b_down": ("mlp.down_proj.bias", "ffn_down.bias"),
 }
-GEMMA3_NAMES = {
-    "ffn_norm": ("pre_feedforward_layernorm.weight", "ffn_norm.weight"),
-    "post_attn_norm": ("post_attention_layernorm.weight", "post_attention_norm.weight"),
-    "post_ffn_norm": ("post_feedforward_layernorm.weight", "post_ffw_norm.weight"),
-}
 GLOBAL_NAMES = {
     "tok_embd": ("model.embed_tokens.weight", "token_embd.weight"),
     "out_norm": ("model.norm.weight", "output_norm.weight"),
@@ -43,29 +39,9 @@ GLOBAL_NAMES = {
 }
 
 
-def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
-    """Every weight the program of `args` reads, with its logical shape ((out, in) or (n,))."""
-    h, q, kv, f = args.hidden_size, args.q_dim, args.kv_dim, args.intermediate_size
-    shapes: dict[str, tuple[int, ...]] = {"tok_embd": (args.vocab_size, h)}
-    for i in range(args.n_layers):
-        p = f"layers.{i}."
-        layer = {"attn_norm": (h,), "wq": (q, h), "wk": (kv, h), "wv": (kv, h), "wo": (h, q),
-                 "ffn_norm": (h,), "w_gate": (f, h), "w_up": (f, h), "w_down": (h, f)}
-        if args.attention_bias:
-            layer.update(bq=(q,), bk=(kv,), bv=(kv,))
-        if args.o_bias:
-            layer.update(bo=(h,))
-        if args.mlp_bias:
-            layer.update(b_gate=(f,), b_up=(f,), b_down=(h,))
-        if args.qk_norm:
-            layer.update(q_norm=(args.head_dim,), k_norm=(args.head_dim,))
-        if args.arch == "gemma3":
-            layer.update(post_attn_norm=(h,), post_ffn_norm=(h,))
-        shapes.update({p + k: v for k, v in layer.items()})
-    shapes["out_norm"] = (h,)
-    if not args.tie_embeddings:
-        shapes["lm_head"] = (args.vocab_size, h)
-    return shapes
+def expected_shapes(args) -> dict[str, tuple[int, ...]]:
+    """Every weight the program of `args` (a ModelArgs) reads, with its logical shape ((out, in) or (n,))."""
+    return ARCHITECTURES[args.arch].builder.weight_shapes(args)
 
 
 def source_name(name: str, fmt: str, arch: str = "llama") -> str:
@@ -75,7 +51,7 @@ def source_name(name: str, fmt: str, arch: str = "llama") -> str:
         return GLOBAL_NAMES[name][col]
     _, i, key = name.split(".", 2)
     prefix = f"model.layers.{i}." if fmt == "hf" else f"blk.{i}."
-    names = {**LAYER_NAMES, **GEMMA3_NAMES} if arch == "gemma3" else LAYER_NAMES
+    names = {**LAYER_NAMES, **ARCHITECTURES[arch].layer_names}
     return prefix + names[key][col]
 
 

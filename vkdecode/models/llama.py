@@ -7,30 +7,62 @@ Op order per layer is fixed (the fusion matcher relies on plain program order):
 RoPE reads an inverse-frequency table (a Program constant from vkdecode/models/rope.py), one per
 distinct rope setting (Gemma 3: one for the sliding layers, one for the global ones).
 """
+
 from __future__ import annotations
 
 import math
 
 from fusion.ir import STEP_WORDS, Program
 from vkdecode.models import rope
-from vkdecode.models.config import ModelArgs
-from vkdecode.models.gguf_names import expected_shapes
-
-ARCH = "llama"
+from vkdecode.models.arch import Architecture
 
 
 class Builder:
-    """Emits the ops; families override the hooks below instead of copying the layer."""
+    """Emits the ops; families override the hooks below instead of copying the layer. args: a
+    ModelArgs (config.py, which imports the architectures, so not imported here)."""
 
-    def __init__(self, args: ModelArgs, ctx: int, weight_dtypes: dict[str, str] | None,
-                 sampling: bool = False):
+    EXTRA_NORMS: tuple[str, ...] = ()  # hidden-size norm weights a layer has beyond Llama's
+
+    def __init__(self, args, ctx: int, weight_dtypes: dict[str, str] | None, sampling: bool = False):
         self.args, self.ctx, self.sampling = args, ctx, sampling
         self.p = Program(f"{args.arch}_decode")
         dtypes = weight_dtypes or {}
-        for name, shape in expected_shapes(args).items():
+        for name, shape in self.weight_shapes(args).items():
             # vectors (norms, biases) are always f32; matrices take the dtype they were loaded in
             self.p.value(name, shape, dtypes.get(name, "f32") if len(shape) == 2 else "f32", "weight")
         self.p.value("step", (STEP_WORDS,), "u32", "step")
+
+    @classmethod
+    def weight_shapes(cls, args) -> dict[str, tuple[int, ...]]:
+        """Every weight the program of `args` reads, with its logical shape ((out, in) or (n,))."""
+        h, q, kv, f = args.hidden_size, args.q_dim, args.kv_dim, args.intermediate_size
+        shapes: dict[str, tuple[int, ...]] = {"tok_embd": (args.vocab_size, h)}
+        for i in range(args.n_layers):
+            layer = {
+                "attn_norm": (h,),
+                "wq": (q, h),
+                "wk": (kv, h),
+                "wv": (kv, h),
+                "wo": (h, q),
+                "ffn_norm": (h,),
+                "w_gate": (f, h),
+                "w_up": (f, h),
+                "w_down": (h, f),
+            }
+            if args.attention_bias:
+                layer.update(bq=(q,), bk=(kv,), bv=(kv,))
+            if args.o_bias:
+                layer.update(bo=(h,))
+            if args.mlp_bias:
+                layer.update(b_gate=(f,), b_up=(f,), b_down=(h,))
+            if args.qk_norm:
+                layer.update(q_norm=(args.head_dim,), k_norm=(args.head_dim,))
+            layer.update({n: (h,) for n in cls.EXTRA_NORMS})
+            shapes.update({f"layers.{i}.{k}": v for k, v in layer.items()})
+        shapes["out_norm"] = (h,)
+        if not args.tie_embeddings:
+            shapes["lm_head"] = (args.vocab_size, h)
+        return shapes
 
     def act(self, name: str, n: int) -> str:
         return self.p.value(name, (n,))
@@ -60,8 +92,9 @@ class Builder:
     def rope_table(self, i: int) -> str:
         """The inverse-frequency table layer i's rope reads (Gemma 3 overrides per layer type)."""
         a = self.args
-        return self.p.constant("rope_freqs", rope.inv_freq(a.rope_theta, a.head_dim, a.rope_scaling,
-                                                            a.rope_freq_factors))
+        return self.p.constant(
+            "rope_freqs", rope.inv_freq(a.rope_theta, a.head_dim, a.rope_scaling, a.rope_freq_factors)
+        )
 
     def window(self, i: int) -> int:
         """Keys layer i's attention sees (0: all); Gemma 3's sliding layers override."""
@@ -105,8 +138,16 @@ class Builder:
         self.p.op("kv_write", [kr, v, "step"], [kc, vc])
         o = self.act(L + "attn_out", a.q_dim)
         window = {"window": self.window(i)} if self.window(i) else {}
-        self.p.op("attention", [qr, kc, vc, "step"], [o], n_heads=a.n_heads, n_kv_heads=a.n_kv_heads,
-                  head_dim=a.head_dim, scale=self.attn_scale(), **window)
+        self.p.op(
+            "attention",
+            [qr, kc, vc, "step"],
+            [o],
+            n_heads=a.n_heads,
+            n_kv_heads=a.n_kv_heads,
+            head_dim=a.head_dim,
+            scale=self.attn_scale(),
+            **window,
+        )
         wo = self.bias(a.o_bias, i, "bo", self.matmul(L + "wo_out", L + "wo", o), a.hidden_size)
         x1 = self.add(L + "x_mid", x, self.post_norm(i, "attn", wo), a.hidden_size)
         h2 = self.act(L + "ffn_in", a.hidden_size)
@@ -116,7 +157,9 @@ class Builder:
         u = self.bias(a.mlp_bias, i, "b_up", self.matmul(L + "up", L + "w_up", h2), f)
         act = self.act(L + "act", f)
         self.p.op("gelu_mul" if a.hidden_act == "gelu_tanh" else "silu_mul", [g, u], [act])
-        down = self.bias(a.mlp_bias, i, "b_down", self.matmul(L + "ffn_out", L + "w_down", act), a.hidden_size)
+        down = self.bias(
+            a.mlp_bias, i, "b_down", self.matmul(L + "ffn_out", L + "w_down", act), a.hidden_size
+        )
         down = self.post_norm(i, "ffn", down)
         return self.add(L + "x_out", x1, down, a.hidden_size)
 
@@ -129,7 +172,7 @@ class Builder:
             x = self.layer(i, x)
         hf = self.act("out_normed", a.hidden_size)
         self.p.op("rms_norm", [x, "out_norm"], [hf], eps=a.rms_eps)
-        head = "tok_embd" if a.tie_embeddings else "lm_head"   # tied: read the table, no copy
+        head = "tok_embd" if a.tie_embeddings else "lm_head"  # tied: read the table, no copy
         self.p.op("matmul", [head, hf], [self.p.value("logits", (a.vocab_size,), "f32", "output")])
         # greedy programs end in argmax (fused with the lm_head); sampling ones in the GPU sampler
         nxt = self.p.value("next_token", (1,), "u32", "output")
@@ -137,13 +180,21 @@ class Builder:
             self.p.op("sample", ["logits", "step"], [nxt])
         else:
             self.p.op("argmax", ["logits"], [nxt])
-        self.p.meta.update(arch=a.arch, ctx=self.ctx, n_layers=a.n_layers, vocab_size=a.vocab_size,
-                           hidden_size=a.hidden_size, n_heads=a.n_heads, n_kv_heads=a.n_kv_heads,
-                           head_dim=a.head_dim, rope_layout=a.rope_layout,
-                           tie_embeddings=a.tie_embeddings)
+        self.p.meta.update(
+            arch=a.arch,
+            ctx=self.ctx,
+            n_layers=a.n_layers,
+            vocab_size=a.vocab_size,
+            hidden_size=a.hidden_size,
+            n_heads=a.n_heads,
+            n_kv_heads=a.n_kv_heads,
+            head_dim=a.head_dim,
+            rope_layout=a.rope_layout,
+            tie_embeddings=a.tie_embeddings,
+        )
         return self.p.verify()
 
 
-def build_program(args: ModelArgs, ctx: int, weight_dtypes: dict[str, str] | None = None,
-                  sampling: bool = False) -> Program:
-    return Builder(args, ctx, weight_dtypes, sampling).build()
+ARCHITECTURE = Architecture(
+    "llama", Builder, ("LlamaForCausalLM",), ("llama",), mlp_bias=True, gguf_rope_layout="pairs"
+)

@@ -1,4 +1,5 @@
 """load_model(path): weights + decode Program + tokenizer, from an HF directory or a GGUF file."""
+
 from __future__ import annotations
 
 import os
@@ -6,7 +7,7 @@ from dataclasses import dataclass, field
 
 from fusion.ir import Program
 from vkdecode.errors import ContextError, ModelError
-from vkdecode.models import KV_DTYPES, build_program
+from vkdecode.models import ARCHITECTURES, KV_DTYPES, build_program
 from vkdecode.models.config import ModelArgs
 from vkdecode.models.tokenizer import Tokenizer
 from vkdecode.models.weights import load_weights, loading
@@ -19,11 +20,11 @@ DEFAULT_CTX = 4096
 class LoadedModel:
     args: ModelArgs
     program: Program
-    weights: dict[str, PackedWeight]    # keys = the program's weight value names
+    weights: dict[str, PackedWeight]  # keys = the program's weight value names
     tokenizer: Tokenizer
     path: str
     ctx: int
-    meta: dict = field(default_factory=dict)   # format, notes, source_types (see weights.py)
+    meta: dict = field(default_factory=dict)  # format, notes, source_types (see weights.py)
 
 
 def load_model(path, ctx: int | None = None, sampling: bool = False, kv_dtype: str = "f16") -> LoadedModel:
@@ -47,8 +48,7 @@ def _load_model(path: str, ctx: int | None, sampling: bool, kv_dtype: str) -> Lo
     else:
         tokenizer = Tokenizer.from_gguf(meta.pop("reader"), path)
         tokenizer.eos_ids.update(args.eos_ids)
-    if args.arch == "gemma3":
-        from vkdecode.models.config_gemma3 import gemma3_tokenizer_defaults
-        gemma3_tokenizer_defaults(tokenizer)
-    meta.pop("reader", None)   # the memory-mapped reader is not needed past loading
+    if ARCHITECTURES[args.arch].tokenizer_defaults is not None:  # Gemma 3's end of turn, chat template
+        ARCHITECTURES[args.arch].tokenizer_defaults(tokenizer)
+    meta.pop("reader", None)  # the memory-mapped reader is not needed past loading
     return LoadedModel(args, program, weights, tokenizer, path, ctx, meta)

@@ -5,6 +5,7 @@ scaling, llama.cpp's `rope_freqs.weight` divisors, Gemma 3's per-layer-type base
 follows transformers' modeling_rope_utils (f32 inv_freq; llama3 smoothing as
 _compute_llama3_parameters), so the reference and the GPU use the very table transformers uses.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,7 +54,7 @@ def inv_freq(theta: float, head_dim: int, scaling: dict | None = None, factors=N
         return llama3_inv_freq(theta, head_dim, scaling)
     if kind == "linear":
         return (default_inv_freq(theta, head_dim) / np.float32(scaling["factor"])).astype(np.float32)
-    raise ValueError(f"rope type {kind!r} has no table")   # config.py refuses these first
+    raise ValueError(f"rope type {kind!r} has no table")  # config.py refuses these first
 
 
 def llama3_rope_factors(args) -> np.ndarray:
@@ -72,6 +73,7 @@ def llama3_rope_factors(args) -> np.ndarray:
             out.append(sc["factor"])
         else:
             smooth = (sc["original_max_position_embeddings"] / wavelen - sc["low_freq_factor"]) / (
-                sc["high_freq_factor"] - sc["low_freq_factor"])
+                sc["high_freq_factor"] - sc["low_freq_factor"]
+            )
             out.append(1 / ((1 - smooth) / sc["factor"] + smooth))
     return np.array(out, dtype=np.float32)

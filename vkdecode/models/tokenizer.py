@@ -1,6 +1,7 @@
 """Tokenizer: HF `tokenizers` from tokenizer.json, or one rebuilt from a GGUF-embedded vocabulary;
 the model's chat template rendered with jinja2 the way transformers does; a streaming detokenizer.
 """
+
 from __future__ import annotations
 
 import json
@@ -10,31 +11,58 @@ from vkdecode.errors import ModelError
 
 # llama.cpp's pre-tokenizer regexes (llama-vocab.cpp) for the byte-level BPE `pre` types we know.
 _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-_LLAMA3 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|"
-           r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_LLAMA3 = (
+    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|"
+    r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 _QWEN2 = _LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
-PRE_REGEX = {"gpt2": [_GPT2], "default": [_GPT2], "smollm": [r"\p{N}", _GPT2],
-             "llama-bpe": [_LLAMA3], "llama3": [_LLAMA3], "qwen2": [_QWEN2], "deepseek-r1-qwen": [_QWEN2]}
+PRE_REGEX = {
+    "gpt2": [_GPT2],
+    "default": [_GPT2],
+    "smollm": [r"\p{N}", _GPT2],
+    "llama-bpe": [_LLAMA3],
+    "llama3": [_LLAMA3],
+    "qwen2": [_QWEN2],
+    "deepseek-r1-qwen": [_QWEN2],
+}
 TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_BYTE = 3, 4, 6
 # llama.cpp's defaults for tokenizer.ggml.add_bos_token when the key is absent (llama-vocab.cpp):
 # SentencePiece ("llama") adds BOS; byte-level BPE only for the Llama-3 group of pre-tokenizers.
-GGUF_BOS_PRES = ("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
-                 "jina-v5-nano")
+GGUF_BOS_PRES = (
+    "llama3",
+    "llama-v3",
+    "llama-bpe",
+    "falcon3",
+    "falcon-h1",
+    "pixtral",
+    "midm-2.0",
+    "lfm2",
+    "jina-v5-nano",
+)
 
 
 class Tokenizer:
-    def __init__(self, tok, eos_ids=(), bos_id: int | None = None, chat_template: str | None = None,
-                 add_bos: bool = False, source: str = "", add_eos_id: int | None = None):
+    def __init__(
+        self,
+        tok,
+        eos_ids=(),
+        bos_id: int | None = None,
+        chat_template: str | None = None,
+        add_bos: bool = False,
+        source: str = "",
+        add_eos_id: int | None = None,
+    ):
         self.tok, self.source = tok, source
         self.eos_ids: set[int] = {int(i) for i in eos_ids if i is not None}
         self.bos_id, self.add_bos = bos_id, add_bos
-        self.add_eos_id = add_eos_id     # GGUF tokenizer.ggml.add_eos_token: appended to raw prompts
+        self.add_eos_id = add_eos_id  # GGUF tokenizer.ggml.add_eos_token: appended to raw prompts
         self.chat_template = chat_template
 
     # -- construction --
     @classmethod
     def from_hf_dir(cls, path: str, extra_eos=()) -> Tokenizer:
         from tokenizers import Tokenizer as HFTokenizer
+
         file = os.path.join(path, "tokenizer.json")
         if not os.path.exists(file):
             raise ModelError(f"{path}: no tokenizer.json in the model directory")
@@ -58,7 +86,7 @@ class Tokenizer:
         if template is None and os.path.exists(os.path.join(path, "chat_template.jinja")):
             with open(os.path.join(path, "chat_template.jinja"), encoding="utf-8") as f:
                 template = f.read()
-        if isinstance(template, list):   # [{"name": "default", "template": ...}, ...]
+        if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
             template = next((t["template"] for t in template if t.get("name") == "default"), None)
         return cls(tok, eos, tok.token_to_id(bos) if bos else None, template, source=file)
 
@@ -68,7 +96,7 @@ class Tokenizer:
             f = reader.fields.get(name)
             try:
                 return default if f is None else f.contents()
-            except (ValueError, IndexError, TypeError) as e:   # bad UTF-8 in a corrupt file
+            except (ValueError, IndexError, TypeError) as e:  # bad UTF-8 in a corrupt file
                 raise ModelError(f"{path}: key {name!r} cannot be read ({type(e).__name__}: {e})") from None
 
         try:
@@ -76,37 +104,59 @@ class Tokenizer:
         except ModelError:
             raise
         except Exception as e:  # noqa: BLE001 - tokenizers raises untyped errors on a bad vocabulary
-            raise ModelError(f"{path}: cannot build the tokenizer from the GGUF vocabulary "
-                             f"({type(e).__name__}: {e})") from None
+            raise ModelError(
+                f"{path}: cannot build the tokenizer from the GGUF vocabulary ({type(e).__name__}: {e})"
+            ) from None
 
     @classmethod
     def _from_gguf_fields(cls, field, path: str) -> Tokenizer:
         model = field("tokenizer.ggml.model")
         if model is None or field("tokenizer.ggml.tokens") is None:
-            raise ModelError(f"{path}: no tokenizer (missing key 'tokenizer.ggml.model' or 'tokenizer.ggml.tokens')")
+            raise ModelError(
+                f"{path}: no tokenizer (missing key 'tokenizer.ggml.model' or 'tokenizer.ggml.tokens')"
+            )
         tokens = field("tokenizer.ggml.tokens")
         types = field("tokenizer.ggml.token_type") or [1] * len(tokens)
         if model == "gpt2":
-            tok = _byte_level_bpe(path, tokens, field("tokenizer.ggml.merges"), field("tokenizer.ggml.pre", "default"))
+            tok = _byte_level_bpe(
+                path, tokens, field("tokenizer.ggml.merges"), field("tokenizer.ggml.pre", "default")
+            )
         elif model == "llama":
-            tok = _sentencepiece_bpe(path, tokens, field("tokenizer.ggml.scores"), types,
-                                     bool(field("tokenizer.ggml.add_space_prefix", True)))
+            tok = _sentencepiece_bpe(
+                path,
+                tokens,
+                field("tokenizer.ggml.scores"),
+                types,
+                bool(field("tokenizer.ggml.add_space_prefix", True)),
+            )
         else:
-            raise ModelError(f"{path}: tokenizer model {model!r} (key 'tokenizer.ggml.model') is not supported "
-                             "(supported: gpt2, llama)")
+            raise ModelError(
+                f"{path}: tokenizer model {model!r} (key 'tokenizer.ggml.model') is not supported "
+                "(supported: gpt2, llama)"
+            )
         from tokenizers import AddedToken
+
         # control / user-defined tokens (<|im_start|> ...) must match as whole tokens in chat text
-        added = [AddedToken(t, special=ty == TOKEN_CONTROL, normalized=False)
-                 for t, ty in zip(tokens, types) if ty in (TOKEN_CONTROL, TOKEN_USER_DEFINED)]
+        added = [
+            AddedToken(t, special=ty == TOKEN_CONTROL, normalized=False)
+            for t, ty in zip(tokens, types)
+            if ty in (TOKEN_CONTROL, TOKEN_USER_DEFINED)
+        ]
         tok.add_special_tokens([a for a in added if a.special])
         tok.add_tokens([a for a in added if not a.special])
         eos = field("tokenizer.ggml.eos_token_id")
         eot = field("tokenizer.ggml.eot_token_id")
         add_bos = model == "llama" or field("tokenizer.ggml.pre", "default") in GGUF_BOS_PRES
         add_eos = bool(field("tokenizer.ggml.add_eos_token", False))
-        return cls(tok, [eos, eot], field("tokenizer.ggml.bos_token_id"), field("tokenizer.chat_template"),
-                   add_bos=bool(field("tokenizer.ggml.add_bos_token", add_bos)), source=path,
-                   add_eos_id=eos if add_eos else None)
+        return cls(
+            tok,
+            [eos, eot],
+            field("tokenizer.ggml.bos_token_id"),
+            field("tokenizer.chat_template"),
+            add_bos=bool(field("tokenizer.ggml.add_bos_token", add_bos)),
+            source=path,
+            add_eos_id=eos if add_eos else None,
+        )
 
     # -- use --
     @property
@@ -144,10 +194,12 @@ class Tokenizer:
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, **kwargs) -> str:
         if not self.chat_template:
-            raise ModelError(f"{self.source}: the model has no chat template (tokenizer_config.json "
-                             "'chat_template', chat_template.jinja, or GGUF 'tokenizer.chat_template'), so a "
-                             "chat message cannot be formatted for it; pass raw text as a prompt instead "
-                             "(--prompt)")
+            raise ModelError(
+                f"{self.source}: the model has no chat template (tokenizer_config.json "
+                "'chat_template', chat_template.jinja, or GGUF 'tokenizer.chat_template'), so a "
+                "chat message cannot be formatted for it; pass raw text as a prompt instead "
+                "(--prompt)"
+            )
         from jinja2 import TemplateError
         from jinja2.ext import loopcontrols
         from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -163,8 +215,13 @@ class Tokenizer:
         eos = min(self.eos_ids) if self.eos_ids else None
         try:
             template = env.from_string(self.chat_template)
-            return template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                   bos_token=name(self.bos_id), eos_token=name(eos), **kwargs)
+            return template.render(
+                messages=messages,
+                add_generation_prompt=add_generation_prompt,
+                bos_token=name(self.bos_id),
+                eos_token=name(eos),
+                **kwargs,
+            )
         except TemplateError as e:
             raise ModelError(f"{self.source}: chat template failed: {e}") from None
 
@@ -176,23 +233,23 @@ class StreamDecoder:
     def __init__(self, tokenizer: Tokenizer, skip_special: bool = False):
         self.t, self.skip = tokenizer, skip_special
         self.tokens: list[int] = []
-        self.prefix = self.read = 0     # decode a window, not the whole text, to stay O(n)
+        self.prefix = self.read = 0  # decode a window, not the whole text, to stay O(n)
 
     def add(self, token: int) -> str:
         self.tokens.append(int(token))
-        before = self.t.decode(self.tokens[self.prefix:self.read], self.skip)
-        now = self.t.decode(self.tokens[self.prefix:], self.skip)
+        before = self.t.decode(self.tokens[self.prefix : self.read], self.skip)
+        now = self.t.decode(self.tokens[self.prefix :], self.skip)
         if len(now) > len(before) and not now.endswith("\ufffd"):
             self.prefix, self.read = self.read, len(self.tokens)
-            return now[len(before):]
+            return now[len(before) :]
         return ""
 
     def flush(self) -> str:
         """Whatever is held back at the end (an incomplete character comes out as U+FFFD)."""
-        before = self.t.decode(self.tokens[self.prefix:self.read], self.skip)
-        now = self.t.decode(self.tokens[self.prefix:], self.skip)
+        before = self.t.decode(self.tokens[self.prefix : self.read], self.skip)
+        now = self.t.decode(self.tokens[self.prefix :], self.skip)
         self.prefix = self.read = len(self.tokens)
-        return now[len(before):]
+        return now[len(before) :]
 
 
 def _as_transformers_llama(tok, cfg: dict) -> None:
@@ -202,9 +259,10 @@ def _as_transformers_llama(tok, cfg: dict) -> None:
     with add_prefix_space=False), the file's post-processor kept. Without this, text after a special
     token (a chat template's "<s>[INST]") gets a "▁" transformers does not put there."""
     from tokenizers import decoders, pre_tokenizers
+
     if str(cfg.get("tokenizer_class") or "").removesuffix("Fast") != "LlamaTokenizer":
         return
-    if "ByteLevel" in str(tok.pre_tokenizer) + str(tok.decoder):   # transformers uses the file as is
+    if "ByteLevel" in str(tok.pre_tokenizer) + str(tok.decoder):  # transformers uses the file as is
         return
     prefix = cfg.get("add_prefix_space")
     prefix = True if prefix is None else bool(prefix)
@@ -228,6 +286,7 @@ def _read_json(file: str) -> dict:
 def _byte_level_bpe(path, tokens, merges, pre: str):
     from tokenizers import Regex, decoders, models, pre_tokenizers
     from tokenizers import Tokenizer as HFTokenizer
+
     if merges is None:
         raise ModelError(f"{path}: byte-level BPE tokenizer without key 'tokenizer.ggml.merges'")
     vocab = {t: i for i, t in enumerate(tokens)}
@@ -236,7 +295,8 @@ def _byte_level_bpe(path, tokens, merges, pre: str):
     regexes = PRE_REGEX.get(pre, PRE_REGEX["default"])
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in regexes]
-        + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+    )
     tok.decoder = decoders.ByteLevel()
     return tok
 
@@ -246,6 +306,7 @@ def _sentencepiece_bpe(path, tokens, scores, types, add_space_prefix: bool):
     transformers' converter does), byte fallback through the <0xNN> tokens."""
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import decoders, models, normalizers
+
     if scores is None:
         raise ModelError(f"{path}: SentencePiece tokenizer without key 'tokenizer.ggml.scores'")
     vocab = {t: i for i, t in enumerate(tokens)}
@@ -258,8 +319,9 @@ def _sentencepiece_bpe(path, tokens, scores, types, add_space_prefix: bool):
                 ranked.append((-s, vocab[t], t[:k], t[k:]))
     ranked.sort()
     unk = next((t for t, ty in zip(tokens, types) if ty == 2), None)
-    tok = HFTokenizer(models.BPE(vocab, [(a, b) for _, _, a, b in ranked], unk_token=unk,
-                                 fuse_unk=True, byte_fallback=True))
+    tok = HFTokenizer(
+        models.BPE(vocab, [(a, b) for _, _, a, b in ranked], unk_token=unk, fuse_unk=True, byte_fallback=True)
+    )
     norm = [normalizers.Replace(" ", "\u2581")]
     if add_space_prefix:
         norm.insert(0, normalizers.Prepend("\u2581"))

@@ -1,10 +1,10 @@
 """Load weights from an HF safetensors directory or a GGUF file into GPU-layout PackedWeights.
 
 Keys of the returned dict are the Program's weight value names (gguf_names.py). Matrices keep
-f32 / f16 / q8_0 / q4_0 / q4_1 / q5_0 / q5_1 / iq4_nl / q2_k .. q6_k as stored (repacked to 32-bit
-words, quant.py); bf16 becomes f32; the other IQ* / TQ* / MXFP4 types (no kernel) are dequantized
+the dtypes of vkdecode/quant/registry.py as stored (repacked to 32-bit words, quant/blocks.py); bf16 becomes f32; the other IQ* / TQ* / MXFP4 types (no kernel) are dequantized
 to f32 at load and say so in the notes. Norm weights and biases are always 1-D f32.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -17,15 +17,29 @@ import gguf
 import numpy as np
 
 from vkdecode.errors import ModelError, VkDecodeError
+from vkdecode.models import ARCHITECTURES
 from vkdecode.models.config import ModelArgs
 from vkdecode.models.gguf_names import expected_shapes, is_norm, source_name
-from vkdecode.quant import PackedWeight, block_elems, pack_float, pack_gguf_blocks
+from vkdecode.quant import DTYPES, PackedWeight, block_elems, pack_float, pack_gguf_blocks
 
-# repacked, matmul and embed read them quantized
-GGUF_KEPT = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+# repacked, matmul and embed read them quantized (the quant dtypes of the registry, as GGUF names them)
+GGUF_KEPT = tuple(gguf.GGMLQuantizationType(d.gguf_type).name for d in DTYPES.values() if d.quant)
 # no native kernel: f32 at load, through gguf's dequantize (listed in the load notes)
-GGUF_DEQUANT = ("BF16", "IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_M", "IQ1_S",
-                "TQ1_0", "TQ2_0", "MXFP4", "NVFP4")
+GGUF_DEQUANT = (
+    "BF16",
+    "IQ4_XS",
+    "IQ3_S",
+    "IQ3_XXS",
+    "IQ2_S",
+    "IQ2_XS",
+    "IQ2_XXS",
+    "IQ1_M",
+    "IQ1_S",
+    "TQ1_0",
+    "TQ2_0",
+    "MXFP4",
+    "NVFP4",
+)
 
 
 def load_weights(path) -> tuple[ModelArgs, dict[str, PackedWeight], dict]:
@@ -50,27 +64,34 @@ def loading(path: str):
     except VkDecodeError:
         raise
     except Exception as e:  # the boundary: anything the checks missed
-        raise ModelError(f"{path}: unexpected {type(e).__name__} while loading: {e} (a corrupt file, "
-                         "or a vkdecode bug: please report it)") from e
+        raise ModelError(
+            f"{path}: unexpected {type(e).__name__} while loading: {e} (a corrupt file, "
+            "or a vkdecode bug: please report it)"
+        ) from e
 
 
 def _check_layers(path: str, args: ModelArgs, n_tensors: int) -> None:
     # a layer has 9+ tensors: a corrupt layer count (2**31) must fail here, not in expected_shapes
     if args.n_layers * 9 > n_tensors:
-        raise ModelError(f"{path}: {args.n_layers} layers declared, but the file holds only {n_tensors} tensors")
+        raise ModelError(
+            f"{path}: {args.n_layers} layers declared, but the file holds only {n_tensors} tensors"
+        )
 
 
 def _check_unused(path: str, present, used: set[str], ignorable=()) -> None:
     """A tensor the program does not read (an MLP bias of a Qwen GGUF, llama.cpp's rope_freqs for
     Llama 3 rope scaling, ...) would change the math if it were read: refuse the file instead of
     running without it. `ignorable`: tensors the reference implementation ignores too."""
-    unused = sorted(n for n in present if n not in used and n not in ignorable
-                    and not n.endswith("rotary_emb.inv_freq"))   # old HF checkpoints: a rope cache
+    unused = sorted(
+        n for n in present if n not in used and n not in ignorable and not n.endswith("rotary_emb.inv_freq")
+    )  # old HF checkpoints: a rope cache
     if not unused:
         return
     more = f" and {len(unused) - 3} more" if len(unused) > 3 else ""
-    raise ModelError(f"{path}: tensor(s) {', '.join(repr(n) for n in unused[:3])}{more} are not used by "
-                     f"this architecture's decode step; refusing rather than ignoring them")
+    raise ModelError(
+        f"{path}: tensor(s) {', '.join(repr(n) for n in unused[:3])}{more} are not used by "
+        f"this architecture's decode step; refusing rather than ignoring them"
+    )
 
 
 def _check_shape(file: str, tensor: str, expected, actual) -> None:
@@ -86,6 +107,7 @@ def _pack(a: np.ndarray, dtype: str) -> PackedWeight:
 
 
 # ---------------------------------------------------------------- safetensors
+
 
 def _safetensors_index(path: str) -> dict[str, str]:
     """tensor name -> shard file, from model.safetensors.index.json or the shards' headers."""
@@ -119,7 +141,7 @@ def _header(file: str) -> dict:
             if n <= 0 or 8 + n > size:
                 raise ValueError(f"header length {n} does not fit a {size}-byte file")
             header = json.loads(f.read(n))
-    except (OSError, ValueError, RecursionError) as e:   # RecursionError: deeply nested JSON
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: deeply nested JSON
         raise ModelError(f"{file}: not a safetensors file ({type(e).__name__}: {e})") from None
     if not isinstance(header, dict):
         raise ModelError(f"{file}: not a safetensors file (the header is a JSON {type(header).__name__})")
@@ -140,16 +162,27 @@ def _check_entry(file: str, name: str, h, base: int, size: int) -> None:
     shape, offs = h["shape"], h["data_offsets"]
     if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
         raise ModelError(f"{file}: tensor {name!r} has a bad shape {shape!r}")
-    if not (isinstance(offs, list) and len(offs) == 2 and all(type(o) is int for o in offs)
-            and 0 <= offs[0] <= offs[1]):
+    if not (
+        isinstance(offs, list)
+        and len(offs) == 2
+        and all(type(o) is int for o in offs)
+        and 0 <= offs[0] <= offs[1]
+    ):
         raise ModelError(f"{file}: tensor {name!r} has bad data_offsets {offs!r}")
     if base + offs[1] > size:
-        raise ModelError(f"{file}: tensor {name!r} ends at byte {base + offs[1]}, past the end of the file "
-                         f"({size} bytes; truncated?)")
+        raise ModelError(
+            f"{file}: tensor {name!r} ends at byte {base + offs[1]}, past the end of the file "
+            f"({size} bytes; truncated?)"
+        )
     np_dt = ST_DTYPES.get(h["dtype"]) if isinstance(h["dtype"], str) else None
-    if np_dt is not None and offs[1] - offs[0] != int(np.prod(shape, dtype=object)) * np.dtype(np_dt).itemsize:
-        raise ModelError(f"{file}: tensor {name!r}: {offs[1] - offs[0]} bytes do not hold a {h['dtype']} "
-                         f"array of shape {tuple(shape)}")
+    if (
+        np_dt is not None
+        and offs[1] - offs[0] != int(np.prod(shape, dtype=object)) * np.dtype(np_dt).itemsize
+    ):
+        raise ModelError(
+            f"{file}: tensor {name!r}: {offs[1] - offs[0]} bytes do not hold a {h['dtype']} "
+            f"array of shape {tuple(shape)}"
+        )
 
 
 def _read_tensor(file: str, name: str, header: dict) -> tuple[np.ndarray, str]:
@@ -160,7 +193,7 @@ def _read_tensor(file: str, name: str, header: dict) -> tuple[np.ndarray, str]:
     np_dt = ST_DTYPES.get(dt) if isinstance(dt, str) else None
     if np_dt is None:
         raise ModelError(f"{file}: tensor {name!r} has unsupported dtype {dt}")
-    if end == start:     # np.memmap refuses an empty range
+    if end == start:  # np.memmap refuses an empty range
         return np.zeros(h["shape"], np.float32 if dt in ("BF16", "F64") else np_dt), dt
     raw = np.memmap(file, dtype=np.uint8, mode="r", offset=h["_base"] + start, shape=(end - start,))
     a = raw.view(np_dt).reshape(h["shape"])
@@ -176,10 +209,15 @@ def _load_hf(path: str):
     where = _safetensors_index(path)
     _check_layers(path, args, len(where))
     # before reading any data; transformers ties lm_head to the embedding, ignoring a stored copy
-    _check_unused(path, where, {source_name(n, "hf", args.arch) for n in expected_shapes(args)},
-                  ("lm_head.weight",) if args.tie_embeddings else ())
+    _check_unused(
+        path,
+        where,
+        {source_name(n, "hf", args.arch) for n in expected_shapes(args)},
+        ("lm_head.weight",) if args.tie_embeddings else (),
+    )
     headers: dict[str, dict] = {}
     weights, types = {}, {}
+    plus_one = ARCHITECTURES[args.arch].hf_norms_plus_one
     for name, shape in expected_shapes(args).items():
         src = source_name(name, "hf", args.arch)
         file = where.get(src)
@@ -191,7 +229,7 @@ def _load_hf(path: str):
             raise ModelError(f"{file}: missing tensor {src!r} (expected shape {shape})")
         a, dt = _read_tensor(file, src, headers[file])
         _check_shape(file, src, shape, a.shape)
-        if args.arch == "gemma3" and is_norm(name):
+        if plus_one and is_norm(name):
             # Gemma's RMSNorm computes x * (1 + w) in f32; fold the 1 in once (llama.cpp's
             # converter does the same, so GGUF gemma3 norms already hold 1 + w)
             a = a.astype(np.float32) + np.float32(1.0)
@@ -202,6 +240,7 @@ def _load_hf(path: str):
 
 
 # ---------------------------------------------------------------- GGUF
+
 
 def open_gguf(path: str):
     """GGUFReader, with its exceptions (bad magic, truncation, ...) turned into ModelError."""
@@ -236,8 +275,9 @@ class _Reader(gguf.GGUFReader):
             except Exception:  # noqa: BLE001 - layout not as expected: leave the checking to the reader
                 break
             if end > size:
-                raise ModelError(f"tensor {name!r} ends at byte {end}, past the end of the file "
-                                 f"({size} bytes; truncated?)")
+                raise ModelError(
+                    f"tensor {name!r} ends at byte {end}, past the end of the file ({size} bytes; truncated?)"
+                )
         super()._build_tensors(start_offs, fields)
 
 
@@ -258,8 +298,10 @@ def _gguf_tensor(path: str, t, shape, notes: list[str]) -> PackedWeight:
             notes.append(f"{t.name}: {kind} dequantized to f32 at load ({why})")
         a = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
         return _pack(np.asarray(a, dtype=np.float32).reshape(shape), "f32")
-    raise ModelError(f"{path}: tensor {t.name!r} has type {kind}, which is not supported "
-                     f"(supported: F32, F16, {', '.join(GGUF_KEPT + GGUF_DEQUANT)})")
+    raise ModelError(
+        f"{path}: tensor {t.name!r} has type {kind}, which is not supported "
+        f"(supported: F32, F16, {', '.join(GGUF_KEPT + GGUF_DEQUANT)})"
+    )
 
 
 def _load_gguf(path: str):
@@ -268,8 +310,12 @@ def _load_gguf(path: str):
     tensors = {t.name: t for t in reader.tensors}
     _check_layers(path, args, len(tensors))
     # rope_freqs.weight is read into args.rope_freq_factors (config_rope.gguf_rope_factors)
-    _check_unused(path, tensors, {source_name(n, "gguf", args.arch) for n in expected_shapes(args)},
-                  ignorable=("rope_freqs.weight",))
+    _check_unused(
+        path,
+        tensors,
+        {source_name(n, "gguf", args.arch) for n in expected_shapes(args)},
+        ignorable=("rope_freqs.weight",),
+    )
     weights, types, notes = {}, {}, []
     for name, shape in expected_shapes(args).items():
         src = source_name(name, "gguf", args.arch)

@@ -1,157 +1,24 @@
-"""GPU layout of weights: every tensor becomes arrays of 32-bit words a shader can index directly.
+"""Weight dtypes: the registry (registry.py: one record per dtype, every dtype list derived from
+it), the GPU word layout and packing (blocks.py; kquant.py for the split K-quant / q5_1 / iq4_nl
+blocks)."""
 
-GGUF blocks are 18-210 bytes and not 4-byte aligned, so they are repacked at load:
-  f32   data: float32 [out, in]
-  f16   data: uint32  [out, in/2]  two halves per word, the even column in the low half
-  q8_0  q: uint32 [out, in/4]      int8 quants, 8 words per 32-element block, little endian
-  q4_0  q: uint32 [out, in/8]      the block's 16 GGUF bytes as 4 words: byte j holds element j in
-  q4_1                              its low nibble and element j+16 in its high nibble
-  iq4_nl                            (iq4_nl: the nibble indexes a 16-entry non-linear table)
-  q5_0  q: uint32 [out, in/32*5]   per block 4 words of nibbles (as q4_0) then 1 word qh whose
-  q5_1                              bit e is the fifth bit of element e
-  q*    s: uint32 [out, in/32]     per block: low 16 bits = scale d (f16 bits), high 16 bits =
-                                    min m (f16 bits, q4_1 / q5_1 only; 0 otherwise)
-K-quants keep the file's 256-element superblock, split into q and s words (quant_k.py):
-  q4_k  q: [out, in/256*32]  the 128 qs bytes: byte 32c+l holds element 64c+l (low nibble,
-                             sub-block 2c) and 64c+32+l (high nibble, sub-block 2c+1)
-        s: [out, in/256*4]   d | dmin << 16, then the 12 bytes of packed 6-bit scales and mins
-  q5_k  q: [out, in/256*40]  qs as q4_k, then the 32 qh bytes (byte l, bit j: fifth bit of
-                             element 32j+l);  s as q4_k
-  q6_k  q: [out, in/256*48]  ql[128] then qh[64], as the file;  s: [out, in/256*5] the 16 int8
-                             sub-block scales, then d (f16) and a 2-byte pad
-  q2_k  q: [out, in/256*16]  qs[64]: byte 32h+l holds elements 128h+32j+l in bits 2j..2j+1;
-                             s: [out, in/256*5] the 16 scale|min<<4 bytes, then d | dmin << 16
-  q3_k  q: [out, in/256*24]  hmask[32] (byte l, bit k: third bit of element 32k+l), then qs as q2_k;
-                             s: [out, in/256*4] the 12 bytes of packed 6-bit scales, d, a 2-byte pad
-Values: q8_0 d*q; q4_0 d*(n-8); q4_1 d*n+m; q5_0 d*(n-16); q5_1 d*n+m; iq4_nl d*table[n];
-q4_k/q5_k d*sc_j*n - dmin*m_j; q6_k d*sc_j*(n-32); q2_k d*sc_j*n - dmin*m_j; q3_k d*(sc_j-32)*(n-4).
-A shader reads d, m with unpackHalf2x16(s) (core GLSL 4.50, no 16-bit storage needed).
-
-Why K-quants are split and not expanded: the bytes a matvec reads per token are the model's size,
-so q4_k must stay 4.5 bits per weight on the device (a Q4_K_M file's size, not f32's 32 bits).
-The split is a pure byte move (q: the quants, s: the scales, both 16-byte aligned per superblock
-for q4_k/q5_k), so a shader reads a superblock's quant word per invocation exactly as it reads a
-q4_0 nibble word, and the scales from a second array (the same for 32 adjacent invocations, so a
-broadcast load); the 6-bit scales are decoded in the shader from the file's packing (a few integer
-ops per unit) rather than widened at load, so device bytes equal file bytes (q6_k: +1%, its pad).
-"""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
-
-from vkdecode.quant import kquant as quant_k
-
-BLOCK = 32
-GGUF_BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20, "q5_0": 22}
-WORDS_PER_BLOCK = {"q8_0": 8, "q4_0": 4, "q4_1": 4, "q5_0": 5}
-SPLIT_TYPES = tuple(quant_k.LAYOUTS)        # q4_k q5_k q6_k q2_k q3_k q5_1 iq4_nl (quant_k.py)
-QUANT_TYPES = tuple(WORDS_PER_BLOCK) + SPLIT_TYPES
-K_TYPES = ("q4_k", "q5_k", "q6_k", "q2_k", "q3_k")
-
-
-def block_elems(dtype: str) -> int:
-    """Elements per block of a quant dtype (the in-dim must be a multiple of it)."""
-    return quant_k.QK if dtype in K_TYPES else BLOCK
-
-
-def row_words(dtype: str, n_in: int, part: str) -> int:
-    """32-bit words per row of part "q" or "s" of a quant dtype."""
-    if dtype in SPLIT_TYPES:
-        n, qw, sw = quant_k.block_words(dtype)
-        return n_in // n * (qw if part == "q" else sw)
-    return n_in // BLOCK * (WORDS_PER_BLOCK[dtype] if part == "q" else 1)
-
-
-@dataclass
-class PackedWeight:
-    dtype: str                          # f32 | f16 | a QUANT_TYPES entry
-    shape: tuple[int, int] | tuple[int]  # logical (out, in), or (n,) for 1-D f32 vectors
-    parts: dict[str, np.ndarray]        # "data" or "q" + "s", each 2-D [out, words] (1-D for vectors)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.parts.values())
-
-    def row_bytes(self, part: str) -> int:
-        a = self.parts[part]
-        return a.nbytes // a.shape[0]
-
-    def dequantize(self) -> np.ndarray:
-        return dequantize(self)
-
-
-def pack_float(a: np.ndarray, dtype: str) -> PackedWeight:
-    a = np.ascontiguousarray(a)
-    if dtype == "f32" or a.ndim == 1:
-        return PackedWeight("f32", a.shape, {"data": a.astype(np.float32)})
-    if dtype == "f16":
-        if a.shape[1] % 2:
-            raise ValueError(f"f16 weight needs an even in-dim, got {a.shape}")
-        return PackedWeight("f16", a.shape, {"data": a.astype(np.float16).view(np.uint32)})
-    raise ValueError(f"not a float dtype: {dtype}")
-
-
-def pack_gguf_blocks(raw: np.ndarray, dtype: str, shape: tuple[int, int]) -> PackedWeight:
-    """raw: uint8 [out, nblocks * block_bytes] as the GGUF file stores it."""
-    if dtype in SPLIT_TYPES:
-        return PackedWeight(dtype, tuple(shape), quant_k.pack(raw, dtype, shape))
-    out, n_in = shape
-    nb = n_in // BLOCK
-    blocks = np.ascontiguousarray(raw, dtype=np.uint8).reshape(out, nb, GGUF_BLOCK_BYTES[dtype])
-    d = blocks[:, :, 0:2].copy().view(np.uint16)[..., 0].astype(np.uint32)
-    if dtype == "q8_0":
-        q = blocks[:, :, 2:34]
-    elif dtype == "q4_0":
-        q = blocks[:, :, 2:18]
-    elif dtype == "q4_1":
-        m = blocks[:, :, 2:4].copy().view(np.uint16)[..., 0].astype(np.uint32)
-        d = d | (m << 16)
-        q = blocks[:, :, 4:20]
-    elif dtype == "q5_0":   # GGUF: d, qh[4], qs[16] -> words qs0..qs3, qh
-        q = np.concatenate([blocks[:, :, 6:22], blocks[:, :, 2:6]], axis=2)
-    else:
-        raise ValueError(f"no block packing for {dtype}")
-    qw = np.ascontiguousarray(q).view(np.uint32).reshape(out, nb * WORDS_PER_BLOCK[dtype])
-    return PackedWeight(dtype, (out, n_in), {"q": qw, "s": np.ascontiguousarray(d)})
-
-
-def quantize(a: np.ndarray, dtype: str) -> PackedWeight:
-    """f32 [out, in] -> packed, through the gguf package's reference quantizer (as llama.cpp)."""
-    if dtype in ("f32", "f16"):
-        return pack_float(a, dtype)
-    if dtype in SPLIT_TYPES:   # gguf.quants has no K-quant / iq4_nl quantizer: quant_k's simple one
-        return pack_gguf_blocks(quant_k.quantize_raw(a, dtype), dtype, a.shape)
-    import gguf
-    from gguf import quants
-    raw = quants.quantize(np.ascontiguousarray(a, dtype=np.float32), gguf.GGMLQuantizationType[dtype.upper()])
-    return pack_gguf_blocks(raw, dtype, a.shape)
-
-
-def dequantize(w: PackedWeight) -> np.ndarray:
-    if w.dtype == "f32":
-        return w.parts["data"]
-    if w.dtype == "f16":
-        return w.parts["data"].view(np.float16).astype(np.float32).reshape(w.shape)
-    if w.dtype in SPLIT_TYPES:
-        return quant_k.dequantize(w.parts, w.dtype, w.shape)
-    out, n_in = w.shape
-    nb = n_in // BLOCK
-    s = w.parts["s"]
-    d = (s & 0xFFFF).astype(np.uint16).view(np.float16).astype(np.float32)[..., None]
-    m = (s >> 16).astype(np.uint16).view(np.float16).astype(np.float32)[..., None]
-    q = w.parts["q"].reshape(out, nb, WORDS_PER_BLOCK[w.dtype])
-    if w.dtype == "q8_0":
-        vals = d * q.copy().view(np.int8).reshape(out, nb, 32).astype(np.float32)
-    else:
-        b = q[:, :, :4].copy().view(np.uint8).reshape(out, nb, 16)
-        n = np.concatenate([b & 0xF, b >> 4], axis=2).astype(np.int32)
-        if w.dtype == "q4_0":
-            vals = d * (n - 8)
-        elif w.dtype == "q4_1":
-            vals = d * n + m
-        else:
-            hi = (q[:, :, 4:5] >> np.arange(32, dtype=np.uint32)) & 1
-            vals = d * ((n | (hi.astype(np.int32) << 4)) - 16)
-    return vals.reshape(out, n_in).astype(np.float32)
+from vkdecode.quant.blocks import PackedWeight, dequantize, pack_float, pack_gguf_blocks, quantize  # noqa: F401
+from vkdecode.quant.registry import (  # noqa: F401 (the names importers use)
+    BLOCK,
+    DTYPES,
+    FLOAT_TYPES,
+    GGUF_BLOCK_BYTES,
+    IDOT_TYPES,
+    K_TYPES,
+    KSPLIT_TYPES,
+    QUANT_TYPES,
+    SPLIT_TYPES,
+    UNIT_DTYPES,
+    WEIGHT_DTYPES,
+    WORDS_PER_BLOCK,
+    DType,
+    block_elems,
+    row_words,
+)

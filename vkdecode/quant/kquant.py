@@ -1,5 +1,5 @@
 """GPU word layout of the 256-element K-quant superblocks (q2_k .. q6_k) and of the extra
-32-element blocks (q5_1, iq4_nl); see quant.py's header for the whole layout and the why.
+32-element blocks (q5_1, iq4_nl); see blocks.py's header for the whole layout and the why.
 
 Each dtype is a list of byte ranges of the GGUF block that go to the q words and to the s words,
 so packing is a byte split with no arithmetic (no f32 expansion, nothing recomputed) and
@@ -10,6 +10,7 @@ The quantizers here (quantize_raw) exist for tests and benchmarks only, because 
 no K-quant / IQ4_NL quantizer: they are simple (max-abs / min-max per sub-block, 6- or 8-bit
 scales, nearest level), valid GGUF blocks, not llama.cpp's error-minimising search.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,7 +33,9 @@ LAYOUTS = {
     # d, qs[16]  ->  q: qs (4 words, as q4_0); s: d (2-byte pad)
     "iq4_nl": (32, 18, [(2, 18)], [(0, 2)], 2),
 }
-IQ4_NL_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32)
+IQ4_NL_VALUES = np.array(
+    [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32
+)
 
 
 def _span(ranges) -> int:
@@ -56,8 +59,10 @@ def pack(raw: np.ndarray, dtype: str, shape: tuple[int, int]) -> dict[str, np.nd
     q = np.concatenate([blocks[:, :, a:b] for a, b in qr], axis=2)
     s = [blocks[:, :, a:b] for a, b in sr] + ([np.zeros((out, nb, pad), np.uint8)] if pad else [])
     s = np.concatenate(s, axis=2)
-    return {"q": np.ascontiguousarray(q).view(np.uint32).reshape(out, -1),
-            "s": np.ascontiguousarray(s).view(np.uint32).reshape(out, -1)}
+    return {
+        "q": np.ascontiguousarray(q).view(np.uint32).reshape(out, -1),
+        "s": np.ascontiguousarray(s).view(np.uint32).reshape(out, -1),
+    }
 
 
 def to_raw(parts: dict[str, np.ndarray], dtype: str, shape: tuple[int, int]) -> np.ndarray:
@@ -70,23 +75,25 @@ def to_raw(parts: dict[str, np.ndarray], dtype: str, shape: tuple[int, int]) -> 
     raw = np.zeros((out, nb, nbytes), np.uint8)
     o = 0
     for a, b in qr:
-        raw[:, :, a:b] = q[:, :, o:o + b - a]
+        raw[:, :, a:b] = q[:, :, o : o + b - a]
         o += b - a
     o = 0
     for a, b in sr:
-        raw[:, :, a:b] = s[:, :, o:o + b - a]
+        raw[:, :, a:b] = s[:, :, o : o + b - a]
         o += b - a
     return raw.reshape(out, nb * nbytes)
 
 
 def dequantize(parts: dict[str, np.ndarray], dtype: str, shape: tuple[int, int]) -> np.ndarray:
     import gguf
+
     raw = to_raw(parts, dtype, shape)
     a = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[dtype.upper()])
     return np.asarray(a, np.float32).reshape(shape)
 
 
 # ---------------------------------------------------------------- test / bench quantizers
+
 
 def _f16(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a.astype(np.float16)).view(np.uint8).reshape(*a.shape[:-1], -1)
@@ -127,16 +134,17 @@ def quantize_raw(a: np.ndarray, dtype: str) -> np.ndarray:
     a = np.ascontiguousarray(a, np.float32)
     if dtype not in LAYOUTS:
         import gguf
+
         return gguf.quants.quantize(a, gguf.GGMLQuantizationType[dtype.upper()])
     out, n_in = a.shape
     nb = n_in // LAYOUTS[dtype][0]
     if dtype in ("q4_k", "q5_k"):
         x = a.reshape(out, nb, 8, 32)
         d, dmin, sc, m, q = _quantize_kmin(x, 15 if dtype == "q4_k" else 31)
-        chunks = q.reshape(out, nb, 4, 2, 32)      # 64-element chunk c: sub-blocks 2c (low), 2c+1 (high)
+        chunks = q.reshape(out, nb, 4, 2, 32)  # 64-element chunk c: sub-blocks 2c (low), 2c+1 (high)
         qs = _nibbles(chunks[:, :, :, 0], chunks[:, :, :, 1]).reshape(out, nb, 128)
         head = [_f16(d[..., None]), _f16(dmin[..., None]), _scales6(sc, m)]
-        if dtype == "q5_k":   # qh byte l, bit j: fifth bit of element 32 j + l
+        if dtype == "q5_k":  # qh byte l, bit j: fifth bit of element 32 j + l
             bits = (q.reshape(out, nb, 8, 32) >> 4) & 1
             qh = np.zeros((out, nb, 32), np.uint8)
             for j in range(8):
@@ -152,11 +160,17 @@ def quantize_raw(a: np.ndarray, dtype: str) -> np.ndarray:
             sc = np.clip(np.rint(np.where(df > 0, amax / 31 / df, 0)), -128, 127)
             step = (df * sc)[..., None]
             q = np.where(step > 0, np.rint(x / step), 0)
-        q = (np.clip(q, -32, 31) + 32).astype(np.uint8).reshape(out, nb, 2, 4, 32)   # half, quarter, l
-        ql = np.concatenate([_nibbles(q[:, :, :, 0], q[:, :, :, 2]), _nibbles(q[:, :, :, 1], q[:, :, :, 3])], axis=3)
+        q = (np.clip(q, -32, 31) + 32).astype(np.uint8).reshape(out, nb, 2, 4, 32)  # half, quarter, l
+        ql = np.concatenate(
+            [_nibbles(q[:, :, :, 0], q[:, :, :, 2]), _nibbles(q[:, :, :, 1], q[:, :, :, 3])], axis=3
+        )
         qh = sum(((q[:, :, :, k] >> 4) & 3) << (2 * k) for k in range(4)).astype(np.uint8)
-        parts = [ql.reshape(out, nb, 128), qh.reshape(out, nb, 64), sc.astype(np.int8).view(np.uint8),
-                 _f16(d[..., None])]
+        parts = [
+            ql.reshape(out, nb, 128),
+            qh.reshape(out, nb, 64),
+            sc.astype(np.int8).view(np.uint8),
+            _f16(d[..., None]),
+        ]
         return np.concatenate(parts, axis=2).reshape(out, -1)
     if dtype == "q2_k":
         x = a.reshape(out, nb, 16, 16)
@@ -170,10 +184,12 @@ def quantize_raw(a: np.ndarray, dtype: str) -> np.ndarray:
             m = np.clip(np.rint(np.where(mf > 0, -lo / mf, 0)), 0, 15)
             step = (df * sc)[..., None]
             q = np.where(step > 0, np.rint((x + (mf * m)[..., None]) / step), 0)
-        q = np.clip(q, 0, 3).astype(np.uint8).reshape(out, nb, 2, 4, 32)      # half, shift j, l
+        q = np.clip(q, 0, 3).astype(np.uint8).reshape(out, nb, 2, 4, 32)  # half, shift j, l
         qs = sum(q[:, :, :, j] << (2 * j) for j in range(4)).astype(np.uint8).reshape(out, nb, 64)
-        scales = (sc.astype(np.uint8) | (m.astype(np.uint8) << 4))
-        return np.concatenate([scales, qs, _f16(d[..., None]), _f16(dmin[..., None])], axis=2).reshape(out, -1)
+        scales = sc.astype(np.uint8) | (m.astype(np.uint8) << 4)
+        return np.concatenate([scales, qs, _f16(d[..., None]), _f16(dmin[..., None])], axis=2).reshape(
+            out, -1
+        )
     if dtype == "q3_k":
         x = a.reshape(out, nb, 16, 16)
         amax = np.abs(x).max(axis=-1)
@@ -183,11 +199,11 @@ def quantize_raw(a: np.ndarray, dtype: str) -> np.ndarray:
             sc = np.clip(np.rint(np.where(df > 0, amax / 4 / df, 0)), -32, 31)
             step = (df * sc)[..., None]
             q = np.where(step > 0, np.rint(x / step), 0)
-        u = (np.clip(q, -4, 3) + 4).astype(np.uint8).reshape(out, nb, 8, 32)   # element 32k + l
+        u = (np.clip(q, -4, 3) + 4).astype(np.uint8).reshape(out, nb, 8, 32)  # element 32k + l
         hmask = sum((u[:, :, k] >> 2) << k for k in range(8)).astype(np.uint8)
         ql = (u & 3).reshape(out, nb, 2, 4, 32)
         qs = sum(ql[:, :, :, j] << (2 * j) for j in range(4)).astype(np.uint8).reshape(out, nb, 64)
-        s6 = (sc + 32).astype(np.uint8)                                        # scale i: 6 bits
+        s6 = (sc + 32).astype(np.uint8)  # scale i: 6 bits
         sb = np.zeros((out, nb, 12), np.uint8)
         for i in range(16):
             sb[:, :, i % 8] |= (s6[:, :, i] & 15) << (4 * (i // 8))
@@ -203,4 +219,5 @@ def quantize_raw(a: np.ndarray, dtype: str) -> np.ndarray:
         qs = _nibbles(q[..., :16], q[..., 16:])
         return np.concatenate([_f16(d[..., None]), qs], axis=2).reshape(out, -1)
     import gguf
-    return gguf.quants.quantize(a, gguf.GGMLQuantizationType[dtype.upper()])   # q5_1
+
+    return gguf.quants.quantize(a, gguf.GGMLQuantizationType[dtype.upper()])  # q5_1

@@ -6,6 +6,7 @@
 Every error is an OpenAI error body {"error": {"message", "type", "param", "code"}}; with an API key
 set, every request must carry `Authorization: Bearer KEY`.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -24,7 +25,7 @@ from vkdecode.serve.engine import Engine, Job
 from vkdecode.serve.requests import ApiError, parse_chat, parse_completion
 
 MAX_BODY_BYTES = 1 << 20
-DRAIN_LIMIT = 64 << 20       # an oversized body is read (and dropped) up to this, so the 413 arrives
+DRAIN_LIMIT = 64 << 20  # an oversized body is read (and dropped) up to this, so the 413 arrives
 
 
 def error_response(e: ApiError) -> JSONResponse:
@@ -43,16 +44,20 @@ class ApiKeyMiddleware:
             got = dict(scope["headers"]).get(b"authorization", b"")
             if not hmac.compare_digest(got, self.expected):
                 msg = "missing API key" if not got else "invalid API key"
-                err = ApiError(401, f"{msg}: send the server's --api-key as 'Authorization: Bearer KEY'",
-                               code="invalid_api_key")
+                err = ApiError(
+                    401,
+                    f"{msg}: send the server's --api-key as 'Authorization: Bearer KEY'",
+                    code="invalid_api_key",
+                )
                 await error_response(err)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
 
 async def read_json(request, limit: int) -> dict:
-    too_big = ApiError(413, f"the request body is larger than {limit} bytes (--max-body-bytes)",
-                       code="request_too_large")
+    too_big = ApiError(
+        413, f"the request body is larger than {limit} bytes (--max-body-bytes)", code="request_too_large"
+    )
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > DRAIN_LIMIT:
         raise too_big
@@ -70,13 +75,19 @@ async def read_json(request, limit: int) -> dict:
     except (ValueError, UnicodeDecodeError) as e:
         raise ApiError(400, f"the request body is not valid JSON: {e}", code="invalid_json") from None
     if not isinstance(body, dict):
-        raise ApiError(400, f"the request body must be a JSON object, not {type(body).__name__}",
-                       code="invalid_json")
+        raise ApiError(
+            400, f"the request body must be a JSON object, not {type(body).__name__}", code="invalid_json"
+        )
     return body
 
 
-def create_app(engine: Engine, api_key: str | None = None, max_body_bytes: int = MAX_BODY_BYTES,
-               close_engine: bool = True, allow_origins: list[str] | None = None) -> Starlette:
+def create_app(
+    engine: Engine,
+    api_key: str | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    close_engine: bool = True,
+    allow_origins: list[str] | None = None,
+) -> Starlette:
     """close_engine: the app's shutdown closes the engine (and its model). allow_origins: web pages
     (origins) whose scripts may call the API from a browser (CORS)."""
 
@@ -86,6 +97,7 @@ def create_app(engine: Engine, api_key: str | None = None, max_body_bytes: int =
                 return await handler(request)
             except ApiError as e:
                 return error_response(e)
+
         return endpoint
 
     async def health(request):
@@ -106,8 +118,13 @@ def create_app(engine: Engine, api_key: str | None = None, max_body_bytes: int =
 
     async def model(request):
         if request.path_params["model"] != engine.model_id:
-            raise ApiError(404, f"the model {request.path_params['model']!r} does not exist; this server "
-                                f"serves {engine.model_id!r}", "model", "model_not_found")
+            raise ApiError(
+                404,
+                f"the model {request.path_params['model']!r} does not exist; this server "
+                f"serves {engine.model_id!r}",
+                "model",
+                "model_not_found",
+            )
         return JSONResponse(model_card())
 
     async def chat(request):
@@ -123,8 +140,11 @@ def create_app(engine: Engine, api_key: str | None = None, max_body_bytes: int =
         engine.submit(job)
         shape = Shape(req.kind, engine.model_id)
         if req.stream:
-            return StreamingResponse(sse(job, shape), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            return StreamingResponse(
+                sse(job, shape),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
         parts, checked = [], time.monotonic()
         try:
             while True:
@@ -132,10 +152,10 @@ def create_app(engine: Engine, api_key: str | None = None, max_body_bytes: int =
                     kind, data = await asyncio.wait_for(job.events.get(), 0.25)
                 except asyncio.TimeoutError:
                     kind = None
-                if time.monotonic() - checked >= 0.25:      # tokens may arrive faster than that
+                if time.monotonic() - checked >= 0.25:  # tokens may arrive faster than that
                     checked = time.monotonic()
                     if await request.is_disconnected():
-                        return JSONResponse({}, status_code=499)   # nobody reads it
+                        return JSONResponse({}, status_code=499)  # nobody reads it
                 if kind == "text":
                     parts.append(data)
                 elif kind == "error":
@@ -143,7 +163,7 @@ def create_app(engine: Engine, api_key: str | None = None, max_body_bytes: int =
                 elif kind == "done":
                     return JSONResponse(shape.whole("".join(parts), data))
         finally:
-            job.cancel()        # a no-op once done; stops the generation when the client left
+            job.cancel()  # a no-op once done; stops the generation when the client left
 
     async def sse(job: Job, shape: Shape):
         try:
@@ -163,11 +183,16 @@ def create_app(engine: Engine, api_key: str | None = None, max_body_bytes: int =
                     yield "data: [DONE]\n\n"
                     return
         finally:
-            job.cancel()        # the client went away mid-stream (or the stream ended): free the device
+            job.cancel()  # the client went away mid-stream (or the stream ended): free the device
 
     async def http_error(request, exc: HTTPException):
-        return error_response(ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}",
-                                       code="not_found" if exc.status_code == 404 else None))
+        return error_response(
+            ApiError(
+                exc.status_code,
+                f"{request.method} {request.url.path}: {exc.detail}",
+                code="not_found" if exc.status_code == 404 else None,
+            )
+        )
 
     async def internal_error(request, exc: Exception):
         return error_response(ApiError(500, f"internal error: {type(exc).__name__}: {exc}"))
@@ -178,20 +203,35 @@ def create_app(engine: Engine, api_key: str | None = None, max_body_bytes: int =
         if close_engine:
             await asyncio.get_running_loop().run_in_executor(None, engine.close)
 
-    routes = [Route("/health", guarded(health)), Route("/metrics", guarded(metrics)),
-              Route("/v1/models", guarded(models)), Route("/v1/models/{model:path}", guarded(model)),
-              Route("/v1/chat/completions", guarded(chat), methods=["POST"]),
-              Route("/v1/completions", guarded(completions), methods=["POST"])]
+    routes = [
+        Route("/health", guarded(health)),
+        Route("/metrics", guarded(metrics)),
+        Route("/v1/models", guarded(models)),
+        Route("/v1/models/{model:path}", guarded(model)),
+        Route("/v1/chat/completions", guarded(chat), methods=["POST"]),
+        Route("/v1/completions", guarded(completions), methods=["POST"]),
+    ]
     from starlette.middleware import Middleware
     from starlette.middleware.cors import CORSMiddleware
+
     middleware = []
-    if allow_origins:      # outermost: a browser's preflight (OPTIONS) carries no API key
-        middleware.append(Middleware(CORSMiddleware, allow_origins=allow_origins, allow_methods=["GET", "POST"],
-                                     allow_headers=["Authorization", "Content-Type"]))
+    if allow_origins:  # outermost: a browser's preflight (OPTIONS) carries no API key
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=allow_origins,
+                allow_methods=["GET", "POST"],
+                allow_headers=["Authorization", "Content-Type"],
+            )
+        )
     if api_key:
         middleware.append(Middleware(ApiKeyMiddleware, api_key=api_key))
-    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
-                     exception_handlers={HTTPException: http_error, Exception: internal_error})
+    return Starlette(
+        routes=routes,
+        middleware=middleware,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: http_error, Exception: internal_error},
+    )
 
 
 class Shape:
@@ -204,8 +244,12 @@ class Shape:
 
     def head(self, what: str) -> dict:
         obj = {"chat": {"whole": "chat.completion", "chunk": "chat.completion.chunk"}}.get(self.kind)
-        return {"id": self.id, "object": obj[what] if obj else "text_completion", "created": self.created,
-                "model": self.model_id}
+        return {
+            "id": self.id,
+            "object": obj[what] if obj else "text_completion",
+            "created": self.created,
+            "model": self.model_id,
+        }
 
     def chunk(self, delta, finish_reason=None, **extra) -> dict:
         if self.kind == "chat":
@@ -217,8 +261,12 @@ class Shape:
 
     def whole(self, text: str, done: dict) -> dict:
         if self.kind == "chat":
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                      "finish_reason": done["finish_reason"]}
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": done["finish_reason"],
+            }
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": done["finish_reason"]}
         return dict(self.head("whole"), choices=[choice], usage=done["usage"], timings=done["timings"])

@@ -7,6 +7,7 @@ when the client goes away, and the worker stops that generation at the next toke
 prompt step) and moves on. Every generation reuses the KV cache rows of the previous one that match
 its prompt (prompt cache), unless the request says cache_prompt: false.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -21,15 +22,15 @@ from vkdecode.serve.requests import ApiError, GenRequest, StopScanner
 @dataclass
 class Job:
     req: GenRequest
-    loop: object                                    # the asyncio loop that reads `events`
-    events: object                                  # asyncio.Queue of (kind, data)
+    loop: object  # the asyncio loop that reads `events`
+    events: object  # asyncio.Queue of (kind, data)
     cancelled: threading.Event = field(default_factory=threading.Event)
-    seq: int = -1                                   # arrival order
+    seq: int = -1  # arrival order
 
     def emit(self, kind: str, data) -> None:
         try:
             self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, data))
-        except RuntimeError:        # the loop is closed (server shutting down): nobody listens
+        except RuntimeError:  # the loop is closed (server shutting down): nobody listens
             pass
 
     def cancel(self) -> None:
@@ -45,10 +46,10 @@ class Engine:
         self._arrivals = itertools.count()
         self.waiting = 0
         self.running: Job | None = None
-        self.started_order: list[int] = []          # arrival numbers in the order jobs ran (last 1000)
+        self.started_order: list[int] = []  # arrival numbers in the order jobs ran (last 1000)
         self.counts = {"completed": 0, "cancelled": 0, "rejected_queue_full": 0, "failed": 0}
         self.tokens = {"prompt": 0, "prompt_cached": 0, "prompt_run": 0, "generated": 0}
-        self.decode = {"tokens": 0, "seconds": 0.0}     # tokens after each request's first, and their time
+        self.decode = {"tokens": 0, "seconds": 0.0}  # tokens after each request's first, and their time
         self.last: dict = {}
         self.step = _step_summary(model.executor)
         self._thread = threading.Thread(target=self._work, name="vkdecode-serve-worker", daemon=True)
@@ -59,31 +60,45 @@ class Engine:
         with self._lock:
             if self.waiting >= self.max_queue:
                 self.counts["rejected_queue_full"] += 1
-                raise ApiError(503, f"the server is busy: {self.waiting} requests are already waiting for the "
-                                    f"device (queue limit {self.max_queue}, --max-queue); retry later",
-                               code="queue_full")
+                raise ApiError(
+                    503,
+                    f"the server is busy: {self.waiting} requests are already waiting for the "
+                    f"device (queue limit {self.max_queue}, --max-queue); retry later",
+                    code="queue_full",
+                )
             job.seq = next(self._arrivals)
             self.waiting += 1
             self._jobs.put(job)
 
     def metrics(self) -> dict:
         with self._lock:
-            return {"model": self.model_id, "mode": self.model.mode, "device": self.model.device.info.name,
-                    "ctx": self.model.executor.ctx,
-                    "queue": {"waiting": self.waiting, "running": self.running is not None,
-                              "max_queue": self.max_queue},
-                    "requests": dict(self.counts), "tokens": dict(self.tokens),
-                    "decode_tok_s": self.decode["tokens"] / self.decode["seconds"] if self.decode["seconds"] else 0.0,
-                    "kv_cache_tokens": len(self.model.kv), "last_request": dict(self.last),
-                    "step": self.step,
-                    "validation_errors": len(getattr(self.model.device, "validation_errors", []))}
+            return {
+                "model": self.model_id,
+                "mode": self.model.mode,
+                "device": self.model.device.info.name,
+                "ctx": self.model.executor.ctx,
+                "queue": {
+                    "waiting": self.waiting,
+                    "running": self.running is not None,
+                    "max_queue": self.max_queue,
+                },
+                "requests": dict(self.counts),
+                "tokens": dict(self.tokens),
+                "decode_tok_s": self.decode["tokens"] / self.decode["seconds"]
+                if self.decode["seconds"]
+                else 0.0,
+                "kv_cache_tokens": len(self.model.kv),
+                "last_request": dict(self.last),
+                "step": self.step,
+                "validation_errors": len(getattr(self.model.device, "validation_errors", [])),
+            }
 
     def close(self, timeout: float = 60.0) -> None:
         """Stop after the running job (cancelled), drop the waiting ones, free the model."""
         with self._lock:
             if self.running is not None:
                 self.running.cancel()
-            self.max_queue = 0          # refuse anything new
+            self.max_queue = 0  # refuse anything new
         self._jobs.put(None)
         self._thread.join(timeout)
         if self.own_model and not self._thread.is_alive():
@@ -100,7 +115,7 @@ class Engine:
                 self.running = job
                 self.started_order = self.started_order[-999:] + [job.seq]
             try:
-                if self.max_queue == 0:      # closing: jobs still waiting are told, not run
+                if self.max_queue == 0:  # closing: jobs still waiting are told, not run
                     job.emit("error", ApiError(503, "the server is shutting down", code="shutting_down"))
                 else:
                     self._run(job)
@@ -118,9 +133,16 @@ class Engine:
         t0 = time.perf_counter()
         t_first = t_last = None
         n, finish, last = 0, None, None
-        gen = model.stream_generate(prompt_ids=req.prompt_ids, max_tokens=req.max_tokens, temp=req.temp,
-                                    top_k=req.top_k, top_p=req.top_p, seed=req.seed,
-                                    prompt_cache=req.cache_prompt, should_stop=job.cancelled.is_set)
+        gen = model.stream_generate(
+            prompt_ids=req.prompt_ids,
+            max_tokens=req.max_tokens,
+            temp=req.temp,
+            top_k=req.top_k,
+            top_p=req.top_p,
+            seed=req.seed,
+            prompt_cache=req.cache_prompt,
+            should_stop=job.cancelled.is_set,
+        )
         try:
             for r in gen:
                 n += 1
@@ -136,36 +158,63 @@ class Engine:
                     break
                 last = r
                 finish = r.finish_reason
-        except Exception as e:   # noqa: BLE001 - any failure ends this request only, with a 500 body
-            model.kv.clear()     # the device may not hold what the tracker says any more
+        except Exception as e:  # noqa: BLE001 - any failure ends this request only, with a 500 body
+            model.kv.clear()  # the device may not hold what the tracker says any more
             self._count("failed")
-            job.emit("error", ApiError(500, f"generation failed: {type(e).__name__}: {e}", code="generation_failed"))
+            job.emit(
+                "error",
+                ApiError(500, f"generation failed: {type(e).__name__}: {e}", code="generation_failed"),
+            )
             return
         finally:
             gen.close()
         if job.cancelled.is_set():
             self._count("cancelled", generated=n)
             return
-        rest = scanner.flush()      # held back as a possible stop-string start, and none came
+        rest = scanner.flush()  # held back as a possible stop-string start, and none came
         if rest:
             job.emit("text", rest)
         prompt = len(req.prompt_ids)
         stats = (last.stats if last is not None and last.stats else {}) or {}
         decode_s = (t_last - t_first) if n > 1 else 0.0
-        timings = {"prompt_tokens_run": prompt - cached, "ttft_s": (t_first or t0) - t0,
-                   "decode_tok_s": (n - 1) / decode_s if decode_s > 0 else 0.0, "total_s": time.perf_counter() - t0}
-        usage = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n,
-                 "prompt_tokens_details": {"cached_tokens": cached}}
+        timings = {
+            "prompt_tokens_run": prompt - cached,
+            "ttft_s": (t_first or t0) - t0,
+            "decode_tok_s": (n - 1) / decode_s if decode_s > 0 else 0.0,
+            "total_s": time.perf_counter() - t0,
+        }
+        usage = {
+            "prompt_tokens": prompt,
+            "completion_tokens": n,
+            "total_tokens": prompt + n,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
         with self._lock:
             self.counts["completed"] += 1
-            for k, v in (("prompt", prompt), ("prompt_cached", cached), ("prompt_run", prompt - cached),
-                         ("generated", n)):
+            for k, v in (
+                ("prompt", prompt),
+                ("prompt_cached", cached),
+                ("prompt_run", prompt - cached),
+                ("generated", n),
+            ):
                 self.tokens[k] += v
             self.decode["tokens"] += max(0, n - 1)
             self.decode["seconds"] += decode_s
-            self.last = dict(usage, finish_reason=finish, **timings,
-                             **{k: stats[k] for k in ("host_us_per_token", "gpu_us_per_token",
-                                                      "executed_per_token", "host_calls_per_token") if k in stats})
+            self.last = dict(
+                usage,
+                finish_reason=finish,
+                **timings,
+                **{
+                    k: stats[k]
+                    for k in (
+                        "host_us_per_token",
+                        "gpu_us_per_token",
+                        "executed_per_token",
+                        "host_calls_per_token",
+                    )
+                    if k in stats
+                },
+            )
         job.emit("done", {"finish_reason": finish, "usage": usage, "timings": timings})
 
     def _count(self, what: str, generated: int = 0) -> None:
@@ -179,6 +228,11 @@ def _step_summary(executor) -> dict:
     """The recorded step's regions and what it binds: fixed at load time, so computed once."""
     rows = executor.region_stats()
     total = lambda k: sum(r[k] for r in rows)
-    return {"regions": len(rows), "dispatches": total("dispatches"), "barriers": total("barriers"),
-            "descriptor_sets": total("descriptor_sets"), "weight_bytes": total("weight_bytes"),
-            "region_table": rows}
+    return {
+        "regions": len(rows),
+        "dispatches": total("dispatches"),
+        "barriers": total("barriers"),
+        "descriptor_sets": total("descriptor_sets"),
+        "weight_bytes": total("weight_bytes"),
+        "region_table": rows,
+    }

@@ -1,6 +1,7 @@
 """`vkdecode serve`: the OpenAI request bodies, checked field by field into a GenRequest, and the
 OpenAI error shape. A setting that would change the output and is not implemented (penalties,
 logprobs, n > 1, tools) is refused with a 400 rather than ignored: a wrong answer is worse."""
+
 from __future__ import annotations
 
 import math
@@ -10,18 +11,34 @@ from vkdecode.errors import ModelError
 
 MAX_STOPS = 16
 # fields a client may send that change nothing when they hold these values
-NEUTRAL = {"n": (1, None), "presence_penalty": (0, 0.0, None), "frequency_penalty": (0, 0.0, None),
-           "logprobs": (False, None, 0), "top_logprobs": (None, 0), "logit_bias": (None,),
-           "best_of": (1, None), "echo": (False, None), "suffix": (None, ""), "tools": (None,),
-           "functions": (None,), "tool_choice": (None, "none", "auto")}
+NEUTRAL = {
+    "n": (1, None),
+    "presence_penalty": (0, 0.0, None),
+    "frequency_penalty": (0, 0.0, None),
+    "logprobs": (False, None, 0),
+    "top_logprobs": (None, 0),
+    "logit_bias": (None,),
+    "best_of": (1, None),
+    "echo": (False, None),
+    "suffix": (None, ""),
+    "tools": (None,),
+    "functions": (None,),
+    "tool_choice": (None, "none", "auto"),
+}
 ROLES = {"system", "user", "assistant", "developer"}
 
 
 class ApiError(Exception):
     """An error answered as {"error": {"message", "type", "param", "code"}} with an HTTP status."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 kind: str | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        kind: str | None = None,
+    ):
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
         self.kind = kind or ("server_error" if status >= 500 else "invalid_request_error")
@@ -32,7 +49,7 @@ class ApiError(Exception):
 
 @dataclass
 class GenRequest:
-    kind: str                      # "chat" or "completion"
+    kind: str  # "chat" or "completion"
     prompt_ids: list[int]
     max_tokens: int
     temp: float = 1.0
@@ -49,14 +66,24 @@ def bad(message: str, param: str | None = None, code: str | None = None) -> ApiE
     return ApiError(400, message, param, code)
 
 
-def _number(body: dict, key: str, default, lo: float, hi: float | None = None, lo_open: bool = False,
-            integer: bool = False):
+def _number(
+    body: dict,
+    key: str,
+    default,
+    lo: float,
+    hi: float | None = None,
+    lo_open: bool = False,
+    integer: bool = False,
+):
     v = body.get(key)
     if v is None:
         return default
     want = "an integer" if integer else "a number"
-    if isinstance(v, bool) or not isinstance(v, int if integer else (int, float)) or \
-            (isinstance(v, float) and not math.isfinite(v)):
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, int if integer else (int, float))
+        or (isinstance(v, float) and not math.isfinite(v))
+    ):
         raise bad(f"'{key}' must be {want}, not {type(v).__name__} {v!r}", key)
     if v < lo or (lo_open and v == lo) or (hi is not None and v > hi):
         rng = f"{'>' if lo_open else '>='} {lo}" + (f" and <= {hi}" if hi is not None else "")
@@ -69,12 +96,18 @@ def _refuse_unsupported(body: dict) -> None:
         v = body.get(key)
         if v in neutral or v == {} or v == []:
             continue
-        raise bad(f"'{key}' = {v!r} is not supported by vkdecode serve (it would change the output); "
-                  f"leave it out", key, "unsupported_parameter")
+        raise bad(
+            f"'{key}' = {v!r} is not supported by vkdecode serve (it would change the output); leave it out",
+            key,
+            "unsupported_parameter",
+        )
     rf = body.get("response_format")
     if rf is not None and rf != {"type": "text"}:
-        raise bad("'response_format' other than {'type': 'text'} is not supported", "response_format",
-                  "unsupported_parameter")
+        raise bad(
+            "'response_format' other than {'type': 'text'} is not supported",
+            "response_format",
+            "unsupported_parameter",
+        )
 
 
 def _stops(body: dict) -> list[str]:
@@ -94,23 +127,34 @@ def _stops(body: dict) -> list[str]:
 def check_model(body: dict, model_id: str) -> None:
     name = body.get("model")
     if name is None:
-        return      # one model is served: no name means that one
+        return  # one model is served: no name means that one
     if not isinstance(name, str):
         raise bad(f"'model' must be a string, not {type(name).__name__}", "model")
     if name != model_id:
-        raise ApiError(404, f"the model {name!r} does not exist; this server serves {model_id!r} "
-                            f"(GET /v1/models)", "model", "model_not_found")
+        raise ApiError(
+            404,
+            f"the model {name!r} does not exist; this server serves {model_id!r} (GET /v1/models)",
+            "model",
+            "model_not_found",
+        )
 
 
-def _common(body: dict, kind: str, prompt_ids: list[int], ctx: int, max_key_value, default_max: int,
-            random_seed) -> GenRequest:
+def _common(
+    body: dict, kind: str, prompt_ids: list[int], ctx: int, max_key_value, default_max: int, random_seed
+) -> GenRequest:
     _refuse_unsupported(body)
     if not prompt_ids:
-        raise bad("the prompt is empty: nothing to decode from", "prompt" if kind == "completion" else "messages")
+        raise bad(
+            "the prompt is empty: nothing to decode from", "prompt" if kind == "completion" else "messages"
+        )
     if len(prompt_ids) >= ctx:
-        raise bad(f"the prompt has {len(prompt_ids)} tokens but the context holds {ctx} (one position "
-                  f"must stay free for the first new token); shorten it or restart the server with a "
-                  f"larger --ctx", "messages" if kind == "chat" else "prompt", "context_length_exceeded")
+        raise bad(
+            f"the prompt has {len(prompt_ids)} tokens but the context holds {ctx} (one position "
+            f"must stay free for the first new token); shorten it or restart the server with a "
+            f"larger --ctx",
+            "messages" if kind == "chat" else "prompt",
+            "context_length_exceeded",
+        )
     key, value = max_key_value
     if value is None:
         max_tokens = default_max
@@ -127,13 +171,18 @@ def _common(body: dict, kind: str, prompt_ids: list[int], ctx: int, max_key_valu
         raise bad("'cache_prompt' must be true or false", "cache_prompt")
     seed = _number(body, "seed", None, -(1 << 63), (1 << 64) - 1, integer=True)
     return GenRequest(
-        kind=kind, prompt_ids=prompt_ids, max_tokens=max_tokens,
+        kind=kind,
+        prompt_ids=prompt_ids,
+        max_tokens=max_tokens,
         temp=float(_number(body, "temperature", 1.0, 0.0)),
         top_p=float(_number(body, "top_p", 1.0, 0.0, 1.0, lo_open=True)),
         top_k=_number(body, "top_k", 0, 0, integer=True),
         seed=random_seed() if seed is None else seed,
-        stop=_stops(body), stream=stream, include_usage=bool(opts.get("include_usage", False)),
-        cache_prompt=cache)
+        stop=_stops(body),
+        stream=stream,
+        include_usage=bool(opts.get("include_usage", False)),
+        cache_prompt=cache,
+    )
 
 
 def _message_text(i: int, m) -> tuple[str, str]:
@@ -141,14 +190,18 @@ def _message_text(i: int, m) -> tuple[str, str]:
         raise bad(f"messages[{i}] must be an object with 'role' and 'content'", f"messages[{i}]")
     role, content = m.get("role"), m.get("content")
     if role not in ROLES:
-        raise bad(f"messages[{i}].role {role!r} is not supported (use one of {sorted(ROLES)})",
-                  f"messages[{i}].role")
-    if isinstance(content, list):       # content parts: only text is understood
+        raise bad(
+            f"messages[{i}].role {role!r} is not supported (use one of {sorted(ROLES)})",
+            f"messages[{i}].role",
+        )
+    if isinstance(content, list):  # content parts: only text is understood
         parts = []
         for p in content:
             if not isinstance(p, dict) or p.get("type") != "text" or not isinstance(p.get("text"), str):
-                raise bad(f"messages[{i}].content: only text parts ({{'type': 'text', 'text': ...}}) are "
-                          f"supported", f"messages[{i}].content")
+                raise bad(
+                    f"messages[{i}].content: only text parts ({{'type': 'text', 'text': ...}}) are supported",
+                    f"messages[{i}].content",
+                )
             parts.append(p["text"])
         content = "".join(parts)
     if not isinstance(content, str):
@@ -166,7 +219,7 @@ def parse_chat(body: dict, model, model_id: str, random_seed) -> GenRequest:
     tok = model.tokenizer
     try:
         ids = tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True))
-    except ModelError as e:        # the model's template refuses these messages (raise_exception)
+    except ModelError as e:  # the model's template refuses these messages (raise_exception)
         raise bad(str(e), "messages") from None
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     ctx = model.executor.ctx
@@ -177,7 +230,7 @@ def parse_completion(body: dict, model, model_id: str, random_seed) -> GenReques
     check_model(body, model_id)
     p = body.get("prompt")
     if isinstance(p, list) and len(p) == 1 and isinstance(p[0], (str, list)):
-        p = p[0]                        # a batch of one
+        p = p[0]  # a batch of one
     if isinstance(p, str):
         ids = model.encode_prompt(prompt=p)
     elif isinstance(p, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in p):
@@ -186,11 +239,15 @@ def parse_completion(body: dict, model, model_id: str, random_seed) -> GenReques
             raise bad(f"'prompt' token ids must be in 0..{vocab - 1}", "prompt")
         ids = list(p)
     else:
-        raise bad("'prompt' must be a string, a list of token ids, or a list holding one of them "
-                  "(one prompt per request)", "prompt")
+        raise bad(
+            "'prompt' must be a string, a list of token ids, or a list holding one of them "
+            "(one prompt per request)",
+            "prompt",
+        )
     # OpenAI's legacy completions default to 16 new tokens
-    return _common(body, "completion", ids, model.executor.ctx, ("max_tokens", body.get("max_tokens")), 16,
-                   random_seed)
+    return _common(
+        body, "completion", ids, model.executor.ctx, ("max_tokens", body.get("max_tokens")), 16, random_seed
+    )
 
 
 class StopScanner:
@@ -208,15 +265,15 @@ class StopScanner:
         hits = [i for i in (buf.find(s) for s in self.stops) if i >= 0]
         if hits:
             self.held = ""
-            return buf[:min(hits)], True
+            return buf[: min(hits)], True
         keep = 0
         for s in self.stops:
             for k in range(min(len(s) - 1, len(buf)), keep, -1):
                 if buf.endswith(s[:k]):
                     keep = k
                     break
-        self.held = buf[len(buf) - keep:] if keep else ""
-        return buf[:len(buf) - keep], False
+        self.held = buf[len(buf) - keep :] if keep else ""
+        return buf[: len(buf) - keep], False
 
     def flush(self) -> str:
         out, self.held = self.held, ""

@@ -3,18 +3,28 @@
 vkCmd* go straight to `lib` with structs built once per command buffer: the unfused executor
 records hundreds of commands per token, so per-call Python overhead matters.
 """
+
 from __future__ import annotations
 
 from vkdecode.errors import VulkanError
 from vkdecode.vk.ffi import NULL, check, ffi, lib, new, vk
 
 COMPUTE = vk.VK_PIPELINE_BIND_POINT_COMPUTE if vk else 1
-_STAGES = ((vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | vk.VK_PIPELINE_STAGE_TRANSFER_BIT) if vk else 0)
+_STAGES = (vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | vk.VK_PIPELINE_STAGE_TRANSFER_BIT) if vk else 0
 # DRAW_INDIRECT covers vkCmdDispatchIndirect reading arguments a shader wrote.
 _DST_STAGES = (_STAGES | vk.VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT) if vk else 0
-_WRITES = ((vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT) if vk else 0)
-_ACCESS = ((vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_READ_BIT
-            | vk.VK_ACCESS_TRANSFER_WRITE_BIT | vk.VK_ACCESS_INDIRECT_COMMAND_READ_BIT) if vk else 0)
+_WRITES = (vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT) if vk else 0
+_ACCESS = (
+    (
+        vk.VK_ACCESS_SHADER_READ_BIT
+        | vk.VK_ACCESS_SHADER_WRITE_BIT
+        | vk.VK_ACCESS_TRANSFER_READ_BIT
+        | vk.VK_ACCESS_TRANSFER_WRITE_BIT
+        | vk.VK_ACCESS_INDIRECT_COMMAND_READ_BIT
+    )
+    if vk
+    else 0
+)
 
 
 class CommandBuffer:
@@ -25,8 +35,14 @@ class CommandBuffer:
         self.handle = None
         self.recording = False
         device._register(self)
-        info = new("VkCommandBufferAllocateInfo*", {"commandPool": device.command_pool, "commandBufferCount": 1,
-                                                    "level": vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY})
+        info = new(
+            "VkCommandBufferAllocateInfo*",
+            {
+                "commandPool": device.command_pool,
+                "commandBufferCount": 1,
+                "level": vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+            },
+        )
         out = ffi.new("VkCommandBuffer*")
         try:
             check("vkAllocateCommandBuffers", lib.vkAllocateCommandBuffers(device.handle, info, out))
@@ -38,13 +54,26 @@ class CommandBuffer:
         self._dset = ffi.new("VkDescriptorSet[1]")
         # Global barrier: compute/transfer writes -> later compute/transfer reads and writes (RAW + WAW).
         self._mb = new("VkMemoryBarrier*", {"srcAccessMask": _WRITES, "dstAccessMask": _ACCESS})
-        self._cb = new("VkMemoryBarrier*", {"srcAccessMask": vk.VK_ACCESS_SHADER_WRITE_BIT,
-                                            "dstAccessMask": vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT})
+        self._cb = new(
+            "VkMemoryBarrier*",
+            {
+                "srcAccessMask": vk.VK_ACCESS_SHADER_WRITE_BIT,
+                "dstAccessMask": vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT,
+            },
+        )
         # the same, and the step's indirect dispatch arguments a shader wrote (executors/plan.py GridArgs)
-        self._ib = new("VkMemoryBarrier*", {"srcAccessMask": vk.VK_ACCESS_SHADER_WRITE_BIT,
-                                            "dstAccessMask": vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
-                                            | vk.VK_ACCESS_INDIRECT_COMMAND_READ_BIT})
-        self._hb = new("VkMemoryBarrier*", {"srcAccessMask": _WRITES, "dstAccessMask": vk.VK_ACCESS_HOST_READ_BIT})
+        self._ib = new(
+            "VkMemoryBarrier*",
+            {
+                "srcAccessMask": vk.VK_ACCESS_SHADER_WRITE_BIT,
+                "dstAccessMask": vk.VK_ACCESS_SHADER_READ_BIT
+                | vk.VK_ACCESS_SHADER_WRITE_BIT
+                | vk.VK_ACCESS_INDIRECT_COMMAND_READ_BIT,
+            },
+        )
+        self._hb = new(
+            "VkMemoryBarrier*", {"srcAccessMask": _WRITES, "dstAccessMask": vk.VK_ACCESS_HOST_READ_BIT}
+        )
         self._region = ffi.new("VkBufferCopy*")
 
     def begin(self, one_time: bool = True, simultaneous: bool = False) -> None:
@@ -87,9 +116,12 @@ class CommandBuffer:
 
     def push(self, pipeline, data: bytes) -> None:
         if len(data) > pipeline.push_size:
-            raise VulkanError(f"push of {len(data)} bytes exceeds the pipeline's push_size {pipeline.push_size}")
-        lib.vkCmdPushConstants(self.handle, pipeline.layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0, len(data),
-                               ffi.from_buffer(data))
+            raise VulkanError(
+                f"push of {len(data)} bytes exceeds the pipeline's push_size {pipeline.push_size}"
+            )
+        lib.vkCmdPushConstants(
+            self.handle, pipeline.layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0, len(data), ffi.from_buffer(data)
+        )
         self.device.counters.recorded_commands += 1
 
     def dispatch(self, x: int, y: int = 1, z: int = 1) -> None:
@@ -107,9 +139,21 @@ class CommandBuffer:
         """Compute writes -> compute reads/writes only: the barrier inside a decode step. Narrower
         stages and access than barrier(), so the driver has less to wait for and flush. indirect:
         also -> the indirect argument reads of later vkCmdDispatchIndirect."""
-        dst = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | (vk.VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT if indirect else 0)
-        lib.vkCmdPipelineBarrier(self.handle, vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, dst, 0, 1,
-                                 self._ib if indirect else self._cb, 0, NULL, 0, NULL)
+        dst = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | (
+            vk.VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT if indirect else 0
+        )
+        lib.vkCmdPipelineBarrier(
+            self.handle,
+            vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+            dst,
+            0,
+            1,
+            self._ib if indirect else self._cb,
+            0,
+            NULL,
+            0,
+            NULL,
+        )
         self.device.counters.barriers += 1
         self.device.counters.recorded_commands += 1
 
@@ -120,8 +164,9 @@ class CommandBuffer:
 
     def host_barrier(self) -> None:
         """Make compute/transfer writes visible to host reads after the fence (readback buffers)."""
-        lib.vkCmdPipelineBarrier(self.handle, _STAGES, vk.VK_PIPELINE_STAGE_HOST_BIT, 0, 1, self._hb,
-                                 0, NULL, 0, NULL)
+        lib.vkCmdPipelineBarrier(
+            self.handle, _STAGES, vk.VK_PIPELINE_STAGE_HOST_BIT, 0, 1, self._hb, 0, NULL, 0, NULL
+        )
         self.device.counters.barriers += 1
         self.device.counters.recorded_commands += 1
 
@@ -183,8 +228,12 @@ class TimestampPool:
     def read_ns(self, first: int = 0, count: int | None = None) -> list[float]:
         count = self.count - first if count is None else count
         flags = vk.VK_QUERY_RESULT_64_BIT | vk.VK_QUERY_RESULT_WAIT_BIT
-        check("vkGetQueryPoolResults", lib.vkGetQueryPoolResults(
-            self.device.handle, self.handle, first, count, 8 * count, self._data, 8, flags))
+        check(
+            "vkGetQueryPoolResults",
+            lib.vkGetQueryPoolResults(
+                self.device.handle, self.handle, first, count, 8 * count, self._data, 8, flags
+            ),
+        )
         return [(self._data[i] & self._mask) * self.period for i in range(count)]
 
     def close(self) -> None:

@@ -1,4 +1,5 @@
 """Descriptor pools, set allocation, and buffer-range writes (one vkUpdateDescriptorSets per set)."""
+
 from __future__ import annotations
 
 from vkdecode.errors import VulkanError
@@ -15,15 +16,21 @@ class DescriptorPool:
         self.live_sets = 0
         device._register(self)
         try:
-            size = ffi.new("VkDescriptorPoolSize*", {"type": vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                                                    "descriptorCount": max(max_descriptors, 1)})
-            info = new("VkDescriptorPoolCreateInfo*", {"maxSets": max_sets, "poolSizeCount": 1, "pPoolSizes": size})
+            size = ffi.new(
+                "VkDescriptorPoolSize*",
+                {"type": vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, "descriptorCount": max(max_descriptors, 1)},
+            )
+            info = new(
+                "VkDescriptorPoolCreateInfo*", {"maxSets": max_sets, "poolSizeCount": 1, "pPoolSizes": size}
+            )
             out = ffi.new("VkDescriptorPool*")
             check("vkCreateDescriptorPool", lib.vkCreateDescriptorPool(device.handle, info, NULL, out))
             self.handle = out[0]
             self._layouts = ffi.new("VkDescriptorSetLayout[1]")
-            self._alloc = new("VkDescriptorSetAllocateInfo*", {"descriptorPool": self.handle,
-                                                              "descriptorSetCount": 1, "pSetLayouts": self._layouts})
+            self._alloc = new(
+                "VkDescriptorSetAllocateInfo*",
+                {"descriptorPool": self.handle, "descriptorSetCount": 1, "pSetLayouts": self._layouts},
+            )
         except BaseException:
             self.close()
             raise
@@ -36,8 +43,10 @@ class DescriptorPool:
         out = ffi.new("VkDescriptorSet*")
         res = lib.vkAllocateDescriptorSets(self.device.handle, self._alloc, out)
         if res in (vk.VK_ERROR_OUT_OF_POOL_MEMORY, vk.VK_ERROR_FRAGMENTED_POOL):
-            raise VulkanError(f"vkAllocateDescriptorSets: pool exhausted ({self.live_sets}/{self.max_sets} sets, "
-                              f"{self.max_descriptors} descriptors); size the pool larger")
+            raise VulkanError(
+                f"vkAllocateDescriptorSets: pool exhausted ({self.live_sets}/{self.max_sets} sets, "
+                f"{self.max_descriptors} descriptors); size the pool larger"
+            )
         check("vkAllocateDescriptorSets", res)
         self.device.counters.descriptor_set_allocations += 1
         self.live_sets += 1
@@ -72,8 +81,10 @@ def write_descriptor_set(device, dset, ranges: list) -> None:
             raise VulkanError(f"binding {i}: buffer {buf.name!r} is closed")
         check_binding_range(device, size)
         if offset % align or offset + size > buf.size or size <= 0:
-            raise VulkanError(f"binding {i}: range offset={offset} size={size} of buffer {buf.name!r} "
-                              f"({buf.size} bytes) is out of bounds or not aligned to {align}")
+            raise VulkanError(
+                f"binding {i}: range offset={offset} size={size} of buffer {buf.name!r} "
+                f"({buf.size} bytes) is out of bounds or not aligned to {align}"
+            )
         infos[i].buffer, infos[i].offset, infos[i].range = buf.handle, offset, size
         w = writes[i]
         w.sType = vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET

@@ -1,41 +1,16 @@
 """Vulkan instance, physical-device probing and choice, and the Device that owns everything else."""
+
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
 
 from vkdecode.errors import NoDeviceError, VulkanError
 from vkdecode.stats import Counters
 from vkdecode.vk import instance as _inst
 from vkdecode.vk.ffi import NULL, check, ffi, lib, new, vk, wrap_exc
+from vkdecode.vk.info import VENDORS, DeviceInfo
 
-VENDORS = {0x1002: "AMD", 0x8086: "Intel", 0x10DE: "NVIDIA", 0x106B: "Apple", 0x13B5: "ARM",
-           0x5143: "Qualcomm", 0x10005: "Mesa"}
 TYPE_RANK = {"discrete": 0, "integrated": 1, "virtual": 2, "cpu": 3, "other": 4}
-
-
-@dataclass
-class DeviceInfo:
-    index: int
-    name: str
-    vendor: str
-    vendor_id: int
-    device_id: int
-    device_type: str
-    driver_name: str = ""
-    driver_info: str = ""
-    driver_version: str = ""
-    api_version: str = ""
-    limits: dict = field(default_factory=dict)
-    features: dict = field(default_factory=dict)
-    memory_heaps: list = field(default_factory=list)
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-    @property
-    def device_local_bytes(self) -> int:
-        return sum(h["size"] for h in self.memory_heaps if h["device_local"])
 
 
 def _env_validate(validate: bool | None) -> bool:
@@ -79,15 +54,15 @@ class Device:
 
     def __init__(self, selector=None, validate: bool | None = None):
         self.counters = Counters()
-        self.allocated_bytes = 0                  # VkDeviceMemory alive (memory.Buffer keeps it)
-        self._children: dict[int, object] = {}   # insertion-ordered: reverse order at close
+        self.allocated_bytes = 0  # VkDeviceMemory alive (memory.Buffer keeps it)
+        self._children: dict[int, object] = {}  # insertion-ordered: reverse order at close
         self._pipelines: dict[tuple, object] = {}
         self._closed = False
         self.handle = None
         self._fences: list = []
         self._pending: list = []
         self._submit_cache: dict[tuple, tuple] = {}
-        self._transfer = None                     # (staging Buffer, CommandBuffer), created on first use
+        self._transfer = None  # (staging Buffer, CommandBuffer), created on first use
         self.staging_chunk = 16 << 20
         self._inst = _inst.Instance(_env_validate(validate))
         try:
@@ -102,13 +77,18 @@ class Device:
             self.queue = q[0]
             self.memory_types = self._probe.memory_types
             self.limits = self.info.limits
-            pool_info = new("VkCommandPoolCreateInfo*", {
-                "flags": vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
-                "queueFamilyIndex": self.queue_family})
+            pool_info = new(
+                "VkCommandPoolCreateInfo*",
+                {
+                    "flags": vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+                    "queueFamilyIndex": self.queue_family,
+                },
+            )
             p = ffi.new("VkCommandPool*")
             check("vkCreateCommandPool", lib.vkCreateCommandPool(self.handle, pool_info, NULL, p))
             self.command_pool = p[0]
             from vkdecode.vk.shaders import open_pipeline_cache
+
             self.pipeline_cache, self._pipeline_cache_path = open_pipeline_cache(self)
         except BaseException:
             self.close()
@@ -150,32 +130,45 @@ class Device:
     # ---- factories ------------------------------------------------------------------------------
     def buffer(self, size: int, host_visible: bool = False, name: str = "", readback: bool = False):
         from vkdecode.vk.memory import Buffer
+
         return Buffer(self, size, host_visible=host_visible, name=name, readback=readback)
 
     def arena(self, chunk_size: int, host_visible: bool = False):
         from vkdecode.vk.memory import Arena
+
         return Arena(self, chunk_size, host_visible=host_visible)
 
-    def pipeline(self, shader: str, spec: tuple = (), defines: dict | None = None, n_bindings: int = 1,
-                 push_size: int = 0):
+    def pipeline(
+        self,
+        shader: str,
+        spec: tuple = (),
+        defines: dict | None = None,
+        n_bindings: int = 1,
+        push_size: int = 0,
+    ):
         key = (shader, tuple(spec), tuple(sorted((defines or {}).items())), n_bindings, push_size)
         pipe = self._pipelines.get(key)
         if pipe is None or pipe.handle is None:
             from vkdecode.vk.shaders import Pipeline
-            pipe = self._pipelines[key] = Pipeline(self, shader, tuple(spec), defines, n_bindings,
-                                                   push_size, key=key)
+
+            pipe = self._pipelines[key] = Pipeline(
+                self, shader, tuple(spec), defines, n_bindings, push_size, key=key
+            )
         return pipe
 
     def descriptor_pool(self, max_sets: int, max_descriptors: int):
         from vkdecode.vk.descriptors import DescriptorPool
+
         return DescriptorPool(self, max_sets, max_descriptors)
 
     def command_buffer(self):
         from vkdecode.vk.commands import CommandBuffer
+
         return CommandBuffer(self)
 
     def timestamp_pool(self, count: int):
         from vkdecode.vk.commands import TimestampPool
+
         return TimestampPool(self, count)
 
     # ---- submission ---------------------------------------------------------------------------
@@ -216,8 +209,10 @@ class Device:
         arr = ffi.new("VkFence[]", [fence])
         res = lib.vkWaitForFences(self.handle, 1, arr, vk.VK_TRUE, int(timeout_s * 1e9))
         if res == vk.VK_TIMEOUT:
-            raise VulkanError(f"vkWaitForFences: GPU work did not finish within {timeout_s:g} s "
-                              "(VK_TIMEOUT; a hung or very slow shader)")
+            raise VulkanError(
+                f"vkWaitForFences: GPU work did not finish within {timeout_s:g} s "
+                "(VK_TIMEOUT; a hung or very slow shader)"
+            )
         check("vkWaitForFences", res)
         check("vkResetFences", lib.vkResetFences(self.handle, 1, arr))
         self._pending.remove(fence)
@@ -230,8 +225,10 @@ class Device:
         arr = ffi.new("VkFence[]", self._pending)
         res = lib.vkWaitForFences(self.handle, len(self._pending), arr, vk.VK_TRUE, int(timeout_s * 1e9))
         if res == vk.VK_TIMEOUT:
-            raise VulkanError(f"vkWaitForFences: GPU work did not finish within {timeout_s:g} s "
-                              "(VK_TIMEOUT; a hung or very slow shader)")
+            raise VulkanError(
+                f"vkWaitForFences: GPU work did not finish within {timeout_s:g} s "
+                "(VK_TIMEOUT; a hung or very slow shader)"
+            )
         check("vkWaitForFences", res)
         check("vkResetFences", lib.vkResetFences(self.handle, len(self._pending), arr))
         self._fences.extend(self._pending)
@@ -264,6 +261,7 @@ class Device:
             self._fences, self._pending = [], []
             if getattr(self, "pipeline_cache", None) is not None:
                 from vkdecode.vk.shaders import save_pipeline_cache
+
                 save_pipeline_cache(self)
                 lib.vkDestroyPipelineCache(self.handle, self.pipeline_cache, NULL)
                 self.pipeline_cache = None

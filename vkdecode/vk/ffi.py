@@ -5,6 +5,7 @@ locals, instead of the `vulkan` package's convenience constructors: those build 
 structs as temporaries that can be freed before the call runs (NVIDIA then sees a garbage pName
 and vkCreateComputePipelines fails with VK_ERROR_UNKNOWN; lavapipe happens to work).
 """
+
 from __future__ import annotations
 
 import re
@@ -14,6 +15,7 @@ from vkdecode.errors import NoDeviceError, VulkanError
 try:
     import vulkan as vk
     from vulkan import ffi, lib
+
     LOADER_ERROR = None
 except OSError as e:  # no libvulkan.so.1: keep `import vkdecode.vk` working for GPU-less tests
     vk = ffi = lib = None
@@ -26,7 +28,8 @@ def require_loader() -> None:
     if vk is None:
         raise NoDeviceError(
             "no Vulkan loader found (libvulkan.so.1); on Debian/Ubuntu install libvulkan1 and "
-            f"mesa-vulkan-drivers ({LOADER_ERROR})")
+            f"mesa-vulkan-drivers ({LOADER_ERROR})"
+        )
 
 
 def _result_names() -> dict[int, str]:

@@ -2,6 +2,7 @@
 
 Split out of device.py to keep both files small; device.py holds the public API.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,35 +22,70 @@ from vkdecode.vk.ffi import (
     version_str,
     vk,
 )
+from vkdecode.vk.info import VENDORS, DeviceInfo
 
 VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
 TYPES = {0: "other", 1: "integrated", 2: "discrete", 3: "virtual", 4: "cpu"}
 SUBGROUP_OPS = ["basic", "vote", "arithmetic", "ballot", "shuffle", "shuffle_relative", "clustered", "quad"]
 # (feature struct, core version, extension that provides it before then, {field: features key})
 FEATURE_STRUCTS = [
-    ("VkPhysicalDevice16BitStorageFeatures", (1, 1), "VK_KHR_16bit_storage",
-     {"storageBuffer16BitAccess": "storage_16bit"}),
-    ("VkPhysicalDevice8BitStorageFeatures", (1, 2), "VK_KHR_8bit_storage",
-     {"storageBuffer8BitAccess": "storage_8bit"}),
-    ("VkPhysicalDeviceShaderFloat16Int8Features", (1, 2), "VK_KHR_shader_float16_int8",
-     {"shaderFloat16": "float16", "shaderInt8": "int8"}),
-    ("VkPhysicalDeviceSubgroupSizeControlFeatures", (1, 3), "VK_EXT_subgroup_size_control",
-     {"subgroupSizeControl": "subgroup_size_control"}),
+    (
+        "VkPhysicalDevice16BitStorageFeatures",
+        (1, 1),
+        "VK_KHR_16bit_storage",
+        {"storageBuffer16BitAccess": "storage_16bit"},
+    ),
+    (
+        "VkPhysicalDevice8BitStorageFeatures",
+        (1, 2),
+        "VK_KHR_8bit_storage",
+        {"storageBuffer8BitAccess": "storage_8bit"},
+    ),
+    (
+        "VkPhysicalDeviceShaderFloat16Int8Features",
+        (1, 2),
+        "VK_KHR_shader_float16_int8",
+        {"shaderFloat16": "float16", "shaderInt8": "int8"},
+    ),
+    (
+        "VkPhysicalDeviceSubgroupSizeControlFeatures",
+        (1, 3),
+        "VK_EXT_subgroup_size_control",
+        {"subgroupSizeControl": "subgroup_size_control"},
+    ),
     # glslang declares the Vulkan memory model in every cooperative-matrix shader
-    ("VkPhysicalDeviceVulkanMemoryModelFeatures", (1, 2), "VK_KHR_vulkan_memory_model",
-     {"vulkanMemoryModel": "vulkan_memory_model"}),
+    (
+        "VkPhysicalDeviceVulkanMemoryModelFeatures",
+        (1, 2),
+        "VK_KHR_vulkan_memory_model",
+        {"vulkanMemoryModel": "vulkan_memory_model"},
+    ),
     # integer dot products (bench/kquant_idot.py's q4_k matvec; core in 1.3)
-    ("VkPhysicalDeviceShaderIntegerDotProductFeatures", (1, 3), "VK_KHR_shader_integer_dot_product",
-     {"shaderIntegerDotProduct": "integer_dot"}),
+    (
+        "VkPhysicalDeviceShaderIntegerDotProductFeatures",
+        (1, 3),
+        "VK_KHR_shader_integer_dot_product",
+        {"shaderIntegerDotProduct": "integer_dot"},
+    ),
     # tensor-core matmuls for prompt chunks (shaders/matmul_rows_coop.comp); never core, hence 99
-    ("VkPhysicalDeviceCooperativeMatrixFeaturesNV", (99, 0), "VK_NV_cooperative_matrix",
-     {"cooperativeMatrix": "coop_matrix_nv"}),
+    (
+        "VkPhysicalDeviceCooperativeMatrixFeaturesNV",
+        (99, 0),
+        "VK_NV_cooperative_matrix",
+        {"cooperativeMatrix": "coop_matrix_nv"},
+    ),
 ]
 # the driver's statistics of each compiled pipeline (registers, instructions): a diagnostic for
 # bench scripts (VKDECODE_PIPELINE_STATS=1, vk/shaders.py), not enabled otherwise
 if os.environ.get("VKDECODE_PIPELINE_STATS"):
-    FEATURE_STRUCTS.append(("VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR", (99, 0),
-                            "VK_KHR_pipeline_executable_properties", {"pipelineExecutableInfo": "pipeline_stats"}))
+    FEATURE_STRUCTS.append(
+        (
+            "VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR",
+            (99, 0),
+            "VK_KHR_pipeline_executable_properties",
+            {"pipelineExecutableInfo": "pipeline_stats"},
+        )
+    )
 
 
 def _layers() -> set[str]:
@@ -57,7 +93,7 @@ def _layers() -> set[str]:
     check("vkEnumerateInstanceLayerProperties", lib.vkEnumerateInstanceLayerProperties(n, NULL))
     props = ffi.new("VkLayerProperties[]", n[0])
     check("vkEnumerateInstanceLayerProperties", lib.vkEnumerateInstanceLayerProperties(n, props))
-    return {to_str(p.layerName) for p in props[0:n[0]]}
+    return {to_str(p.layerName) for p in props[0 : n[0]]}
 
 
 def _instance_exts(layer=None) -> set[str]:
@@ -65,23 +101,28 @@ def _instance_exts(layer=None) -> set[str]:
     n = ffi.new("uint32_t*")
     check("vkEnumerateInstanceExtensionProperties", lib.vkEnumerateInstanceExtensionProperties(name, n, NULL))
     props = ffi.new("VkExtensionProperties[]", n[0])
-    check("vkEnumerateInstanceExtensionProperties", lib.vkEnumerateInstanceExtensionProperties(name, n, props))
-    return {to_str(p.extensionName) for p in props[0:n[0]]}
+    check(
+        "vkEnumerateInstanceExtensionProperties", lib.vkEnumerateInstanceExtensionProperties(name, n, props)
+    )
+    return {to_str(p.extensionName) for p in props[0 : n[0]]}
 
 
 class Probe:
     """Everything learnt about one physical device; info is the public DeviceInfo."""
 
     def __init__(self, index: int, physical, inst_api: int):
-        from vkdecode.vk.device import VENDORS, DeviceInfo
         self.physical = physical
         n = ffi.new("uint32_t*")
-        check("vkEnumerateDeviceExtensionProperties",
-              lib.vkEnumerateDeviceExtensionProperties(physical, NULL, n, NULL))
+        check(
+            "vkEnumerateDeviceExtensionProperties",
+            lib.vkEnumerateDeviceExtensionProperties(physical, NULL, n, NULL),
+        )
         eprops = ffi.new("VkExtensionProperties[]", n[0])
-        check("vkEnumerateDeviceExtensionProperties",
-              lib.vkEnumerateDeviceExtensionProperties(physical, NULL, n, eprops))
-        self.extensions = {to_str(e.extensionName) for e in eprops[0:n[0]]}
+        check(
+            "vkEnumerateDeviceExtensionProperties",
+            lib.vkEnumerateDeviceExtensionProperties(physical, NULL, n, eprops),
+        )
+        self.extensions = {to_str(e.extensionName) for e in eprops[0 : n[0]]}
         base = ffi.new("VkPhysicalDeviceProperties*")
         lib.vkGetPhysicalDeviceProperties(physical, base)
         self.api = min(base.apiVersion, inst_api)
@@ -91,11 +132,16 @@ class Probe:
         keep = []
         props2 = new("VkPhysicalDeviceProperties2*")
         drv = sub = m3 = ssc = idp = None
-        chain = [("VkPhysicalDeviceSubgroupProperties", True), ("VkPhysicalDeviceMaintenance3Properties", True),
-                 ("VkPhysicalDeviceDriverProperties", has((1, 2), "VK_KHR_driver_properties")),
-                 ("VkPhysicalDeviceSubgroupSizeControlProperties", has((1, 3), "VK_EXT_subgroup_size_control")),
-                 ("VkPhysicalDeviceShaderIntegerDotProductProperties",
-                  has((1, 3), "VK_KHR_shader_integer_dot_product"))]
+        chain = [
+            ("VkPhysicalDeviceSubgroupProperties", True),
+            ("VkPhysicalDeviceMaintenance3Properties", True),
+            ("VkPhysicalDeviceDriverProperties", has((1, 2), "VK_KHR_driver_properties")),
+            ("VkPhysicalDeviceSubgroupSizeControlProperties", has((1, 3), "VK_EXT_subgroup_size_control")),
+            (
+                "VkPhysicalDeviceShaderIntegerDotProductProperties",
+                has((1, 3), "VK_KHR_shader_integer_dot_product"),
+            ),
+        ]
         for sname, ok in chain:
             if ok:
                 s = new(sname + "*")
@@ -136,21 +182,28 @@ class Probe:
         self.queue_family = compute[0] if compute else None
         self.timestamp_bits = qfs[self.queue_family].timestampValidBits if compute else 0
         ops = sub.supportedOperations
-        feats.update({
-            "int16": bool(self.features2.features.shaderInt16),
-            "int64": bool(self.features2.features.shaderInt64),
-            "subgroup_size": int(sub.subgroupSize),
-            "subgroup_ops": [n for i, n in enumerate(SUBGROUP_OPS) if ops & (1 << i)],
-            "subgroup_arithmetic": bool(ops & vk.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT
-                                        and sub.supportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT),
-            "min_subgroup_size": int(ssc.minSubgroupSize) if ssc is not None else int(sub.subgroupSize),
-            "max_subgroup_size": int(ssc.maxSubgroupSize) if ssc is not None else int(sub.subgroupSize),
-            "push_descriptors": "VK_KHR_push_descriptor" in self.extensions,
-            "timestamps": bool(self.timestamp_bits and lim.timestampPeriod > 0),
-            # the packed 4x8-bit dot products the q4_k kernel uses run as instructions, not emulated
-            "integer_dot_fast": bool(idp is not None and idp.integerDotProduct4x8BitPackedUnsignedAccelerated
-                                     and idp.integerDotProduct4x8BitPackedMixedSignednessAccelerated),
-        })
+        feats.update(
+            {
+                "int16": bool(self.features2.features.shaderInt16),
+                "int64": bool(self.features2.features.shaderInt64),
+                "subgroup_size": int(sub.subgroupSize),
+                "subgroup_ops": [n for i, n in enumerate(SUBGROUP_OPS) if ops & (1 << i)],
+                "subgroup_arithmetic": bool(
+                    ops & vk.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT
+                    and sub.supportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT
+                ),
+                "min_subgroup_size": int(ssc.minSubgroupSize) if ssc is not None else int(sub.subgroupSize),
+                "max_subgroup_size": int(ssc.maxSubgroupSize) if ssc is not None else int(sub.subgroupSize),
+                "push_descriptors": "VK_KHR_push_descriptor" in self.extensions,
+                "timestamps": bool(self.timestamp_bits and lim.timestampPeriod > 0),
+                # the packed 4x8-bit dot products the q4_k kernel uses run as instructions, not emulated
+                "integer_dot_fast": bool(
+                    idp is not None
+                    and idp.integerDotProduct4x8BitPackedUnsignedAccelerated
+                    and idp.integerDotProduct4x8BitPackedMixedSignednessAccelerated
+                ),
+            }
+        )
         if feats["push_descriptors"]:
             self.enable_exts.append("VK_KHR_push_descriptor")
         if "VK_KHR_portability_subset" in self.extensions:  # required when present (MoltenVK)
@@ -171,26 +224,42 @@ class Probe:
         }
         mp = ffi.new("VkPhysicalDeviceMemoryProperties*")
         lib.vkGetPhysicalDeviceMemoryProperties(physical, mp)
-        self.memory_types = [(int(mp.memoryTypes[i].propertyFlags), int(mp.memoryTypes[i].heapIndex))
-                             for i in range(mp.memoryTypeCount)]
+        self.memory_types = [
+            (int(mp.memoryTypes[i].propertyFlags), int(mp.memoryTypes[i].heapIndex))
+            for i in range(mp.memoryTypeCount)
+        ]
         heaps = []
         for h in range(mp.memoryHeapCount):
             flags = [f for f, hi in self.memory_types if hi == h]
-            heaps.append({"index": h, "size": int(mp.memoryHeaps[h].size),
-                          "device_local": bool(mp.memoryHeaps[h].flags & vk.VK_MEMORY_HEAP_DEVICE_LOCAL_BIT),
-                          "host_visible": any(f & vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT for f in flags),
-                          "host_cached": any(f & vk.VK_MEMORY_PROPERTY_HOST_CACHED_BIT for f in flags)})
+            heaps.append(
+                {
+                    "index": h,
+                    "size": int(mp.memoryHeaps[h].size),
+                    "device_local": bool(mp.memoryHeaps[h].flags & vk.VK_MEMORY_HEAP_DEVICE_LOCAL_BIT),
+                    "host_visible": any(f & vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT for f in flags),
+                    "host_cached": any(f & vk.VK_MEMORY_PROPERTY_HOST_CACHED_BIT for f in flags),
+                }
+            )
         vendor = VENDORS.get(p.vendorID, f"0x{p.vendorID:04x}")
         driver_name = to_str(drv.driverName) if drv is not None else ""
         name = to_str(p.deviceName)
         if p.vendorID == 0x10005 and ("llvmpipe" in name or driver_name == "llvmpipe"):
             vendor = "Mesa (lavapipe)"
         self.info = DeviceInfo(
-            index=index, name=name, vendor=vendor, vendor_id=int(p.vendorID), device_id=int(p.deviceID),
-            device_type=TYPES.get(p.deviceType, "other"), driver_name=driver_name,
+            index=index,
+            name=name,
+            vendor=vendor,
+            vendor_id=int(p.vendorID),
+            device_id=int(p.deviceID),
+            device_type=TYPES.get(p.deviceType, "other"),
+            driver_name=driver_name,
             driver_info=to_str(drv.driverInfo) if drv is not None else "",
-            driver_version=_driver_version(p.vendorID, p.driverVersion), api_version=version_str(p.apiVersion),
-            limits=limits, features=feats, memory_heaps=heaps)
+            driver_version=_driver_version(p.vendorID, p.driverVersion),
+            api_version=version_str(p.apiVersion),
+            limits=limits,
+            features=feats,
+            memory_heaps=heaps,
+        )
 
 
 def _driver_version(vendor_id: int, v: int) -> str:
@@ -227,49 +296,73 @@ class Instance:
         pnext = NULL
         if validate:
             if VALIDATION_LAYER not in _layers():
-                raise VulkanError(f"validation requested (VKDECODE_VALIDATE=1) but {VALIDATION_LAYER} is not "
-                                  "installed; on Debian/Ubuntu: apt-get install vulkan-validationlayers")
+                raise VulkanError(
+                    f"validation requested (VKDECODE_VALIDATE=1) but {VALIDATION_LAYER} is not "
+                    "installed; on Debian/Ubuntu: apt-get install vulkan-validationlayers"
+                )
             layers.append(VALIDATION_LAYER)
             want_exts.append("VK_EXT_debug_utils")
             self._callback = ffi.callback("PFN_vkDebugUtilsMessengerCallbackEXT", self._on_message)
-            dbg = new("VkDebugUtilsMessengerCreateInfoEXT*", {
-                "messageSeverity": vk.VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT
-                | vk.VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
-                "messageType": vk.VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT
-                | vk.VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT
-                | vk.VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
-                "pfnUserCallback": self._callback})
+            dbg = new(
+                "VkDebugUtilsMessengerCreateInfoEXT*",
+                {
+                    "messageSeverity": vk.VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT
+                    | vk.VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
+                    "messageType": vk.VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT
+                    | vk.VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT
+                    | vk.VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
+                    "pfnUserCallback": self._callback,
+                },
+            )
             self._dbg_info = dbg
             pnext = dbg  # also catches messages from vkCreateInstance/vkDestroyInstance themselves
             if "VK_EXT_validation_features" in _instance_exts(VALIDATION_LAYER):
                 want_exts.append("VK_EXT_validation_features")
-                enables = ffi.new("VkValidationFeatureEnableEXT[]",
-                                  [vk.VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT])
-                vf = new("VkValidationFeaturesEXT*", {"enabledValidationFeatureCount": 1,
-                                                       "pEnabledValidationFeatures": enables, "pNext": dbg})
+                enables = ffi.new(
+                    "VkValidationFeatureEnableEXT[]",
+                    [vk.VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT],
+                )
+                vf = new(
+                    "VkValidationFeaturesEXT*",
+                    {"enabledValidationFeatureCount": 1, "pEnabledValidationFeatures": enables, "pNext": dbg},
+                )
                 keep += [enables, vf]
                 pnext = vf
         app_name, eng_name = cstr("vkdecode"), cstr("vkdecode")
-        app = new("VkApplicationInfo*", {"pApplicationName": app_name, "pEngineName": eng_name,
-                                         "apiVersion": inst_api})
+        app = new(
+            "VkApplicationInfo*",
+            {"pApplicationName": app_name, "pEngineName": eng_name, "apiVersion": inst_api},
+        )
         layer_arr, layer_keep = cstr_array(layers)
         ext_arr, ext_keep = cstr_array(want_exts)
-        info = new("VkInstanceCreateInfo*", {
-            "pNext": pnext, "flags": flags, "pApplicationInfo": app,
-            "enabledLayerCount": len(layers), "ppEnabledLayerNames": layer_arr,
-            "enabledExtensionCount": len(want_exts), "ppEnabledExtensionNames": ext_arr})
+        info = new(
+            "VkInstanceCreateInfo*",
+            {
+                "pNext": pnext,
+                "flags": flags,
+                "pApplicationInfo": app,
+                "enabledLayerCount": len(layers),
+                "ppEnabledLayerNames": layer_arr,
+                "enabledExtensionCount": len(want_exts),
+                "ppEnabledExtensionNames": ext_arr,
+            },
+        )
         out = ffi.new("VkInstance*")
         res = lib.vkCreateInstance(info, NULL, out)
         if res in (vk.VK_ERROR_INCOMPATIBLE_DRIVER, vk.VK_ERROR_INITIALIZATION_FAILED):
-            raise NoDeviceError("no Vulkan device found (vkCreateInstance: no driver; on a machine without a "
-                                "GPU install mesa-vulkan-drivers for lavapipe)")
+            raise NoDeviceError(
+                "no Vulkan device found (vkCreateInstance: no driver; on a machine without a "
+                "GPU install mesa-vulkan-drivers for lavapipe)"
+            )
         check("vkCreateInstance", res)
         self.handle = out[0]
         del keep, layer_keep, ext_keep, app_name, eng_name
         try:
             if validate:
-                fn = ffi.cast("PFN_vkCreateDebugUtilsMessengerEXT",
-                              lib.vkGetInstanceProcAddr(self.handle, b"vkCreateDebugUtilsMessengerEXT"))
+                fn = ffi.cast(
+                    "PFN_vkCreateDebugUtilsMessengerEXT",
+                    lib.vkGetInstanceProcAddr(self.handle, b"vkCreateDebugUtilsMessengerEXT"),
+                )
                 m = ffi.new("VkDebugUtilsMessengerEXT*")
                 check("vkCreateDebugUtilsMessengerEXT", fn(self.handle, self._dbg_info, NULL, m))
                 self.messenger = m[0]
@@ -295,8 +388,10 @@ class Instance:
     def close(self) -> None:
         if self.handle is not None:
             if self.messenger is not None:
-                fn = ffi.cast("PFN_vkDestroyDebugUtilsMessengerEXT",
-                              lib.vkGetInstanceProcAddr(self.handle, b"vkDestroyDebugUtilsMessengerEXT"))
+                fn = ffi.cast(
+                    "PFN_vkDestroyDebugUtilsMessengerEXT",
+                    lib.vkGetInstanceProcAddr(self.handle, b"vkDestroyDebugUtilsMessengerEXT"),
+                )
                 fn(self.handle, self.messenger, NULL)
                 self.messenger = None
             lib.vkDestroyInstance(self.handle, NULL)
@@ -308,8 +403,10 @@ def create_logical_device(probe: Probe):
     if probe.queue_family is None:
         raise VulkanError(f"{probe.info.name} has no compute queue")
     prio = ffi.new("float[]", [1.0])
-    qinfo = new("VkDeviceQueueCreateInfo*", {"queueFamilyIndex": probe.queue_family, "queueCount": 1,
-                                             "pQueuePriorities": prio})
+    qinfo = new(
+        "VkDeviceQueueCreateInfo*",
+        {"queueFamilyIndex": probe.queue_family, "queueCount": 1, "pQueuePriorities": prio},
+    )
     f = probe.features2
     supported = f.features
     enable = new("VkPhysicalDeviceFeatures2*", {"pNext": f.pNext})  # same extension structs, as queried
@@ -319,9 +416,16 @@ def create_logical_device(probe: Probe):
         if s is not None and sname.endswith("SubgroupSizeControlFeatures"):
             s.computeFullSubgroups = s.computeFullSubgroups and s.subgroupSizeControl
     ext_arr, ext_keep = cstr_array(probe.enable_exts)
-    info = new("VkDeviceCreateInfo*", {"pNext": enable, "queueCreateInfoCount": 1, "pQueueCreateInfos": qinfo,
-                                       "enabledExtensionCount": len(probe.enable_exts),
-                                       "ppEnabledExtensionNames": ext_arr})
+    info = new(
+        "VkDeviceCreateInfo*",
+        {
+            "pNext": enable,
+            "queueCreateInfoCount": 1,
+            "pQueueCreateInfos": qinfo,
+            "enabledExtensionCount": len(probe.enable_exts),
+            "ppEnabledExtensionNames": ext_arr,
+        },
+    )
     out = ffi.new("VkDevice*")
     check("vkCreateDevice", lib.vkCreateDevice(probe.physical, info, NULL, out))
     del ext_keep, prio

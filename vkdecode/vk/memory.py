@@ -1,4 +1,5 @@
 """Buffers, memory-type choice, staged uploads in bounded chunks, and an arena with fixed offsets."""
+
 from __future__ import annotations
 
 import struct
@@ -13,8 +14,16 @@ DEVICE_LOCAL = vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT if vk else 1
 HOST_VISIBLE = vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT if vk else 2
 HOST_COHERENT = vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT if vk else 4
 HOST_CACHED = vk.VK_MEMORY_PROPERTY_HOST_CACHED_BIT if vk else 8
-USAGE = ((vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT
-          | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT | vk.VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT) if vk else 0)
+USAGE = (
+    (
+        vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT
+        | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT
+        | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT
+        | vk.VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT
+    )
+    if vk
+    else 0
+)
 
 
 _U32_PACKERS: dict[int, struct.Struct] = {}
@@ -51,7 +60,8 @@ def check_binding_range(device, nbytes: int) -> None:
     if nbytes > limit:
         raise VulkanError(
             f"a storage-buffer binding of {nbytes} bytes exceeds maxStorageBufferRange ({limit} bytes) on "
-            f"{device.info.name}; split the tensor across bindings (vkdecode.vk.memory.split_ranges)")
+            f"{device.info.name}; split the tensor across bindings (vkdecode.vk.memory.split_ranges)"
+        )
 
 
 def split_ranges(nbytes: int, max_range: int, align: int = 256) -> list[tuple[int, int]]:
@@ -71,8 +81,10 @@ class Buffer:
         self._ptr = None
         device._register(self)
         try:
-            info = new("VkBufferCreateInfo*", {"size": self.size, "usage": USAGE,
-                                               "sharingMode": vk.VK_SHARING_MODE_EXCLUSIVE})
+            info = new(
+                "VkBufferCreateInfo*",
+                {"size": self.size, "usage": USAGE, "sharingMode": vk.VK_SHARING_MODE_EXCLUSIVE},
+            )
             out = ffi.new("VkBuffer*")
             check(f"vkCreateBuffer({name or size})", lib.vkCreateBuffer(device.handle, info, NULL, out))
             self.handle = out[0]
@@ -93,11 +105,12 @@ class Buffer:
                     f"out of device memory: vkAllocateMemory of {format_bytes(req.size)} ({req.size} bytes) "
                     f"for {name or 'a buffer'} failed with {result_name(res)}; {format_bytes(device.allocated_bytes)} "
                     f"already allocated, {format_bytes(device.info.device_local_bytes)} device-local on "
-                    f"{device.info.name}")
+                    f"{device.info.name}"
+                )
             check(f"vkAllocateMemory({req.size} bytes for {name or 'buffer'})", res)
             self.memory = mem[0]
             self.nbytes = int(req.size)
-            device.allocated_bytes += self.nbytes   # the live-allocation counter leak tests read
+            device.allocated_bytes += self.nbytes  # the live-allocation counter leak tests read
             check("vkBindBufferMemory", lib.vkBindBufferMemory(device.handle, self.handle, self.memory, 0))
             flags = device.memory_types[self.memory_type][0]
             self.host_visible = bool(flags & HOST_VISIBLE) and (host_visible or readback)
@@ -124,7 +137,9 @@ class Buffer:
 
     def _check(self, offset: int, nbytes: int) -> None:
         if offset < 0 or offset + nbytes > self.size:
-            raise VulkanError(f"buffer {self.name!r}: range [{offset}, {offset + nbytes}) outside {self.size} bytes")
+            raise VulkanError(
+                f"buffer {self.name!r}: range [{offset}, {offset + nbytes}) outside {self.size} bytes"
+            )
 
     def write(self, data, offset: int = 0) -> None:
         mv = memoryview(np.ascontiguousarray(data) if isinstance(data, np.ndarray) else data).cast("B")
@@ -152,10 +167,10 @@ class Buffer:
         staging, cmd = _transfer(self.device)
         for pos in range(0, mv.nbytes, staging.size):
             n = min(staging.size, mv.nbytes - pos)
-            ffi.memmove(staging._ptr, mv[pos:pos + n], n)
+            ffi.memmove(staging._ptr, mv[pos : pos + n], n)
             cmd.begin()
             cmd.copy(staging, self, n, 0, offset + pos)
-            cmd.barrier()   # the copy before any later command (recorded steps barrier compute only)
+            cmd.barrier()  # the copy before any later command (recorded steps barrier compute only)
             cmd.end()
             self.device.submit([cmd])
 
@@ -164,12 +179,12 @@ class Buffer:
         for pos in range(0, mv.nbytes, staging.size):
             n = min(staging.size, mv.nbytes - pos)
             cmd.begin()
-            cmd.barrier()   # earlier shader writes before the copy reads them
+            cmd.barrier()  # earlier shader writes before the copy reads them
             cmd.copy(self, staging, n, offset + pos, 0)
             cmd.host_barrier()
             cmd.end()
             self.device.submit([cmd])
-            mv[pos:pos + n] = ffi.buffer(staging._ptr, n)
+            mv[pos : pos + n] = ffi.buffer(staging._ptr, n)
 
     def close(self) -> None:
         dev = self.device
@@ -203,8 +218,11 @@ class Buffer:
 def _transfer(device):
     if device._transfer is None or device._transfer[0].handle is None:
         from vkdecode.vk.commands import CommandBuffer
-        device._transfer = (Buffer(device, device.staging_chunk, host_visible=True, name="staging"),
-                            CommandBuffer(device))
+
+        device._transfer = (
+            Buffer(device, device.staging_chunk, host_visible=True, name="staging"),
+            CommandBuffer(device),
+        )
     return device._transfer
 
 
@@ -233,7 +251,7 @@ class Slice:
         return (self.buffer, self.offset, self.size)
 
 
-TAIL_CHUNK = 4 << 20   # chunk size once an arena's expect()ed bytes are used up
+TAIL_CHUNK = 4 << 20  # chunk size once an arena's expect()ed bytes are used up
 
 
 class Arena:
@@ -249,7 +267,7 @@ class Arena:
         self._used = 0  # bytes used in the last shared chunk
         self._current: Buffer | None = None
         self.slices: list[Slice] = []
-        self._left: int | None = None   # bytes still to come (expect()); None: unknown
+        self._left: int | None = None  # bytes still to come (expect()); None: unknown
 
     def padded(self, nbytes: int) -> int:
         return -(-max(int(nbytes), 1) // self.align) * self.align
@@ -272,7 +290,9 @@ class Arena:
                 # past what expect() announced (scratch added later): small chunks, not whole ones
                 left = self.chunk_size if self._left is None else self._left if self._left > 0 else TAIL_CHUNK
                 size = min(self.chunk_size, max(padded, left))
-                self._current = Buffer(self.device, size, self.host_visible, name=f"arena-{len(self.buffers)}")
+                self._current = Buffer(
+                    self.device, size, self.host_visible, name=f"arena-{len(self.buffers)}"
+                )
                 self.buffers.append(self._current)
                 self._used = 0
             s = Slice(self._current, self._used, nbytes, name)

@@ -1,4 +1,5 @@
 """GLSL -> SPIR-V through glslangValidator with an on-disk cache, and compute pipelines."""
+
 from __future__ import annotations
 
 import hashlib
@@ -28,6 +29,7 @@ def shader_dir() -> pathlib.Path:
     if (repo / "__init__.py").exists():
         return repo
     import importlib.resources
+
     return pathlib.Path(str(importlib.resources.files("vkdecode.shaders")))
 
 
@@ -43,8 +45,10 @@ def compiler_invocations() -> int:
 def _compiler() -> tuple[str, str]:
     path = shutil.which(COMPILER)
     if path is None:
-        raise ShaderError(f"{COMPILER} not found on PATH; install it with the Debian/Ubuntu package "
-                          "glslang-tools (apt-get install glslang-tools)")
+        raise ShaderError(
+            f"{COMPILER} not found on PATH; install it with the Debian/Ubuntu package "
+            "glslang-tools (apt-get install glslang-tools)"
+        )
     if path not in _versions:
         r = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
         _versions[path] = r.stdout.strip()
@@ -138,14 +142,24 @@ def _spec_bytes(spec: tuple) -> bytes:
 class Pipeline:
     """A compute pipeline: set 0 = n_bindings storage buffers, optional push constants, spec constants."""
 
-    def __init__(self, device, shader: str, spec: tuple = (), defines: dict | None = None, n_bindings: int = 1,
-                 push_size: int = 0, key=None):
+    def __init__(
+        self,
+        device,
+        shader: str,
+        spec: tuple = (),
+        defines: dict | None = None,
+        n_bindings: int = 1,
+        push_size: int = 0,
+        key=None,
+    ):
         self.device, self.shader, self.spec, self.key = device, shader, tuple(spec), key
         self.n_bindings, self.push_size = n_bindings, push_size
         self.handle = self.layout = self.set_layout = None
         if push_size > device.info.limits["max_push_constants"] or push_size % 4:
-            raise VulkanError(f"push_size {push_size} must be a multiple of 4 and at most "
-                              f"maxPushConstantsSize ({device.info.limits['max_push_constants']})")
+            raise VulkanError(
+                f"push_size {push_size} must be a multiple of 4 and at most "
+                f"maxPushConstantsSize ({device.info.limits['max_push_constants']})"
+            )
         code = compile_shader(shader, defines)
         device._register(self)
         try:
@@ -156,16 +170,26 @@ class Pipeline:
                 binds[i].descriptorType = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
                 binds[i].descriptorCount = 1
                 binds[i].stageFlags = vk.VK_SHADER_STAGE_COMPUTE_BIT
-            sl_info = new("VkDescriptorSetLayoutCreateInfo*", {"bindingCount": n_bindings, "pBindings": binds})
+            sl_info = new(
+                "VkDescriptorSetLayoutCreateInfo*", {"bindingCount": n_bindings, "pBindings": binds}
+            )
             out = ffi.new("VkDescriptorSetLayout*")
             check("vkCreateDescriptorSetLayout", lib.vkCreateDescriptorSetLayout(dev, sl_info, NULL, out))
             self.set_layout = out[0]
             set_layouts = ffi.new("VkDescriptorSetLayout[]", [self.set_layout])
-            pcr = ffi.new("VkPushConstantRange*", {"stageFlags": vk.VK_SHADER_STAGE_COMPUTE_BIT,
-                                                   "offset": 0, "size": push_size})
-            pl_info = new("VkPipelineLayoutCreateInfo*", {
-                "setLayoutCount": 1, "pSetLayouts": set_layouts,
-                "pushConstantRangeCount": 1 if push_size else 0, "pPushConstantRanges": pcr if push_size else NULL})
+            pcr = ffi.new(
+                "VkPushConstantRange*",
+                {"stageFlags": vk.VK_SHADER_STAGE_COMPUTE_BIT, "offset": 0, "size": push_size},
+            )
+            pl_info = new(
+                "VkPipelineLayoutCreateInfo*",
+                {
+                    "setLayoutCount": 1,
+                    "pSetLayouts": set_layouts,
+                    "pushConstantRangeCount": 1 if push_size else 0,
+                    "pPushConstantRanges": pcr if push_size else NULL,
+                },
+            )
             out = ffi.new("VkPipelineLayout*")
             check("vkCreatePipelineLayout", lib.vkCreatePipelineLayout(dev, pl_info, NULL, out))
             self.layout = out[0]
@@ -180,11 +204,24 @@ class Pipeline:
             entries = ffi.new("VkSpecializationMapEntry[]", max(len(self.spec), 1))
             for i in range(len(self.spec)):
                 entries[i].constantID, entries[i].offset, entries[i].size = i, 4 * i, 4
-            spec_info = ffi.new("VkSpecializationInfo*", {"mapEntryCount": len(self.spec), "pMapEntries": entries,
-                                                          "dataSize": len(data), "pData": spec_data})
+            spec_info = ffi.new(
+                "VkSpecializationInfo*",
+                {
+                    "mapEntryCount": len(self.spec),
+                    "pMapEntries": entries,
+                    "dataSize": len(data),
+                    "pData": spec_data,
+                },
+            )
             stats = bool(device.info.features.get("pipeline_stats"))
-            ci = new("VkComputePipelineCreateInfo*", {"layout": self.layout, "basePipelineIndex": -1,
-                                                       "flags": _CAPTURE_STATISTICS if stats else 0})
+            ci = new(
+                "VkComputePipelineCreateInfo*",
+                {
+                    "layout": self.layout,
+                    "basePipelineIndex": -1,
+                    "flags": _CAPTURE_STATISTICS if stats else 0,
+                },
+            )
             ci.stage.sType = vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO
             ci.stage.stage = vk.VK_SHADER_STAGE_COMPUTE_BIT
             ci.stage.module = mod[0]
@@ -192,8 +229,10 @@ class Pipeline:
             ci.stage.pSpecializationInfo = spec_info if self.spec else NULL
             out = ffi.new("VkPipeline*")
             try:
-                check(f"vkCreateComputePipelines({shader}, spec={self.spec})",
-                      lib.vkCreateComputePipelines(dev, device.pipeline_cache or NULL, 1, ci, NULL, out))
+                check(
+                    f"vkCreateComputePipelines({shader}, spec={self.spec})",
+                    lib.vkCreateComputePipelines(dev, device.pipeline_cache or NULL, 1, ci, NULL, out),
+                )
             finally:
                 lib.vkDestroyShaderModule(dev, mod[0], NULL)
             self.handle = out[0]
@@ -222,14 +261,16 @@ class Pipeline:
         return f"<Pipeline {self.shader} spec={self.spec} bindings={self.n_bindings} push={self.push_size}>"
 
 
-_CAPTURE_STATISTICS = 0x40   # VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR
+_CAPTURE_STATISTICS = 0x40  # VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR
 
 
 def _executable_stats(device, pipeline) -> dict:
     """{statistic name: value} the driver reports for the pipeline's compute executable (NVIDIA:
     registers per invocation, instructions, ...): why a kernel's occupancy is what it is."""
-    fn = ffi.cast("PFN_vkGetPipelineExecutableStatisticsKHR",
-                  lib.vkGetDeviceProcAddr(device.handle, b"vkGetPipelineExecutableStatisticsKHR"))
+    fn = ffi.cast(
+        "PFN_vkGetPipelineExecutableStatisticsKHR",
+        lib.vkGetDeviceProcAddr(device.handle, b"vkGetPipelineExecutableStatisticsKHR"),
+    )
     if fn == NULL:
         return {}
     info = new("VkPipelineExecutableInfoKHR*", {"pipeline": pipeline, "executableIndex": 0})
@@ -254,7 +295,7 @@ def open_pipeline_cache(device):
     """A VkPipelineCache seeded from disk; drivers check the header and ignore foreign data."""
     path = _pipeline_cache_path(device)
     blob = path.read_bytes() if path.exists() else b""
-    for data in ([blob, b""] if blob else [b""]):
+    for data in [blob, b""] if blob else [b""]:
         init = ffi.from_buffer(data) if data else NULL  # held until vkCreatePipelineCache returns
         info = new("VkPipelineCacheCreateInfo*", {"initialDataSize": len(data), "pInitialData": init})
         out = ffi.new("VkPipelineCache*")
@@ -266,7 +307,10 @@ def open_pipeline_cache(device):
 def save_pipeline_cache(device) -> None:
     try:
         n = ffi.new("size_t*")
-        if lib.vkGetPipelineCacheData(device.handle, device.pipeline_cache, n, NULL) != vk.VK_SUCCESS or not n[0]:
+        if (
+            lib.vkGetPipelineCacheData(device.handle, device.pipeline_cache, n, NULL) != vk.VK_SUCCESS
+            or not n[0]
+        ):
             return
         buf = ffi.new("char[]", n[0])
         if lib.vkGetPipelineCacheData(device.handle, device.pipeline_cache, n, buf) != vk.VK_SUCCESS:

@@ -1,0 +1,37 @@
+"""The IR's words, below ir.py and verify.py: the step-buffer layout, value kinds, weight dtypes and
+block sizes, and IRError."""
+
+from __future__ import annotations
+
+# Words of the step buffer. The host writes TOKEN and POS before a step; nothing else in the
+# recorded step changes between tokens.
+STEP_TOKEN = 0
+STEP_POS = 1
+STEP_SEED = 2  # sampling RNG seed (u32); the counter is the position
+STEP_TEMP = 3  # sampling temperature (f32 bits); written once per generation
+STEP_TOP_K = 4  # u32, 0 = no top-k cut
+STEP_TOP_P = 5  # f32 bits, 1.0 = no top-p cut
+STEP_WORDS = 8
+
+VALUE_KINDS = ("weight", "activation", "state", "step", "output")
+WEIGHT_DTYPES = (
+    "f32",
+    "f16",
+    "q8_0",
+    "q4_0",
+    "q4_1",
+    "q5_0",
+    "q5_1",
+    "iq4_nl",
+    "q4_k",
+    "q5_k",
+    "q6_k",
+    "q2_k",
+    "q3_k",
+)
+QUANT_BLOCK = 32  # elements per block of the q* / iq* dtypes, except the K-quants:
+K_QUANT_BLOCK = 256  # q2_k .. q6_k superblocks
+
+
+class IRError(ValueError):
+    """A malformed Program; the message names the op (`op #12 rms_norm: ...`) or the value."""

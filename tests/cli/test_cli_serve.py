@@ -1,0 +1,99 @@
+"""`vkdecode serve` on the command line: its user errors (one `error:` line, exit 1, before any
+model loads where possible), a busy port, and `vkdecode run` not importing the server stack."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers.make_models import models_dir, tiny_hf_model, write_gguf
+from tests.helpers.paths import ROOT
+from vkdecode.cli import main
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    d = models_dir(tmp_path_factory)
+    return str(write_gguf(tiny_hf_model("llama", d, tied=True), d / "llama-tied.q8_0.gguf", "q8_0"))
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--port", "70000"], "--port"),
+        (["--max-queue", "0"], "--max-queue"),
+        (["--ctx", "1"], "--ctx"),
+        (["--api-key", " "], "--api-key"),
+        (["--max-body-bytes", "10"], "--max-body-bytes"),
+        (["--model", "/nonexistent.gguf", "--port", "0"], "no such file"),
+    ],
+)
+def test_cli_serve_user_errors(capsys, argv, message):
+    rc = main(["serve", *argv])
+    _, err = capsys.readouterr()
+    assert rc == 1 and err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+def test_cli_serve_port_in_use(capsys, tiny_path):
+    from vkdecode.cli.serve import listen_socket
+
+    busy = listen_socket("127.0.0.1", 0)
+    busy.listen()
+    try:
+        rc = main(["serve", "--model", tiny_path, "--port", str(busy.getsockname()[1])])
+    finally:
+        busy.close()
+    _, err = capsys.readouterr()
+    assert rc == 1 and err.startswith("error: cannot listen on 127.0.0.1:")
+
+
+def test_run_does_not_import_the_server_stack():
+    code = (
+        "import sys; from vkdecode.cli import build_parser; build_parser(); import vkdecode.cli.run; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('starlette', 'uvicorn')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout
+    assert out.strip() == "[]"
+
+
+def test_serve_process_answers_and_stops_cleanly_on_sigint(tiny_path):
+    import signal
+
+    import httpx
+
+    from tests.helpers.serving import ROOT
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vkdecode", "serve", "--model", tiny_path, "--ctx", "64", "--port", "0"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        line = ""
+        while "OpenAI API at" not in line:
+            line = proc.stderr.readline()
+            assert line, "vkdecode serve exited before listening"
+        url = line.split("OpenAI API at ")[1].split()[0]
+        r = httpx.post(
+            url + "/completions", json={"prompt": "Hello", "max_tokens": 3, "temperature": 0}, timeout=60
+        )
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] >= 1
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(60)
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert rc == 0 and "Traceback" not in err, err

@@ -1,0 +1,190 @@
+"""The tensor-core chunk matmul (shaders/matmul_rows_coop.comp via vkdecode/kernels_coop.py):
+its shape choice everywhere, and its results against the float64 reference where the device has
+VK_NV_cooperative_matrix (NVIDIA; lavapipe has none, so those cases skip here and run on the H100:
+`python -m pytest tests/lowering/test_coop.py` there, see bench/gpu_session.sh coop).
+
+Tolerance: the kernel rounds weights and activations to f16 and sums in f32: each product is off
+by up to ~2^-10 relative, so nmse against the reference stays near 1e-7; LIMIT leaves 10x room and
+still fails any indexing error (a wrong element costs nmse ~1e-2).
+"""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from tests.lowering.kernel_harness import caps_of, nmse, one_op, run_and_reference
+from vkdecode.lowering.coop import coop_shape, parse_tile
+from vkdecode.lowering.ops import op_calls
+from vkdecode.quant import quantize
+
+LIMIT = 1e-6
+
+
+def gpu_caps(device, **over):
+    """Caps of an NVIDIA-like device (fixed 32-lane subgroups, cooperative matrices)."""
+    return replace(
+        caps_of(device),
+        coop_matrix=True,
+        subgroup_size=32,
+        subgroup_fixed=True,
+        max_shared=49152,
+        max_invocations=1024,
+        **over,
+    )
+
+
+def test_coop_shape_choice(device):
+    gpu = gpu_caps(device)
+    # the largest tile dividing both whose grid reaches 132 workgroups, else 64 x 64 split over k
+    assert coop_shape(gpu, "llama", 8192, 512, 4096) == (2, 2, 4, 4, 1)  # 128 x 128: 64 x 4 = 256
+    assert coop_shape(gpu, "qwen3", 3072, 512, 1024) == (2, 2, 4, 2, 1)  # 128 x 64: 24 x 8 = 192
+    assert coop_shape(gpu, "qwen3", 2048, 512, 1024) == (2, 2, 2, 2, 1)  # 64 x 64: 32 x 8 = 256
+    assert coop_shape(gpu, "qwen3", 1024, 512, 1024) == (2, 2, 2, 2, 2)  # 16 x 8 = 128: 2 splits
+    assert coop_shape(gpu, "qwen3", 192, 512, 576) == (2, 2, 2, 2, 6)  # 3 x 8 = 24: 6 splits
+    assert coop_shape(gpu, "qwen3", 576, 64, 576) == (2, 2, 2, 2, 8)  # 9 x 1: at most 8 splits
+    assert coop_shape(replace(gpu, matmul_groups=64), "qwen3", 2048, 512, 1024) == (2, 2, 4, 4, 1)
+    assert coop_shape(gpu, "qwen3", 100, 512, 1024) is None  # 100 rows: no tile divides
+    assert coop_shape(gpu, "qwen3", 1024, 48, 1024) is None  # under 64 chunk rows
+    assert coop_shape(gpu, "qwen3", 1024, 512, 1000) is None  # k not whole 32-wide steps
+    assert coop_shape(gpu, "gemma3", 1024, 512, 1024) is None  # activations overflow f16
+    assert coop_shape(replace(gpu, matmul_coop=-1), "qwen3", 1024, 512, 1024) is None
+    assert coop_shape(replace(gpu, subgroup_size=64), "qwen3", 1024, 512, 1024) is None
+    assert coop_shape(replace(gpu, coop_tile="2x2:2x2", matmul_splitk=1), "qwen3", 1024, 512, 1024) == (
+        2,
+        2,
+        2,
+        2,
+        1,
+    )
+    with pytest.raises(ValueError, match="coop_tile"):
+        parse_tile("4x4")
+    if not caps_of(device).coop_matrix:
+        assert coop_shape(caps_of(device), "qwen3", 1024, 512, 1024) is None
+
+
+DTYPES = ("f32", "f16", "q8_0", "q4_1", "q5_0", "q4_k", "q6_k", "iq4_nl")
+# (rows T, out, in, tile, splits): every tile, uneven splits (3 of 5 k tiles), in-dims of 4-element
+# quads only (K-quants: whole 256-element superblocks)
+SHAPES = [
+    (64, 64, 160, "2x2:2x2", 3),
+    (128, 128, 256, "2x2:4x4", 1),
+    (64, 256, 512, "2x2:4x2", 2),
+    (256, 64, 256, "2x2:2x4", 1),
+]
+CASES = [(dt,) + s for dt in DTYPES for s in SHAPES if not dt.endswith("_k") or s[2] % 256 == 0]
+
+
+@pytest.mark.parametrize(
+    "dtype,rows,out,n_in,tile,splits", CASES, ids=[f"{d}-T{t}-{o}x{i}-{m}-s{s}" for d, t, o, i, m, s in CASES]
+)
+def test_matmul_rows_coop(device, dtype, rows, out, n_in, tile, splits):
+    caps = caps_of(device)
+    if not caps.coop_matrix:
+        pytest.skip("no VK_NV_cooperative_matrix on this device (lavapipe has none): runs on the H100")
+    rng = np.random.default_rng(rows * 1000 + out * 7 + n_in)
+    w = quantize((rng.standard_normal((out, n_in)) * 0.1).astype(np.float32), dtype)
+    x = rng.standard_normal(rows * n_in).astype(np.float32)
+    p = one_op(
+        "matmul",
+        {"w": ((out, n_in), dtype, "weight"), "x": ((rows * n_in,), "f32", "activation")},
+        {"y": ((rows * out,), "f32", "output")},
+        rows=rows,
+    )
+    caps = replace(caps, coop_tile=tile, matmul_splitk=splits)
+    calls = op_calls(p, 0, caps)
+    assert [c.shader for c in calls] == ["matmul_rows_coop"] + (["matmul_rows_splitk"] if splits > 1 else [])
+    got, want = run_and_reference(device, p, {"w": w, "x": x}, caps)
+    err = nmse(got["y"], want["y"])
+    assert err <= LIMIT, f"coop matmul rows={rows} {dtype} [{out}, {n_in}] {tile}/{splits}: nmse {err:.3g}"
+
+
+def test_coop_attention_choice(device):
+    from vkdecode.lowering.coop import coop_attention_shape as shape
+    from vkdecode.lowering.coop import coop_attention_shared
+
+    gpu = gpu_caps(device, attn_coop=1)
+    qwen3 = {"n_heads": 16, "n_kv_heads": 8, "head_dim": 128, "scale": 0.1}
+    # G = 2 heads x 2 row blocks per workgroup; 64-key tiles need 61,696 bytes at head_dim 128
+    assert coop_attention_shared(2, 2, 128, 64) == 61696
+    assert shape(gpu, "qwen3", dict(qwen3, rows=512), True) == (2, 32)
+    assert shape(gpu, "qwen3", dict(qwen3, head_dim=64, rows=512), True) == (2, 64)
+    assert shape(gpu, "qwen3", dict(qwen3, rows=48), True) == (1, 64)  # 48 rows: 16-row blocks
+    assert shape(gpu, "llama", dict(qwen3, n_heads=9, n_kv_heads=3, head_dim=64, rows=64), True) == (1, 64)
+    assert shape(gpu, "llama", dict(qwen3, n_kv_heads=16, rows=64), True) == (4, 32)  # MHA: 4 row blocks
+    assert shape(gpu, "llama", dict(qwen3, n_kv_heads=1, rows=64), True) == (1, 16)  # G = 16: 512 lanes
+    assert shape(replace(gpu, max_invocations=256), "llama", dict(qwen3, n_kv_heads=1, rows=64), True) is None
+    assert shape(gpu, "qwen3", dict(qwen3, rows=40), True) is None  # rows not whole 16-row blocks
+    assert shape(gpu, "qwen3", dict(qwen3, rows=512), False) is None  # f32 caches
+    assert shape(gpu, "qwen3", dict(qwen3, rows=512, window=64), True) is None
+    assert shape(gpu, "qwen3", dict(qwen3, rows=512, softcap=30.0), True) is None  # an attribute it lacks
+    assert shape(gpu, "gemma3", dict(qwen3, rows=512), True) is None
+    assert shape(gpu, "qwen3", dict(qwen3, head_dim=72, rows=512), True) is None
+    assert shape(replace(gpu, attn_coop=-1), "qwen3", dict(qwen3, rows=512), True) is None
+    # auto: up to COOP_ATTN_AUTO_MAX_D
+    from vkdecode.lowering.coop import COOP_ATTN_AUTO_MAX_D
+
+    auto = replace(gpu, attn_coop=0)
+    assert (shape(auto, "qwen3", dict(qwen3, rows=512), True) is not None) == (COOP_ATTN_AUTO_MAX_D >= 128)
+    assert shape(auto, "qwen3", dict(qwen3, head_dim=64, rows=512), True) == (2, 64)
+
+
+# (heads, kv heads, head_dim, rows, pos0, ctx, q scale): GQA groups of 2 / 3 / 4 / 1 / 8, positions
+# that leave the last key tile partial, caches that end exactly at the chunk's last row, chunks of
+# many tiles, and queries scaled up so that row maxima jump by more than the kernel's rescale
+# threshold from tile to tile (large scores: the online rescale path runs every few tiles)
+ATTN_CASES = [
+    (16, 8, 128, 64, 0, 64, 1.0),
+    (9, 3, 64, 32, 37, 80, 1.0),
+    (4, 1, 64, 48, 5, 53, 1.0),
+    (4, 4, 16, 16, 100, 120, 1.0),
+    (2, 1, 128, 128, 7, 135, 1.0),
+    (16, 8, 128, 256, 300, 600, 1.0),
+    (16, 8, 128, 128, 200, 328, 12.0),
+    (8, 8, 64, 64, 70, 134, 12.0),
+    (8, 1, 32, 32, 19, 51, 6.0),
+]
+
+
+@pytest.mark.parametrize(
+    "h,kvh,d,rows,pos0,ctx,qs",
+    ATTN_CASES,
+    ids=[f"h{h}kv{k}d{d}-T{t}-pos{p}-ctx{c}-q{s:g}" for h, k, d, t, p, c, s in ATTN_CASES],
+)
+def test_attention_rows_coop(device, h, kvh, d, rows, pos0, ctx, qs):
+    """Causal chunk attention on the tensor cores against the float64 reference; cache rows past
+    the chunk are NaN, so a masked key that still reached a product (0 x NaN) would show."""
+    from tests.lowering.kernel_harness import step
+
+    caps = caps_of(device, attn_coop=1)
+    if not caps.coop_matrix:
+        pytest.skip("no VK_NV_cooperative_matrix on this device (lavapipe has none): runs on the H100")
+    rng = np.random.default_rng(h * 100 + rows + pos0)
+    kc = rng.standard_normal((ctx, kvh * d)).astype(np.float16).astype(np.float32)
+    vc = rng.standard_normal((ctx, kvh * d)).astype(np.float16).astype(np.float32)
+    kc[pos0 + rows :] = vc[pos0 + rows :] = np.nan
+    # q scaled: scores ~ N(0, qs^2) (the f16 rounding of q s in the kernel keeps the error relative)
+    q = (qs * rng.standard_normal(rows * h * d)).astype(np.float32)
+    p = one_op(
+        "attention",
+        {
+            "q": ((rows * h * d,), "f32", "activation"),
+            "kc": ((ctx, kvh * d), "f16", "state"),
+            "vc": ((ctx, kvh * d), "f16", "state"),
+            "step": ((8,), "u32", "step"),
+        },
+        {"o": ((rows * h * d,), "f32", "output")},
+        n_heads=h,
+        n_kv_heads=kvh,
+        head_dim=d,
+        scale=d**-0.5,
+        rows=rows,
+    )
+    assert op_calls(p, 0, caps)[0].shader == "attention_rows_coop"
+    got, want = run_and_reference(device, p, {"q": q, "kc": kc, "vc": vc, "step": step(0, pos0)}, caps)
+    err = nmse(got["o"], want["o"])
+    # q x scale goes to f16 in the kernel: the scores' error grows with their size, so the limit
+    # grows with the square of the q scale
+    assert err <= LIMIT * max(1.0, qs) ** 2, (
+        f"coop attention h{h} kv{kvh} d{d} T{rows} pos{pos0} q{qs}: nmse {err:.3g}"
+    )

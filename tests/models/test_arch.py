@@ -1,0 +1,19 @@
+"""models/arch.py and the registry in models/__init__.py: one record per architecture, and the
+lists other modules used to type out derived from the records."""
+
+from vkdecode.lowering.coop import COOP_REFUSED_ARCHS
+from vkdecode.models import ARCHITECTURES
+from vkdecode.models.config import ARCHS, HF_ARCHS, HF_MODEL_TYPES
+from vkdecode.models.llama import Builder
+
+
+def test_records_are_consistent():
+    assert ARCHS == ("llama", "qwen2", "qwen3", "gemma3") == tuple(a.name for a in ARCHITECTURES.values())
+    classes = [c for a in ARCHITECTURES.values() for c in a.hf_classes]
+    types = [t for a in ARCHITECTURES.values() for t in a.hf_model_types]
+    assert len(set(classes)) == len(classes) == len(HF_ARCHS) and len(set(types)) == len(types) == len(
+        HF_MODEL_TYPES
+    )
+    assert set(ARCHS) <= set(HF_MODEL_TYPES)
+    assert all(issubclass(a.builder, Builder) for a in ARCHITECTURES.values())
+    assert COOP_REFUSED_ARCHS == ("gemma3",)

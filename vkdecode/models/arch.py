@@ -1,0 +1,64 @@
+"""What an architecture module declares: one Architecture record (llama.py, qwen2.py, ...), which
+models/__init__.py collects. config, weights, loader, gguf_names and lowering ask the records
+instead of branching on names, so a Llama-like architecture is one module plus its line there.
+Also the HF config helpers every reader shares (config.py's, and an architecture's own from_hf).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from vkdecode.errors import ModelError
+
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str  # ModelArgs.arch and GGUF `general.architecture`
+    builder: type  # the Program builder: llama.Builder or a subclass
+    hf_classes: tuple[str, ...]  # HF config.json `architectures` entries it answers to
+    hf_model_types: tuple[str, ...]  # HF `model_type` values, read when `architectures` is absent
+    # ModelArgs from the common readers (config.py), switched by these
+    qkv_bias: bool = False  # q/k/v biases always, whatever the config says (Qwen2)
+    hf_o_bias: bool = True  # HF `attention_bias` gives an o-projection bias too (not Qwen2)
+    mlp_bias: bool = False  # HF `mlp_bias` / GGUF ffn_gate.bias read (Llama)
+    qk_norm: bool = False  # per-head RMSNorm of q and k
+    # HF turns sliding windows on with `use_sliding_window` (Qwen), not by setting `sliding_window`
+    # (Llama); either is refused
+    hf_sliding_flag: bool = False
+    gguf_rope_layout: str = "neox"  # "pairs": llama.cpp's converter permuted the q/k rows
+    gguf_implemented: frozenset = frozenset()  # GGUF keys config_audit refuses that this one reads
+    # or by hooks: from_hf(cfg, where) -> ModelArgs fields, its own reader and refusals;
+    # gguf_fields(key, n_layers, hidden, heads) -> fields beyond the common ones; check(args) raises
+    from_hf: Callable | None = None
+    gguf_fields: Callable | None = None
+    check: Callable | None = None
+    # tensors and loading
+    layer_names: dict = field(default_factory=dict)  # overrides of gguf_names.LAYER_NAMES
+    hf_norms_plus_one: bool = False  # HF norm weights hold w of x * (1 + w): the 1 is added at load
+    tokenizer_defaults: Callable | None = None  # (tokenizer) -> None, once it is loaded
+    coop: bool = True  # tensor-core kernels (inputs rounded to f16) allowed
+
+
+def hf_key(cfg: dict, where: str):
+    """key(name, default=None): cfg[name], or default, or a ModelError naming the missing key."""
+
+    def key(name, default=None):
+        if name in cfg and cfg[name] is not None:
+            return cfg[name]
+        if default is None:
+            raise ModelError(f"{where}: missing key {name!r}")
+        return default
+
+    return key
+
+
+def hf_token_ids(cfg: dict, where: str) -> tuple[int | None, list[int]]:
+    eos, bos = cfg.get("eos_token_id"), cfg.get("bos_token_id")
+    eos_ids = [] if eos is None else ([eos] if isinstance(eos, int) else eos)
+    if not (isinstance(eos_ids, list) and all(type(i) is int for i in eos_ids)) or type(bos) not in (
+        int,
+        type(None),
+    ):
+        raise ModelError(f"{where}: token ids must be integers (eos_token_id {eos!r}, bos_token_id {bos!r})")
+    return bos, eos_ids
