@@ -30,8 +30,8 @@ from fusion.ir import Program
 from vkdecode.cli.bench import write_json
 from vkdecode.lowering.calls import KernelCaps
 from vkdecode.lowering.coop import COOP_TILES
+from vkdecode.lowering.matmul_rows import WIDE_TILES
 from vkdecode.lowering.ops import op_calls
-from vkdecode.lowering.rows import WIDE_TILES
 
 # (dtype, out, in, what): the matmuls of one layer of a prompt chunk (no lm_head: a prefill chunk
 # drops it, fusion/chunk.py)

@@ -1,8 +1,6 @@
 """GPU time of one prompt chunk, by kernel: where a chunk's milliseconds go (matmuls by kernel and
 weight, attention, norms, rope, ...). The chunk is recorded once with a timestamp after every
-region and run at a given position, as fused prefill runs it: per op, except a narrow chunk on a GPU
-(<= 16 rows: its projections fused with their norm / GLU / residual add, vkdecode/kernels_rows_fused.py);
---no-fuse: every op its own kernel.
+region and run at a given position, as prefill runs it: every op its own kernel.
 Writes JSON; never asserts timings.
 
     python -m bench.prefill_profile --shape qwen3-0.6b --quant f16 --width 512 --out $OUT/prof.json
@@ -30,7 +28,6 @@ from fusion.chunk import TOKENS, chunk_program
 from vkdecode import benchmark as bench
 from vkdecode.cli.bench import write_json
 from vkdecode.lowering.calls import KernelCaps
-from vkdecode.lowering.rows_fused import chunk_rules
 
 
 def main(argv=None) -> int:
@@ -46,7 +43,6 @@ def main(argv=None) -> int:
         choices=["kv", "all"],
         help="kv: a prompt chunk; all: a speculative verify step (every row's logits and argmax)",
     )
-    ap.add_argument("--no-fuse", action="store_true", help="one kernel per op (no chunk rules)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
@@ -61,10 +57,7 @@ def main(argv=None) -> int:
     try:
         dec = ReplayExecutor(dev, model.program, model.weights, caps, fuse=False)
         prog = chunk_program(model.program, a.width, a.tail)
-        rules = () if a.no_fuse else chunk_rules(prog, caps)
-        ex = ReplayExecutor(
-            dev, prog, {}, caps, fuse=bool(rules), rules=list(rules), share=[dec.plan], profile=True
-        )
+        ex = ReplayExecutor(dev, prog, {}, caps, fuse=False, share=[dec.plan], profile=True)
         ids = ex.plan.slices[(TOKENS, "data")]
         toks = np.random.default_rng(0).integers(0, model.args.vocab_size, a.width).tolist()
         ids.buffer.write_u32(ids.offset // 4, toks)
@@ -74,12 +67,12 @@ def main(argv=None) -> int:
             if r:  # the first run includes the driver's pipeline warm-up
                 runs.append(ex.region_times_us())
         per_region = [statistics.median(v) for v in zip(*runs)]
-        # an unfused region is one op, its kernels' shaders name it; a fused one its rule does
+        # a region is one op: its kernels' shaders name it
         by_kernel: dict[str, dict] = {}
         rows = []
         for ri, us in enumerate(per_region):
             calls = [it.call for it in ex.items if it.region == ri]
-            key = ex.regions[ri].name if ex.regions[ri].rule else "+".join(sorted({c.shader for c in calls}))
+            key = "+".join(sorted({c.shader for c in calls}))
             k = by_kernel.setdefault(key, {"us": 0.0, "count": 0})
             k["us"] += us
             k["count"] += 1
@@ -102,7 +95,7 @@ def main(argv=None) -> int:
             "tail": a.tail,
             "pos": a.pos,
             "caps": tuning,
-            "fused": bool(rules),
+            "fused": False,  # kept for readers of older files, where narrow chunks could fuse
             "n_dispatches": len(ex.items),
             "chunk_gpu_ms": total / 1e3,
             "by_kernel": by_kernel,

@@ -14,7 +14,8 @@ from fusion.pattern import (
     repeat,
     why_illegal,
 )
-from fusion.rules import DEFAULT_RULES, Region, Rule, rules_by_name, single_op_region
+from fusion.region import Region, Rule, single_op_region
+from fusion.rules import DEFAULT_RULES, rules_by_name
 
 __all__ = [
     "DEFAULT_RULES",

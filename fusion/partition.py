@@ -13,7 +13,8 @@ from collections import Counter
 
 from fusion.ir import IRError, Program
 from fusion.pattern import Graph, match, why_illegal
-from fusion.rules import DEFAULT_RULES, Region, Rule, rules_by_name, single_op_region
+from fusion.region import Region, Rule, single_op_region
+from fusion.rules import DEFAULT_RULES, rules_by_name
 
 # Bounds the backtracking at one anchor; real programs need one or two tries.
 MAX_TRIES_PER_RULE = 256

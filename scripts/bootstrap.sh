@@ -11,12 +11,13 @@ command -v vulkaninfo >/dev/null || pkgs+=(vulkan-tools)
 ls /usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json >/dev/null 2>&1 || pkgs+=(vulkan-validationlayers)
 python3 -c 'import venv, ensurepip' 2>/dev/null || pkgs+=(python3-venv)
 [ ${#pkgs[@]} -eq 0 ] && exit 0
-cmd="apt-get update && apt-get install -y --no-install-recommends ${pkgs[*]}"
+# --no-upgrade: what is already installed stays as it is; only the missing packages come in
+cmd="apt-get update && apt-get install -y --no-install-recommends --no-upgrade ${pkgs[*]}"
 if [ "$(id -u)" -ne 0 ]; then
   echo "vkdecode needs system packages: ${pkgs[*]}" >&2
   echo "run as root:  sudo sh -c '$cmd'" >&2
   exit 1
 fi
-echo "installing system packages: ${pkgs[*]}"
+echo "installing the missing system packages (and what apt needs for them): ${pkgs[*]}"
 export DEBIAN_FRONTEND=noninteractive
 sh -c "$cmd"

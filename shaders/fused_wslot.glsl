@@ -132,8 +132,6 @@
 #undef KW_SPLIT
 #include "dequant.glsl"
 
-#ifndef FW_NO_FMV_ROWS
-// (an includer without fused_matvec.glsl, e.g. matmul_rows_narrow_fused.comp, defines FW_NO_FMV_ROWS)
 // fmv_acc[base + i] += W[first + i, :] . x for i < ROWS (rows past m - 1 re-read row m - 1, their
 // sums are dropped by the caller), every invocation taking the units t, t + WG, ...
 void FW_CAT(fmv_rows_, SLOT)(uint first, uint m, uint base) {
@@ -154,4 +152,3 @@ void FW_CAT(fmv_rows_, SLOT)(uint first, uint m, uint base) {
 #endif
     }
 }
-#endif

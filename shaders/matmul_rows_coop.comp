@@ -7,7 +7,7 @@
 // f16 inputs, f32 sums): Y[t, row0 + m] = W[m, :] . X[t, :], W of any weight dtype decoded by
 // dequant.glsl into f16 in the tile loader, X (f32) rounded to f16 there too (the prompt path's
 // only loss against the f32 kernels: one f16 rounding of each input, sums kept in f32).
-// A workgroup of SG_M x SG_N subgroups (32 lanes: kernels_rows.py enables this kernel only where
+// A workgroup of SG_M x SG_N subgroups (32 lanes: coop.py enables this kernel only where
 // the subgroup size is fixed at 32) owns a BM x BN output tile; each subgroup a BLK_M x BLK_N grid
 // of 16 x 16 accumulators. Per BK-wide k step the decoded weight tile and the activation tile are
 // staged in shared memory as f16 rows of BK (+8 halves so that the 16 row starts of a matrix load
@@ -15,7 +15,7 @@
 // before this step's multiplies, so their memory latency hides behind the tensor work.
 // C (t x m) = A (t x k, the activation tile, row-major) x B (k x m, the weight tile read
 // column-major: a weight row is a column of B).
-// Exact tiles only (kernels_rows.coop_shape): M % BM == 0, T % BN == 0, K % BK == 0.
+// Exact tiles only (coop.coop_shape): M % BM == 0, T % BN == 0, K % BK == 0.
 // SPLITK: workgroup z sums k tiles z, z+S, ... into P[z][t][m]; matmul_rows_splitk adds them.
 // Bindings: f32/f16: 0 W, 1 X, 2 Y (or P); quant: 0 q words, 1 scales, 2 X, 3 Y (or P).
 // Spec: 0 wg size (32 SG_M SG_N), 1 K, 2 M (rows bound), 3 T, 4 MTOT (Y row stride), 5 S.

@@ -51,7 +51,7 @@ layout(binding = B_Y) writeonly buffer YB { float y[]; };
 const uint BK = 32;        // a whole quant block: a q4/q5 unit spans its block's two halves
 const uint BM = 16 * TM, BN = 16 * TN;
 // k rows of the tiles in vec4s, padded by PAD (one) vec4 so that the tile stores spread over the
-// banks; kernels_rows.py sets PAD 0 where the padded tiles exceed the shared memory (8 x 8 in 32 KiB)
+// banks; matmul_rows.py sets PAD 0 where the padded tiles exceed the shared memory (8 x 8 in 32 KiB)
 const uint WS_STRIDE = BM / 4 + PAD, XS_STRIDE = BN / 4 + PAD;
 shared vec4 ws[BK * WS_STRIDE];
 shared vec4 xs[BK * XS_STRIDE];

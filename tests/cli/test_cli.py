@@ -444,9 +444,9 @@ def test_bench_shape_to_stdout(capsys):
 
 
 def test_bench_reports_a_mismatch_loudly(capsys, monkeypatch, tmp_path):
-    from vkdecode import benchmark as bench
+    from vkdecode.benchmark import runner
 
-    real = bench.run_mode
+    real = runner.run_mode
 
     def corrupt(device, model, mode, *a, **kw):
         r = real(device, model, mode, *a, **kw)
@@ -454,7 +454,7 @@ def test_bench_reports_a_mismatch_loudly(capsys, monkeypatch, tmp_path):
             r["tokens"] = r["tokens"][:2] + [r["tokens"][2] + 1] + r["tokens"][3:]
         return r
 
-    monkeypatch.setattr(bench, "run_mode", corrupt)
+    monkeypatch.setattr(runner, "run_mode", corrupt)  # run_bench calls it there
     rc, out, err = cli(
         capsys,
         "bench",

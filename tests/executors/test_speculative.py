@@ -1,6 +1,6 @@
-"""Speculative decoding (vkdecode/speculative.py): the prompt-lookup drafter, and greedy output
-identical to plain decode token for token on repetitive and non-repetitive prompts, in every mode,
-with acceptance counted."""
+"""Speculative decoding (vkdecode/executors/speculative.py): the prompt-lookup drafter, and greedy
+output identical to plain decode token for token on repetitive and non-repetitive prompts, in every
+mode and through the GPU narrow matmul, with acceptance counted; a verify step's dispatches."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from vkdecode.errors import UsageError
 from vkdecode.executors import make_executor
 from vkdecode.executors.decoder import Decoder
 from vkdecode.executors.speculative import DECLINE_BURST, PromptLookup, VerifyPolicy
+from vkdecode.lowering.calls import KernelCaps
 from vkdecode.models.loader import load_model
 
 
@@ -86,6 +87,48 @@ def test_speculative_near_the_end_of_the_context(device, tiny):
         dec.set_speculative(6, always_verify=True)
         assert spec_tokens(dec, toks, 96 - 24 + 1) == plain
         assert len(plain) == 96 - 24 + 1
+
+
+def narrow_caps(device):
+    """The GPU choice, forced on lavapipe (its own caps keep the tiled kernel): chunks of up to 16
+    rows through matmul_rows_narrow, wider ones through matmul_rows_wide."""
+    return KernelCaps.from_info(device.info, prefill_chunk_rows=-1, matmul_narrow=16, matmul_wide=0)
+
+
+@pytest.mark.parametrize("k", [8, 2])
+def test_narrow_verify_equals_plain_decode(device, tiny, k):
+    """Verify steps of K + 1 rows through the GPU narrow matmul, replayed: greedy output token for
+    token."""
+    m = tiny
+    with Decoder(make_executor("fused", device, m.program, m.weights, caps=narrow_caps(device))) as dec:
+        ex = dec.executor
+        plain = {name: plain_tokens(dec, p, 40) for name, p in prompts().items()}
+        dec.set_speculative(k, always_verify=True)
+        assert "matmul_rows_narrow" in {it.call.shader for it in dec.speculative.verify.items}
+        spec = {name: spec_tokens(dec, p, 40) for name, p in prompts().items()}
+        st = dec.speculative.stats
+        assert all(s.counters.command_buffer_recordings == 0 for s in ex.token_stats)
+    assert spec == plain
+    assert st.verify_steps > 0 and st.accepted > 0, st.as_dict()
+
+
+def test_verify_step_dispatches(device, models_dir):
+    """A 9-row verify step (K = 8) runs one kernel per op in both replay modes (the decode rules
+    never apply to a chunk): 16 dispatches a layer, and the embed, the final norm, the lm_head and
+    the argmax. Region stats count every dispatch and every op."""
+    m = load_model(tiny_hf_model("llama", models_dir), ctx=48)
+    layers = m.args.n_layers
+    counts = {}
+    for mode in ("fused", "replay-nofuse"):
+        with Decoder(make_executor(mode, device, m.program, m.weights, caps=narrow_caps(device))) as dec:
+            dec.set_speculative(8)
+            v = dec.speculative.verify
+            assert not any(r.rule for r in v.regions)
+            counts[mode] = len(v.items)
+            rs = v.region_stats()
+            assert sum(r["dispatches"] for r in rs) == len(v.items)
+            assert sum(r["ops"] for r in rs) == len(v.program.ops)
+    assert counts == {"fused": 16 * layers + 4, "replay-nofuse": 16 * layers + 4}
 
 
 def test_verify_policy_checks_drafts_only_while_they_pay():

@@ -7,7 +7,8 @@ from programs import QWEN3_0_6B, SMOLLM2_135M, SPECS, Spec, build
 
 from fusion.ir import Program
 from fusion.partition import PartitionError, check_partition, format_partition, partition, schedule, summarize
-from fusion.rules import DEFAULT_RULES, Region
+from fusion.region import Region
+from fusion.rules import DEFAULT_RULES
 
 IDS = [s.name for s in SPECS]
 

@@ -3,413 +3,64 @@
 Every mode runs the same Program, weights, prompt and token count on one Device, one mode at a time
 (so only one copy of the weights is resident), after warm-up. Decoding ignores EOS, as llama-bench
 does, so every mode and repetition times exactly the same steps. Never asserts timings.
+
+    model.py        BenchModel: a model file or a bench shape with random weights, and its prompt
+    runner.py       one mode timed (run_mode, decode_run), every mode (run_bench), their agreement
+    machine.py      where a run ran (device, driver, date, commit); the device's copy bandwidth
+    shapes.py       bench shapes: real models' dimensions with random weights
+
+The names below are this package's API for the CLI and bench/*.py (`from vkdecode import benchmark`).
 """
 
 from __future__ import annotations
 
-import os
-import statistics
-import subprocess
-import time
-from dataclasses import dataclass, field
-
-import numpy as np
-
-from vkdecode.benchmark.shapes import SHAPES, shape_model  # noqa: F401  (re-exported for the CLI/scripts)
-from vkdecode.stats import (  # noqa: F401  (re-exported)
-    HOST_KEYS,
-    executed_per_token,
-    host_calls_per_token,
-    mean_counters,
+from vkdecode.benchmark.machine import copy_bandwidth, copy_bandwidths, environment, git_commit
+from vkdecode.benchmark.model import (
+    PROMPT_TEXT,
+    BenchModel,
+    dominant_quant,
+    file_model,
+    random_model,
+    weight_bytes_per_token,
 )
+from vkdecode.benchmark.runner import (
+    BASELINE,
+    agreement,
+    decode_run,
+    parse_mode,
+    region_profile,
+    run_bench,
+    run_mode,
+    spread,
+    timed_fused,
+)
+from vkdecode.benchmark.shapes import SHAPES, shape_model
+from vkdecode.stats import HOST_KEYS, executed_per_token, host_calls_per_token, mean_counters
 
-BASELINE = "unfused"
-PROMPT_TEXT = "The quick brown fox jumps over the lazy dog, and the capital of France is Paris. "
-
-
-@dataclass
-class BenchModel:
-    name: str  # file name, or the shape name
-    source: str  # path, or "random weights"
-    quant: str  # dominant weight dtype, upper case (Q4_1, F16, ...)
-    args: object  # ModelArgs
-    program: object
-    weights: dict
-    prompt_ids: list[int] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # the loader's (e.g. tensors dequantized at load)
-
-    @property
-    def size_bytes(self) -> int:
-        return sum(w.nbytes for w in self.weights.values())
-
-    @property
-    def params(self) -> int:
-        return sum(int(np.prod(w.shape)) for w in self.weights.values())
-
-    def describe(self) -> dict:
-        a = self.args
-        return {
-            "name": self.name,
-            "source": self.source,
-            "quant": self.quant,
-            "arch": a.arch,
-            "size_bytes": self.size_bytes,
-            "params": self.params,
-            "n_layers": a.n_layers,
-            "hidden_size": a.hidden_size,
-            "vocab_size": a.vocab_size,
-            "weight_bytes_per_token": weight_bytes_per_token(self.program, self.weights),
-            "weight_bytes_by_dtype": self.bytes_by_dtype(),
-            "kv_dtype": self.kv_dtype,
-            "notes": self.notes,
-        }
-
-    def bytes_by_dtype(self) -> dict[str, int]:
-        """Device bytes of the weights by their dtype on the device (what the matvecs read)."""
-        out: dict[str, int] = {}
-        for w in self.weights.values():
-            out[w.dtype] = out.get(w.dtype, 0) + w.nbytes
-        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
-
-    @property
-    def kv_dtype(self) -> str:
-        caches = {v.dtype for v in self.program.values.values() if v.kind == "state"}
-        return "/".join(sorted(caches)) or "-"
-
-
-def dominant_quant(weights: dict) -> str:
-    by = {}
-    for w in weights.values():
-        by[w.dtype] = by.get(w.dtype, 0) + w.nbytes
-    return max(by, key=by.get).upper()
-
-
-def file_model(path: str, ctx: int, prompt_tokens: int, kv_dtype: str = "f16") -> BenchModel:
-    from vkdecode.models.loader import load_model
-
-    lm = load_model(path, ctx=ctx, kv_dtype=kv_dtype)
-    ids = lm.tokenizer.encode(PROMPT_TEXT * (1 + prompt_tokens // 8))[:prompt_tokens]
-    return BenchModel(
-        os.path.basename(os.path.normpath(path)),
-        path,
-        dominant_quant(lm.weights),
-        lm.args,
-        lm.program,
-        lm.weights,
-        ids,
-        list(lm.meta.get("notes", [])),
-    )
-
-
-def random_model(
-    shape: str,
-    quant: str,
-    ctx: int,
-    prompt_tokens: int,
-    seed: int = 0,
-    kv_dtype: str = "f16",
-    n_layers: int = 0,
-) -> BenchModel:
-    args, program, weights = shape_model(shape, quant, ctx, seed, kv_dtype, n_layers)
-    ids = np.random.default_rng(seed + 1).integers(0, args.vocab_size, prompt_tokens).tolist()
-    name = f"{shape}-{n_layers}l" if n_layers else shape
-    return BenchModel(name, "random weights", quant.upper(), args, program, weights, ids)
-
-
-# ---------------------------------------------------------------- per-token figures
-
-
-def weight_bytes_per_token(program, weights: dict) -> int:
-    """Weight bytes one decode step reads: whole matrices, but only one row of the embedding table."""
-    total = 0
-    for op in program.ops:
-        for v in op.inputs:
-            if program.values[v].kind != "weight":
-                continue
-            nb = weights[v].nbytes if v in weights else program.constants[v].nbytes
-            total += nb // program.values[v].shape[0] if op.kind == "embed" else nb
-    return total
-
-
-def spread(xs: list[float]) -> dict:
-    return {
-        "median": statistics.median(xs),
-        "sd": statistics.stdev(xs) if len(xs) > 1 else 0.0,
-        "min": min(xs),
-        "max": max(xs),
-        "n": len(xs),
-    }
-
-
-# ---------------------------------------------------------------- one mode
-
-
-def decode_run(ex, prompt_ids: list[int], n: int, after_step=None) -> dict:
-    """Prompt through the step, then n greedy steps, timed; returns tokens and per-step figures.
-    The timed steps go through ex.decode(), which replay pipelines (two steps in flight, the GPU
-    feeding each step its token), as stream_generate does; after_step forces the waiting loop."""
-    ex.token_stats.clear()  # keeps memory flat over many repetitions
-    nxt = None
-    for pos, t in enumerate(prompt_ids):
-        nxt = ex.step(t, pos)
-    start, tokens, pos = len(ex.token_stats), [nxt], len(prompt_ids)
-    t0 = time.perf_counter()
-    if after_step is None:
-        tokens += list(ex.decode(nxt, pos, n))
-    else:  # one step at a time: after_step reads that step's timestamps
-        for p in range(pos, pos + n):
-            tokens.append(ex.step(tokens[-1], p))
-            after_step()
-    wall = time.perf_counter() - t0
-    steps = ex.token_stats[start:]
-    counters = mean_counters(steps)
-    k = getattr(ex, "tokens_per_submit", 1)
-    return {
-        "tokens": tokens,
-        "tok_s": len(steps) / wall if wall > 0 else 0.0,
-        # host enqueue per token: a submit's cost spread over the tokens it carries
-        "host_us": statistics.median(s.host_us for s in steps)
-        if k == 1
-        else sum(s.host_us for s in steps) / len(steps),
-        "gpu_us": statistics.median(s.gpu_us for s in steps),
-        "wall_us": statistics.median(s.wall_us for s in steps),
-        "counters": counters,
-    }
-
-
-def timed_fused(device, model: BenchModel, caps, n: int, reps: int, profile: bool = False) -> dict:
-    """Fused replay built with `caps` (the bench/sweep_* scripts vary it): one warm-up run, then
-    `reps` timed ones; tok/s and GPU µs spreads, the first run's tokens, dispatches per token, and
-    with `profile` GPU µs by rule from a separate profiling executor."""
-    from vkdecode.executors import make_executor
-
-    with make_executor("fused", device, model.program, model.weights, caps=caps) as ex:
-        decode_run(ex, model.prompt_ids, n)
-        runs = [decode_run(ex, model.prompt_ids, n) for _ in range(reps)]
-        out = {
-            "tok_s": spread([r["tok_s"] for r in runs]),
-            "gpu_us": spread([r["gpu_us"] for r in runs]),
-            "tokens": runs[0]["tokens"],
-            "dispatches": len(ex.items),
-        }
-    if profile:
-        with make_executor("fused", device, model.program, model.weights, caps=caps, profile=True) as ex:
-            out["region_us"] = region_profile(ex, model.prompt_ids, n)
-    return out
-
-
-def region_profile(ex, prompt_ids: list[int], n: int) -> dict:
-    """GPU µs per region (timestamps between regions, no added barriers), median over n steps,
-    summed by rule (unfused ops by their op name), with the rule's dispatches and weight bytes."""
-    samples = []
-    decode_run(ex, prompt_ids, n, after_step=lambda: samples.append(ex.region_times_us()))
-    med = np.median(np.array(samples), axis=0)
-    by: dict[str, dict] = {}
-    for r, us, st in zip(ex.regions, med, ex.region_stats()):
-        key = r.rule or r.name
-        e = by.setdefault(key, {"us": 0.0, "regions": 0, "dispatches": 0, "weight_bytes": 0})
-        e["us"] += float(us)
-        e["regions"] += 1
-        e["dispatches"] += st["dispatches"]
-        e["weight_bytes"] += st["weight_bytes"]
-    return dict(sorted(by.items(), key=lambda kv: -kv[1]["us"]))
-
-
-def parse_mode(mode: str) -> tuple[str, dict]:
-    """A bench mode: an executor mode, or "fused:k<K>" for fused replay with K tokens per submit."""
-    base, _, k = mode.partition(":k")
-    if k:
-        if base != "fused" or not k.isdigit():
-            raise ValueError(f"bad mode {mode!r}: only fused takes :k<tokens per submit>, e.g. fused:k8")
-        return base, {"tokens_per_submit": int(k)}
-    return base, {}
-
-
-def run_mode(
-    device, model: BenchModel, mode: str, n: int, reps: int, warmup: int, profile: bool = False, log=None
-) -> dict:
-    from vkdecode.executors import make_executor
-
-    base, kw = parse_mode(mode)
-    t0 = time.perf_counter()
-    ex = make_executor(base, device, model.program, model.weights, **kw)
-    try:
-        build_s = time.perf_counter() - t0
-        for _ in range(warmup):
-            decode_run(ex, model.prompt_ids, n)
-        runs = []
-        for i in range(reps):
-            runs.append(decode_run(ex, model.prompt_ids, n))
-            if log:
-                log(f"{mode}: rep {i + 1}/{reps} {runs[-1]['tok_s']:.1f} tok/s")
-        out = {
-            "mode": mode,
-            "build_s": build_s,
-            "tok_s": spread([r["tok_s"] for r in runs]),
-            "host_us": spread([r["host_us"] for r in runs]),
-            "gpu_us": spread([r["gpu_us"] for r in runs]),
-            "wall_us": spread([r["wall_us"] for r in runs]),
-            "executed_per_token": executed_per_token(ex),
-            "host_calls_per_token": host_calls_per_token(runs[-1]["counters"]),
-            "counters_per_token": runs[-1]["counters"],
-            "tokens": runs[0]["tokens"],
-            "stable": all(r["tokens"] == runs[0]["tokens"] for r in runs),
-        }
-    finally:
-        ex.close()
-    if profile and mode in ("fused", "replay-nofuse"):
-        # A separate executor: timestamps between regions slow the step (on an H200, SmolLM2-shape
-        # replay-nofuse 582 -> 376 tok/s), so the timed repetitions above run without them.
-        ex = make_executor(mode, device, model.program, model.weights, profile=True)
-        try:
-            decode_run(ex, model.prompt_ids, min(n, 8))
-            out["region_us"] = region_profile(ex, model.prompt_ids, n)
-        finally:
-            ex.close()
-    return out
-
-
-def agreement(results: dict[str, dict]) -> dict:
-    """Greedy tokens of every mode against the baseline (unfused when it ran, else the first mode)."""
-    modes = list(results)
-    base = BASELINE if BASELINE in results else modes[0]
-    ref = results[base]["tokens"]
-    mismatches = []
-    for m in modes:
-        toks = results[m]["tokens"]
-        if m != base and toks != ref:
-            i = next((k for k, (a, b) in enumerate(zip(ref, toks)) if a != b), min(len(ref), len(toks)))
-            mismatches.append(
-                {"mode": m, "first_index": i, "expected": ref[i : i + 8], "got": toks[i : i + 8]}
-            )
-        if not results[m].get("stable", True):
-            mismatches.append({"mode": m, "first_index": -1, "unstable": "tokens differ between repetitions"})
-    return {"ok": not mismatches, "baseline": base, "mismatches": mismatches}
-
-
-# ---------------------------------------------------------------- device figures
-
-
-def copy_bandwidth(device, nbytes: int = 256 << 20, reps: int = 5, runs: int = 4) -> float:
-    """GB/s of the faster of two device-local -> device-local copies: vkCmdCopyBuffer and a compute
-    shader copying uvec4 words (NVIDIA's driver tops out near 850 GB/s with the former on an H200,
-    far below what the matvec kernels read). Counts read + write bytes; best of `runs`."""
-    return max(copy_bandwidths(device, nbytes, reps, runs).values())
-
-
-def copy_bandwidths(device, nbytes: int = 256 << 20, reps: int = 5, runs: int = 4) -> dict[str, float]:
-    from vkdecode.vk.descriptors import write_descriptor_set
-
-    nbytes -= nbytes % 16
-    a, b = device.buffer(nbytes), device.buffer(nbytes)
-    ts = device.timestamp_pool(2)
-    pipe = device.pipeline("copy_words", (256, nbytes // 16), None, 2)
-    pool = device.descriptor_pool(1, 2)
-    dset = pool.allocate(pipe)
-    write_descriptor_set(device, dset, [(a, 0, nbytes), (b, 0, nbytes)])
-    groups = min(65535, max(1, nbytes // 16 // 256 // 4))
-    out = {}
-    try:
-        for method in ("vkCmdCopyBuffer", "compute"):
-
-            def one(cmd, method=method):
-                if method == "compute":
-                    cmd.bind(pipe, dset)
-                    cmd.dispatch(groups)
-                else:
-                    cmd.copy(a, b, nbytes)
-                cmd.barrier()
-
-            cmd = device.command_buffer()
-            cmd.begin(one_time=False)
-            ts.reset_cmd(cmd)
-            one(cmd)
-            cmd.timestamp(ts, 0)
-            for _ in range(reps):
-                one(cmd)
-            cmd.timestamp(ts, 1)
-            cmd.end()
-            best = float("inf")
-            for _ in range(runs):
-                device.submit([cmd])
-                t0, t1 = ts.read_ns()
-                best = min(best, t1 - t0)
-            cmd.close()
-            out[method] = 2 * nbytes * reps / best if best > 0 else 0.0
-    finally:
-        for o in (pool, ts, a, b):
-            o.close()
-    return out
-
-
-def git_commit() -> str | None:
-    if os.environ.get("VKDECODE_GIT_COMMIT"):
-        return os.environ["VKDECODE_GIT_COMMIT"]  # set by scripts that run where .git is not copied
-    try:
-        here = os.path.dirname(os.path.abspath(__file__))
-        r = subprocess.run(
-            ["git", "-C", here, "rev-parse", "--short=12", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-        return r.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def environment(device) -> dict:
-    i = device.info
-    return {
-        "device": i.name,
-        "vendor": i.vendor,
-        "device_type": i.device_type,
-        "driver": i.driver_name,
-        "driver_version": i.driver_version,
-        "driver_info": i.driver_info,
-        "vulkan": i.api_version,
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-        "git_commit": git_commit(),
-    }
-
-
-def run_bench(
-    device,
-    model: BenchModel,
-    modes,
-    n: int = 32,
-    reps: int = 5,
-    warmup: int = 1,
-    profile: bool = False,
-    copy_bytes: int = 256 << 20,
-    log=None,
-) -> dict:
-    """Everything `vkdecode bench` reports, as one JSON-able dict."""
-    results = {m: run_mode(device, model, m, n, reps, warmup, profile, log) for m in modes}
-    agree = agreement(results)
-    copy = copy_bandwidth(device, copy_bytes) if copy_bytes else 0.0
-    wb = weight_bytes_per_token(model.program, model.weights)
-    for r in results.values():
-        gbps = wb * r["tok_s"]["median"] / 1e9
-        r["bandwidth"] = {"GBps": gbps, "fraction_of_copy": gbps / copy if copy else None}
-    ratio = None
-    if "unfused" in results and "fused" in results and results["fused"]["host_us"]["median"] > 0:
-        ratio = results["unfused"]["host_us"]["median"] / results["fused"]["host_us"]["median"]
-    return {
-        "environment": environment(device),
-        "model": model.describe(),
-        "settings": {
-            "tokens": n,
-            "reps": reps,
-            "warmup": warmup,
-            "prompt_tokens": len(model.prompt_ids),
-            "ctx": model.program.meta.get("ctx"),
-            "profile": profile,
-        },
-        "copy_GBps": copy,
-        "weight_bytes_per_token": wb,
-        "host_us_ratio_unfused_fused": ratio,
-        "agreement": agree,
-        "modes": results,
-    }
+__all__ = [
+    "BASELINE",
+    "HOST_KEYS",
+    "PROMPT_TEXT",
+    "SHAPES",
+    "BenchModel",
+    "agreement",
+    "copy_bandwidth",
+    "copy_bandwidths",
+    "decode_run",
+    "dominant_quant",
+    "environment",
+    "executed_per_token",
+    "file_model",
+    "git_commit",
+    "host_calls_per_token",
+    "mean_counters",
+    "parse_mode",
+    "random_model",
+    "region_profile",
+    "run_bench",
+    "run_mode",
+    "shape_model",
+    "spread",
+    "timed_fused",
+    "weight_bytes_per_token",
+]

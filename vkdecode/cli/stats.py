@@ -93,12 +93,17 @@ def _chunk_stats(prefill, width: int, executed_per_token, host_calls_per_token) 
     }
 
 
-def collect_stats(device, model, modes, prefill_width: int = 0) -> dict:
+def collect_stats(device, model, modes, prefill_width: int = 0, log=None) -> dict:
+    """log(msg): progress, one line per mode (each builds, records and runs its steps: ~15 s on
+    lavapipe for SmolLM2)."""
     from vkdecode.benchmark import decode_run, executed_per_token, host_calls_per_token
     from vkdecode.executors import make_executor
 
     out = {"model": model.describe(), "device": device.info.name, "regions": [], "modes": {}}
-    for mode in modes:
+    for i, mode in enumerate(modes):
+        if log is not None:
+            chunk = f" and a {prefill_width}-token prompt chunk" if prefill_width else ""
+            log(f"[{i + 1}/{len(modes)}] {mode}: building, then {STEPS} decode steps{chunk}")
         ex = make_executor(mode, device, model.program, model.weights)
         try:
             if mode == modes[0]:
@@ -233,7 +238,13 @@ def cmd_stats(args) -> int:
 
     model = bench_model_from_args(args, args.ctx, STEPS)
     with open_device(args.device) as dev:
-        s = collect_stats(dev, model, list(MODES), args.prefill_width)
+        s = collect_stats(
+            dev,
+            model,
+            list(MODES),
+            args.prefill_width,
+            log=lambda msg: print(msg, file=sys.stderr, flush=True),
+        )
     if args.json:
         print(json.dumps(s, indent=2))
     else:

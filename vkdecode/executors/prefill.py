@@ -111,18 +111,14 @@ class ChunkRun(NamedTuple):
 
 def chunk_executor(mode: str, device, program, caps, share):
     """An executor of a chunk program in `mode`, every slice it can share taken from `share`.
-    Replay modes run the chunk kernels recorded once: per op, except in fused mode with
-    caps.chunk_fuse where the chunk takes the GPU narrow matmul (kernels_rows_fused.chunk_rules:
-    the projections fused with their norm, GLU or residual add). The decode rules are never applied to a chunk: their kernels are
-    matvecs."""
+    Every mode runs the chunk's per-op kernels; replay modes record them once. The decode rules
+    are never applied to a chunk: their kernels are matvecs."""
     from vkdecode.executors.replay import ReplayExecutor
     from vkdecode.executors.unfused import UnfusedExecutor
-    from vkdecode.lowering.rows_fused import chunk_rules
 
     if mode == "unfused":
         return UnfusedExecutor(device, program, {}, caps, share=share)
-    rules = chunk_rules(program, caps) if mode == "fused" else ()
-    ex = ReplayExecutor(device, program, {}, caps, fuse=bool(rules), rules=list(rules), share=share)
+    ex = ReplayExecutor(device, program, {}, caps, fuse=False, share=share)
     ex.mode = mode
     return ex
 

@@ -7,6 +7,6 @@ constants, bindings, grid), chosen per device by KernelCaps (caps.py).
     matvec.py     fused projections (norm + matvec, GLU epilogue, residual add, lm_head + argmax)
     attention.py  fused RoPE + KV write + attention, add + norm
     norm_pre.py   a residual add that pre-computes the next norm for its consumers
-    rows.py       prompt-chunk kernels (T rows), coop.py their tensor-core shapes,
-    rows_fused.py the narrow chunks' fused projections
+    rows.py       prompt-chunk kernels (T rows); matmul_rows.py their matmuls (narrow, wide,
+                  tiled), coop.py their tensor-core shapes
 """

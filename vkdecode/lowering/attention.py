@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import replace
 
 from fusion.ir import Program
-from fusion.rules import Region
+from fusion.region import Region
 from vkdecode.lowering.calls import (
     AttnGrid,
     Binding,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 
 from fusion.ir import Program
-from fusion.rules import Region
+from fusion.region import Region
 from vkdecode.lowering.calls import (
     KWIDE_FFN_MIN_IN,
     Binding,
@@ -152,27 +152,6 @@ def _norm_matmul_call(p: Program, region: Region, idx: list[int], caps: KernelCa
         flat_groups(groups),
         defines=dt_defines + (("NW", str(len(idx))),) + tuple(s.defines),
         label="+".join(r["outs"][i] for i in idx),
-    )
-
-
-def qkv_projection(call: KernelCall) -> tuple | None:
-    """(x, norm_w, (wq, wk, wv), (q, k, v), eps) of an rms_norm_matmul call of three whole
-    projections of one dtype and no biases (q/k/v), else None; read back from its bindings."""
-    d = dict(call.defines)
-    if call.shader != "rms_norm_matmul" or d.get("NW") != "3" or "SLOT_DTYPES" in d:
-        return None
-    if any(k.startswith("BIAS_") for k in d):
-        return None
-    w = [call.bindings[int(d[f"WB_{s}"])] for s in range(3)]
-    if any(b.rows is not None for b in w):
-        return None
-    outs = tuple(call.bindings[int(d[f"YB_{s}"])].value for s in range(3))
-    return (
-        call.bindings[int(d["B_X"])].value,
-        call.bindings[int(d["B_NW"])].value,
-        tuple(b.value for b in w),
-        outs,
-        float(call.spec[3]),
     )
 
 

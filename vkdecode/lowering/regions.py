@@ -1,9 +1,9 @@
 """Region -> kernel calls. A region of a rule with a fused kernel lowers to it; any other region (and
 every region in no-fuse mode) lowers to its ops' own kernels, so a fused region always equals its ops.
 
-KERNELS pairs each rule of fusion/rules.py (and its prompt-chunk form, fusion/chunk_rules.py) with
-the builder of its fused kernel calls; the rule's name is written once, in fusion. A builder returns
-None for shapes its shader does not cover: the region then runs its ops' kernels (always correct).
+KERNELS pairs each rule of fusion/rules.py with the builder of its fused kernel calls; the rule's
+name is written once, in fusion. A builder returns None for shapes its shader does not cover: the
+region then runs its ops' kernels (always correct).
 """
 
 from __future__ import annotations
@@ -11,57 +11,35 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fusion import rules as R
-from fusion.chunk_rules import SUFFIX
 from fusion.ir import Program
 from fusion.rules import Region, Rule
 from vkdecode.lowering import attention as att
 from vkdecode.lowering import matvec as mv
-from vkdecode.lowering import rows_fused as rows
 from vkdecode.lowering.ops import KernelCall, KernelCaps, op_calls
 
 Builder = Callable[[Program, Region, KernelCaps], "list[KernelCall] | None"]
 
 
-def _by_rule(pairs: list[tuple[tuple[Rule, ...], Builder]], suffix: str = "") -> dict[str, Builder]:
-    return {r.name + suffix: build for rules, build in pairs for r in rules}
+def _by_rule(pairs: list[tuple[tuple[Rule, ...], Builder]]) -> dict[str, Builder]:
+    return {r.name: build for rules, build in pairs for r in rules}
 
 
-KERNELS: dict[str, Builder] = {
-    **_by_rule(
-        [
-            ((R.MATMUL_ADD, R.MATMUL_BIAS_ADD), mv.matmul_add),
-            ((R.RMS_NORM_MATMUL,), mv.rms_norm_matmul),
-            # SwiGLU and GeGLU: the same kernel, one define
-            (
-                (R.RMS_NORM_MATMUL_SILU_MUL, R.RMS_NORM_MATMUL_BIAS_SILU_MUL, R.RMS_NORM_MATMUL_GELU_MUL),
-                mv.rms_norm_matmul_silu_mul,
-            ),
-            ((R.MATMUL_SILU_MUL, R.MATMUL_GELU_MUL), mv.matmul_silu_mul),
-            ((R.RMS_NORM_MATMUL_ARGMAX,), mv.rms_norm_matmul_argmax),
-            ((R.ROPE_KV_WRITE_ATTENTION, R.QK_NORM_ROPE_KV_WRITE_ATTENTION), att.rope_kv_write_attention),
-            ((R.ADD_RMS_NORM,), att.add_rms_norm),
-            ((R.RMS_NORM_ADD,), att.rms_norm_add),
-        ]
-    ),
-    # prompt chunks and verify steps (narrow widths): the projection rules' _ROWS forms
-    **_by_rule(
-        [
-            ((R.RMS_NORM_MATMUL,), rows.rms_norm_matmul_rows),
-            (
-                (
-                    R.RMS_NORM_MATMUL_SILU_MUL,
-                    R.RMS_NORM_MATMUL_BIAS_SILU_MUL,
-                    R.RMS_NORM_MATMUL_GELU_MUL,
-                    R.MATMUL_SILU_MUL,
-                    R.MATMUL_GELU_MUL,
-                ),
-                rows.glu_rows,
-            ),
-            ((R.MATMUL_ADD, R.MATMUL_BIAS_ADD), rows.matmul_add_rows),
-        ],
-        SUFFIX,
-    ),
-}
+KERNELS: dict[str, Builder] = _by_rule(
+    [
+        ((R.MATMUL_ADD, R.MATMUL_BIAS_ADD), mv.matmul_add),
+        ((R.RMS_NORM_MATMUL,), mv.rms_norm_matmul),
+        # SwiGLU and GeGLU: the same kernel, one define
+        (
+            (R.RMS_NORM_MATMUL_SILU_MUL, R.RMS_NORM_MATMUL_BIAS_SILU_MUL, R.RMS_NORM_MATMUL_GELU_MUL),
+            mv.rms_norm_matmul_silu_mul,
+        ),
+        ((R.MATMUL_SILU_MUL, R.MATMUL_GELU_MUL), mv.matmul_silu_mul),
+        ((R.RMS_NORM_MATMUL_ARGMAX,), mv.rms_norm_matmul_argmax),
+        ((R.ROPE_KV_WRITE_ATTENTION, R.QK_NORM_ROPE_KV_WRITE_ATTENTION), att.rope_kv_write_attention),
+        ((R.ADD_RMS_NORM,), att.add_rms_norm),
+        ((R.RMS_NORM_ADD,), att.rms_norm_add),
+    ]
+)
 
 
 def region_calls(program: Program, region: Region, caps: KernelCaps, fuse: bool = True) -> list[KernelCall]:

@@ -1,4 +1,4 @@
-"""What a physical device is, as the probe (instance.py) reports it and choose_device reads it."""
+"""What a physical device is, as the probe (probe.py) reports it and choose_device reads it."""
 
 from __future__ import annotations
 
