@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's vkdecode, not an installed copy
 DOCS = [ROOT / "docs" / "design.md", ROOT / "README.md"]
 COMMAND = ["vkdecode", "stats", "--json"]
 
@@ -50,7 +51,7 @@ def render(tables: dict[str, str], text: str) -> str:
             f"<!-- table:{name} -->\n{tables[name]}\n<!-- /table:{name} -->" if name in tables else m.group(0)
         )
 
-    return re.sub(r"<!-- table:(\w[\w-]*) -->\n.*?\n<!-- /table:\1 -->", repl, text, flags=re.DOTALL)
+    return re.sub(r"<!-- table:(\w[\w-]*) -->\n(?:.*?\n)?<!-- /table:\1 -->", repl, text, flags=re.DOTALL)
 
 
 def main(argv=None) -> int:
