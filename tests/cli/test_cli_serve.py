@@ -28,6 +28,8 @@ def tiny_path(tmp_path_factory):
         (["--ctx", "1"], "--ctx"),
         (["--api-key", " "], "--api-key"),
         (["--max-body-bytes", "10"], "--max-body-bytes"),
+        (["--allow-origin", "localhost:3000"], "--allow-origin"),  # no scheme: never a browser's Origin
+        (["--allow-origin", "http://localhost:3000/app"], "--allow-origin"),  # a page, not an origin
         (["--model", "/nonexistent.gguf", "--port", "0"], "no such file"),
     ],
 )

@@ -1,7 +1,9 @@
 """`vkdecode serve` on a tiny random model, through real HTTP on 127.0.0.1: the official `openai`
 client (chat, streaming, completions, stop strings, usage), the prompt cache across chat turns, bad
-input (each a 4xx OpenAI error body, the server serving on), the API key, concurrent clients against
-the bounded queue, and a client that disconnects mid-stream."""
+input (each a 4xx OpenAI error body naming the field, before any 200, the prompt cache kept), internal
+errors (a 500 that says only that), the API key, a large prompt tokenized while /health answers,
+concurrent clients against the bounded queue, and a client that disconnects mid-stream. Web pages and
+non-JSON bodies: test_guard.py."""
 
 from __future__ import annotations
 
@@ -15,32 +17,8 @@ openai = pytest.importorskip("openai", reason="the test extra installs openai: p
 httpx = pytest.importorskip("httpx", reason="the test extra installs httpx: pip install '.[test]'")
 
 import vkdecode
-from tests.helpers.make_models import models_dir, tiny_hf_model, write_gguf
 from tests.helpers.serving import serving
-
-QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
-EOS_ID = 2  # <|im_end|> in the tiny tokenizer
-
-
-def _no_eos(name, a):
-    """The output row of EOS zeroed: greedy never picks it, so generations run to max_tokens."""
-    if name == "output.weight":
-        a = a.copy()
-        a[EOS_ID] = 0
-    return a
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    d = models_dir(tmp_path_factory)
-    hf = tiny_hf_model("llama", d, tied=False, max_position_embeddings=1024)
-    return str(write_gguf(hf, d / "llama-untied-noeos.q8_0.gguf", "q8_0", mutate=_no_eos))
-
-
-@pytest.fixture(scope="module")
-def model(device, tiny_path):
-    with vkdecode.load(tiny_path, device=device, ctx=1024, sampling=True) as m:
-        yield m
+from tests.serve.conftest import QUESTION
 
 
 @pytest.fixture(scope="module")
@@ -232,6 +210,122 @@ def test_bad_input_answers_4xx_and_the_server_serves_on(server, client):
     assert ok.usage.completion_tokens == 2
 
 
+def _nested(levels: int) -> bytes:
+    return b"[" * levels + b"]" * levels
+
+
+# (path, body, the field the 400 names): each once got a 500 (issue 37), top_k also cleared the cache
+REFUSED_BEFORE_GENERATION = [
+    ("/v1/chat/completions", b'{"max_tokens": 2, "messages": ' + _nested(5000) + b"}", "messages"),
+    ("/v1/chat/completions", {"messages": QUESTION, "metadata": json.loads(_nested(40))}, "metadata"),
+    (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "Paris \ud800"}]},
+        "messages[0].content",
+    ),
+    (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "\udfff"}]}]},
+        "messages[0].content[0].text",
+    ),
+    ("/v1/chat/completions", {"messages": [{"role": ["user"], "content": "x"}]}, "messages[0].role"),
+    ("/v1/chat/completions", {"messages": QUESTION, "top_k": 1 << 32}, "top_k"),
+    ("/v1/chat/completions", {"messages": QUESTION, "top_k": 1 << 64}, "top_k"),
+    ("/v1/completions", {"prompt": "Hello \ud800 world"}, "prompt"),
+    ("/v1/completions", {"prompt": ["\ud800"]}, "prompt[0]"),
+]
+
+
+def test_refused_with_400_naming_the_field_before_any_200_and_the_cache_kept(server):
+    engine, url = server
+    good = {"messages": QUESTION, "max_tokens": 4, "temperature": 0}
+    with httpx.Client(base_url=url, timeout=60) as http:
+        first = http.post("/v1/chat/completions", json=good).json()
+        before = engine.metrics()
+        for path, body, param in REFUSED_BEFORE_GENERATION:
+            for stream in (False, True):
+                if isinstance(body, bytes):
+                    content = body[:-1] + (b', "stream": true}' if stream else b"}")
+                else:  # json.dumps escapes the lone surrogates as \udxxx, as a client's encoder does
+                    content = json.dumps(dict(body, max_tokens=2, stream=stream)).encode()
+                r = http.post(path, content=content, headers={"content-type": "application/json"})
+                what = (path, param, stream, r.text[:300])
+                assert r.status_code == 400 and r.headers["content-type"] == "application/json", what
+                err = r.json()["error"]
+                assert err["param"] == param and err["type"] == "invalid_request_error", what
+                assert param.split("[")[0].split(".")[0] in err["message"], what
+        after = engine.metrics()
+        assert after["kv_cache_tokens"] == before["kv_cache_tokens"] > 0
+        assert after["requests"] == before["requests"]  # none reached the device
+        again = http.post("/v1/chat/completions", json=good).json()
+    assert again["choices"] == first["choices"]
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == first["usage"]["prompt_tokens"] - 1
+
+
+def test_internal_errors_say_only_that_and_the_log_keeps_the_detail(model, monkeypatch):
+    import logging
+    import struct
+
+    def fails(*args, **kwargs):
+        yield from ()
+        struct.pack("I", 1 << 32)  # what an unchecked top_k used to raise
+
+    records = []
+    handler = logging.Handler(logging.ERROR)
+    handler.emit = records.append
+    with serving(model) as (engine, url):
+        logging.getLogger("uvicorn.error").addHandler(handler)  # after uvicorn configured its logging
+        try:
+            monkeypatch.setattr(model, "stream_generate", fails)
+            monkeypatch.setattr(engine, "metrics", lambda: {}[struct])  # a KeyError in a route
+            body = {"messages": QUESTION, "max_tokens": 2}
+            r = httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
+            with httpx.stream("POST", url + "/v1/chat/completions", json=dict(body, stream=True)) as s:
+                events = [json.loads(x[6:]) for x in s.iter_lines() if x.startswith("data: {")]
+            m = httpx.get(url + "/metrics", timeout=60)
+        finally:
+            logging.getLogger("uvicorn.error").removeHandler(handler)
+    assert r.status_code == 500 and r.json()["error"]["code"] == "generation_failed"
+    assert events[-1] == r.json()  # a stream has sent its 200: the error is its last event
+    assert m.status_code == 500
+    for err in (r.json()["error"], m.json()["error"]):
+        assert err["type"] == "server_error" and "internal" in err["message"], err
+        assert not any(w in err["message"] for w in ("struct", "format", "Error", "KeyError")), err
+    logged = [logging.Formatter().format(rec) for rec in records]
+    assert sum("struct.error" in t and "'I' format requires" in t for t in logged) == 2, logged
+    assert any("KeyError" in t for t in logged), logged
+
+
+def test_tokenizing_a_large_prompt_leaves_health_responsive(server, model):
+    engine, url = server
+    text = "the quick brown fox jumps over the lazy dog " * 18600  # 800 KB
+    # the server's tokenizer (its encoding lets the event loop run) gives the model's ids
+    for t in (text[:5000], "naïve café 東京 🙂 <|im_start|>user\nHi<|im_end|>\n"):
+        assert engine.tokenizer.encode_prompt(t) == model.tokenizer.encode_prompt(t)
+        assert engine.tokenizer.encode(t) == model.tokenizer.encode(t)
+    done, got = threading.Event(), {}
+
+    def big():
+        t0 = time.monotonic()
+        r = httpx.post(url + "/v1/completions", json={"prompt": text, "max_tokens": 1}, timeout=120)
+        got["r"], got["s"] = r, time.monotonic() - t0
+        done.set()
+
+    thread = threading.Thread(target=big)
+    waits = []
+    with httpx.Client(base_url=url, timeout=60) as http:
+        http.get("/health")  # connected
+        thread.start()
+        while not done.is_set():
+            t0 = time.monotonic()
+            assert http.get("/health").status_code == 200
+            waits.append(time.monotonic() - t0)
+    thread.join()
+    assert got["r"].status_code == 400 and got["r"].json()["error"]["code"] == "context_length_exceeded"
+    # the event loop never waited for the tokenizer: before, one /health took the whole request
+    assert len(waits) >= 5 and max(waits) < max(0.1, got["s"] / 3), (got["s"], max(waits), len(waits))
+
+
 def test_api_key_checked_on_every_request(model):
     with serving(model, api_key="s3cret") as (_, url):
         for path in ("/health", "/metrics", "/v1/models", "/nowhere"):
@@ -248,30 +342,6 @@ def test_api_key_checked_on_every_request(model):
             ).usage.completion_tokens
             == 2
         )
-
-
-def test_cors_preflight_passes_before_the_key_check(model):
-    with serving(model, api_key="k", allow_origins=["http://localhost:3000"]) as (_, url):
-        pre = httpx.options(
-            url + "/v1/chat/completions",
-            headers={
-                "Origin": "http://localhost:3000",
-                "Access-Control-Request-Method": "POST",
-                "Access-Control-Request-Headers": "authorization, content-type",
-            },
-        )
-        assert (
-            pre.status_code == 200 and pre.headers["access-control-allow-origin"] == "http://localhost:3000"
-        )
-        r = httpx.get(
-            url + "/v1/models", headers={"Origin": "http://localhost:3000", "Authorization": "Bearer k"}
-        )
-        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://localhost:3000"
-        other = httpx.options(
-            url + "/v1/models",
-            headers={"Origin": "http://evil.example", "Access-Control-Request-Method": "GET"},
-        )
-        assert "access-control-allow-origin" not in other.headers
 
 
 def _post_all(url, bodies, timeout=120):

@@ -14,27 +14,21 @@ class FakeTokenizer:
     def encode(self, text):
         return [ord(c) % 256 for c in text]
 
+    def encode_prompt(self, text):
+        return self.encode(text)
+
     def apply_chat_template(self, messages, add_generation_prompt=True):
         return "".join(f"<{m['role']}>{m['content']}" for m in messages) + (
             "<assistant>" if add_generation_prompt else ""
         )
 
 
-class FakeModel:
-    def __init__(self, ctx=64):
-        self.tokenizer = FakeTokenizer()
-        self.executor = type("E", (), {"ctx": ctx})()
-
-    def encode_prompt(self, prompt=None):
-        return self.tokenizer.encode(prompt)
-
-
 def chat(body, ctx=64):
-    return parse_chat(body, FakeModel(ctx), "m", lambda: 1234)
+    return parse_chat(body, FakeTokenizer(), ctx, "m", lambda: 1234)
 
 
 def completion(body, ctx=64):
-    return parse_completion(body, FakeModel(ctx), "m", lambda: 1234)
+    return parse_completion(body, FakeTokenizer(), ctx, "m", lambda: 1234)
 
 
 MSG = [{"role": "user", "content": "hi"}]
@@ -66,6 +60,7 @@ def test_defaults_and_fields():
         }
     )
     assert (r.temp, r.top_p, r.top_k, r.seed, r.stop, r.max_tokens) == (0.0, 0.5, 3, 9, ["x"], 5)
+    assert chat({"messages": MSG, "top_k": (1 << 32) - 1}).top_k == (1 << 32) - 1
     assert r.stream and r.include_usage and not r.cache_prompt
     parts = [{"role": "developer", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]
     assert chat({"messages": parts}).prompt_ids == FakeTokenizer().encode("<system>ab<assistant>")
@@ -83,6 +78,7 @@ def test_defaults_and_fields():
         ({"messages": MSG, "temperature": float("nan")}, "temperature"),
         ({"messages": MSG, "top_p": 1.5}, "top_p"),
         ({"messages": MSG, "top_k": -1}, "top_k"),
+        ({"messages": MSG, "top_k": 1 << 32}, "top_k"),  # a uint32 on the device
         ({"messages": MSG, "seed": "7"}, "seed"),
         ({"messages": MSG, "stop": ["a"] * 17}, "stop"),
         ({"messages": MSG, "stop": [""]}, "stop"),
@@ -91,6 +87,7 @@ def test_defaults_and_fields():
         ({"messages": MSG, "response_format": {"type": "json_object"}}, "response_format"),
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": ["user"], "content": "x"}]}, "messages[0].role"),
         ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0].content"),
         ({"messages": [{"role": "user", "content": "x" * 80}]}, "messages"),  # over the context
     ],

@@ -1,10 +1,11 @@
-"""`vkdecode serve`: an OpenAI-compatible HTTP server (vkdecode/serve_app.py) for one model on one
+"""`vkdecode serve`: an OpenAI-compatible HTTP server (vkdecode/serve/app.py) for one model on one
 device. Starlette and uvicorn are imported only here, so `vkdecode run` never loads them."""
 
 from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import socket
 import sys
 
@@ -43,7 +44,7 @@ def add_serve_parser(sub) -> None:
         default=[],
         metavar="ORIGIN",
         help="let web pages from ORIGIN (e.g. http://localhost:3000; '*' = any) call the API from "
-        "a browser (CORS); repeatable",
+        "a browser (CORS); requests from other pages are refused (403); repeatable",
     )
     p.add_argument(
         "--max-queue",
@@ -75,6 +76,13 @@ def check_args(args) -> None:
         raise UsageError("--max-body-bytes must be at least 1024")
     if args.api_key is not None and not args.api_key.strip():
         raise UsageError("--api-key must not be empty")
+    for origin in args.allow_origin:
+        # a browser's Origin header is scheme://host[:port], nothing more: anything else never matches
+        if origin != "*" and not re.fullmatch(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^/?#\s]+/?", origin):
+            raise UsageError(
+                f"--allow-origin {origin!r}: give an origin as a browser sends it, "
+                "scheme://host[:port] (e.g. http://localhost:3000), or '*' for any"
+            )
 
 
 def listen_socket(host: str, port: int) -> socket.socket:

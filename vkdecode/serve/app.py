@@ -4,81 +4,29 @@
     GET /v1/models, GET /v1/models/{id}, GET /health, GET /metrics
 
 Every error is an OpenAI error body {"error": {"message", "type", "param", "code"}}; with an API key
-set, every request must carry `Authorization: Bearer KEY`.
+set, every request must carry `Authorization: Bearer KEY`. What is refused before parsing (foreign web
+pages, non-JSON bodies, oversized or malformed JSON): vkdecode/serve/guard.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import secrets
 import time
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from vkdecode.serve.engine import Engine, Job
+from vkdecode.serve.guard import ApiKeyMiddleware, OriginMiddleware, decode_json, error_response, read_body
 from vkdecode.serve.requests import ApiError, parse_chat, parse_completion
 
 MAX_BODY_BYTES = 1 << 20
-DRAIN_LIMIT = 64 << 20  # an oversized body is read (and dropped) up to this, so the 413 arrives
-
-
-def error_response(e: ApiError) -> JSONResponse:
-    headers = {"Retry-After": "1"} if e.status == 503 else None
-    return JSONResponse(e.body(), status_code=e.status, headers=headers)
-
-
-class ApiKeyMiddleware:
-    """Checks `Authorization: Bearer KEY` on every HTTP request, before any routing."""
-
-    def __init__(self, app, api_key: str):
-        self.app, self.expected = app, f"Bearer {api_key}".encode()
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            got = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(got, self.expected):
-                msg = "missing API key" if not got else "invalid API key"
-                err = ApiError(
-                    401,
-                    f"{msg}: send the server's --api-key as 'Authorization: Bearer KEY'",
-                    code="invalid_api_key",
-                )
-                await error_response(err)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-async def read_json(request, limit: int) -> dict:
-    too_big = ApiError(
-        413, f"the request body is larger than {limit} bytes (--max-body-bytes)", code="request_too_large"
-    )
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > DRAIN_LIMIT:
-        raise too_big
-    chunks, n = [], 0
-    async for chunk in request.stream():
-        n += len(chunk)
-        if n <= limit:
-            chunks.append(chunk)
-        elif n > DRAIN_LIMIT:
-            break
-    if n > limit:
-        raise too_big
-    try:
-        body = json.loads(b"".join(chunks))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ApiError(400, f"the request body is not valid JSON: {e}", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise ApiError(
-            400, f"the request body must be a JSON object, not {type(body).__name__}", code="invalid_json"
-        )
-    return body
 
 
 def create_app(
@@ -89,7 +37,9 @@ def create_app(
     allow_origins: list[str] | None = None,
 ) -> Starlette:
     """close_engine: the app's shutdown closes the engine (and its model). allow_origins: web pages
-    (origins) whose scripts may call the API from a browser (CORS)."""
+    (origins) whose scripts may call the API from a browser (CORS); requests from any other page
+    are refused."""
+    allow_origins = [o.rstrip("/").lower() for o in allow_origins or []]  # as browsers send them
 
     def guarded(handler):
         async def endpoint(request):
@@ -127,13 +77,20 @@ def create_app(
             )
         return JSONResponse(model_card())
 
+    def parse(raw: bytes, parser):
+        body = decode_json(raw)
+        return parser(body, engine.tokenizer, engine.model.executor.ctx, engine.model_id, _random_seed)
+
+    async def generate(request, parser):
+        raw = await read_body(request, max_body_bytes)
+        # in a thread: decoding and tokenizing a 1 MB prompt takes a second, /health answers meanwhile
+        return await respond(request, await run_in_threadpool(parse, raw, parser))
+
     async def chat(request):
-        body = await read_json(request, max_body_bytes)
-        return await respond(request, parse_chat(body, engine.model, engine.model_id, _random_seed))
+        return await generate(request, parse_chat)
 
     async def completions(request):
-        body = await read_json(request, max_body_bytes)
-        return await respond(request, parse_completion(body, engine.model, engine.model_id, _random_seed))
+        return await generate(request, parse_completion)
 
     async def respond(request, req):
         job = Job(req, asyncio.get_running_loop(), asyncio.Queue())
@@ -195,7 +152,8 @@ def create_app(
         )
 
     async def internal_error(request, exc: Exception):
-        return error_response(ApiError(500, f"internal error: {type(exc).__name__}: {exc}"))
+        # uvicorn logs the exception with its traceback (Starlette re-raises it after this answer)
+        return error_response(ApiError(500, "internal error (the server's log has the details)"))
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -214,8 +172,10 @@ def create_app(
     from starlette.middleware import Middleware
     from starlette.middleware.cors import CORSMiddleware
 
-    middleware = []
-    if allow_origins:  # outermost: a browser's preflight (OPTIONS) carries no API key
+    # outermost: a foreign page is refused first; CORS answers an allowed one's preflight (OPTIONS),
+    # which carries no API key
+    middleware = [Middleware(OriginMiddleware, allow_origins=allow_origins)]
+    if allow_origins:
         middleware.append(
             Middleware(
                 CORSMiddleware,

@@ -176,7 +176,7 @@ def _common(
         max_tokens=max_tokens,
         temp=float(_number(body, "temperature", 1.0, 0.0)),
         top_p=float(_number(body, "top_p", 1.0, 0.0, 1.0, lo_open=True)),
-        top_k=_number(body, "top_k", 0, 0, integer=True),
+        top_k=_number(body, "top_k", 0, 0, (1 << 32) - 1, integer=True),  # a uint32 in the step buffer
         seed=random_seed() if seed is None else seed,
         stop=_stops(body),
         stream=stream,
@@ -189,7 +189,7 @@ def _message_text(i: int, m) -> tuple[str, str]:
     if not isinstance(m, dict):
         raise bad(f"messages[{i}] must be an object with 'role' and 'content'", f"messages[{i}]")
     role, content = m.get("role"), m.get("content")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise bad(
             f"messages[{i}].role {role!r} is not supported (use one of {sorted(ROLES)})",
             f"messages[{i}].role",
@@ -209,32 +209,30 @@ def _message_text(i: int, m) -> tuple[str, str]:
     return ("system" if role == "developer" else role), content
 
 
-def parse_chat(body: dict, model, model_id: str, random_seed) -> GenRequest:
-    """model: a vkdecode Model (tokenizer and context)."""
+def parse_chat(body: dict, tok, ctx: int, model_id: str, random_seed) -> GenRequest:
+    """tok: the model's Tokenizer; ctx: the context length."""
     check_model(body, model_id)
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs:
         raise bad("'messages' must be a non-empty list of {'role', 'content'} objects", "messages")
     messages = [dict(zip(("role", "content"), _message_text(i, m))) for i, m in enumerate(msgs)]
-    tok = model.tokenizer
     try:
         ids = tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True))
     except ModelError as e:  # the model's template refuses these messages (raise_exception)
         raise bad(str(e), "messages") from None
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    ctx = model.executor.ctx
     return _common(body, "chat", ids, ctx, (key, body.get(key)), ctx, random_seed)
 
 
-def parse_completion(body: dict, model, model_id: str, random_seed) -> GenRequest:
+def parse_completion(body: dict, tok, ctx: int, model_id: str, random_seed) -> GenRequest:
     check_model(body, model_id)
     p = body.get("prompt")
     if isinstance(p, list) and len(p) == 1 and isinstance(p[0], (str, list)):
         p = p[0]  # a batch of one
     if isinstance(p, str):
-        ids = model.encode_prompt(prompt=p)
+        ids = tok.encode_prompt(p)
     elif isinstance(p, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in p):
-        vocab = model.tokenizer.vocab_size
+        vocab = tok.vocab_size
         if any(not 0 <= t < vocab for t in p):
             raise bad(f"'prompt' token ids must be in 0..{vocab - 1}", "prompt")
         ids = list(p)
@@ -245,9 +243,7 @@ def parse_completion(body: dict, model, model_id: str, random_seed) -> GenReques
             "prompt",
         )
     # OpenAI's legacy completions default to 16 new tokens
-    return _common(
-        body, "completion", ids, model.executor.ctx, ("max_tokens", body.get("max_tokens")), 16, random_seed
-    )
+    return _common(body, "completion", ids, ctx, ("max_tokens", body.get("max_tokens")), 16, random_seed)
 
 
 class StopScanner:
