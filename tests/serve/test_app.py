@@ -8,6 +8,7 @@ non-JSON bodies: test_guard.py."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 
@@ -418,3 +419,36 @@ def test_disconnect_mid_stream_frees_the_device(model):
             assert time.monotonic() - t0 < 20, "the generation went on after the client left"
             time.sleep(0.02)
         assert engine.metrics()["last_request"]["cancelled_after_tokens"] < 500
+
+
+def test_one_access_line_per_request_with_its_tokens(server):
+    """As llama-server and uvicorn: method, route, status, tokens and time, once per request,
+    for a plain answer, a stream (written when the stream ends) and a refused request."""
+    import logging
+
+    _, url = server
+    records = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = records.append
+    log = logging.getLogger("vkdecode.serve")
+    old_level = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        body = {"messages": QUESTION, "max_tokens": 3, "temperature": 0}
+        assert httpx.post(url + "/v1/chat/completions", json=body, timeout=60).status_code == 200
+        with httpx.stream(
+            "POST", url + "/v1/chat/completions", json=dict(body, stream=True), timeout=60
+        ) as s:
+            assert s.status_code == 200 and list(s.iter_lines())
+        assert httpx.post(url + "/v1/completions", json={"prompt": 5}, timeout=60).status_code == 400
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(old_level)
+    lines = [r.getMessage() for r in records]
+    assert len(lines) == 3, lines
+    for line in lines[:2]:
+        assert re.fullmatch(
+            r"POST /v1/chat/completions 200 prompt \d+ \(cached \d+\) completion 3 in [\d.]+ s", line
+        )
+    assert re.fullmatch(r"POST /v1/completions 400 in [\d.]+ s", lines[2]), lines[2]

@@ -57,7 +57,7 @@ def add_serve_parser(sub) -> None:
         "--log-level",
         default="warning",
         choices=["critical", "error", "warning", "info", "debug"],
-        help="uvicorn's log level (default warning; info logs every request)",
+        help="uvicorn's log level (default warning); one line per request is logged unless error or critical",
     )
     p.set_defaults(func=cmd_serve)
 
@@ -141,7 +141,12 @@ def cmd_serve(args) -> int:
             file=sys.stderr,
             flush=True,
         )
-    config = uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=5)
+    # one line per request from vkdecode's own access log (tokens included), not uvicorn's
+    from vkdecode.serve import access_log
+
+    if args.log_level in ("info", "debug", "warning"):
+        access_log.enable()
+    config = uvicorn.Config(app, log_level=args.log_level, access_log=False, timeout_graceful_shutdown=5)
     try:
         uvicorn.Server(config).run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn shuts down gracefully on Ctrl-C, then re-raises it

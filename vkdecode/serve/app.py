@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
+from vkdecode.serve.access_log import AccessLogMiddleware
 from vkdecode.serve.engine import Engine, Job
 from vkdecode.serve.guard import ApiKeyMiddleware, OriginMiddleware, decode_json, error_response, read_body
 from vkdecode.serve.requests import ApiError, parse_chat, parse_completion
@@ -98,7 +99,7 @@ def create_app(
         shape = Shape(req.kind, engine.model_id)
         if req.stream:
             return StreamingResponse(
-                sse(job, shape),
+                sse(request, job, shape),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
@@ -118,11 +119,12 @@ def create_app(
                 elif kind == "error":
                     return error_response(data)
                 elif kind == "done":
+                    request.state.usage = data["usage"]  # for the access log line
                     return JSONResponse(shape.whole("".join(parts), data))
         finally:
             job.cancel()  # a no-op once done; stops the generation when the client left
 
-    async def sse(job: Job, shape: Shape):
+    async def sse(request, job: Job, shape: Shape):
         try:
             if shape.kind == "chat":
                 yield shape.event(shape.chunk({"role": "assistant", "content": ""}))
@@ -134,6 +136,7 @@ def create_app(
                     yield shape.event(data.body())
                     return
                 else:
+                    request.state.usage = data["usage"]  # for the access log line
                     yield shape.event(shape.chunk(None, data["finish_reason"], timings=data["timings"]))
                     if job.req.include_usage:
                         yield shape.event(dict(shape.head("chunk"), choices=[], usage=data["usage"]))
@@ -174,7 +177,8 @@ def create_app(
 
     # outermost: a foreign page is refused first; CORS answers an allowed one's preflight (OPTIONS),
     # which carries no API key
-    middleware = [Middleware(OriginMiddleware, allow_origins=allow_origins)]
+    # the access log outside everything, so refused requests get their line too
+    middleware = [Middleware(AccessLogMiddleware), Middleware(OriginMiddleware, allow_origins=allow_origins)]
     if allow_origins:
         middleware.append(
             Middleware(
