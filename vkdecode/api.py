@@ -12,7 +12,7 @@ import time
 
 from vkdecode.errors import UsageError
 from vkdecode.generate import GenerationResponse, stream_generate
-from vkdecode.options import DecodeOptions
+from vkdecode.options import DecodeOptions, check_text
 
 
 class Model:
@@ -58,6 +58,8 @@ class Model:
         """chat: the model's chat template (an error if it has none); prompt: raw text with the
         special tokens the model's tokenizer adds (BOS for Llama-style tokenizers)."""
         tok = self.tokenizer
+        check_text("prompt", prompt)
+        check_text("chat", chat)
         if chat is not None:
             return tok.encode_chat([{"role": "user", "content": chat}])
         return tok.encode_prompt(prompt or "")

@@ -79,3 +79,21 @@ class DecodeOptions:
         if self.prefill is True:
             return None
         return tuple(self.prefill) if self.prefill else ()
+
+
+def check_text(what: str, text: str | None) -> None:
+    """A prompt or message that is not UTF-8 text is refused before anything loads: bytes that are
+    not UTF-8 reach Python from argv as lone surrogates (surrogateescape), which no tokenizer can
+    encode. what: the option as the caller spelled it (--prompt, chat, ...)."""
+    if text is None:
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        try:
+            raw = f"byte(s) {text[e.start : e.end].encode('utf-8', 'surrogateescape').hex(' ')}"
+        except UnicodeEncodeError:
+            raw = f"lone surrogate {text[e.start]!r}"
+        raise UsageError(
+            f"{what} is not valid UTF-8 text ({raw} at character {e.start}); give the text in UTF-8"
+        ) from None

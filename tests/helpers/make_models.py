@@ -293,6 +293,9 @@ def write_gguf(
     if add_bos is not None:
         w.add_add_bos_token(add_bos)
     for key, v in metadata.items():
+        if v is None:  # a standard key written above, left out
+            w.kv_data[0].pop(key, None)
+            continue
         add = {bool: w.add_bool, int: w.add_uint32, float: w.add_float32, str: w.add_string}[type(v)]
         add(key, v)
     from vkdecode.benchmark.shapes import weight_dtypes

@@ -13,6 +13,13 @@ from vkdecode.errors import ModelError
 
 SAME = "same"  # expected: vkdecode's greedy ids == transformers' greedy ids
 ROPE = {"rope_theta": 10000.0}
+LLAMA3_SCALING = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+}
 
 # (arch, config overrides, SAME or the key the refusal must name)
 CASES = [
@@ -161,7 +168,31 @@ GGUF_CASES = [
         {},
         "llama.rope.scaling.type",
     ),
-    ("llama", {}, {"llama.rope.scaling.factor": 4.0}, {}, "llama.rope.scaling.factor"),
+    # llama.cpp's readings of its rope scaling keys (settings.gguf_rope): a factor without a type is
+    # linear; type none never scales; rope.scale_linear is the factor's old name
+    (
+        "llama",
+        {"rope_parameters": {**ROPE, "rope_type": "linear", "factor": 4.0}},
+        {"llama.rope.scaling.type": None},
+        {},
+        SAME,
+    ),
+    ("llama", {}, {"llama.rope.scaling.type": "none", "llama.rope.scaling.factor": 4.0}, {}, SAME),
+    (
+        "llama",
+        {"rope_parameters": {**ROPE, "rope_type": "linear", "factor": 2.0}},
+        {"llama.rope.scaling.type": None, "llama.rope.scaling.factor": None, "llama.rope.scale_linear": 2.0},
+        {},
+        SAME,
+    ),
+    (
+        "llama",
+        {"rope_parameters": {**ROPE, **LLAMA3_SCALING}},
+        {"llama.rope.scaling.factor": 2.0},
+        {},
+        "llama.rope.scaling.factor",
+    ),  # and the rope_freqs tensor: llama.cpp would apply both
+    ("gemma3", {}, {"gemma3.rope.freq_base_swa": 50000.0}, {}, "gemma3.rope.freq_base_swa"),
     (
         "llama",
         {

@@ -141,6 +141,36 @@ def test_prompt_longer_than_context_in_a_subprocess(tiny):
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("flag", ["--prompt", "--chat"])
+def test_text_that_is_not_utf8(capsys, tiny, tmp_path, flag):
+    """Bytes that are not UTF-8 in argv reach Python as lone surrogates (surrogateescape): an
+    error naming the option and the bytes before the model loads (a path that does not exist
+    proves it), not a tokenizer traceback after; in a subprocess with the raw bytes too."""
+    bad = "caf\udce9 \udcff"  # b"caf\xe9 \xff" as Python decodes it from argv
+    rc, err = cli(capsys, "run", "--model", tmp_path / "absent.gguf", flag, bad, "--no-progress")
+    assert rc == 1 and err.startswith(f"error: {flag} is not valid UTF-8") and "e9" in err, err
+    r = subprocess.run(
+        [sys.executable, "-m", "vkdecode", "run", "--model", str(tiny), flag, b"caf\xe9 \xff", "--ctx", "32"],
+        capture_output=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")),
+        timeout=300,
+        check=False,
+    )
+    err = r.stderr.decode("utf-8", "replace")
+    assert r.returncode == 1 and err.startswith(f"error: {flag} is not valid UTF-8"), err
+    assert "Traceback" not in err and not r.stdout
+
+
+def test_api_text_that_is_not_utf8(device, tiny):
+    import vkdecode
+    from vkdecode.errors import UsageError
+
+    with vkdecode.load(str(tiny), device=device, ctx=32) as model:
+        with pytest.raises(UsageError, match="chat is not valid UTF-8"):
+            model.generate(chat="\udcff", max_tokens=2)
+        assert model.generate(prompt="caf\u00e9", max_tokens=2) is not None  # real UTF-8 text runs
+
+
 # ---------------------------------------------------------------- the machine
 
 

@@ -89,6 +89,21 @@ def test_gguf_truncated_anywhere(gguf_bytes, tmp_path, frac):
 
 
 @FUZZ
+@given(cut=st.floats(0.0, 1.0, exclude_max=True))
+def test_gguf_cut_inside_its_header_says_truncated(gguf_bytes, tmp_path, cut):
+    """A file that ends inside its header (after the magic, before the tensor data): the error
+    names the file and says it is truncated, not numpy's `index 0 is out of bounds`."""
+    data, header_end = gguf_bytes[0], gguf_bytes[1]
+    f = tmp_path / "cut.gguf"
+    f.write_bytes(data[: 4 + int((header_end - 4) * cut)])
+    with pytest.raises(VkDecodeError) as e:
+        load_model(str(f), ctx=16)
+    msg = str(e.value)
+    assert msg.startswith(f"{f}: ") and "truncated" in msg, msg
+    assert "out of bounds" not in msg and "IndexError" not in msg and "ValueError" not in msg, msg
+
+
+@FUZZ
 @given(
     flips=st.lists(
         st.tuples(st.floats(0.0, 1.0, exclude_max=True), st.integers(1, 255)), min_size=1, max_size=8

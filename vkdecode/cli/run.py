@@ -8,6 +8,7 @@ import sys
 
 from vkdecode.cli.options import add_model_options, add_sampling_options, decode_options, sampling_kwargs
 from vkdecode.errors import VkDecodeError
+from vkdecode.options import check_text
 
 DEFAULT_CHAT = "What is the capital of France?"
 
@@ -71,6 +72,8 @@ def cmd_run(args) -> int:
 
     if args.max_tokens < 1:
         raise VkDecodeError("--max-tokens must be at least 1")
+    check_text("--prompt", args.prompt)  # argv bytes that are not UTF-8: refused before loading
+    check_text("--chat", args.chat)
     sampling = sampling_kwargs(args)  # refuse bad flags before loading anything
     options = decode_options(args, sampling=bool(sampling))
     path = resolve_model(args.model)

@@ -26,6 +26,9 @@ class Architecture:
     # HF turns sliding windows on with `use_sliding_window` (Qwen), not by setting `sliding_window`
     # (Llama); either is refused
     hf_sliding_flag: bool = False
+    # transformers' defaults of keys a config.json may leave out, where they are not Llama's
+    # (settings.hf_default): head_dim, num_key_value_heads, max_position_embeddings
+    hf_defaults: dict = field(default_factory=dict)
     gguf_rope_layout: str = "neox"  # "pairs": llama.cpp's converter permuted the q/k rows
     gguf_implemented: frozenset = frozenset()  # GGUF keys config_audit refuses that this one reads
     # or by hooks: from_hf(cfg, where) -> ModelArgs fields, its own reader and refusals;

@@ -13,9 +13,9 @@ import os
 from dataclasses import dataclass, field
 
 from vkdecode.errors import ModelError
-from vkdecode.models import ARCHITECTURES, config_audit
+from vkdecode.models import ARCHITECTURES, config_audit, settings
 from vkdecode.models.arch import Architecture, hf_key, hf_token_ids
-from vkdecode.models.config_rope import gguf_rope_factors, gguf_rope_scaling, hf_rope
+from vkdecode.models.config_rope import gguf_rope_factors
 
 ARCHS = tuple(ARCHITECTURES)
 # HF `architectures` entries and `model_type` values -> the architecture
@@ -150,7 +150,9 @@ def _from_hf(cfg: dict, where: str) -> ModelArgs:
     config_audit.audit_hf(cfg, arch, where)
     hidden, heads = int(key("hidden_size")), int(key("num_attention_heads"))
     bos, eos_ids = hf_token_ids(cfg, where)
-    theta, scaling = hf_rope(cfg, where)
+    max_position = int(settings.hf_default(cfg, arch, "max_position_embeddings", 2048))
+    theta, scaling = settings.hf_rope(cfg, where, max_position)
+    bias = settings.flag(cfg, "attention_bias", False, where)
     return ModelArgs(
         arch=arch.name,
         vocab_size=int(key("vocab_size")),
@@ -158,18 +160,19 @@ def _from_hf(cfg: dict, where: str) -> ModelArgs:
         intermediate_size=int(key("intermediate_size")),
         n_layers=int(key("num_hidden_layers")),
         n_heads=heads,
-        n_kv_heads=int(key("num_key_value_heads", heads)),
-        head_dim=int(key("head_dim", hidden // heads)),
-        rms_eps=float(key("rms_norm_eps", 1e-6)),
+        n_kv_heads=int(settings.hf_default(cfg, arch, "num_key_value_heads", heads)),
+        head_dim=int(settings.hf_default(cfg, arch, "head_dim", hidden // heads)),
+        rms_eps=settings.number(key("rms_norm_eps", 1e-6), "rms_norm_eps", where),
         rope_theta=theta,
         rope_scaling=scaling,
-        max_position=int(key("max_position_embeddings", 4096)),
-        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),  # transformers' default
+        max_position=max_position,
+        # transformers' default; settings.stored_head unties it where the checkpoint has a head
+        tie_embeddings=settings.flag(cfg, "tie_word_embeddings", False, where),
         # q/k/v(/o) biases when `attention_bias` is true, or always (Qwen2: never o); `mlp_bias`
         # where the architecture reads it (Llama)
-        attention_bias=arch.qkv_bias or bool(cfg.get("attention_bias", False)),
-        o_bias=arch.hf_o_bias and bool(cfg.get("attention_bias", False)),
-        mlp_bias=arch.mlp_bias and bool(cfg.get("mlp_bias", False)),
+        attention_bias=arch.qkv_bias or bias,
+        o_bias=arch.hf_o_bias and bias,
+        mlp_bias=arch.mlp_bias and settings.flag(cfg, "mlp_bias", False, where),
         qk_norm=arch.qk_norm,
         rope_layout="neox",
         bos_id=bos,
@@ -221,7 +224,8 @@ def _from_gguf(reader, path: str) -> ModelArgs:
         return v
 
     names = {t.name for t in reader.tensors}
-    scaling = gguf_rope_scaling(lambda k: _gguf_field(reader, k, path), arch, path)  # names the type
+    factors = gguf_rope_factors(reader, path)
+    scaling = settings.gguf_rope(lambda k: _gguf_field(reader, k, path), arch, path, factors is not None)
     config_audit.audit_gguf(lambda name: _gguf_field(reader, name, path), arch, path, spec.gguf_implemented)
     hidden, heads = int(key("embedding_length")), int(key("attention.head_count"))
     vocab = _gguf_field(reader, f"{arch}.vocab_size", path)
@@ -245,7 +249,7 @@ def _from_gguf(reader, path: str) -> ModelArgs:
         rms_eps=float(key("attention.layer_norm_rms_epsilon", 1e-6)),
         rope_theta=float(key("rope.freq_base", 10000.0)),
         rope_scaling=scaling,
-        rope_freq_factors=gguf_rope_factors(reader, path),
+        rope_freq_factors=factors,
         max_position=int(key("context_length", 4096)),
         tie_embeddings="output.weight" not in names,
         # llama.cpp loads each of these biases when its tensor is present (qwen2: q/k/v always)

@@ -5,7 +5,8 @@ Implemented elsewhere (config.py reads them): hidden size, heads, kv heads, `hea
 `rms_norm_eps`, `rope_theta` / default rope, `tie_word_embeddings`, `attention_bias` (q/k/v, and o
 for Llama / Qwen3), `mlp_bias` (Llama). Keys that do not change a greedy decode are let through:
 `attention_dropout` (inference), `pretraining_tp` (transformers' Llama ignores it), dtype, ids.
-Rope scaling types are read, or refused, in config_rope.py.
+Which spelling of a setting wins (rope forms, tied heads, ...) is settings.py's; rope scaling
+types are read, or refused, there and in config_rope.py.
 """
 
 from __future__ import annotations
@@ -71,8 +72,6 @@ def audit_hf(cfg: dict, arch, where: str) -> None:
 # GGUF metadata (after "{arch}.") that llama.cpp writes for math vkdecode does not implement.
 # key -> neutral values (accepted); absent keys are always fine.
 GGUF_KEYS = {
-    "rope.scaling.factor": (0.0, 1.0),
-    "rope.scale_linear": (0.0, 1.0),
     "rope.scaling.attn_factor": (1.0,),
     "logit_scale": (1.0,),
     "final_logit_softcapping": (0.0,),
@@ -91,10 +90,8 @@ GGUF_KEYS = {
 def audit_gguf(field, arch: str, path: str, implemented=()) -> None:
     """Refuse GGUF metadata that changes the math and is not implemented. field(name) -> value or
     None; implemented: keys of GGUF_KEYS this architecture reads (Gemma 3's sliding window).
-    rope.scaling.type is checked by config_rope.py, which reads the factor of linear scaling."""
+    Rope scaling (type, factor and its old name) is read, or refused, in settings.gguf_rope."""
     skip = set(implemented)
-    if field(f"{arch}.rope.scaling.type") == "linear":
-        skip.add("rope.scaling.factor")
     for key, neutral in GGUF_KEYS.items():
         if key in skip:
             continue

@@ -1,6 +1,6 @@
-"""RoPE settings from a config: HF rope_scaling / rope_parameters (transformers 4 and 5 forms)
-and GGUF rope.scaling.* metadata and llama.cpp's rope_freqs tensor. vkdecode/models/rope.py turns
-what these return into the inverse-frequency tables."""
+"""What one rope dict means (an HF rope_scaling / rope_parameters object, once settings.py has
+chosen which one is read) and llama.cpp's rope_freqs tensor. vkdecode/models/rope.py turns what
+these return into the inverse-frequency tables."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ ROPE_TYPES = ("default", "llama3", "linear")  # the ones rope.py builds a table 
 def rope_scaling(params: dict, where: str, key: str) -> dict | None:
     """A rope_scaling / rope_parameters object -> None (plain rope) or a normalised scaling dict;
     a type we build no table for (yarn, dynamic, longrope, ...) is refused."""
-    kind = params.get("rope_type") or params.get("type") or "default"
+    kind = params.get("rope_type", params.get("type", "default"))  # transformers' setdefault
+    if not isinstance(kind, str):
+        raise ModelError(f"{where}: key {key + '.rope_type'!r} must be a string, not {kind!r}")
     if kind not in ROPE_TYPES:
         raise ModelError(
             f"{where}: rope scaling {kind!r} (key {key!r}) is not supported "
@@ -42,36 +44,6 @@ def rope_scaling(params: dict, where: str, key: str) -> dict | None:
     if params.get("attention_factor") not in (None, 1, 1.0):
         raise ModelError(f"{where}: rope attention_factor {params['attention_factor']!r} is not supported")
     return {"rope_type": kind, **vals}
-
-
-def hf_rope(cfg: dict, where: str) -> tuple[float, dict | None]:
-    # transformers < 5 writes rope_theta + rope_scaling; >= 5 writes rope_parameters.
-    params = cfg.get("rope_parameters") or {}
-    scaling = cfg.get("rope_scaling") or {}
-    for name, v in (("rope_parameters", params), ("rope_scaling", scaling)):
-        if not isinstance(v, dict):
-            raise ModelError(f"{where}: key {name!r} must be an object, not {v!r}")
-    key = "rope_scaling" if scaling else "rope_parameters"
-    theta = cfg.get("rope_theta")
-    theta = params.get("rope_theta", 10000.0) if theta is None else theta
-    return float(theta), rope_scaling(scaling or params, where, key)
-
-
-def gguf_rope_scaling(field, arch: str, path: str) -> dict | None:
-    """`{arch}.rope.scaling.type`: none, or linear with its factor; others are refused. (Llama 3's
-    scaling comes as the `rope_freqs.weight` tensor instead: gguf_rope_factors.)"""
-    kind = field(f"{arch}.rope.scaling.type")
-    if kind in (None, "none"):
-        return None
-    if kind != "linear":
-        raise ModelError(
-            f"{path}: rope scaling {kind!r} (key '{arch}.rope.scaling.type') is not supported "
-            "(supported: none, linear, and llama.cpp's rope_freqs tensor)"
-        )
-    factor = field(f"{arch}.rope.scaling.factor")
-    if factor is None:
-        raise ModelError(f"{path}: linear rope scaling without key '{arch}.rope.scaling.factor'")
-    return {"rope_type": "linear", "factor": float(factor)}
 
 
 def gguf_rope_factors(reader, path: str) -> tuple[float, ...] | None:

@@ -15,12 +15,11 @@ import math
 import numpy as np
 
 from vkdecode.errors import ModelError
-from vkdecode.models import rope
+from vkdecode.models import rope, settings
 from vkdecode.models.arch import Architecture, hf_key, hf_token_ids
-from vkdecode.models.config_rope import rope_scaling
 from vkdecode.models.llama import Builder
+from vkdecode.models.settings import FULL, SLIDING
 
-SLIDING, FULL = "sliding_attention", "full_attention"
 GGUF_SWA_PATTERN = 6  # llama.cpp (and transformers' default): every 6th layer is global
 GGUF_SWA_THETA = 10000.0  # llama.cpp's rope_freq_base_train_swa for gemma3
 END_OF_TURN = "<end_of_turn>"  # Gemma's chat turns end with it: an EOS even where the file names only <eos>
@@ -50,52 +49,29 @@ def _layer_types(cfg: dict, n_layers: int, where: str) -> tuple[str, ...]:
     return tuple(types)
 
 
-def _gemma_rope(cfg: dict, where: str):
-    """-> (global theta, global scaling, local theta). transformers >= 5 writes rope_parameters per
-    layer type; older configs rope_theta, rope_local_base_freq and a rope_scaling for global layers."""
-    params = cfg.get("rope_parameters")
-    if isinstance(params, dict) and (FULL in params or SLIDING in params):
-        full, local = params.get(FULL) or {}, params.get(SLIDING) or {}
-        if not (isinstance(full, dict) and isinstance(local, dict)):
-            raise ModelError(f"{where}: key 'rope_parameters' must hold objects per layer type")
-        if rope_scaling(local, where, "rope_parameters.sliding_attention") is not None:
-            raise ModelError(
-                f"{where}: rope scaling on sliding layers (key 'rope_parameters') is not supported"
-            )
-        return (
-            float(full.get("rope_theta", 1e6)),
-            rope_scaling(full, where, "rope_parameters.full_attention"),
-            float(local.get("rope_theta", 1e4)),
-        )
-    scaling = cfg.get("rope_scaling") or params or {}
-    if not isinstance(scaling, dict):
-        raise ModelError(f"{where}: key 'rope_scaling' must be an object, not {scaling!r}")
-    return (
-        float(cfg.get("rope_theta") or 1e6),
-        rope_scaling(scaling, where, "rope_scaling"),
-        float(cfg.get("rope_local_base_freq") or 1e4),
-    )
-
-
 def from_hf(cfg: dict, where: str) -> dict:
     """The ModelArgs fields of an HF Gemma3ForCausalLM config.json, with Gemma's own refusals."""
     key = hf_key(cfg, where)
 
-    act = cfg.get("hidden_activation") or cfg.get("hidden_act") or "gelu_pytorch_tanh"
+    # transformers' Gemma 3 reads hidden_activation only (a hidden_act beside it is not used)
+    act = cfg.get("hidden_activation") or "gelu_pytorch_tanh"
     if act != "gelu_pytorch_tanh":
         raise ModelError(f"{where}: hidden_activation {act!r} is not supported (only gelu_pytorch_tanh)")
     for name in ("attn_logit_softcapping", "final_logit_softcapping"):
         if cfg.get(name) is not None:
             raise ModelError(f"{where}: key {name!r} = {cfg[name]!r} is not supported (soft-capping)")
-    if cfg.get("use_bidirectional_attention"):
+    if settings.flag(cfg, "use_bidirectional_attention", False, where):
         raise ModelError(f"{where}: key 'use_bidirectional_attention' = true is not supported")
-    if cfg.get("attention_bias"):
+    if settings.flag(cfg, "attention_bias", False, where):
         raise ModelError(f"{where}: key 'attention_bias' = true is not supported for gemma3")
     hidden, heads = int(key("hidden_size")), int(key("num_attention_heads"))
     n_layers = int(key("num_hidden_layers"))
     types = _layer_types(cfg, n_layers, where)
-    theta, scaling, local_theta = _gemma_rope(cfg, where)
-    window = int(key("sliding_window", 4096)) if SLIDING in types else 0
+    max_position = int(key("max_position_embeddings", 131072))
+    theta, scaling, local_theta = settings.hf_rope_per_layer(cfg, where, max_position)
+    window = cfg.get("sliding_window", 4096)  # transformers fails on a null one, sliding layers or not
+    if type(window) is not int:
+        raise ModelError(f"{where}: key 'sliding_window' must be an integer, not {window!r}")
     bos, eos_ids = hf_token_ids(cfg, where)
     return {
         "vocab_size": int(key("vocab_size")),
@@ -103,23 +79,25 @@ def from_hf(cfg: dict, where: str) -> dict:
         "intermediate_size": int(key("intermediate_size")),
         "n_layers": n_layers,
         "n_heads": heads,
-        "n_kv_heads": int(key("num_key_value_heads", heads)),
+        "n_kv_heads": int(key("num_key_value_heads", 4)),  # Gemma3TextConfig's defaults
         "head_dim": int(key("head_dim", 256)),
-        "rms_eps": float(key("rms_norm_eps", 1e-6)),
+        "rms_eps": settings.number(key("rms_norm_eps", 1e-6), "rms_norm_eps", where),
         "rope_theta": theta,
         "rope_scaling": scaling,
-        "max_position": int(key("max_position_embeddings", 131072)),
-        "tie_embeddings": bool(cfg.get("tie_word_embeddings", True)),  # Gemma3TextConfig's default
+        "max_position": max_position,
+        "tie_embeddings": settings.flag(cfg, "tie_word_embeddings", True, where),  # as transformers
         "attention_bias": False,
         "qk_norm": True,
         "rope_layout": "neox",
         "bos_id": bos,
         "eos_ids": eos_ids,
         "hidden_act": "gelu_tanh",
-        "sliding_window": window,
+        "sliding_window": window if SLIDING in types else 0,
         "layer_types": types,
         "rope_local_theta": local_theta,
-        "query_pre_attn_scalar": float(key("query_pre_attn_scalar", 256)),
+        "query_pre_attn_scalar": settings.number(
+            key("query_pre_attn_scalar", 256), "query_pre_attn_scalar", where
+        ),
     }
 
 
@@ -138,6 +116,14 @@ def gguf_fields(key, n_layers: int, hidden: int, heads: int) -> dict:
         types = tuple(SLIDING if (i + 1) % int(pattern) else FULL for i in range(n_layers))
     else:
         raise ModelError(f"attention.sliding_window_pattern = {pattern} must be positive")
+    # llama.cpp's gemma3 hard-codes the sliding base (newer releases may read this key): refused
+    # where the two readings differ
+    swa_base = key("rope.freq_base_swa", GGUF_SWA_THETA)
+    if float(swa_base) != GGUF_SWA_THETA:
+        raise ModelError(
+            f"key 'gemma3.rope.freq_base_swa' = {swa_base} is not supported (llama.cpp's gemma3 uses "
+            f"{GGUF_SWA_THETA:g} for its sliding layers)"
+        )
     return {
         "hidden_act": "gelu_tanh",
         "sliding_window": int(key("attention.sliding_window", 4096)),

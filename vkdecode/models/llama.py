@@ -196,5 +196,11 @@ class Builder:
 
 
 ARCHITECTURE = Architecture(
-    "llama", Builder, ("LlamaForCausalLM",), ("llama",), mlp_bias=True, gguf_rope_layout="pairs"
+    "llama",
+    Builder,
+    ("LlamaForCausalLM",),
+    ("llama",),
+    mlp_bias=True,
+    hf_defaults={"max_position_embeddings": 2048},
+    gguf_rope_layout="pairs",
 )

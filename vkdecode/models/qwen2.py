@@ -21,4 +21,5 @@ ARCHITECTURE = Architecture(
     qkv_bias=True,
     hf_o_bias=False,
     hf_sliding_flag=True,
+    hf_defaults={"num_key_value_heads": 32, "max_position_embeddings": 32768},  # Qwen2Config's
 )

@@ -13,5 +13,12 @@ class Qwen3Builder(Builder):
 
 
 ARCHITECTURE = Architecture(
-    "qwen3", Qwen3Builder, ("Qwen3ForCausalLM",), ("qwen3",), qk_norm=True, hf_sliding_flag=True
+    "qwen3",
+    Qwen3Builder,
+    ("Qwen3ForCausalLM",),
+    ("qwen3",),
+    qk_norm=True,
+    hf_sliding_flag=True,
+    # Qwen3Config's defaults: a config.json without head_dim has 128, not hidden / heads
+    hf_defaults={"head_dim": 128, "num_key_value_heads": 32, "max_position_embeddings": 32768},
 )

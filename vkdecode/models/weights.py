@@ -17,7 +17,7 @@ import gguf
 import numpy as np
 
 from vkdecode.errors import ModelError, VkDecodeError
-from vkdecode.models import ARCHITECTURES
+from vkdecode.models import ARCHITECTURES, settings
 from vkdecode.models.config import ModelArgs
 from vkdecode.models.gguf_names import expected_shapes, is_norm, source_name
 from vkdecode.quant import DTYPES, PackedWeight, block_elems, pack_float, pack_gguf_blocks
@@ -207,14 +207,9 @@ def _read_tensor(file: str, name: str, header: dict) -> tuple[np.ndarray, str]:
 def _load_hf(path: str):
     args = ModelArgs.from_hf_config(path)
     where = _safetensors_index(path)
-    _check_layers(path, args, len(where))
-    # before reading any data; transformers ties lm_head to the embedding, ignoring a stored copy
-    _check_unused(
-        path,
-        where,
-        {source_name(n, "hf", args.arch) for n in expected_shapes(args)},
-        ("lm_head.weight",) if args.tie_embeddings else (),
-    )
+    args = settings.stored_head(args, where)  # transformers 5 keeps a stored lm_head
+    _check_layers(path, args, len(where))  # and _check_unused: before reading any data
+    _check_unused(path, where, {source_name(n, "hf", args.arch) for n in expected_shapes(args)})
     headers: dict[str, dict] = {}
     weights, types = {}, {}
     plus_one = ARCHITECTURES[args.arch].hf_norms_plus_one
@@ -260,8 +255,15 @@ def open_gguf(path: str):
 
 
 class _Reader(gguf.GGUFReader):
-    """Names the first tensor whose data runs past the end of a truncated file (the stock
-    reader only fails later with a reshape error that names no tensor)."""
+    """Says a file is truncated where the stock reader would fail with numpy's words: a header
+    (metadata, tensor infos) that runs past the end of the file, and the first tensor whose data
+    does (the stock reader fails later with a reshape error that names no tensor)."""
+
+    def _get(self, offset, dtype, count=1, override_order=None):
+        end = int(offset) + np.dtype(dtype).itemsize * int(count)
+        if end > len(self.data):  # numpy would return a short view: IndexError / ValueError next
+            raise ModelError(f"truncated: its header runs past the end of the file ({len(self.data)} bytes)")
+        return super()._get(offset, dtype, count, override_order)
 
     def _build_tensors(self, start_offs, fields):
         size = len(self.data)
