@@ -156,6 +156,15 @@ class Device:
             )
         return pipe
 
+    def release_pipelines(self) -> int:
+        """Destroy every cached pipeline; the next pipeline() call builds afresh (from the on-disk
+        SPIR-V and pipeline caches). Only while no executor of this device is open: a process that
+        loads and closes many models (the test suite) gets the driver's compiled code back."""
+        pipes = list(self._pipelines.values())
+        for pipe in pipes:
+            pipe.close()
+        return len(pipes)
+
     def descriptor_pool(self, max_sets: int, max_descriptors: int):
         from vkdecode.vk.descriptors import DescriptorPool
 
