@@ -5,19 +5,32 @@
 set -euo pipefail
 pkgs=()
 { ldconfig -p 2>/dev/null | grep 'libvulkan.so.1' >/dev/null; } || pkgs+=(libvulkan1)   # no grep -q: with pipefail its early exit fails the pipe
-ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || pkgs+=(mesa-vulkan-drivers)
+# Mesa's packages require one another at the same version: asking for the archive's newest
+# mesa-vulkan-drivers upgrades the installed Mesa GL packages with it, so ask for the version of
+# the Mesa already installed when the archive still has it.
+mesa_pkg() {
+  local have
+  have=$(dpkg-query -W -f='${Version}' libglapi-mesa 2>/dev/null || true)
+  if [ -n "$have" ] && apt-cache madison mesa-vulkan-drivers 2>/dev/null | grep -F "| $have |" >/dev/null; then
+    echo "mesa-vulkan-drivers=$have"
+  else
+    echo mesa-vulkan-drivers
+  fi
+}
+ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || pkgs+=(MESA)
 command -v glslangValidator >/dev/null || pkgs+=(glslang-tools)
 command -v vulkaninfo >/dev/null || pkgs+=(vulkan-tools)
 ls /usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json >/dev/null 2>&1 || pkgs+=(vulkan-validationlayers)
 python3 -c 'import venv, ensurepip' 2>/dev/null || pkgs+=(python3-venv)
 [ ${#pkgs[@]} -eq 0 ] && exit 0
-# --no-upgrade: what is already installed stays as it is; only the missing packages come in
-cmd="apt-get update && apt-get install -y --no-install-recommends --no-upgrade ${pkgs[*]}"
 if [ "$(id -u)" -ne 0 ]; then
-  echo "vkdecode needs system packages: ${pkgs[*]}" >&2
-  echo "run as root:  sudo sh -c '$cmd'" >&2
+  echo "vkdecode needs system packages: ${pkgs[*]/MESA/mesa-vulkan-drivers}" >&2
+  echo "run as root:  sudo make demo   (or sudo bash scripts/bootstrap.sh)" >&2
   exit 1
 fi
-echo "installing the missing system packages (and what apt needs for them): ${pkgs[*]}"
 export DEBIAN_FRONTEND=noninteractive
-sh -c "$cmd"
+apt-get update
+pkgs=("${pkgs[@]/MESA/$(mesa_pkg)}")   # after the update: madison reads the fresh package lists
+echo "installing the missing system packages (and what apt needs for them): ${pkgs[*]}"
+# --no-upgrade: what is already installed stays as it is; only the missing packages come in
+apt-get install -y --no-install-recommends --no-upgrade "${pkgs[@]}"

@@ -2,8 +2,8 @@
 loading the same file (`from_pretrained(dir, gguf_file=...)`): tokenizer ids, and greedy ids of a
 few prompts in every mode (fused, replay-nofuse, unfused), under the validation layer when
 VKDECODE_VALIDATE=1. Without the packages the tests skip and say how to install them.
-Runtime on lavapipe (2 cores): ~25 s to parse the GGUF, ~80 s for transformers to load it, about
-1 s per decode step and mode."""
+Runtime on lavapipe (2 cores): ~25 s to parse the GGUF, ~50 s for transformers to load it (once:
+its answers are cached, tests/helpers/gemma_oracle.py), about 1 s per decode step and mode."""
 
 from __future__ import annotations
 
@@ -40,23 +40,14 @@ def gguf_path(models_dir):
 
 @pytest.fixture(scope="module")
 def hf(gguf_path):
-    """transformers' tokenizer and greedy ids (f32, eager) for PROMPTS, loaded once."""
-    import torch
-    import transformers
-
+    """transformers' token ids of PROMPTS + MORE_TEXT and its greedy ids (f32, eager) for PROMPTS:
+    computed once in a child process, then read from the cache (tests/helpers/gemma_oracle.py)."""
     pytest.importorskip("accelerate", reason="transformers' GGUF loading needs accelerate (the test extra)")
-    kw = {"gguf_file": gguf_path.name}
-    tok = transformers.AutoTokenizer.from_pretrained(gguf_path.parent, **kw)
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        gguf_path.parent, dtype=torch.float32, attn_implementation="eager", **kw
-    ).eval()
-    greedy = {}
-    with torch.no_grad():
-        for p in PROMPTS:
-            ids = tok(p, return_tensors="pt")["input_ids"]
-            out = model.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False, top_p=None, top_k=None)
-            greedy[p] = out[0, ids.shape[1] :].tolist()
-    return tok, greedy
+    from tests.helpers.gemma_oracle import oracle
+    from vkdecode.vk.shaders import cache_dir
+
+    question = {"texts": PROMPTS + MORE_TEXT, "prompts": PROMPTS, "new_tokens": NEW_TOKENS}
+    return oracle(gguf_path, question, cache_dir() / "test-oracles")
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +58,10 @@ def model(gguf_path):
 
 
 def test_tokenizer_matches_transformers(model, hf):
-    tok, _ = hf
     for text in PROMPTS + MORE_TEXT:
-        assert model.tokenizer.encode(text, add_special=True) == tok(text)["input_ids"], text
-    assert model.tokenizer.bos_id == tok.bos_token_id == 2
-    assert {1, tok.convert_tokens_to_ids("<end_of_turn>")} <= model.tokenizer.eos_ids
+        assert model.tokenizer.encode(text, add_special=True) == hf["ids"][text], text
+    assert model.tokenizer.bos_id == hf["special"]["bos"] == 2
+    assert {1, hf["special"]["end_of_turn"]} <= model.tokenizer.eos_ids
 
 
 def test_config_read_as_transformers_does(model):
@@ -91,7 +81,7 @@ def test_config_read_as_transformers_does(model):
 def test_greedy_ids_match_transformers(device, model, hf, mode):
     from vkdecode.executors import make_executor
 
-    _, want = hf
+    want = hf["greedy"]
     with make_executor(mode, device, model.program, model.weights) as ex:
         for p in PROMPTS:
             toks = model.tokenizer.encode(p, add_special=True)
