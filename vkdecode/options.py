@@ -20,7 +20,7 @@ MAX_TOKENS_PER_SUBMIT = 32
 @dataclass(frozen=True)
 class DecodeOptions:
     mode: str = "fused"  # MODES: fused regions replayed, per-op replay, or per-op re-recorded
-    ctx: int | None = 4096  # KV rows (None: the model's own context length)
+    ctx: int | None = None  # KV rows (None: min(4096, the model's maximum), as the CLI's --ctx)
     kv_dtype: str = "f16"  # KV cache element type (KV_DTYPES; the loader refuses others)
     sampling: bool = False  # end the step in the GPU sampler (else argmax): needed for temp > 0
     tokens_per_submit: int = 1  # fused mode: K recorded steps per submit and readback

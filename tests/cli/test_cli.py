@@ -369,7 +369,7 @@ def test_stats_executed_counts_match_the_unfused_host_recording(device, tiny_ggu
 
 def test_bench_json_plot_profile(capsys, tiny_gguf, tmp_path):
     out_json, out_png = tmp_path / "b.json", tmp_path / "b.png"
-    rc, out, _ = cli(
+    rc, out, err = cli(
         capsys,
         "bench",
         "--model",
@@ -391,13 +391,17 @@ def test_bench_json_plot_profile(capsys, tiny_gguf, tmp_path):
         out_png,
         "--quiet",
     )
-    assert rc == 0
+    assert rc == 0, (out, err)
     assert "| model" in out and "tg4" in out and "greedy tokens agree" in out
     assert out_png.stat().st_size > 1000
     res = json.loads(out_json.read_text())
     assert set(res["environment"]) >= {"device", "driver", "driver_version", "date", "git_commit"}
     assert set(res["model"]) >= {"name", "size_bytes", "quant", "params"}
     assert res["agreement"]["ok"] and res["copy_GBps"] > 0 and res["host_us_ratio_unfused_fused"] > 0
+    # the user's path (vkdecode.load + stream_generate) at the same default ctx as the bench's modes
+    up = res["user_path"]
+    assert up["ctx"] == res["settings"]["ctx"] == 256 and up["tok_s"]["median"] > 0 and up["vs_fused"] > 0
+    assert "user path (vkdecode.load + stream_generate, ctx 256" in out
     assert res["settings"]["tokens"] == 4 and res["settings"]["reps"] == 2
     for mode in MODES:
         r = res["modes"][mode]

@@ -8,6 +8,7 @@ does, so every mode and repetition times exactly the same steps. Never asserts t
     runner.py       one mode timed (run_mode, decode_run), every mode (run_bench), their agreement
     machine.py      where a run ran (device, driver, date, commit); the device's copy bandwidth
     shapes.py       bench shapes: real models' dimensions with random weights
+    user_path.py    the API's load + stream_generate timed, for the bench's comparison
 
 The names below are this package's API for the CLI and bench/*.py (`from vkdecode import benchmark`).
 """
@@ -35,6 +36,7 @@ from vkdecode.benchmark.runner import (
     timed_fused,
 )
 from vkdecode.benchmark.shapes import SHAPES, shape_model
+from vkdecode.benchmark.user_path import user_path
 from vkdecode.stats import HOST_KEYS, executed_per_token, host_calls_per_token, mean_counters
 
 __all__ = [
@@ -62,5 +64,6 @@ __all__ = [
     "shape_model",
     "spread",
     "timed_fused",
+    "user_path",
     "weight_bytes_per_token",
 ]

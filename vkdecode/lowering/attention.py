@@ -140,7 +140,12 @@ def rope_kv_write_attention(p: Program, region: Region, caps: KernelCaps) -> lis
         and _sg_shared_bytes(wg, lanes, d) <= caps.max_shared
         and not (f16 and (d // lanes) % 2)
     ):
-        rb = min(SG_BATCH, -(-maxchunk // (wg // lanes)))  # rows a subgroup loads before using them
+        # rows a subgroup loads before using them: sized by the rows a live split takes at short
+        # positions, not by MAXCHUNK (which grows with --ctx): registers 2 x RB x EPL, so a batch
+        # sized for ctx 4096 cost short positions occupancy (H200, Qwen3-0.6B F16 948 tok/s at ctx
+        # 4096 vs 1030 at 192); longer splits loop over more batches
+        rows = live_rows(maxchunk, min_s, caps) if s > 1 else maxchunk
+        rb = min(SG_BATCH, -(-rows // (wg // lanes)))
         shader += "_sg"
         defines += (("LANES", str(lanes)), ("EPL", str(d // lanes)), ("RB", str(rb)))
     else:

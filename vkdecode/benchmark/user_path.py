@@ -1,0 +1,44 @@
+"""The user's path, timed: what `vkdecode run`, the Python API and `serve` do per token —
+vkdecode.load with default DecodeOptions (ctx min(4096, the model's maximum), prompt chunks, the tokenizer's streaming
+detokenizer, the prompt cache's bookkeeping) and stream_generate — against the bench's bare
+fused executor on the same model and prompt. EOS is ignored, as in the bench, so both time the
+same number of steps; the figure is stream_generate's own decode_tok_s (generated tokens after
+the first, per second of wall time)."""
+
+from __future__ import annotations
+
+from vkdecode.benchmark.runner import spread
+
+
+def user_path(
+    device, path: str, prompt_ids: list[int], n: int, reps: int, ctx: int | None = None, log=None
+) -> dict:
+    """tok/s of `reps` generations of n + 1 tokens (one warm-up first) through the API's Model."""
+    from vkdecode.api import Model
+    from vkdecode.generate import stream_generate
+    from vkdecode.options import DecodeOptions
+
+    options = DecodeOptions(ctx=ctx)
+    model = Model(path, options, device=device)
+    try:
+        rates, tokens = [], None
+        for i in range(reps + 1):
+            out = list(
+                stream_generate(
+                    model.decoder, model.tokenizer, prompt_ids, n + 1, stop_at_eos=False, kv=model.kv
+                )
+            )
+            if i == 0:
+                tokens = [r.token for r in out]
+                continue
+            rates.append(out[-1].stats["decode_tok_s"])
+            if log:
+                log(f"user path: rep {i}/{reps} {rates[-1]:.1f} tok/s")
+        return {
+            "ctx": model.executor.ctx,
+            "mode": model.mode,
+            "tok_s": spread(rates),
+            "tokens": tokens,
+        }
+    finally:
+        model.close()
