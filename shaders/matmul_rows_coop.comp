@@ -1,24 +1,22 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-#extension GL_NV_cooperative_matrix : require
-#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
-#extension GL_KHR_memory_scope_semantics : require
-// matmul over a wide prompt chunk on the tensor cores (VK_NV_cooperative_matrix, 16 x 16 x 16
-// f16 inputs, f32 sums): Y[t, row0 + m] = W[m, :] . X[t, :], W of any weight dtype decoded by
-// dequant.glsl into f16 in the tile loader, X (f32) rounded to f16 there too (the prompt path's
-// only loss against the f32 kernels: one f16 rounding of each input, sums kept in f32).
-// A workgroup of SG_M x SG_N subgroups (32 lanes: coop.py enables this kernel only where
-// the subgroup size is fixed at 32) owns a BM x BN output tile; each subgroup a BLK_M x BLK_N grid
-// of 16 x 16 accumulators. Per BK-wide k step the decoded weight tile and the activation tile are
-// staged in shared memory as f16 rows of BK (+8 halves so that the 16 row starts of a matrix load
-// fall on different banks); the next step's weights and activations are fetched into registers
-// before this step's multiplies, so their memory latency hides behind the tensor work.
+#include "coopmat.glsl"
+// matmul over a wide prompt chunk on the tensor cores (coopmat.glsl: VK_KHR_cooperative_matrix,
+// 16 x 16 x 16 f16 inputs, f32 sums): Y[t, row0 + m] = W[m, :] . X[t, :], W of any weight dtype
+// decoded by dequant.glsl into f16 in the tile loader, X (f32) rounded to f16 there too (the
+// prompt path's only loss against the f32 kernels: one f16 rounding of each input, sums in f32).
+// A workgroup of SG_M x SG_N subgroups (of LANES lanes: fixed there, or required by the pipeline)
+// owns a BM x BN output tile; each subgroup a BLK_M x BLK_N grid of 16 x 16 accumulators. Per
+// BK-wide k step the decoded weight tile and the activation tile are staged in shared memory as
+// f16 rows of BK (+8 halves so that the 16 row starts of a matrix load fall on different banks);
+// the next step's weights and activations are fetched into registers before this step's
+// multiplies, so their memory latency hides behind the tensor work.
 // C (t x m) = A (t x k, the activation tile, row-major) x B (k x m, the weight tile read
 // column-major: a weight row is a column of B).
 // Exact tiles only (coop.coop_shape): M % BM == 0, T % BN == 0, K % BK == 0.
 // SPLITK: workgroup z sums k tiles z, z+S, ... into P[z][t][m]; matmul_rows_splitk adds them.
 // Bindings: f32/f16: 0 W, 1 X, 2 Y (or P); quant: 0 q words, 1 scales, 2 X, 3 Y (or P).
-// Spec: 0 wg size (32 SG_M SG_N), 1 K, 2 M (rows bound), 3 T, 4 MTOT (Y row stride), 5 S.
+// Spec: 0 wg size (LANES SG_M SG_N), 1 K, 2 M (rows bound), 3 T, 4 MTOT (Y row stride), 5 S.
 // Defines: SG_M, SG_N, BLK_M, BLK_N; UNITS (dequant.glsl's unit loads) or QUADS or neither.
 #define NO_WG_REDUCE
 #include "common.glsl"
@@ -52,7 +50,7 @@ layout(binding = B_X) readonly buffer XB4 { vec4 x4[]; };
 layout(binding = B_Y) writeonly buffer YB { float y[]; };
 
 const uint BK = 32;                    // a whole quant block per k step (64: H100 Qwen3 shapes mixed, 242 vs 253 us a layer)
-const uint WG = 32 * SG_M * SG_N;
+const uint WG = LANES * SG_M * SG_N;
 const uint BM = 16 * BLK_M * SG_M, BN = 16 * BLK_N * SG_N;
 // Staged rows of BK + 8 halves (16-byte aligned rows, the 16 row starts of a matrix load on
 // different banks), 4 halves per uvec2 element: a vec4 of the tile goes to shared memory as one
@@ -63,9 +61,6 @@ shared uvec2 ws[BM * LDV];             // ws[m * LDV + k / 4]: weight row m of t
 shared uvec2 xs[BN * LDV];             // xs[t * LDV + k / 4]: chunk row t of the tile
 #define TILE_AT(row, kk) ((row) * LDV + (kk) / 4)
 #define STORE4(arr, row, kk, v) arr[TILE_AT(row, kk)] = uvec2(packFloat2x16(f16vec2((v).xy)), packFloat2x16(f16vec2((v).zw)))
-
-#define CM16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
-#define CM32 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
 
 #ifdef UNITS
 const uint UPR = BK / UNIT_ELEMS;                  // units per weight row of a k tile
@@ -124,11 +119,11 @@ void stage(uint k0, uint tid) {
 }
 
 void main() {
-    const uint tid = gl_LocalInvocationID.x, sg = tid / 32;
+    const uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID;
     const uint sm = sg % SG_M, sn = sg / SG_M;
     const uint m0 = gl_WorkGroupID.x * BM, n0 = gl_WorkGroupID.y * BN, z = gl_WorkGroupID.z;
-    CM32 acc[BLK_N * BLK_M];
-    for (uint i = 0; i < BLK_N * BLK_M; i++) acc[i] = CM32(0.0);
+    CM_C acc[BLK_N * BLK_M];
+    for (uint i = 0; i < BLK_N * BLK_M; i++) acc[i] = CM_C(0.0);
 
     uint k0 = z * BK;
     if (k0 < K) fetch(m0, n0, k0, tid);
@@ -137,14 +132,15 @@ void main() {
         barrier();
         if (k0 + S * BK < K) fetch(m0, n0, k0 + S * BK, tid);
         for (uint kk = 0; kk < BK; kk += 16) {
-            CM16 a[BLK_N], b[BLK_M];
+            CM_A a[BLK_N];
+            CM_B b[BLK_M];
             for (uint i = 0; i < BLK_N; i++)
-                coopMatLoadNV(a[i], xs, TILE_AT(16 * (sn * BLK_N + i), kk), LDV, false);
+                coopMatLoad(a[i], xs, TILE_AT(16 * (sn * BLK_N + i), kk), LDV, CM_ROW);
             for (uint j = 0; j < BLK_M; j++)
-                coopMatLoadNV(b[j], ws, TILE_AT(16 * (sm * BLK_M + j), kk), LDV, true);
+                coopMatLoad(b[j], ws, TILE_AT(16 * (sm * BLK_M + j), kk), LDV, CM_COL);
             for (uint i = 0; i < BLK_N; i++)
                 for (uint j = 0; j < BLK_M; j++)
-                    acc[i * BLK_M + j] = coopMatMulAddNV(a[i], b[j], acc[i * BLK_M + j]);
+                    acc[i * BLK_M + j] = coopMatMulAdd(a[i], b[j], acc[i * BLK_M + j]);
         }
         barrier();
     }
@@ -153,9 +149,9 @@ void main() {
         for (uint j = 0; j < BLK_M; j++) {
             const uint m = m0 + 16 * (sm * BLK_M + j);
 #ifdef SPLITK
-            coopMatStoreNV(acc[i * BLK_M + j], y, (z * T + t) * M + m, M, false);
+            coopMatStore(acc[i * BLK_M + j], y, (z * T + t) * M + m, M, CM_ROW);
 #else
-            coopMatStoreNV(acc[i * BLK_M + j], y, t * MTOT + pc.row0 + m, MTOT, false);
+            coopMatStore(acc[i * BLK_M + j], y, t * MTOT + pc.row0 + m, MTOT, CM_ROW);
 #endif
         }
     }

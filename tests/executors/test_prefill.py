@@ -156,12 +156,12 @@ COOP_TOL = 5e-3
 
 @pytest.mark.parametrize("src", ["hf", "q4_1", "q4_k"])
 def test_prefill_with_the_tensor_core_matmul(device, models_dir, src):
-    """Chunks of 64 rows through matmul_rows_coop and attention_rows_coop (where the device has
-    VK_NV_cooperative_matrix: the H100, not lavapipe) equal the token path; narrower chunks keep
+    """Chunks of 64 rows through matmul_rows_coop and attention_rows_coop (where the device has the
+    coop path, vk/coopmat.py: the H100, not lavapipe) equal the token path; narrower chunks keep
     the f32 kernels."""
     caps = KernelCaps.from_info(device.info, prefill_chunk_rows=-1, attn_coop=1)  # exact widths
     if not caps.coop_matrix:
-        pytest.skip("no VK_NV_cooperative_matrix on this device (lavapipe has none): runs on the H100")
+        pytest.skip(f"no coop path: {device.info.features.get('coop_reason')} (runs on the H100)")
     hf = tiny_hf_model("qwen3", models_dir, hidden_size=256, intermediate_size=512)
     path = hf if src == "hf" else write_gguf(hf, models_dir / f"prefill-coop-qwen3.{src}.gguf", src)
     m = load_model(path, ctx=160)

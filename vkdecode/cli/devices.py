@@ -12,6 +12,7 @@ def _gib(n: int) -> str:
 
 
 def cmd_devices(args) -> int:
+    from vkdecode.vk.coopmat import describe
     from vkdecode.vk.device import choose_device, enumerate_devices
 
     infos = enumerate_devices()
@@ -37,6 +38,7 @@ def cmd_devices(args) -> int:
             f"      max storage buffer range {lim['max_storage_buffer_range'] / 2**20:.0f} MiB, "
             f"device-local memory {_gib(d.device_local_bytes)}"
         )
+        print(f"      tensor cores (prompt kernels): {describe(f)}")
     print("* = the device vkdecode will use (override with --device or VKDECODE_DEVICE)")
     return 0
 

@@ -20,9 +20,7 @@ class KernelCaps:
     subgroup_fixed: bool = False  # min == max subgroup size: shaders may rely on subgroup_size lanes
     integer_dot: bool = False  # shaderIntegerDotProduct (OpUDot / OpSUDot on packed 4x8-bit vectors)
     integer_dot_fast: bool = False  # and the driver says they are accelerated (its ...Accelerated properties)
-    coop_matrix: bool = (
-        False  # VK_NV_cooperative_matrix, shaderFloat16, vulkanMemoryModel, 16-bit storage (*_coop.comp)
-    )
+    coop_matrix: bool = False  # the *_coop.comp kernels run here: vk/coopmat.py chose the KHR path
     attn_max_chunk: int = 256  # kv rows per attention workgroup at full context (sets the split count)
     attn_splits: int = 0  # fused attention workgroups per head at least (0: attention.py chooses)
     attn_live_rows: int = 0  # rows per live split at a position (0: attention.live_rows, < 0: MAXCHUNK)
@@ -142,13 +140,7 @@ class KernelCaps:
             subgroup_fixed=f.get("min_subgroup_size") == f.get("max_subgroup_size") == f.get("subgroup_size"),
             integer_dot=bool(f.get("integer_dot")),
             integer_dot_fast=bool(f.get("integer_dot") and f.get("integer_dot_fast")),
-            coop_matrix=bool(
-                f.get("coop_matrix_nv")
-                and f.get("float16")
-                and f.get("vulkan_memory_model")
-                and f.get("storage_16bit")
-                and "shuffle" in f.get("subgroup_ops", ())
-            ),
+            coop_matrix=f.get("coop") == "khr",
             max_storage_range=int(lim["max_storage_buffer_range"]),
             max_invocations=int(lim["max_workgroup_invocations"]),
             max_shared=int(lim["max_shared_memory"]),

@@ -1,9 +1,9 @@
-"""Shapes of the tensor-core chunk matmul (shaders/matmul_rows_coop.comp, VK_NV_cooperative_matrix).
+"""Shapes of the tensor-core chunk matmul (shaders/matmul_rows_coop.comp, VK_KHR_cooperative_matrix).
 
 Pure choice, no Vulkan: rows._matmul asks coop_shape first and falls back to the
-register-blocked matmul_rows_wide where it says None (no cooperative matrices, a subgroup size
-other than a fixed 32, a width under caps.matmul_coop, a tile grid that does not divide the
-weight or the chunk exactly, or an architecture whose matmul inputs do not fit f16);
+register-blocked matmul_rows_wide where it says None (no coop path on the device, which
+vk/coopmat.py chose from its shapes and subgroup sizes; a width under caps.matmul_coop, a tile
+grid that does not divide the weight or the chunk exactly, or an architecture whose matmul inputs do not fit f16);
 rows._attention asks coop_attention_shape (shaders/attention_rows_coop.comp) likewise.
 """
 
@@ -13,6 +13,7 @@ from vkdecode.lowering.caps import KernelCaps
 from vkdecode.models import ARCHITECTURES
 
 COOP_BK = 32  # the kernel's k step
+COOP_LANES = 32  # lanes per subgroup (shaders/coopmat.glsl REQUIRED_SUBGROUP_SIZE, vk/coopmat.LANES)
 COOP_START = 64  # default narrowest chunk: under it the f32 kernels' tiles fit as well
 # (SG_M, SG_N, BLK_M, BLK_N): subgroups along weight rows x chunk rows, 16x16 blocks per subgroup
 COOP_TILES = ((2, 2, 4, 4), (2, 2, 4, 2), (2, 2, 2, 4), (2, 2, 2, 2))
@@ -25,7 +26,7 @@ COOP_REFUSED_ARCHS = tuple(name for name, a in ARCHITECTURES.items() if not a.co
 def tile_dims(tile: tuple) -> tuple[int, int, int]:
     """(BM weight rows, BN chunk rows, workgroup size) of a COOP_TILES entry."""
     sg_m, sg_n, blk_m, blk_n = tile
-    return 16 * blk_m * sg_m, 16 * blk_n * sg_n, 32 * sg_m * sg_n
+    return 16 * blk_m * sg_m, 16 * blk_n * sg_n, COOP_LANES * sg_m * sg_n
 
 
 def parse_tile(text: str) -> tuple:
@@ -41,14 +42,9 @@ def parse_tile(text: str) -> tuple:
 
 
 def coop_usable(caps: KernelCaps, arch: str) -> bool:
-    """Both coop kernels: cooperative matrices, subgroups fixed at 32 lanes (each kernel indexes its
-    16 x 16 matrices by subgroup), and an architecture whose inputs fit f16."""
-    return (
-        caps.coop_matrix
-        and caps.subgroup_size == 32
-        and caps.subgroup_fixed
-        and arch not in COOP_REFUSED_ARCHS
-    )
+    """Both coop kernels: the device's coop path (its 16 x 16 x 16 f16 shape, and subgroups of
+    the kernels' 32 lanes, fixed or required per pipeline) and an architecture whose inputs fit f16."""
+    return caps.coop_matrix and arch not in COOP_REFUSED_ARCHS
 
 
 def coop_shape(caps: KernelCaps, arch: str, n: int, rows: int, n_in: int) -> tuple | None:
@@ -120,7 +116,7 @@ def coop_attention_shape(caps: KernelCaps, arch: str, attrs: dict, kv_f16: bool)
     rb = max(1, COOP_ATTN_SUBGROUPS // g)
     while rb > 1 and rows % (16 * rb):
         rb //= 2
-    if 32 * g * rb > caps.max_invocations:
+    if COOP_LANES * g * rb > caps.max_invocations:
         return None
     bkv = next((t for t in COOP_ATTN_TILES if coop_attention_shared(g, rb, d, t) <= caps.max_shared), 0)
     return (rb, bkv) if bkv else None

@@ -24,12 +24,13 @@ from vkdecode.vk.probe import Probe
 VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
 
 
-def _layers() -> set[str]:
+def _layers() -> dict[str, int]:
+    """Installed instance layers: name -> the Vulkan version its spec follows."""
     n = ffi.new("uint32_t*")
     check("vkEnumerateInstanceLayerProperties", lib.vkEnumerateInstanceLayerProperties(n, NULL))
     props = ffi.new("VkLayerProperties[]", n[0])
     check("vkEnumerateInstanceLayerProperties", lib.vkEnumerateInstanceLayerProperties(n, props))
-    return {to_str(p.layerName) for p in props[0 : n[0]]}
+    return {to_str(p.layerName): int(p.specVersion) for p in props[0 : n[0]]}
 
 
 def _instance_exts(layer=None) -> set[str]:
@@ -52,6 +53,7 @@ class Instance:
         self.messenger = None
         self.messages: list[str] = []
         self.validate = validate
+        self.layer_version = 0  # the validation layer's spec version when validating (probe.py)
         try:
             ver = ffi.new("uint32_t*")
             inst_api = make_version(1, 0)
@@ -69,7 +71,8 @@ class Instance:
         keep = []
         pnext = NULL
         if validate:
-            if VALIDATION_LAYER not in _layers():
+            self.layer_version = _layers().get(VALIDATION_LAYER, 0)
+            if not self.layer_version:
                 raise VulkanError(
                     f"validation requested (VKDECODE_VALIDATE=1) but {VALIDATION_LAYER} is not "
                     "installed; on Debian/Ubuntu: apt-get install vulkan-validationlayers"
@@ -146,7 +149,7 @@ class Instance:
             check("vkEnumeratePhysicalDevices", lib.vkEnumeratePhysicalDevices(self.handle, n, pds))
             if n[0] == 0:
                 raise NoDeviceError("no Vulkan device found (the loader lists no physical device)")
-            self.probes = [Probe(i, pds[i], inst_api) for i in range(n[0])]
+            self.probes = [Probe(i, pds[i], inst_api, self.handle, self.layer_version) for i in range(n[0])]
         except BaseException:
             self.close()
             raise

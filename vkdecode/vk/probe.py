@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 
-from vkdecode.vk.ffi import NULL, check, ffi, lib, new, to_str, version_str, vk
+from vkdecode.vk import coopmat
+from vkdecode.vk.ffi import NULL, check, ffi, lib, new, stype, to_str, version_str, vk
 from vkdecode.vk.info import VENDORS, DeviceInfo
 
 TYPES = {0: "other", 1: "integrated", 2: "discrete", 3: "virtual", 4: "cpu"}
@@ -36,7 +37,7 @@ FEATURE_STRUCTS = [
         "VkPhysicalDeviceSubgroupSizeControlFeatures",
         (1, 3),
         "VK_EXT_subgroup_size_control",
-        {"subgroupSizeControl": "subgroup_size_control"},
+        {"subgroupSizeControl": "subgroup_size_control", "computeFullSubgroups": "compute_full_subgroups"},
     ),
     # glslang declares the Vulkan memory model in every cooperative-matrix shader
     (
@@ -52,12 +53,12 @@ FEATURE_STRUCTS = [
         "VK_KHR_shader_integer_dot_product",
         {"shaderIntegerDotProduct": "integer_dot"},
     ),
-    # tensor-core matmuls for prompt chunks (shaders/matmul_rows_coop.comp); never core, hence 99
+    # tensor-core kernels for prompt chunks (shaders/*_coop.comp, vk/coopmat.py); never core, hence 99
     (
-        "VkPhysicalDeviceCooperativeMatrixFeaturesNV",
+        "VkPhysicalDeviceCooperativeMatrixFeaturesKHR",
         (99, 0),
-        "VK_NV_cooperative_matrix",
-        {"cooperativeMatrix": "coop_matrix_nv"},
+        "VK_KHR_cooperative_matrix",
+        {"cooperativeMatrix": "coop_matrix_khr"},
     ),
 ]
 # the driver's statistics of each compiled pipeline (registers, instructions): a diagnostic for
@@ -76,7 +77,7 @@ if os.environ.get("VKDECODE_PIPELINE_STATS"):
 class Probe:
     """Everything learnt about one physical device; info is the public DeviceInfo."""
 
-    def __init__(self, index: int, physical, inst_api: int):
+    def __init__(self, index: int, physical, inst_api: int, instance=None, layer_version: int = 0):
         self.physical = physical
         n = ffi.new("uint32_t*")
         check(
@@ -97,7 +98,7 @@ class Probe:
         # Property chain: driver + subgroup + maintenance3 (+ subgroup size control when present).
         keep = []
         props2 = new("VkPhysicalDeviceProperties2*")
-        drv = sub = m3 = ssc = idp = None
+        drv = sub = m3 = ssc = idp = cmp = None
         chain = [
             ("VkPhysicalDeviceSubgroupProperties", True),
             ("VkPhysicalDeviceMaintenance3Properties", True),
@@ -106,6 +107,10 @@ class Probe:
             (
                 "VkPhysicalDeviceShaderIntegerDotProductProperties",
                 has((1, 3), "VK_KHR_shader_integer_dot_product"),
+            ),
+            (
+                "VkPhysicalDeviceCooperativeMatrixPropertiesKHR",
+                "VK_KHR_cooperative_matrix" in self.extensions,
             ),
         ]
         for sname, ok in chain:
@@ -119,6 +124,7 @@ class Probe:
                 m3 = s if sname.endswith("Maintenance3Properties") else m3
                 ssc = s if sname.endswith("ControlProperties") else ssc
                 idp = s if sname.endswith("IntegerDotProductProperties") else idp
+                cmp = s if sname.endswith("CooperativeMatrixPropertiesKHR") else cmp
         lib.vkGetPhysicalDeviceProperties2(physical, props2)
         p, lim = props2.properties, props2.properties.limits
         # Feature chain: kept on the probe; device creation passes the same structs to enable them.
@@ -160,6 +166,9 @@ class Probe:
                 ),
                 "min_subgroup_size": int(ssc.minSubgroupSize) if ssc is not None else int(sub.subgroupSize),
                 "max_subgroup_size": int(ssc.maxSubgroupSize) if ssc is not None else int(sub.subgroupSize),
+                "subgroup_size_compute": bool(
+                    ssc is not None and ssc.requiredSubgroupSizeStages & vk.VK_SHADER_STAGE_COMPUTE_BIT
+                ),
                 "push_descriptors": "VK_KHR_push_descriptor" in self.extensions,
                 "timestamps": bool(self.timestamp_bits and lim.timestampPeriod > 0),
                 # the packed 4x8-bit dot products the q4_k kernel uses run as instructions, not emulated
@@ -169,6 +178,15 @@ class Probe:
                     and idp.integerDotProduct4x8BitPackedMixedSignednessAccelerated
                 ),
             }
+        )
+        cm_stage = cmp is not None and cmp.cooperativeMatrixSupportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT
+        feats["coop_matrix_khr"] = bool(feats["coop_matrix_khr"] and cm_stage)
+        feats["coop_matrix_nv"] = "VK_NV_cooperative_matrix" in self.extensions  # for the reason only
+        feats["coop_shapes"] = _coop_shapes(physical, instance) if feats["coop_matrix_khr"] else []
+        from vkdecode.vk.glslang import khr_compiler_error
+
+        feats.update(
+            coopmat.choose(feats, khr_compiler_error() if feats["coop_matrix_khr"] else "", layer_version)
         )
         if feats["push_descriptors"]:
             self.enable_exts.append("VK_KHR_push_descriptor")
@@ -226,6 +244,29 @@ class Probe:
             features=feats,
             memory_heaps=heaps,
         )
+
+
+def _coop_shapes(physical, instance) -> list[str]:
+    """The device's VkCooperativeMatrixPropertiesKHR entries (coopmat.shape_name); the array the
+    driver fills is a local held across both calls."""
+    fn = ffi.cast(
+        "PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR",
+        lib.vkGetInstanceProcAddr(instance or NULL, b"vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR"),
+    )
+    if fn == NULL:
+        return []
+    n = ffi.new("uint32_t*")
+    check("vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR", fn(physical, n, NULL))
+    props = ffi.new("VkCooperativeMatrixPropertiesKHR[]", max(n[0], 1))
+    for i in range(n[0]):
+        props[i].sType = stype("VkCooperativeMatrixPropertiesKHR")
+    check(
+        "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR", fn(physical, n, props), ok=(0, vk.VK_INCOMPLETE)
+    )
+    return [
+        coopmat.shape_name(p.MSize, p.NSize, p.KSize, p.AType, p.BType, p.CType, p.ResultType, p.scope)
+        for p in props[0 : n[0]]
+    ]
 
 
 def _driver_version(vendor_id: int, v: int) -> str:

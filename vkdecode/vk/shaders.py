@@ -1,4 +1,5 @@
-"""GLSL -> SPIR-V through glslangValidator with an on-disk cache, and compute pipelines."""
+"""GLSL -> SPIR-V through glslangValidator (vk/glslang.py picks which) with an on-disk cache, and
+compute pipelines."""
 
 from __future__ import annotations
 
@@ -6,18 +7,16 @@ import hashlib
 import os
 import pathlib
 import re
-import shutil
 import struct
 import subprocess
 import tempfile
 
 from vkdecode.errors import ShaderError, VulkanError
 from vkdecode.vk.ffi import NULL, check, cstr, ffi, lib, new, stype, to_str, vk
+from vkdecode.vk.glslang import COMPILER, compiler_for, required_lanes, sources
 
-COMPILER = "glslangValidator"
-_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+__all__ = ["COMPILER", "Pipeline", "compile_shader", "shader_dir"]
 _invocations = 0
-_versions: dict[str, str] = {}
 
 
 def shader_dir() -> pathlib.Path:
@@ -42,19 +41,6 @@ def compiler_invocations() -> int:
     return _invocations
 
 
-def _compiler() -> tuple[str, str]:
-    path = shutil.which(COMPILER)
-    if path is None:
-        raise ShaderError(
-            f"{COMPILER} not found on PATH; install it with the Debian/Ubuntu package "
-            "glslang-tools (apt-get install glslang-tools)"
-        )
-    if path not in _versions:
-        r = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
-        _versions[path] = r.stdout.strip()
-    return path, _versions[path]
-
-
 def _source_path(name: str) -> pathlib.Path:
     p = pathlib.Path(name)
     if p.suffix == ".comp" or p.is_absolute() or "/" in name:  # a path: tests and ad-hoc shaders
@@ -62,17 +48,9 @@ def _source_path(name: str) -> pathlib.Path:
     return shader_dir() / f"{name}.comp"
 
 
-def _hash_sources(path: pathlib.Path, dirs: list[pathlib.Path], h, seen: set) -> None:
-    if path in seen:
-        return
-    seen.add(path)
-    text = path.read_bytes()
-    h.update(str(path.name).encode() + b"\0" + text + b"\0")
-    for inc in _INCLUDE.findall(text.decode("utf-8", "replace")):
-        for d in [path.parent, *dirs]:
-            if (d / inc).exists():
-                _hash_sources((d / inc).resolve(), dirs, h, seen)
-                break
+def required_subgroup_size(name: str) -> int:
+    """REQUIRED_SUBGROUP_SIZE as the shader (or an include) defines it, else 0."""
+    return required_lanes(sources(_source_path(name), [shader_dir()]))
 
 
 def _define_args(defines: dict | None) -> list[str]:
@@ -101,10 +79,12 @@ def compile_shader(name: str, defines: dict | None = None) -> bytes:
     src = _source_path(name)
     if not src.exists():
         raise ShaderError(f"shader {name!r} not found ({src})")
-    compiler, version = _compiler()
+    texts = sources(src, [shader_dir()])
+    compiler, version, env = compiler_for(src.name, texts)
     dargs = _define_args({**extra_defines(), **(defines or {})})
     h = hashlib.sha256()
-    _hash_sources(src, [shader_dir()], h, set())
+    for path, text in texts.items():
+        h.update(str(path.name).encode() + b"\0" + text + b"\0")
     h.update("\0".join(dargs).encode() + b"\0" + version.encode())
     cdir = cache_dir()
     out = cdir / f"{src.stem}-{h.hexdigest()[:24]}.spv"
@@ -115,7 +95,7 @@ def compile_shader(name: str, defines: dict | None = None) -> bytes:
     os.close(fd)
     cmd = [compiler, "-V", "--target-env", "vulkan1.1", f"-I{shader_dir()}", *dargs, "-o", tmp, str(src)]
     _invocations += 1
-    r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    r = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if r.returncode != 0:
         os.unlink(tmp)
         msg = (r.stdout + r.stderr).strip()
@@ -227,6 +207,7 @@ class Pipeline:
             ci.stage.module = mod[0]
             ci.stage.pName = entry
             ci.stage.pSpecializationInfo = spec_info if self.spec else NULL
+            req = _subgroup_size_info(device, shader, ci.stage)  # held until the call returns
             out = ffi.new("VkPipeline*")
             try:
                 check(
@@ -235,6 +216,7 @@ class Pipeline:
                 )
             finally:
                 lib.vkDestroyShaderModule(dev, mod[0], NULL)
+                del req
             self.handle = out[0]
             self.stats = _executable_stats(device, self.handle) if stats else {}
         except BaseException:
@@ -262,6 +244,25 @@ class Pipeline:
 
 
 _CAPTURE_STATISTICS = 0x40  # VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR
+_FULL_SUBGROUPS = 0x2  # VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT
+
+
+def _subgroup_size_info(device, shader: str, stage):
+    """A shader's REQUIRED_SUBGROUP_SIZE into its stage (full subgroups too where the device has
+    them): AMD and Intel choose a pipeline's subgroup size, and the coop kernels index matrices by
+    subgroup. Returns the struct chained into stage (the caller holds it), or None."""
+    lanes = required_subgroup_size(shader)
+    f = device.info.features
+    if not lanes or not (f.get("subgroup_size_control") and f.get("subgroup_size_compute")):
+        if lanes and not f.get("min_subgroup_size") == f.get("max_subgroup_size") == lanes:
+            raise VulkanError(
+                f"{shader} needs {lanes}-lane subgroups, which {device.info.name} cannot require"
+            )
+        return None
+    req = new("VkPipelineShaderStageRequiredSubgroupSizeCreateInfo*", {"requiredSubgroupSize": lanes})
+    stage.pNext = req
+    stage.flags = _FULL_SUBGROUPS if f.get("compute_full_subgroups") else 0
+    return req
 
 
 def _executable_stats(device, pipeline) -> dict:
