@@ -1,0 +1,45 @@
+"""scripts/suite_parts.py: the suite's parts cover every test file once, the same way each time,
+and a part's result and the summary report what pytest said (a real part run on a small file)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+from tests.helpers.paths import ROOT
+
+spec = importlib.util.spec_from_file_location("suite_parts", ROOT / "scripts" / "suite_parts.py")
+suite_parts = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(suite_parts)
+
+
+def test_parts_cover_every_file_once_and_balance():
+    files = suite_parts.test_files()
+    assert "tests/scripts/test_suite_parts.py" in files and all(f.startswith("tests/") for f in files)
+    assert set(suite_parts.DURATIONS) <= set(files)  # no stale names
+    groups = suite_parts.split(files, 4)
+    flat = [f for g in groups for f in g]
+    assert sorted(flat) == files and len(flat) == len(set(flat))
+    assert groups == suite_parts.split(list(reversed(files)), 4)  # order-independent
+    # the two slowest files land in different parts
+    slow = sorted(suite_parts.DURATIONS, key=suite_parts.DURATIONS.get)[-2:]
+    assert len({next(i for i, g in enumerate(groups) if f in g) for f in slow}) == 2
+
+
+def test_part_result_and_summary(tmp_path, capsys):
+    good = tmp_path / "test_passes.py"
+    good.write_text("def test_a():\n    pass\n\ndef test_b():\n    pass\n")
+    ok = suite_parts.run_part([str(good)], [])
+    assert ok["rc"] == 0 and ok["counts"] == {"passed": 2} and ok["failures"] == []
+    bad = tmp_path / "test_fails.py"
+    bad.write_text("def test_a():\n    assert 1 == 2\n\ndef test_b():\n    pass\n")
+    failed = suite_parts.run_part([str(bad)], [])
+    assert failed["rc"] == 1 and failed["counts"] == {"failed": 1, "passed": 1}
+    assert failed["failures"] and failed["failures"][0].startswith("FAILED ")
+    paths = []
+    for i, part in enumerate((ok, failed)):
+        paths.append(tmp_path / f"part{i}.json")
+        paths[-1].write_text(json.dumps(part))
+    assert suite_parts.summary([str(p) for p in paths]) == 1
+    out = capsys.readouterr().out
+    assert "3 passed" in out and "1 failed" in out and "test_a" in out
