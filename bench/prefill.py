@@ -31,6 +31,7 @@ from vkdecode.cli.bench import write_json
 from vkdecode.executors import MODES, make_executor
 from vkdecode.executors.decoder import Decoder
 from vkdecode.lowering.calls import KernelCaps
+from vkdecode.lowering.caps import parse_tuning
 
 
 def time_prompt(dec, ids: list[int], reps: int, warmup: int) -> dict:
@@ -103,7 +104,7 @@ def main(argv=None) -> int:
 
     dev = Device(a.device)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)
-    tuning = {k: (v if k == "matmul_tile" else int(v)) for k, v in (c.split("=", 1) for c in a.caps)}
+    tuning = parse_tuning(a.caps)
     caps = KernelCaps.from_info(dev.info, **tuning)
     out = {
         "model": model.describe(),

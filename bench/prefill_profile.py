@@ -28,6 +28,7 @@ from fusion.chunk import TOKENS, chunk_program
 from vkdecode import benchmark as bench
 from vkdecode.cli.bench import write_json
 from vkdecode.lowering.calls import KernelCaps
+from vkdecode.lowering.caps import parse_tuning
 
 
 def main(argv=None) -> int:
@@ -52,7 +53,7 @@ def main(argv=None) -> int:
     ctx = -(-(a.pos + a.width + 1) // 64) * 64
     model = bench.random_model(a.shape, a.quant, ctx, 1)
     dev = Device()
-    tuning = {k: (v if k == "matmul_tile" else int(v)) for k, v in (c.split("=", 1) for c in a.caps)}
+    tuning = parse_tuning(a.caps)
     caps = KernelCaps.from_info(dev.info, **tuning)
     try:
         dec = ReplayExecutor(dev, model.program, model.weights, caps, fuse=False)

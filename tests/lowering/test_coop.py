@@ -37,14 +37,15 @@ def gpu_caps(device, **over):
 
 def test_coop_shape_choice(device):
     gpu = gpu_caps(device)
-    # the largest tile dividing both whose grid reaches 132 workgroups, else 64 x 64 split over k
-    assert coop_shape(gpu, "llama", 8192, 512, 4096) == (2, 2, 4, 4, 1)  # 128 x 128: 64 x 4 = 256
-    assert coop_shape(gpu, "qwen3", 3072, 512, 1024) == (2, 2, 4, 2, 1)  # 128 x 64: 24 x 8 = 192
+    # the first tile dividing both whose grid reaches 132 workgroups, else 64 x 64 split over k
+    assert coop_shape(gpu, "llama", 8192, 512, 4096) == (2, 2, 2, 4, 1)  # 64 x 128: 128 x 4 = 512
+    assert coop_shape(gpu, "qwen3", 3072, 512, 1024) == (2, 2, 2, 4, 1)  # 64 x 128: 48 x 4 = 192
+    assert coop_shape(gpu, "qwen3", 3072, 64, 1024) == (2, 2, 2, 2, 3)  # 64 rows: 48 x 1, 3 splits
     assert coop_shape(gpu, "qwen3", 2048, 512, 1024) == (2, 2, 2, 2, 1)  # 64 x 64: 32 x 8 = 256
     assert coop_shape(gpu, "qwen3", 1024, 512, 1024) == (2, 2, 2, 2, 2)  # 16 x 8 = 128: 2 splits
     assert coop_shape(gpu, "qwen3", 192, 512, 576) == (2, 2, 2, 2, 6)  # 3 x 8 = 24: 6 splits
     assert coop_shape(gpu, "qwen3", 576, 64, 576) == (2, 2, 2, 2, 8)  # 9 x 1: at most 8 splits
-    assert coop_shape(replace(gpu, matmul_groups=64), "qwen3", 2048, 512, 1024) == (2, 2, 4, 4, 1)
+    assert coop_shape(replace(gpu, matmul_groups=64), "qwen3", 2048, 512, 1024) == (2, 2, 2, 4, 1)
     assert coop_shape(gpu, "qwen3", 100, 512, 1024) is None  # 100 rows: no tile divides
     assert coop_shape(gpu, "qwen3", 1024, 48, 1024) is None  # under 64 chunk rows
     assert coop_shape(gpu, "qwen3", 1024, 512, 1000) is None  # k not whole 32-wide steps

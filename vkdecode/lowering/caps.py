@@ -150,3 +150,21 @@ class KernelCaps:
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def parse_tuning(items: list[str]) -> dict:
+    """["matmul_coop=-1", "coop_tile=2x2:4x2", ...] (the bench scripts' --caps) -> KernelCaps field
+    values, each converted to its field's type; an unknown field is refused by name."""
+    import dataclasses
+
+    types = {f.name: f.type for f in dataclasses.fields(KernelCaps)}
+    out = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        if key not in types:
+            raise ValueError(f"--caps {item!r}: KernelCaps has no field {key!r}")
+        kind = str(types[key])
+        out[key] = (
+            value if kind == "str" else (value.lower() in ("1", "true") if kind == "bool" else int(value))
+        )
+    return out

@@ -16,7 +16,12 @@ COOP_BK = 32  # the kernel's k step
 COOP_LANES = 32  # lanes per subgroup (shaders/coopmat.glsl REQUIRED_SUBGROUP_SIZE, vk/coopmat.LANES)
 COOP_START = 64  # default narrowest chunk: under it the f32 kernels' tiles fit as well
 # (SG_M, SG_N, BLK_M, BLK_N): subgroups along weight rows x chunk rows, 16x16 blocks per subgroup
-COOP_TILES = ((2, 2, 4, 4), (2, 2, 4, 2), (2, 2, 2, 4), (2, 2, 2, 2))
+# In order of preference. 64 x 128 first: H200, 512-row chunks, every matmul on one tile, Llama-3.1-8B
+# Q4_K_M 53.9 ms of matmuls (2x4) vs 69.4 (4x2) vs 66.5 (2x2), Llama-3.2-1B F16 4.56 vs 4.70 vs 9.77.
+# 128 x 128 (2, 2, 4, 4: 16 accumulators a subgroup) left the automatic choice: the 8B's gate/up ran
+# at a third of the rate of its other matmuls on it (1.9 ms each; bench/results/nvidia-h200/
+# 2026-11-27-coop-tiles); coop_tile="2x2:4x4" still forces it.
+COOP_TILES = ((2, 2, 2, 4), (2, 2, 4, 2), (2, 2, 2, 2))
 COOP_MAX_SPLITS = 8
 COOP_GROUPS = 132  # default workgroups to reach: one per SM of an H100 (a tile is 4-8 warps of MMAs)
 # architectures whose activations overflow f16, which the kernels round their inputs to (Gemma 3)
@@ -49,7 +54,7 @@ def coop_usable(caps: KernelCaps, arch: str) -> bool:
 
 def coop_shape(caps: KernelCaps, arch: str, n: int, rows: int, n_in: int) -> tuple | None:
     """(SG_M, SG_N, BLK_M, BLK_N, k splits) of matmul_rows_coop for n weight rows x `rows` chunk
-    rows over n_in, or None. Auto: the largest tile dividing both whose grid reaches
+    rows over n_in, or None. Auto: the first COOP_TILES entry dividing both whose grid reaches
     caps.matmul_groups workgroups (COOP_GROUPS by default), else the smallest dividing tile,
     split over k until it does."""
     start = COOP_START if caps.matmul_coop == 0 else caps.matmul_coop
