@@ -28,7 +28,10 @@ class Model:
         t0 = time.perf_counter()
         self.options = opts = options or DecodeOptions()
         self.kv = KVPrefix()  # what the KV cache holds, for prompt_cache=True
-        self.loaded = load_model(path, ctx=opts.ctx, sampling=opts.sampling, kv_dtype=opts.kv_dtype)
+        # streamed: each weight packed just before its upload, no host copy kept (models/lazy.py)
+        self.loaded = load_model(
+            path, ctx=opts.ctx, sampling=opts.sampling, kv_dtype=opts.kv_dtype, stream=True
+        )
         self._own_device = device is None or isinstance(device, (str, int))
         self.device = Device(device) if self._own_device else device
         self.decoder = None

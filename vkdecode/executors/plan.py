@@ -122,7 +122,7 @@ def required_bytes(program: Program, weights: dict) -> dict[str, int]:
     need = {"weights": 0, "kv_cache": 0, "activations": 0}
     for v in program.values.values():
         if v.kind == "weight" and v.name in weights:
-            need["weights"] += sum(a.nbytes for a in weights[v.name].parts.values())
+            need["weights"] += weights[v.name].nbytes
         elif v.kind == "state":
             need["kv_cache"] += value_bytes(v)
         elif v.kind in ("activation", "output"):
@@ -171,10 +171,10 @@ class MemoryPlan:
             vals = [] if self.share else program.values.values()
             self._weights.expect(
                 sum(
-                    self._weights.padded(a.nbytes)
+                    self._weights.padded(nbytes)
                     for v in vals
                     if v.kind == "weight"
-                    for a in self._packed(program, weights, v).parts.values()
+                    for nbytes in self._weight(program, weights, v).part_bytes.values()
                 )
             )
             self._acts.expect(
@@ -215,22 +215,28 @@ class MemoryPlan:
                 # chunk token ids: written by the host once per chunk
                 self.slices[(v.name, "data")] = self._host.alloc(v.numel * 4, v.name)
             elif v.kind == "weight":
-                pw = self._packed(program, weights, v)
-                for part, arr in pw.parts.items():
-                    s = self._weights.alloc(arr.nbytes, f"{v.name}.{part}")
-                    s.write(arr)
-                    self.slices[(v.name, part)] = s
-                    if progress is not None:
-                        progress.update(arr.nbytes)
-                self.weight_bytes[v.name] = pw.nbytes
+                self._upload(v.name, self._weight(program, weights, v).packed(), progress)
             elif v.kind in ("activation", "state", "output"):
                 nbytes = value_bytes(v)
                 arena = self._host if v.kind == "output" and nbytes <= SMALL_OUTPUT_BYTES else self._acts
                 self.slices[(v.name, "data")] = arena.alloc(nbytes, v.name)
 
+    def _upload(self, name: str, pw: PackedWeight, progress) -> None:
+        """One weight's parts into the weight arena. pw is the only reference to a lazy weight's
+        packed copy (models/lazy.py), dropped on return: one weight's host copy at a time."""
+        for part, arr in pw.parts.items():
+            s = self._weights.alloc(arr.nbytes, f"{name}.{part}")
+            s.write(arr)
+            self.slices[(name, part)] = s
+            if progress is not None:
+                progress.update(arr.nbytes)
+        self.weight_bytes[name] = pw.nbytes
+
     @staticmethod
-    def _packed(program: Program, weights: dict, v) -> PackedWeight:
-        """A weight as loaded, or one of the builder's tables (rope frequencies) packed as f32."""
+    def _weight(program: Program, weights: dict, v):
+        """A weight as loaded (a PackedWeight, or a LazyWeight packed at upload: both give dtype,
+        shape, nbytes, part_bytes and packed()), or one of the builder's tables (rope frequencies)
+        packed as f32."""
         if v.name in program.constants:
             return pack_float(np.ascontiguousarray(program.constants[v.name], np.float32), "f32")
         if v.name not in weights:

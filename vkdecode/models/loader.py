@@ -9,6 +9,7 @@ from fusion.ir import Program
 from vkdecode.errors import ContextError, ModelError
 from vkdecode.models import ARCHITECTURES, KV_DTYPES, build_program
 from vkdecode.models.config import ModelArgs
+from vkdecode.models.lazy import LazyWeight
 from vkdecode.models.tokenizer import Tokenizer
 from vkdecode.models.weights import load_weights, loading
 from vkdecode.quant import PackedWeight
@@ -20,24 +21,28 @@ DEFAULT_CTX = 4096
 class LoadedModel:
     args: ModelArgs
     program: Program
-    weights: dict[str, PackedWeight]  # keys = the program's weight value names
+    weights: dict[str, PackedWeight | LazyWeight]  # keys = the program's weight value names
     tokenizer: Tokenizer
     path: str
     ctx: int
     meta: dict = field(default_factory=dict)  # format, notes, source_types (see weights.py)
 
 
-def load_model(path, ctx: int | None = None, sampling: bool = False, kv_dtype: str = "f16") -> LoadedModel:
-    """kv_dtype: the KV cache's storage, f16 (default) or f32."""
+def load_model(
+    path, ctx: int | None = None, sampling: bool = False, kv_dtype: str = "f16", stream: bool = False
+) -> LoadedModel:
+    """kv_dtype: the KV cache's storage, f16 (default) or f32. stream: LazyWeights, each read and
+    packed as it is uploaded (the API's one build: no host copy kept), else PackedWeights that any
+    number of executors can reuse (the bench, the tests, the reference)."""
     path = str(path)
     if kv_dtype not in KV_DTYPES:
         raise ModelError(f"unknown KV cache dtype {kv_dtype!r} (choose from {', '.join(KV_DTYPES)})")
     with loading(path):
-        return _load_model(path, ctx, sampling, kv_dtype)
+        return _load_model(path, ctx, sampling, kv_dtype, stream)
 
 
-def _load_model(path: str, ctx: int | None, sampling: bool, kv_dtype: str) -> LoadedModel:
-    args, weights, meta = load_weights(path)
+def _load_model(path: str, ctx: int | None, sampling: bool, kv_dtype: str, stream: bool) -> LoadedModel:
+    args, weights, meta = load_weights(path, stream)
     if ctx is None:
         ctx = min(DEFAULT_CTX, args.max_position)
     if not 0 < ctx <= args.max_position:

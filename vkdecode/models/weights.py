@@ -1,4 +1,5 @@
-"""Load weights from an HF safetensors directory or a GGUF file into GPU-layout PackedWeights.
+"""Load weights from an HF safetensors directory or a GGUF file into GPU-layout PackedWeights, or
+(stream=True) LazyWeights that read and pack each tensor only when it is uploaded (lazy.py).
 
 Keys of the returned dict are the Program's weight value names (gguf_names.py). Matrices keep
 the dtypes of vkdecode/quant/registry.py as stored (repacked to 32-bit words, quant/blocks.py); bf16 becomes f32; the other IQ* / TQ* / MXFP4 types (no kernel) are dequantized
@@ -8,8 +9,7 @@ to f32 at load and say so in the notes. Norm weights and biases are always 1-D f
 from __future__ import annotations
 
 import contextlib
-import glob
-import json
+import functools
 import math
 import os
 
@@ -20,6 +20,8 @@ from vkdecode.errors import ModelError, VkDecodeError
 from vkdecode.models import ARCHITECTURES, settings
 from vkdecode.models.config import ModelArgs
 from vkdecode.models.gguf_names import expected_shapes, is_norm, source_name
+from vkdecode.models.lazy import LazyWeight, read_bytes
+from vkdecode.models.safetensors_files import read_header, read_tensor, safetensors_index, tensor_dtype
 from vkdecode.quant import DTYPES, PackedWeight, block_elems, pack_float, pack_gguf_blocks
 
 # repacked, matmul and embed read them quantized (the quant dtypes of the registry, as GGUF names them)
@@ -42,16 +44,23 @@ GGUF_DEQUANT = (
 )
 
 
-def load_weights(path) -> tuple[ModelArgs, dict[str, PackedWeight], dict]:
-    """-> (args, weights, meta). meta: format, path, notes (list[str]), source_types
-    (name -> dtype in the file) and, for GGUF, the open `reader` (the tokenizer reuses it)."""
+def load_weights(path, stream: bool = False) -> tuple[ModelArgs, dict, dict]:
+    """-> (args, weights, meta). weights: PackedWeights, all packed now (the tests, the bench and
+    the reference reuse them across executors), or with stream=True LazyWeights that read and pack
+    each tensor when the memory plan uploads it, keeping no host copy. meta: format, path, notes
+    (list[str]), source_types (name -> dtype in the file) and, for GGUF, the open `reader` (the
+    tokenizer reuses it)."""
     path = str(path)
     with loading(path):
         if os.path.isdir(path):
-            return _load_hf(path)
-        if not os.path.exists(path):
+            args, weights, meta = _load_hf(path)
+        elif not os.path.exists(path):
             raise ModelError(f"{path}: no such file or directory")
-        return _load_gguf(path)
+        else:
+            args, weights, meta = _load_gguf(path)
+        if not stream:
+            weights = {name: w.packed() for name, w in weights.items()}
+        return args, weights, meta
 
 
 @contextlib.contextmanager
@@ -99,114 +108,33 @@ def _check_shape(file: str, tensor: str, expected, actual) -> None:
         raise ModelError(f"{file}: tensor {tensor!r} has shape {tuple(actual)}, expected {tuple(expected)}")
 
 
+def _float_dtype(shape: tuple[int, ...], dtype: str) -> str:
+    """f16 stays f16 in a matrix of whole word pairs; vectors and odd in-dims go to f32."""
+    return "f16" if dtype == "f16" and len(shape) == 2 and shape[1] % 2 == 0 else "f32"
+
+
 def _pack(a: np.ndarray, dtype: str) -> PackedWeight:
-    """f32/f16 ndarray -> PackedWeight; vectors and odd in-dims (no f16 word pairs) go to f32."""
-    if a.ndim == 1 or dtype != "f16" or a.shape[1] % 2:
-        return pack_float(np.ascontiguousarray(a, dtype=np.float32), "f32")
-    return pack_float(a, "f16")
+    """f32/f16 ndarray -> PackedWeight (the dtype _float_dtype says)."""
+    return pack_float(a, _float_dtype(a.shape, dtype))
+
+
+def _lazy(path: str, dtype: str, shape, pack) -> LazyWeight:
+    """pack() made when the weight is uploaded, past load_weights: its errors are still the
+    loader's, naming the file (loading())."""
+
+    def make() -> PackedWeight:
+        with loading(path):
+            return pack()
+
+    return LazyWeight(dtype, tuple(shape), make)
 
 
 # ---------------------------------------------------------------- safetensors
 
 
-def _safetensors_index(path: str) -> dict[str, str]:
-    """tensor name -> shard file, from model.safetensors.index.json or the shards' headers."""
-    index = os.path.join(path, "model.safetensors.index.json")
-    if os.path.exists(index):
-        try:
-            with open(index, encoding="utf-8") as f:
-                weight_map = json.load(f)["weight_map"]
-            if not all(isinstance(v, str) for v in weight_map.values()):
-                raise ValueError("weight_map values must be file names")
-            return {k: os.path.join(path, v) for k, v in weight_map.items()}
-        except (OSError, KeyError, TypeError, AttributeError, ValueError) as e:
-            raise ModelError(f"{index}: cannot read the shard index ({type(e).__name__}: {e})") from None
-    files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
-    if not files:
-        raise ModelError(f"{path}: no *.safetensors files in the model directory")
-    out = {}
-    for file in files:
-        for name in _header(file):
-            out[name] = file
-    return out
-
-
-def _header(file: str) -> dict:
-    """The safetensors JSON header (name -> dtype, shape, data_offsets), every entry checked
-    against the file so that reading a tensor later cannot fail on a corrupt header."""
-    try:
-        with open(file, "rb") as f:
-            n = int.from_bytes(f.read(8), "little")
-            size = os.fstat(f.fileno()).st_size
-            if n <= 0 or 8 + n > size:
-                raise ValueError(f"header length {n} does not fit a {size}-byte file")
-            header = json.loads(f.read(n))
-    except (OSError, ValueError, RecursionError) as e:  # RecursionError: deeply nested JSON
-        raise ModelError(f"{file}: not a safetensors file ({type(e).__name__}: {e})") from None
-    if not isinstance(header, dict):
-        raise ModelError(f"{file}: not a safetensors file (the header is a JSON {type(header).__name__})")
-    header.pop("__metadata__", None)
-    for name, h in header.items():
-        _check_entry(file, name, h, 8 + n, size)
-    return {k: dict(v, _base=8 + n) for k, v in header.items()}
-
-
-ST_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
-
-
-def _check_entry(file: str, name: str, h, base: int, size: int) -> None:
-    """One header entry: known fields of the right types, offsets inside the data, and a byte
-    count that matches dtype x shape (else the reshape fails later with a numpy error)."""
-    if not isinstance(h, dict) or not {"dtype", "shape", "data_offsets"} <= set(h):
-        raise ModelError(f"{file}: tensor {name!r}: header entry needs dtype, shape and data_offsets")
-    shape, offs = h["shape"], h["data_offsets"]
-    if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
-        raise ModelError(f"{file}: tensor {name!r} has a bad shape {shape!r}")
-    if not (
-        isinstance(offs, list)
-        and len(offs) == 2
-        and all(type(o) is int for o in offs)
-        and 0 <= offs[0] <= offs[1]
-    ):
-        raise ModelError(f"{file}: tensor {name!r} has bad data_offsets {offs!r}")
-    if base + offs[1] > size:
-        raise ModelError(
-            f"{file}: tensor {name!r} ends at byte {base + offs[1]}, past the end of the file "
-            f"({size} bytes; truncated?)"
-        )
-    np_dt = ST_DTYPES.get(h["dtype"]) if isinstance(h["dtype"], str) else None
-    if (
-        np_dt is not None
-        and offs[1] - offs[0] != int(np.prod(shape, dtype=object)) * np.dtype(np_dt).itemsize
-    ):
-        raise ModelError(
-            f"{file}: tensor {name!r}: {offs[1] - offs[0]} bytes do not hold a {h['dtype']} "
-            f"array of shape {tuple(shape)}"
-        )
-
-
-def _read_tensor(file: str, name: str, header: dict) -> tuple[np.ndarray, str]:
-    """-> (array as f32 or f16, source dtype). bf16 is read raw because numpy has no bfloat16."""
-    h = header[name]
-    dt = h["dtype"]
-    start, end = h["data_offsets"]
-    np_dt = ST_DTYPES.get(dt) if isinstance(dt, str) else None
-    if np_dt is None:
-        raise ModelError(f"{file}: tensor {name!r} has unsupported dtype {dt}")
-    if end == start:  # np.memmap refuses an empty range
-        return np.zeros(h["shape"], np.float32 if dt in ("BF16", "F64") else np_dt), dt
-    raw = np.memmap(file, dtype=np.uint8, mode="r", offset=h["_base"] + start, shape=(end - start,))
-    a = raw.view(np_dt).reshape(h["shape"])
-    if dt == "BF16":
-        a = (a.astype(np.uint32) << 16).view(np.float32)
-    elif dt == "F64":
-        a = a.astype(np.float32)
-    return np.asarray(a), dt
-
-
 def _load_hf(path: str):
     args = ModelArgs.from_hf_config(path)
-    where = _safetensors_index(path)
+    where = safetensors_index(path)
     args = settings.stored_head(args, where)  # transformers 5 keeps a stored lm_head
     _check_layers(path, args, len(where))  # and _check_unused: before reading any data
     _check_unused(path, where, {source_name(n, "hf", args.arch) for n in expected_shapes(args)})
@@ -219,19 +147,25 @@ def _load_hf(path: str):
         if file is None:
             raise ModelError(f"{path}: missing tensor {src!r} (expected shape {shape})")
         if file not in headers:
-            headers[file] = _header(file)
+            headers[file] = read_header(file)
         if src not in headers[file]:
             raise ModelError(f"{file}: missing tensor {src!r} (expected shape {shape})")
-        a, dt = _read_tensor(file, src, headers[file])
-        _check_shape(file, src, shape, a.shape)
-        if plus_one and is_norm(name):
-            # Gemma's RMSNorm computes x * (1 + w) in f32; fold the 1 in once (llama.cpp's
-            # converter does the same, so GGUF gemma3 norms already hold 1 + w)
-            a = a.astype(np.float32) + np.float32(1.0)
-        weights[name] = _pack(a, "f16" if dt == "F16" else "f32")
-        types[name] = dt
+        types[name] = tensor_dtype(file, src, headers[file])
+        _check_shape(file, src, shape, headers[file][src]["shape"])
+        dtype = "f16" if types[name] == "F16" else "f32"
+        pack = functools.partial(_hf_packed, file, src, headers[file], dtype, plus_one and is_norm(name))
+        weights[name] = _lazy(file, _float_dtype(shape, dtype), shape, pack)
     meta = {"format": "safetensors", "path": path, "notes": [], "source_types": types}
     return args, weights, meta
+
+
+def _hf_packed(file: str, src: str, header: dict, dtype: str, plus_one: bool) -> PackedWeight:
+    a = read_tensor(file, src, header)
+    if plus_one:
+        # Gemma's RMSNorm computes x * (1 + w) in f32; fold the 1 in once (llama.cpp's
+        # converter does the same, so GGUF gemma3 norms already hold 1 + w)
+        a = a.astype(np.float32) + np.float32(1.0)
+    return _pack(a, dtype)
 
 
 # ---------------------------------------------------------------- GGUF
@@ -283,23 +217,29 @@ class _Reader(gguf.GGUFReader):
         super()._build_tensors(start_offs, fields)
 
 
-def _gguf_tensor(path: str, t, shape, notes: list[str]) -> PackedWeight:
+def _gguf_tensor(path: str, t, shape, notes: list[str], byte_order: str = "I") -> LazyWeight:
+    """t: the reader's tensor. Its dtype on the device is decided here, from its type and shape;
+    its bytes are read at packing (the returned weight keeps offsets, not the reader's mapping).
+    byte_order: the reader's ("S": a byte-swapped file, whose floats numpy swaps back)."""
     kind = t.tensor_type.name
     # The reader reports ne order (innermost first); the logical shape is the reverse.
     actual = tuple(int(d) for d in reversed(t.shape.tolist()))
     _check_shape(path, t.name, shape, actual)
-    if kind == "F32":
-        return _pack(np.asarray(t.data, dtype=np.float32).reshape(shape), "f32")
-    if kind == "F16":
-        return _pack(np.asarray(t.data).reshape(shape), "f16")
-    if kind in GGUF_KEPT and len(shape) == 2 and shape[1] % block_elems(kind.lower()) == 0:
-        return pack_gguf_blocks(np.asarray(t.data), kind.lower(), shape)
+    read = functools.partial(read_bytes, path, int(t.data_offset), int(t.n_bytes))
+    dtype = kind.lower()
+    if kind in ("F32", "F16"):
+        np_dt = np.dtype(np.float32 if kind == "F32" else np.float16).newbyteorder(byte_order)
+        pack = lambda: _pack(read().view(np_dt).reshape(shape), dtype)
+        return _lazy(path, _float_dtype(shape, dtype), shape, pack)
+    if kind in GGUF_KEPT and len(shape) == 2 and shape[1] % block_elems(dtype) == 0:
+        return _lazy(path, dtype, shape, lambda: pack_gguf_blocks(read(), dtype, shape))
     if kind in GGUF_KEPT or kind in GGUF_DEQUANT:
         if kind != "BF16":
             why = "no native kernel" if kind in GGUF_DEQUANT else f"shape {shape} does not fit its blocks"
             notes.append(f"{t.name}: {kind} dequantized to f32 at load ({why})")
-        a = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
-        return _pack(np.asarray(a, dtype=np.float32).reshape(shape), "f32")
+        qtype = t.tensor_type
+        pack = lambda: _pack(gguf.quants.dequantize(read(), qtype).reshape(shape), "f32")
+        return _lazy(path, "f32", shape, pack)
     raise ModelError(
         f"{path}: tensor {t.name!r} has type {kind}, which is not supported "
         f"(supported: F32, F16, {', '.join(GGUF_KEPT + GGUF_DEQUANT)})"
@@ -324,7 +264,7 @@ def _load_gguf(path: str):
         t = tensors.get(src)
         if t is None:
             raise ModelError(f"{path}: missing tensor {src!r} (expected shape {shape})")
-        weights[name] = _gguf_tensor(path, t, shape, notes)
+        weights[name] = _gguf_tensor(path, t, shape, notes, reader.byte_order)
         types[name] = t.tensor_type.name
     meta = {"format": "gguf", "path": path, "notes": notes, "source_types": types, "reader": reader}
     return args, weights, meta

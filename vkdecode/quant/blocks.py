@@ -38,12 +38,20 @@ ops per unit) rather than widened at load, so device bytes equal file bytes (q6_
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from vkdecode.quant import kquant as quant_k
-from vkdecode.quant.registry import BLOCK, FLOAT_TYPES, GGUF_BLOCK_BYTES, SPLIT_TYPES, WORDS_PER_BLOCK
+from vkdecode.quant.registry import (
+    BLOCK,
+    FLOAT_TYPES,
+    GGUF_BLOCK_BYTES,
+    SPLIT_TYPES,
+    WORDS_PER_BLOCK,
+    row_words,
+)
 
 
 @dataclass
@@ -56,12 +64,29 @@ class PackedWeight:
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.parts.values())
 
+    @property
+    def part_bytes(self) -> dict[str, int]:
+        return {k: a.nbytes for k, a in self.parts.items()}
+
+    def packed(self) -> PackedWeight:
+        """Itself: what the memory plan asks of every weight (models/lazy.py packs on demand)."""
+        return self
+
     def row_bytes(self, part: str) -> int:
         a = self.parts[part]
         return a.nbytes // a.shape[0]
 
     def dequantize(self) -> np.ndarray:
         return dequantize(self)
+
+
+def packed_part_bytes(dtype: str, shape: tuple[int, ...]) -> dict[str, int]:
+    """Bytes of each part a weight of this dtype and shape packs to, known without packing it (the
+    memory plan sizes the device memory from them before a lazy weight is read)."""
+    if dtype not in FLOAT_TYPES:
+        out, n_in = shape
+        return {p: out * row_words(dtype, n_in, p) * 4 for p in ("q", "s")}
+    return {"data": math.prod(shape) * (4 if dtype == "f32" or len(shape) == 1 else 2)}
 
 
 def pack_float(a: np.ndarray, dtype: str) -> PackedWeight:
