@@ -50,7 +50,11 @@ HF_CLASSES = {
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
     "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
+    "qwen3moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
 }
+MOE_ARCHS = ("qwen3moe",)
+# the MoE families on top of SMALL: 8 experts of 32 rows, 2 chosen per token
+MOE = {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
 # Gemma 3 on top of SMALL: a window shorter than the tests' 32 positions, sliding and global
 # layers, rope bases that differ (1e6 global, 1e4 local), a query_pre_attn_scalar != head_dim
 GEMMA3 = {
@@ -181,7 +185,13 @@ def tiny_hf_model(
 
     cfg_cls, model_cls = (getattr(transformers, n) for n in HF_CLASSES[arch])
     cfg = cfg_cls(
-        **{**SMALL, **(GEMMA3 if arch == "gemma3" else {}), "tie_word_embeddings": tied, **overrides}
+        **{
+            **SMALL,
+            **(GEMMA3 if arch == "gemma3" else {}),
+            **(MOE if arch in MOE_ARCHS else {}),
+            "tie_word_embeddings": tied,
+            **overrides,
+        }
     )
     torch.manual_seed(seed)
     model = model_cls(cfg).eval()

@@ -20,26 +20,14 @@ from vkdecode.errors import ModelError, VkDecodeError
 from vkdecode.models import ARCHITECTURES, settings
 from vkdecode.models.config import ModelArgs
 from vkdecode.models.gguf_names import expected_shapes, is_norm, source_name
+from vkdecode.models.moe import hf_sources
 from vkdecode.quant import DTYPES, PackedWeight, block_elems, pack_float, pack_gguf_blocks
 
 # repacked, matmul and embed read them quantized (the quant dtypes of the registry, as GGUF names them)
 GGUF_KEPT = tuple(gguf.GGMLQuantizationType(d.gguf_type).name for d in DTYPES.values() if d.quant)
 # no native kernel: f32 at load, through gguf's dequantize (listed in the load notes)
-GGUF_DEQUANT = (
-    "BF16",
-    "IQ4_XS",
-    "IQ3_S",
-    "IQ3_XXS",
-    "IQ2_S",
-    "IQ2_XS",
-    "IQ2_XXS",
-    "IQ1_M",
-    "IQ1_S",
-    "TQ1_0",
-    "TQ2_0",
-    "MXFP4",
-    "NVFP4",
-)
+GGUF_DEQUANT = ("BF16", "IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS")
+GGUF_DEQUANT += ("IQ1_M", "IQ1_S", "TQ1_0", "TQ2_0", "MXFP4", "NVFP4")
 
 
 def load_weights(path) -> tuple[ModelArgs, dict[str, PackedWeight], dict]:
@@ -100,7 +88,9 @@ def _check_shape(file: str, tensor: str, expected, actual) -> None:
 
 
 def _pack(a: np.ndarray, dtype: str) -> PackedWeight:
-    """f32/f16 ndarray -> PackedWeight; vectors and odd in-dims (no f16 word pairs) go to f32."""
+    """f32/f16 ndarray -> PackedWeight; vectors and odd in-dims (no f16 word pairs) go to f32. Stacked
+    experts (experts, out, in) are packed as their (experts * out, in) rows."""
+    a = a.reshape(-1, a.shape[-1]) if a.ndim == 3 else a
     if a.ndim == 1 or dtype != "f16" or a.shape[1] % 2:
         return pack_float(np.ascontiguousarray(a, dtype=np.float32), "f32")
     return pack_float(a, "f16")
@@ -209,21 +199,22 @@ def _load_hf(path: str):
     where = _safetensors_index(path)
     args = settings.stored_head(args, where)  # transformers 5 keeps a stored lm_head
     _check_layers(path, args, len(where))  # and _check_unused: before reading any data
-    _check_unused(path, where, {source_name(n, "hf", args.arch) for n in expected_shapes(args)})
+    srcs = {n: hf_sources(source_name(n, "hf", args.arch), args.n_experts) for n in expected_shapes(args)}
+    _check_unused(path, where, {s for names in srcs.values() for s in names})
     headers: dict[str, dict] = {}
     weights, types = {}, {}
     plus_one = ARCHITECTURES[args.arch].hf_norms_plus_one
     for name, shape in expected_shapes(args).items():
-        src = source_name(name, "hf", args.arch)
-        file = where.get(src)
-        if file is None:
-            raise ModelError(f"{path}: missing tensor {src!r} (expected shape {shape})")
-        if file not in headers:
-            headers[file] = _header(file)
-        if src not in headers[file]:
-            raise ModelError(f"{file}: missing tensor {src!r} (expected shape {shape})")
-        a, dt = _read_tensor(file, src, headers[file])
-        _check_shape(file, src, shape, a.shape)
+        parts, want = [], shape[1:] if len(shape) == 3 else shape  # 3-D: one tensor per expert
+        for src in srcs[name]:
+            file = where.get(src)
+            if file is not None and file not in headers:
+                headers[file] = _header(file)
+            if file is None or src not in headers[file]:
+                raise ModelError(f"{file or path}: missing tensor {src!r} (expected shape {want})")
+            parts.append(_read_tensor(file, src, headers[file]))
+            _check_shape(file, src, want, parts[-1][0].shape)
+        a, dt = (np.stack([p for p, _ in parts]), parts[0][1]) if len(shape) == 3 else parts[0]
         if plus_one and is_norm(name):
             # Gemma's RMSNorm computes x * (1 + w) in f32; fold the 1 in once (llama.cpp's
             # converter does the same, so GGUF gemma3 norms already hold 1 + w)
@@ -292,8 +283,9 @@ def _gguf_tensor(path: str, t, shape, notes: list[str]) -> PackedWeight:
         return _pack(np.asarray(t.data, dtype=np.float32).reshape(shape), "f32")
     if kind == "F16":
         return _pack(np.asarray(t.data).reshape(shape), "f16")
-    if kind in GGUF_KEPT and len(shape) == 2 and shape[1] % block_elems(kind.lower()) == 0:
-        return pack_gguf_blocks(np.asarray(t.data), kind.lower(), shape)
+    if kind in GGUF_KEPT and len(shape) >= 2 and shape[-1] % block_elems(kind.lower()) == 0:
+        rows = (math.prod(shape[:-1]), shape[-1])  # stacked experts: their rows one after another
+        return pack_gguf_blocks(np.asarray(t.data), kind.lower(), rows)
     if kind in GGUF_KEPT or kind in GGUF_DEQUANT:
         if kind != "BF16":
             why = "no native kernel" if kind in GGUF_DEQUANT else f"shape {shape} does not fit its blocks"

@@ -1,0 +1,74 @@
+"""Mixture-of-experts families: the numpy reference against transformers on tiny random models
+(greedy tokens and logits at every step), and the config keys that are read or refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.helpers.make_models import MOE, SMALL, hf_logits, tiny_hf_model
+from tests.test_reference import PROMPT, PROMPT_IDS, reference_for, rel_err, run_greedy
+from vkdecode.errors import ModelError
+from vkdecode.models.config import ModelArgs
+
+DECODE = 16
+# name -> (family, tiny_hf_model overrides)
+MOE_MODELS = {
+    "qwen3moe": ("qwen3moe", {}),
+    "qwen3moe-norm": ("qwen3moe", {"norm_topk_prob": True}),
+    # layer 0 dense (mlp_only_layers), the rest sparse; decoder_sparse_step 2 makes layer 2 dense too
+    "qwen3moe-mixed": (
+        "qwen3moe",
+        {"mlp_only_layers": [0], "decoder_sparse_step": 2, "num_hidden_layers": 4},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", MOE_MODELS)
+def test_reference_matches_transformers(models_dir, name):
+    family, over = MOE_MODELS[name]
+    d = tiny_hf_model(family, models_dir, **over)
+    tokens, logits = run_greedy(reference_for(d), PROMPT_IDS, DECODE)
+    ref = hf_logits(d, tokens)
+    assert np.abs(ref).max() > 1.0  # logits are not degenerate
+    assert rel_err(logits, ref) <= 1e-4, rel_err(logits, ref)
+    assert list(ref.argmax(axis=1)[PROMPT - 1 : -1]) == tokens[PROMPT:]
+
+
+def qwen3moe(**kw):
+    cfg = {**SMALL, **MOE, "architectures": ["Qwen3MoeForCausalLM"], **kw}
+    return {k: v for k, v in cfg.items() if v is not None}
+
+
+def test_config_read():
+    a = ModelArgs.from_hf_config(qwen3moe(num_hidden_layers=4, decoder_sparse_step=2, mlp_only_layers=[3]))
+    assert (a.arch, a.n_experts, a.n_experts_used, a.expert_ffn, a.norm_topk_prob) == (
+        "qwen3moe",
+        8,
+        2,
+        32,
+        False,
+    )
+    assert a.dense_layers == (0, 2, 3)
+    # transformers 5 writes num_local_experts; router jitter and router logits do not change a decode
+    b = ModelArgs.from_hf_config(
+        qwen3moe(num_experts=None, num_local_experts=4, router_jitter_noise=0.1, output_router_logits=True)
+    )
+    assert b.n_experts == 4
+
+
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        ({"num_experts_per_tok": 9}, "num_experts_per_tok"),
+        ({"num_local_experts": 4}, "disagree"),
+        ({"moe_intermediate_size": None}, "moe_intermediate_size"),
+        ({"shared_expert_intermediate_size": 64}, "shared experts"),
+        ({"decoder_sparse_step": 0}, "decoder_sparse_step"),
+        ({"norm_topk_prob": "yes"}, "norm_topk_prob"),
+        ({"hidden_act": "gelu"}, "hidden_act"),
+    ],
+)
+def test_config_refused(kw, msg):
+    with pytest.raises(ModelError, match=msg):
+        ModelArgs.from_hf_config(qwen3moe(**kw))
