@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.helpers.make_models import tiny_hf_model
 from tests.executors.test_prefill import check_against, exact, prompt, reference_path
+from tests.helpers.make_models import tiny_hf_model, write_gguf
 from tests.helpers.reference_run import greedy_against_reference
 from vkdecode.executors import make_executor
 from vkdecode.executors.decoder import Decoder
@@ -74,3 +74,19 @@ def test_steady_state_has_no_host_work_but_one_submit(device, qwen3moe, mode):
                 0,
                 1,
             )
+
+
+@pytest.mark.parametrize("dtype", ["f16", "q8_0", "q4_0", "q4_k"])
+def test_gguf_weight_dtypes(device, models_dir, dtype):
+    """GGUF qwen3moe (llama.cpp's names, 3-D expert tensors) in the weight dtypes of dense models:
+    fused and unfused against the reference on the same dequantized weights. Hidden 256: K-quant
+    rows are whole 256-element superblocks."""
+    d = tiny_hf_model("qwen3moe", models_dir, norm_topk_prob=True, hidden_size=256, moe_intermediate_size=256)
+    m = load_model(write_gguf(d, models_dir / f"qwen3moe-h256.{dtype}.gguf", dtype), ctx=32)
+    assert m.weights["layers.0.exp_gate"].dtype == dtype and m.args.arch == "qwen3moe"
+    ref = Reference(m.program, m.weights)
+    toks = {}
+    for mode in ("unfused", "fused"):
+        with make_executor(mode, device, m.program, m.weights) as ex:
+            toks[mode] = greedy_against_reference(ex, ref, 12)[0]
+    assert toks["unfused"] == toks["fused"]

@@ -237,10 +237,12 @@ def hf_state(model_dir) -> dict[str, np.ndarray]:
 
 def gguf_source(model_dir, name: str, args) -> np.ndarray:
     """The f32 tensor that write_gguf stores for program weight `name` (llama q/k permuted)."""
-    from vkdecode.models.gguf_names import permute_rows, source_name
+    from vkdecode.models.gguf_names import is_norm, permute_rows, source_name
+    from vkdecode.models.moe import hf_sources
 
-    a = hf_state(model_dir)[source_name(name, "hf", args.arch)]
-    from vkdecode.models.gguf_names import is_norm
+    state = hf_state(model_dir)
+    srcs = hf_sources(source_name(name, "hf", args.arch), args.n_experts)
+    a = np.stack([state[s] for s in srcs]) if len(srcs) > 1 else state[srcs[0]]  # experts: 3-D
 
     if args.arch == "gemma3" and is_norm(name):
         return a + 1.0  # llama.cpp's converter stores Gemma norms as 1 + w
@@ -293,6 +295,10 @@ def write_gguf(
     if metadata.pop(f"{args.arch}.attention.layer_norm_rms_epsilon", 0) is not None:
         w.add_layer_norm_rms_eps(args.rms_eps)
     w.add_vocab_size(args.vocab_size)
+    if args.n_experts:
+        w.add_expert_count(args.n_experts)
+        w.add_expert_used_count(args.n_experts_used)
+        w.add_expert_feed_forward_length(args.expert_ffn)
     if (args.rope_scaling or {}).get("rope_type") == "linear":
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(args.rope_scaling["factor"])
@@ -331,7 +337,8 @@ def write_gguf(
         else:
             dt = mats.get(name, dtype) if dtype == "q4_k_m" or dtype.endswith("_k") else dtype
             qt = gguf.GGMLQuantizationType[dt.upper()]
-            w.add_tensor(gname, quantize_raw(a, dt), raw_dtype=qt)
+            raw = quantize_raw(a.reshape(-1, a.shape[-1]), dt)  # stacked experts: their rows
+            w.add_tensor(gname, raw.reshape(*a.shape[:-1], -1), raw_dtype=qt)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

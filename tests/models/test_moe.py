@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.helpers.make_models import MOE, SMALL, hf_logits, tiny_hf_model
+from tests.helpers.make_models import MOE, SMALL, hf_logits, tiny_hf_model, write_gguf
 from tests.test_reference import PROMPT, PROMPT_IDS, reference_for, rel_err, run_greedy
 from vkdecode.errors import ModelError
 from vkdecode.models.config import ModelArgs
+from vkdecode.models.weights import load_weights
 
 DECODE = 16
 # name -> (family, tiny_hf_model overrides)
@@ -72,3 +73,28 @@ def test_config_read():
 def test_config_refused(kw, msg):
     with pytest.raises(ModelError, match=msg):
         ModelArgs.from_hf_config(qwen3moe(**kw))
+
+
+@pytest.mark.parametrize(
+    "meta,msg",
+    [
+        ({"qwen3moe.expert_gating_func": 2}, "expert_gating_func"),
+        ({"qwen3moe.expert_shared_count": 1}, "expert_shared_count"),
+        ({"qwen3moe.expert_weights_scale": 2.5}, "expert_weights_scale"),
+    ],
+)
+def test_gguf_routing_keys_refused(models_dir, meta, msg):
+    d = tiny_hf_model("qwen3moe", models_dir, norm_topk_prob=True)
+    name = "-".join(f"{k}={v}" for k, v in meta.items())
+    g = write_gguf(d, models_dir / f"qwen3moe-{name}.f32.gguf", "f32", metadata=meta)
+    with pytest.raises(ModelError, match=msg):
+        load_weights(g)
+
+
+def test_gguf_reference_matches_transformers(models_dir):
+    """llama.cpp's qwen3moe (3-D expert tensors, ffn_gate_inp) renormalises the top-k weights."""
+    d = tiny_hf_model("qwen3moe", models_dir, norm_topk_prob=True)
+    g = write_gguf(d, models_dir / "qwen3moe.f32.gguf", "f32")
+    tokens, logits = run_greedy(reference_for(g), PROMPT_IDS, DECODE)
+    ref = hf_logits(d, tokens)
+    assert rel_err(logits, ref) <= 1e-4, rel_err(logits, ref)

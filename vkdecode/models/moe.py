@@ -73,9 +73,23 @@ def hf_fields(cfg: dict, where: str, norm_default: bool = False) -> dict:
     }
 
 
+# GGUF keys (after "{arch}.") that change the routing, with their neutral values
+GGUF_NEUTRAL = {
+    "expert_gating_func": 1,  # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX
+    "expert_weights_scale": 1.0,
+    "expert_shared_count": 0,
+    "expert_group_count": 0,
+}
+
+
 def gguf_fields(key, n_layers: int, hidden: int, heads: int, norm: bool = True) -> dict:
     """The MoE fields of GGUF metadata: every layer sparse (llama.cpp's qwen3moe has no dense ones)."""
     n, used = int(key("expert_count")), int(key("expert_used_count"))
+    # llama.cpp keys of other MoE routers: refused where they differ from a softmax top-k
+    for name, neutral in GGUF_NEUTRAL.items():
+        v = key(name, neutral)
+        if v != neutral:
+            raise ModelError(f"key '{name}' = {v!r} is not supported (softmax top-k routing only)")
     if not 0 < used <= n:
         raise ModelError(f"expert_used_count {used} must be in 1..{n} (expert_count)")
     return {
