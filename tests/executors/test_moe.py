@@ -90,3 +90,20 @@ def test_gguf_weight_dtypes(device, models_dir, dtype):
         with make_executor(mode, device, m.program, m.weights) as ex:
             toks[mode] = greedy_against_reference(ex, ref, 12)[0]
     assert toks["unfused"] == toks["fused"]
+
+
+@pytest.mark.parametrize("family", ["mixtral"])
+def test_other_families_in_every_mode(device, models_dir, family):
+    m = load_model(tiny_hf_model(family, models_dir), ctx=48)
+    ref = Reference(m.program, m.weights)
+    toks = {}
+    for mode in MODES:
+        with make_executor(mode, device, m.program, m.weights) as ex:
+            toks[mode] = greedy_against_reference(ex, ref, STEPS)[0]
+            if mode == "fused":
+                assert MOE_RULES <= {r.rule for r in ex.regions}
+    assert toks["unfused"] == toks["replay-nofuse"] == toks["fused"]
+    with Decoder(make_executor("fused", device, m.program, m.weights, caps=exact(device))) as dec:
+        dec.set_prefill((16, 8, 3))
+        toks = prompt(37)
+        check_against(dec, toks, *reference_path(m, toks), what=family)

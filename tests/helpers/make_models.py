@@ -51,10 +51,13 @@ HF_CLASSES = {
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
     "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
     "qwen3moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
 }
-MOE_ARCHS = ("qwen3moe",)
-# the MoE families on top of SMALL: 8 experts of 32 rows, 2 chosen per token
+MOE_ARCHS = ("qwen3moe", "mixtral")
+# the MoE families on top of SMALL: 8 experts of 32 rows, 2 chosen per token (Mixtral: its experts
+# are intermediate_size wide)
 MOE = {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
+MOE_OVERRIDES = {"mixtral": {"num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 32}}
 # Gemma 3 on top of SMALL: a window shorter than the tests' 32 positions, sliding and global
 # layers, rope bases that differ (1e6 global, 1e4 local), a query_pre_attn_scalar != head_dim
 GEMMA3 = {
@@ -188,7 +191,7 @@ def tiny_hf_model(
         **{
             **SMALL,
             **(GEMMA3 if arch == "gemma3" else {}),
-            **(MOE if arch in MOE_ARCHS else {}),
+            **(MOE_OVERRIDES.get(arch, MOE) if arch in MOE_ARCHS else {}),
             "tie_word_embeddings": tied,
             **overrides,
         }

@@ -22,6 +22,7 @@ MOE_MODELS = {
         "qwen3moe",
         {"mlp_only_layers": [0], "decoder_sparse_step": 2, "num_hidden_layers": 4},
     ),
+    "mixtral": ("mixtral", {}),
 }
 
 
@@ -98,3 +99,11 @@ def test_gguf_reference_matches_transformers(models_dir):
     tokens, logits = run_greedy(reference_for(g), PROMPT_IDS, DECODE)
     ref = hf_logits(d, tokens)
     assert rel_err(logits, ref) <= 1e-4, rel_err(logits, ref)
+
+
+def test_mixtral_config():
+    cfg = {**SMALL, "architectures": ["MixtralForCausalLM"], "num_local_experts": 4, "num_experts_per_tok": 2}
+    a = ModelArgs.from_hf_config({k: v for k, v in cfg.items() if v is not None})
+    assert (a.arch, a.n_experts, a.expert_ffn, a.norm_topk_prob, a.qk_norm) == ("mixtral", 4, 96, True, False)
+    with pytest.raises(ModelError, match="sliding_window"):
+        ModelArgs.from_hf_config({**cfg, "bos_token_id": 1, "sliding_window": 4096})

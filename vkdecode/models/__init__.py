@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from vkdecode.models import gemma3, llama, qwen2, qwen3, qwen3moe
+from vkdecode.models import gemma3, llama, mixtral, qwen2, qwen3, qwen3moe
 from vkdecode.models.arch import Architecture
 from vkdecode.options import KV_DTYPES
 
@@ -18,6 +18,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         qwen3.ARCHITECTURE,
         gemma3.ARCHITECTURE,
         qwen3moe.ARCHITECTURE,
+        mixtral.ARCHITECTURE,
     )
 }
 
