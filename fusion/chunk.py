@@ -29,7 +29,7 @@ from fusion.ir import Program
 
 ROW_KINDS = {"embed", "matmul", "rope", "kv_write", "attention", "argmax"}
 # the MoE ops are shape-generic: a chunk's T rows are T times the slots (fusion/ir.py)
-FLAT_KINDS = {"rms_norm", "silu_mul", "gelu_mul", "add", "moe_topk", "moe_matmul", "moe_sum"}
+FLAT_KINDS = {"rms_norm", "silu_mul", "gelu_mul", "add", "moe_topk", "moe_matmul", "moe_sum", "sigmoid_scale"}
 TOKENS = "chunk_tokens"
 
 

@@ -40,6 +40,8 @@ Mixture of experts (shape-generic: a prompt chunk's T rows are just more rows / 
              x row (s // (S / X)) (X = 1: every slot reads the same x; X = S: one x per slot)
   moe_sum    (y[S*n], weights[S])                       -> out[R*n]  out row r = sum over its
              S / R slots j of weights[j] * y_j (the experts' weighted sum)
+  sigmoid_scale (g[R], y[R*n])                          -> out[R*n]  out row r = sigmoid(g[r]) * y_r
+             (Qwen2-MoE's gated shared expert)
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ ARITY = {  # kind -> (number of inputs, number of outputs)
     "moe_topk": (1, 2),
     "moe_matmul": (3, 1),
     "moe_sum": (2, 1),
+    "sigmoid_scale": (2, 1),
 }
 
 
@@ -141,6 +142,9 @@ def _check_shapes(p, op, fail) -> None:
         need(outs[0].shape == (r * h * d,), f"output {outs[0].shape} != ({r * h * d},)")
         need("scale" in a, "missing attr scale")
         need(int(a.get("window", 0)) >= 0, f"window {a.get('window')} must be >= 0")
+    elif k == "sigmoid_scale":
+        g, y = ins
+        need(y.numel % g.numel == 0 and outs[0].shape == y.shape, f"{y.name} {y.shape} is not {g.numel} rows")
     elif k.startswith("moe_"):
         _check_moe(op, ins, outs, need)
     elif k in ("argmax", "sample"):

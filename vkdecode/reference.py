@@ -71,6 +71,9 @@ def _moe(op: Op, program: Program, ins: list, dt) -> list:
         xs = ins[1].reshape(-1, w.shape[2])
         per = ids.size // xs.shape[0]  # slots that read one x row
         return [np.concatenate([w[e] @ xs[s // per] for s, e in enumerate(ids)])]
+    if op.kind == "sigmoid_scale":
+        g, y = ins
+        return [(y.reshape(g.size, -1) / (dt(1) + np.exp(-g))[:, None]).reshape(-1)]
     y, w = ins
     n = y.size // w.size
     rows = program.values[op.outputs[0]].numel // n
@@ -169,7 +172,7 @@ def run_op(op: Op, program: Program, env: dict, dtype=np.float32) -> dict[str, n
         out = [dt(0.5) * g * (dt(1) + np.tanh(c * (g + dt(0.044715) * g * g * g))) * u]
     elif k == "argmax":
         out = [np.array([np.argmax(ins[0])], dtype=np.uint32)]
-    elif k.startswith("moe_"):
+    elif k.startswith("moe_") or k == "sigmoid_scale":
         out = _moe(op, program, ins, dt)
     elif k == "sample":
         from vkdecode.sampling import sample_logits

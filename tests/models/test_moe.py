@@ -23,6 +23,8 @@ MOE_MODELS = {
         {"mlp_only_layers": [0], "decoder_sparse_step": 2, "num_hidden_layers": 4},
     ),
     "mixtral": ("mixtral", {}),
+    "qwen2moe": ("qwen2moe", {}),
+    "qwen2moe-norm-mixed": ("qwen2moe", {"norm_topk_prob": True, "decoder_sparse_step": 2}),
 }
 
 
@@ -107,3 +109,16 @@ def test_mixtral_config():
     assert (a.arch, a.n_experts, a.expert_ffn, a.norm_topk_prob, a.qk_norm) == ("mixtral", 4, 96, True, False)
     with pytest.raises(ModelError, match="sliding_window"):
         ModelArgs.from_hf_config({**cfg, "bos_token_id": 1, "sliding_window": 4096})
+
+
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        ({"qkv_bias": False}, "qkv_bias"),
+        ({"shared_expert_intermediate_size": 0}, "shared_expert_intermediate_size"),
+    ],
+)
+def test_qwen2moe_refused(kw, msg):
+    cfg = {**SMALL, **MOE, "architectures": ["Qwen2MoeForCausalLM"], "shared_expert_intermediate_size": 48}
+    with pytest.raises(ModelError, match=msg):
+        ModelArgs.from_hf_config({k: v for k, v in {**cfg, **kw}.items() if v is not None})

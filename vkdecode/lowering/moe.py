@@ -98,6 +98,16 @@ def moe_sum(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     return [KernelCall("moe_sum", spec, b, (2,), flat_groups(-(-n * rows // wg)), label=out)]
 
 
+def sigmoid_scale(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
+    g, y = op.inputs
+    out = op.outputs[0]
+    n = p.values[y].numel
+    wg = wg_size(caps, n)
+    b = (Binding(g), Binding(y), Binding(out))
+    spec = (wg, n, n // p.values[g].numel)
+    return [KernelCall("sigmoid_scale", spec, b, (2,), flat_groups(-(-n // wg)), label=out)]
+
+
 # ---------------------------------------------------------------- fused regions
 
 

@@ -248,6 +248,7 @@ BUILDERS = {
     "moe_topk": moe.moe_topk,
     "moe_matmul": moe.moe_matmul,
     "moe_sum": moe.moe_sum,
+    "sigmoid_scale": moe.sigmoid_scale,
 }
 
 

@@ -62,6 +62,7 @@ class ModelArgs:
     expert_ffn: int = 0
     norm_topk_prob: bool = False
     dense_layers: tuple[int, ...] = ()
+    shared_expert_ffn: int = 0  # Qwen2-MoE's gated shared expert (0: none)
 
     def __post_init__(self):
         if self.arch not in ARCHS:

@@ -45,14 +45,17 @@ def _int_key(cfg: dict, names: tuple[str, ...], where: str) -> int:
     return v
 
 
-def hf_fields(cfg: dict, where: str, norm_default: bool = False) -> dict:
-    """The MoE fields of an HF config.json (Qwen3-MoE's keys; transformers' defaults where absent).
-    Keys that would change the math and are not implemented are refused, naming the key."""
+def hf_fields(cfg: dict, where: str, shared: bool = False) -> dict:
+    """The MoE fields of an HF config.json (Qwen3-MoE's keys; with `shared`, Qwen2-MoE's gated shared
+    expert). Keys that would change the math and are not implemented are refused, naming the key."""
     n = _int_key(cfg, ("num_experts", "num_local_experts"), where)
     used = _int_key(cfg, ("num_experts_per_tok",), where)
     if not 0 < used <= n:
         raise ModelError(f"{where}: key 'num_experts_per_tok' = {used} must be in 1..{n} (num_experts)")
-    for key in ("shared_expert_intermediate_size", "n_shared_experts", "num_shared_experts"):
+    shared_ffn = _int_key(cfg, ("shared_expert_intermediate_size",), where) if shared else 0
+    if shared and not shared_ffn:
+        raise ModelError(f"{where}: key 'shared_expert_intermediate_size' = 0 is not supported")
+    for key in ("shared_expert_intermediate_size", "n_shared_experts", "num_shared_experts")[shared:]:
         if cfg.get(key):
             raise ModelError(f"{where}: key {key!r} = {cfg[key]!r} (shared experts) is not supported")
     step = cfg.get("decoder_sparse_step", 1)
@@ -68,8 +71,9 @@ def hf_fields(cfg: dict, where: str, norm_default: bool = False) -> dict:
         "n_experts": n,
         "n_experts_used": used,
         "expert_ffn": _int_key(cfg, ("moe_intermediate_size",), where),
-        "norm_topk_prob": settings.flag(cfg, "norm_topk_prob", norm_default, where),
+        "norm_topk_prob": settings.flag(cfg, "norm_topk_prob", False, where),
         "dense_layers": dense,
+        "shared_expert_ffn": shared_ffn,
     }
 
 
@@ -107,8 +111,11 @@ class MoeMixin:
     def ffn_shapes(cls, args, i: int) -> dict[str, tuple[int, ...]]:
         if not is_moe(args, i):
             return super().ffn_shapes(args, i)
-        h, e, f = args.hidden_size, args.n_experts, args.expert_ffn
-        return {"router": (e, h), "exp_gate": (e, f, h), "exp_up": (e, f, h), "exp_down": (e, h, f)}
+        h, e, f, fs = args.hidden_size, args.n_experts, args.expert_ffn, args.shared_expert_ffn
+        shapes = {"router": (e, h), "exp_gate": (e, f, h), "exp_up": (e, f, h), "exp_down": (e, h, f)}
+        if fs:
+            shapes.update(shexp_gate=(fs, h), shexp_up=(fs, h), shexp_down=(h, fs), shexp_gate_inp=(1, h))
+        return shapes
 
     def ffn(self, i: int, h2: str) -> str:
         a, L = self.args, f"layers.{i}."
@@ -127,6 +134,23 @@ class MoeMixin:
         self.p.op("silu_mul", [g, u], [act])
         d = self.act(L + "exp_out", k * a.hidden_size)
         self.p.op("moe_matmul", [L + "exp_down", act, ids], [d])
-        out = self.act(L + "ffn_out", a.hidden_size)
+        out = self.act(L + "experts_out", a.hidden_size)
         self.p.op("moe_sum", [d, weights], [out])
+        return (
+            self.add(L + "ffn_out", out, self.shared_expert(i, h2), a.hidden_size)
+            if a.shared_expert_ffn
+            else out
+        )
+
+    def shared_expert(self, i: int, h2: str) -> str:
+        """Qwen2-MoE's shared expert: a SwiGLU MLP every token runs, scaled by sigmoid(gate . h2)."""
+        a, L = self.args, f"layers.{i}."
+        g = self.matmul(L + "shexp_g", L + "shexp_gate", h2)
+        u = self.matmul(L + "shexp_u", L + "shexp_up", h2)
+        act = self.act(L + "shexp_act", a.shared_expert_ffn)
+        self.p.op("silu_mul", [g, u], [act])
+        d = self.matmul(L + "shexp_out", L + "shexp_down", act)
+        gate = self.matmul(L + "shexp_gate_logit", L + "shexp_gate_inp", h2)
+        out = self.act(L + "shexp_scaled", a.hidden_size)
+        self.p.op("sigmoid_scale", [gate, d], [out])
         return out
