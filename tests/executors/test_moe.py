@@ -92,7 +92,7 @@ def test_gguf_weight_dtypes(device, models_dir, dtype):
     assert toks["unfused"] == toks["fused"]
 
 
-@pytest.mark.parametrize("family", ["mixtral", "qwen2moe"])
+@pytest.mark.parametrize("family", ["mixtral", "qwen2moe", "olmoe"])
 def test_other_families_in_every_mode(device, models_dir, family):
     m = load_model(tiny_hf_model(family, models_dir), ctx=48)
     ref = Reference(m.program, m.weights)

@@ -25,6 +25,8 @@ MOE_MODELS = {
     "mixtral": ("mixtral", {}),
     "qwen2moe": ("qwen2moe", {}),
     "qwen2moe-norm-mixed": ("qwen2moe", {"norm_topk_prob": True, "decoder_sparse_step": 2}),
+    "olmoe": ("olmoe", {}),
+    "olmoe-norm-bias": ("olmoe", {"norm_topk_prob": True, "attention_bias": True}),
 }
 
 
@@ -122,3 +124,9 @@ def test_qwen2moe_refused(kw, msg):
     cfg = {**SMALL, **MOE, "architectures": ["Qwen2MoeForCausalLM"], "shared_expert_intermediate_size": 48}
     with pytest.raises(ModelError, match=msg):
         ModelArgs.from_hf_config({k: v for k, v in {**cfg, **kw}.items() if v is not None})
+
+
+def test_olmoe_clip_qkv_refused():
+    cfg = {**SMALL, "architectures": ["OlmoeForCausalLM"], "num_experts": 8, "num_experts_per_tok": 2}
+    with pytest.raises(ModelError, match="clip_qkv"):
+        ModelArgs.from_hf_config({k: v for k, v in {**cfg, "clip_qkv": 8.0}.items() if v is not None})

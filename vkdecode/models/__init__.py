@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from vkdecode.models import gemma3, llama, mixtral, qwen2, qwen2moe, qwen3, qwen3moe
+from vkdecode.models import gemma3, llama, mixtral, olmoe, qwen2, qwen2moe, qwen3, qwen3moe
 from vkdecode.models.arch import Architecture
 from vkdecode.options import KV_DTYPES
 
@@ -20,6 +20,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         qwen3moe.ARCHITECTURE,
         mixtral.ARCHITECTURE,
         qwen2moe.ARCHITECTURE,
+        olmoe.ARCHITECTURE,
     )
 }
 

@@ -7,6 +7,7 @@ there (config_audit's expert_count), not read as a dense Llama.
 
 from __future__ import annotations
 
+from vkdecode.errors import ModelError
 from vkdecode.models import moe
 from vkdecode.models.arch import Architecture
 from vkdecode.models.llama import Builder
@@ -28,7 +29,7 @@ def hf_fields(cfg: dict, where: str) -> dict:
     fields = moe.hf_fields({**cfg, "moe_intermediate_size": cfg.get("intermediate_size")}, where)
     for key in ("decoder_sparse_step", "mlp_only_layers", "norm_topk_prob"):
         if cfg.get(key) not in (None, [], 1, True):  # keys of other MoE families
-            raise moe.ModelError(f"{where}: key {key!r} = {cfg[key]!r} is not a Mixtral setting")
+            raise ModelError(f"{where}: key {key!r} = {cfg[key]!r} is not a Mixtral setting")
     return {**fields, "norm_topk_prob": True}
 
 
