@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tests.executors.test_prefill import check_against, exact, prompt, reference_path
+from tests.executors.test_speculative import plain_tokens, spec_tokens
 from tests.helpers.make_models import tiny_hf_model, write_gguf
 from tests.helpers.reference_run import greedy_against_reference
 from vkdecode.executors import make_executor
@@ -107,3 +108,15 @@ def test_other_families_in_every_mode(device, models_dir, family):
         dec.set_prefill((16, 8, 3))
         toks = prompt(37)
         check_against(dec, toks, *reference_path(m, toks), what=family)
+
+
+def test_speculative_verify_steps_equal_plain_decode(device, models_dir):
+    """Verify steps (the chunk program with every row's logits) run the MoE ops per row too."""
+    m = load_model(tiny_hf_model("qwen3moe", models_dir, norm_topk_prob=True), ctx=96)
+    toks = [int(t) for t in np.random.default_rng(7).integers(3, 290, 8)] * 3
+    with Decoder(make_executor("fused", device, m.program, m.weights)) as dec:
+        dec.set_prefill((8,))
+        plain = plain_tokens(dec, toks, 30)
+        dec.set_speculative(4, always_verify=True)
+        assert spec_tokens(dec, toks, 30) == plain
+        assert dec.speculative.stats.verify_steps > 0
