@@ -120,3 +120,13 @@ def test_speculative_verify_steps_equal_plain_decode(device, models_dir):
         dec.set_speculative(4, always_verify=True)
         assert spec_tokens(dec, toks, 30) == plain
         assert dec.speculative.stats.verify_steps > 0
+
+
+def test_mixtral_gguf_as_llama(device, models_dir):
+    """llama.cpp's Mixtral (a `llama` GGUF with experts, q/k rows permuted) in q8_0, fused."""
+    d = tiny_hf_model("mixtral", models_dir)
+    m = load_model(write_gguf(d, models_dir / "mixtral-as-llama.q8_0.gguf", "q8_0", arch="llama"), ctx=32)
+    assert m.args.arch == "llama" and m.weights["layers.0.exp_down"].dtype == "q8_0"
+    with make_executor("fused", device, m.program, m.weights) as ex:
+        assert MOE_RULES <= {r.rule for r in ex.regions}
+        greedy_against_reference(ex, Reference(m.program, m.weights), 12)

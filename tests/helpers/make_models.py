@@ -255,9 +255,10 @@ def gguf_source(model_dir, name: str, args) -> np.ndarray:
 
     if args.arch == "gemma3" and is_norm(name):
         return a + 1.0  # llama.cpp's converter stores Gemma norms as 1 + w
-    if args.arch == "llama" and name.rsplit(".", 1)[-1] in ("wq", "bq"):
+    pairs = args.arch in ("llama", "mixtral")  # llama.cpp writes Mixtral as `llama`: q/k permuted
+    if pairs and name.rsplit(".", 1)[-1] in ("wq", "bq"):
         a = permute_rows(a, args.n_heads)
-    elif args.arch == "llama" and name.rsplit(".", 1)[-1] in ("wk", "bk"):
+    elif pairs and name.rsplit(".", 1)[-1] in ("wk", "bk"):
         a = permute_rows(a, args.n_kv_heads)
     return a
 

@@ -130,3 +130,13 @@ def test_olmoe_clip_qkv_refused():
     cfg = {**SMALL, "architectures": ["OlmoeForCausalLM"], "num_experts": 8, "num_experts_per_tok": 2}
     with pytest.raises(ModelError, match="clip_qkv"):
         ModelArgs.from_hf_config({k: v for k, v in {**cfg, "clip_qkv": 8.0}.items() if v is not None})
+
+
+def test_mixtral_gguf_as_llama_matches_transformers(models_dir):
+    """llama.cpp writes Mixtral as general.architecture `llama` with expert counts (q/k permuted)."""
+    d = tiny_hf_model("mixtral", models_dir)
+    g = write_gguf(d, models_dir / "mixtral-as-llama.f32.gguf", "f32", arch="llama")
+    args = load_weights(g)[0]
+    assert (args.arch, args.n_experts, args.expert_ffn, args.rope_layout) == ("llama", 8, 32, "pairs")
+    tokens, logits = run_greedy(reference_for(g), PROMPT_IDS, DECODE)
+    assert rel_err(logits, hf_logits(d, tokens)) <= 1e-4

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from fusion.ir import STEP_WORDS, Program
-from vkdecode.models import rope
+from vkdecode.models import moe, rope
 from vkdecode.models.arch import Architecture
 
 
@@ -204,12 +204,26 @@ class Builder:
         return self.p.verify()
 
 
+class LlamaBuilder(moe.MoeMixin, Builder):
+    """Llama, and Mixtral as llama.cpp writes it: a GGUF `llama` with expert counts (MoE layers)."""
+
+
+def _gguf_fields(key, n_layers: int, hidden: int, heads: int) -> dict:
+    # llama.cpp's llama MoE: experts of feed_forward_length, the top-k weights always renormalised
+    if not key("expert_count", 0):
+        return {}
+    return moe.gguf_fields(key, n_layers, hidden, heads, ffn_default=key("feed_forward_length"))
+
+
 ARCHITECTURE = Architecture(
     "llama",
-    Builder,
+    LlamaBuilder,
     ("LlamaForCausalLM",),
     ("llama",),
     mlp_bias=True,
     hf_defaults={"max_position_embeddings": 2048},
     gguf_rope_layout="pairs",
+    gguf_implemented=frozenset({"expert_count", "expert_used_count"}),
+    gguf_fields=_gguf_fields,
+    layer_names=moe.MOE_NAMES,
 )

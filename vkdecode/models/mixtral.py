@@ -1,8 +1,8 @@
 """Mixtral (HF `MixtralForCausalLM`): Llama's attention (no q/k norm, no biases) and the MoE FFN of
 models/moe.py: softmax router over num_local_experts, top num_experts_per_tok, weights always
 renormalised (softmax over the top-k logits), experts of intermediate_size. Router jitter noise
-only applies in training. llama.cpp writes Mixtral GGUFs as `llama` with expert counts: refused
-there (config_audit's expert_count), not read as a dense Llama.
+only applies in training. llama.cpp writes Mixtral GGUFs as `llama` with expert counts: llama.py
+reads those (its LlamaBuilder has the same MoE hooks).
 """
 
 from __future__ import annotations

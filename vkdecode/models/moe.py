@@ -67,10 +67,13 @@ def hf_fields(cfg: dict, where: str, shared: bool = False) -> dict:
     layers = int(cfg.get("num_hidden_layers", 0))
     # transformers' Qwen3-MoE: a layer is sparse iff not in mlp_only_layers and (i + 1) % step == 0
     dense = tuple(i for i in range(layers) if i in only or (i + 1) % step)
+    ffn = _int_key(cfg, ("moe_intermediate_size",), where)
+    if not ffn:
+        raise ModelError(f"{where}: key 'moe_intermediate_size' = 0 (experts without rows) is not supported")
     return {
         "n_experts": n,
         "n_experts_used": used,
-        "expert_ffn": _int_key(cfg, ("moe_intermediate_size",), where),
+        "expert_ffn": ffn,
         "norm_topk_prob": settings.flag(cfg, "norm_topk_prob", False, where),
         "dense_layers": dense,
         "shared_expert_ffn": shared_ffn,
@@ -86,7 +89,7 @@ GGUF_NEUTRAL = {
 }
 
 
-def gguf_fields(key, n_layers: int, hidden: int, heads: int, norm: bool = True) -> dict:
+def gguf_fields(key, n_layers: int, hidden: int, heads: int, ffn_default=None) -> dict:
     """The MoE fields of GGUF metadata: every layer sparse (llama.cpp's qwen3moe has no dense ones)."""
     n, used = int(key("expert_count")), int(key("expert_used_count"))
     # llama.cpp keys of other MoE routers: refused where they differ from a softmax top-k
@@ -99,8 +102,8 @@ def gguf_fields(key, n_layers: int, hidden: int, heads: int, norm: bool = True) 
     return {
         "n_experts": n,
         "n_experts_used": used,
-        "expert_ffn": int(key("expert_feed_forward_length")),
-        "norm_topk_prob": bool(key("expert_weights_norm", norm)),
+        "expert_ffn": int(key("expert_feed_forward_length", ffn_default)),
+        "norm_topk_prob": bool(key("expert_weights_norm", True)),
     }
 
 
