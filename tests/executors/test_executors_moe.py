@@ -93,9 +93,19 @@ def test_gguf_weight_dtypes(device, models_dir, dtype):
     assert toks["unfused"] == toks["fused"]
 
 
-@pytest.mark.parametrize("family", ["mixtral", "qwen2moe", "olmoe"])
+FAMILIES = {
+    "mixtral": ("mixtral", {}),
+    "qwen2moe": ("qwen2moe", {}),
+    "olmoe": ("olmoe", {}),
+    # a dense layer 0 (mlp_only_layers) before the sparse ones
+    "qwen3moe-mixed": ("qwen3moe", {"mlp_only_layers": [0], "num_hidden_layers": 3}),
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_other_families_in_every_mode(device, models_dir, family):
-    m = load_model(tiny_hf_model(family, models_dir), ctx=48)
+    arch, over = FAMILIES[family]
+    m = load_model(tiny_hf_model(arch, models_dir, **over), ctx=48)
     ref = Reference(m.program, m.weights)
     toks = {}
     for mode in MODES:
