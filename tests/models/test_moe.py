@@ -140,3 +140,11 @@ def test_mixtral_gguf_as_llama_matches_transformers(models_dir):
     assert (args.arch, args.n_experts, args.expert_ffn, args.rope_layout) == ("llama", 8, 32, "pairs")
     tokens, logits = run_greedy(reference_for(g), PROMPT_IDS, DECODE)
     assert rel_err(logits, hf_logits(d, tokens)) <= 1e-4
+
+
+def test_olmoe_gguf_matches_transformers(models_dir):
+    d = tiny_hf_model("olmoe", models_dir)
+    g = write_gguf(d, models_dir / "olmoe.f32.gguf", "f32")
+    assert load_weights(g)[0].n_experts == 8
+    tokens, logits = run_greedy(reference_for(g), PROMPT_IDS, DECODE)
+    assert rel_err(logits, hf_logits(d, tokens)) <= 1e-4

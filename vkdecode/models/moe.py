@@ -89,7 +89,7 @@ GGUF_NEUTRAL = {
 }
 
 
-def gguf_fields(key, n_layers: int, hidden: int, heads: int, ffn_default=None) -> dict:
+def gguf_fields(key, n_layers: int, hidden: int, heads: int, ffn_default=None, norm: bool = True) -> dict:
     """The MoE fields of GGUF metadata: every layer sparse (llama.cpp's qwen3moe has no dense ones)."""
     n, used = int(key("expert_count")), int(key("expert_used_count"))
     # llama.cpp keys of other MoE routers: refused where they differ from a softmax top-k
@@ -103,7 +103,7 @@ def gguf_fields(key, n_layers: int, hidden: int, heads: int, ffn_default=None) -
         "n_experts": n,
         "n_experts_used": used,
         "expert_ffn": int(key("expert_feed_forward_length", ffn_default)),
-        "norm_topk_prob": bool(key("expert_weights_norm", True)),
+        "norm_topk_prob": bool(key("expert_weights_norm", norm)),
     }
 
 

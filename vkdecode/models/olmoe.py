@@ -1,7 +1,7 @@
 """OLMoE (HF `OlmoeForCausalLM`): Llama's attention with an RMSNorm over the whole q and the whole k
 projection (not per head: weights of q_dim and kv_dim, the rms_norm op's whole-vector form) and the
 MoE FFN of models/moe.py with experts of intermediate_size, renormalised if norm_topk_prob.
-clip_qkv (clamping q, k, v) is refused.
+clip_qkv (clamping q, k, v) is refused. GGUF `olmoe` as llama.cpp reads it (never renormalised).
 """
 
 from __future__ import annotations
@@ -30,6 +30,11 @@ def hf_fields(cfg: dict, where: str) -> dict:
     return moe.hf_fields({**cfg, "moe_intermediate_size": cfg.get("intermediate_size")}, where)
 
 
+def gguf_fields(key, n_layers: int, hidden: int, heads: int) -> dict:
+    # llama.cpp's olmoe: experts of feed_forward_length, top-k weights not renormalised
+    return moe.gguf_fields(key, n_layers, hidden, heads, ffn_default=key("feed_forward_length"), norm=False)
+
+
 ARCHITECTURE = Architecture(
     "olmoe",
     OlmoeBuilder,
@@ -38,5 +43,7 @@ ARCHITECTURE = Architecture(
     qk_norm=True,
     hf_defaults={"max_position_embeddings": 4096},  # OlmoeConfig's
     hf_fields=hf_fields,
+    gguf_implemented=frozenset({"expert_count", "expert_used_count"}),
+    gguf_fields=gguf_fields,
     layer_names=moe.MOE_NAMES,
 )
