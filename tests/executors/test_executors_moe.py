@@ -132,11 +132,14 @@ def test_speculative_verify_steps_equal_plain_decode(device, models_dir):
         assert dec.speculative.stats.verify_steps > 0
 
 
-def test_mixtral_gguf_as_llama(device, models_dir):
-    """llama.cpp's Mixtral (a `llama` GGUF with experts, q/k rows permuted) in q8_0, fused."""
-    d = tiny_hf_model("mixtral", models_dir)
-    m = load_model(write_gguf(d, models_dir / "mixtral-as-llama.q8_0.gguf", "q8_0", arch="llama"), ctx=32)
-    assert m.args.arch == "llama" and m.weights["layers.0.exp_down"].dtype == "q8_0"
+@pytest.mark.parametrize("family,arch", [("mixtral", "llama"), ("qwen2moe", "qwen2moe"), ("olmoe", "olmoe")])
+def test_other_families_gguf_q8_0(device, models_dir, family, arch):
+    """GGUF as llama.cpp writes it (Mixtral as a `llama` with experts, q/k rows permuted) in q8_0
+    (Qwen2-MoE's shared expert 64 wide: whole q8_0 blocks)."""
+    over = {"shared_expert_intermediate_size": 64} if family == "qwen2moe" else {}
+    d = tiny_hf_model(family, models_dir, **over)
+    m = load_model(write_gguf(d, models_dir / f"{family}-gpu.q8_0.gguf", "q8_0", arch=arch), ctx=32)
+    assert m.args.arch == arch and m.weights["layers.0.exp_down"].dtype == "q8_0"
     with make_executor("fused", device, m.program, m.weights) as ex:
         assert MOE_RULES <= {r.rule for r in ex.regions}
         greedy_against_reference(ex, Reference(m.program, m.weights), 12)

@@ -309,6 +309,8 @@ def write_gguf(
         w.add_expert_count(args.n_experts)
         w.add_expert_used_count(args.n_experts_used)
         w.add_expert_feed_forward_length(args.expert_ffn)
+        if args.shared_expert_ffn:
+            w.add_expert_shared_feed_forward_length(args.shared_expert_ffn)
     if (args.rope_scaling or {}).get("rope_type") == "linear":
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(args.rope_scaling["factor"])
@@ -330,6 +332,8 @@ def write_gguf(
     mats = weight_dtypes(args, dtype) if dtype not in ("f32", "f16") else {}
     names = {source_name(n, "gguf", args.arch): n for n in expected_shapes(args)}
     tensors = {g: gguf_source(model_dir, n, args) for g, n in names.items()}
+    for g in [g for g in tensors if g.endswith("ffn_gate_inp_shexp.weight")]:
+        tensors[g] = tensors[g].reshape(-1)  # llama.cpp stores the shared-expert gate as a vector
     if (args.rope_scaling or {}).get("rope_type") == "llama3":
         tensors["rope_freqs.weight"] = llama3_rope_factors(args)
     for gname, a in (extra_tensors or {}).items():

@@ -148,3 +148,12 @@ def test_olmoe_gguf_matches_transformers(models_dir):
     assert load_weights(g)[0].n_experts == 8
     tokens, logits = run_greedy(reference_for(g), PROMPT_IDS, DECODE)
     assert rel_err(logits, hf_logits(d, tokens)) <= 1e-4
+
+
+def test_qwen2moe_gguf_matches_transformers(models_dir):
+    """llama.cpp's qwen2moe: the shared-expert gate stored as a vector, top-k not renormalised."""
+    d = tiny_hf_model("qwen2moe", models_dir)
+    g = write_gguf(d, models_dir / "qwen2moe.f32.gguf", "f32")
+    assert load_weights(g)[0].shared_expert_ffn == 48
+    tokens, logits = run_greedy(reference_for(g), PROMPT_IDS, DECODE)
+    assert rel_err(logits, hf_logits(d, tokens)) <= 1e-4

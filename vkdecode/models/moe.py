@@ -89,12 +89,16 @@ GGUF_NEUTRAL = {
 }
 
 
-def gguf_fields(key, n_layers: int, hidden: int, heads: int, ffn_default=None, norm: bool = True) -> dict:
+def gguf_fields(
+    key, n_layers: int, hidden: int, heads: int, ffn_default=None, norm: bool = True, shared: bool = False
+) -> dict:
     """The MoE fields of GGUF metadata: every layer sparse (llama.cpp's qwen3moe has no dense ones)."""
     n, used = int(key("expert_count")), int(key("expert_used_count"))
     # llama.cpp keys of other MoE routers: refused where they differ from a softmax top-k
     for name, neutral in GGUF_NEUTRAL.items():
         v = key(name, neutral)
+        if shared and name == "expert_shared_count" and v == 1:  # the one gated shared expert
+            continue
         if v != neutral:
             raise ModelError(f"key '{name}' = {v!r} is not supported (softmax top-k routing only)")
     if not 0 < used <= n:
@@ -104,6 +108,7 @@ def gguf_fields(key, n_layers: int, hidden: int, heads: int, ffn_default=None, n
         "n_experts_used": used,
         "expert_ffn": int(key("expert_feed_forward_length", ffn_default)),
         "norm_topk_prob": bool(key("expert_weights_norm", norm)),
+        "shared_expert_ffn": int(key("expert_shared_feed_forward_length")) if shared else 0,
     }
 
 

@@ -1,7 +1,7 @@
 """Qwen2-MoE (HF `Qwen2MoeForCausalLM`): Qwen2's attention (q/k/v biases) and the MoE FFN of
 models/moe.py plus a shared expert every token runs, scaled by sigmoid(shared_expert_gate . h)
 (sigmoid_scale) and added to the experts' weighted sum. norm_topk_prob (default false),
-decoder_sparse_step and mlp_only_layers as Qwen3-MoE.
+decoder_sparse_step and mlp_only_layers as Qwen3-MoE (HF only: GGUF layers are all sparse).
 """
 
 from __future__ import annotations
@@ -30,6 +30,11 @@ def hf_fields(cfg: dict, where: str) -> dict:
     return moe.hf_fields(cfg, where, shared=True)
 
 
+def gguf_fields(key, n_layers: int, hidden: int, heads: int) -> dict:
+    # llama.cpp's qwen2moe: top-k weights not renormalised unless expert_weights_norm says so
+    return moe.gguf_fields(key, n_layers, hidden, heads, norm=False, shared=True)
+
+
 ARCHITECTURE = Architecture(
     "qwen2moe",
     Qwen2MoeBuilder,
@@ -40,5 +45,7 @@ ARCHITECTURE = Architecture(
     hf_sliding_flag=True,
     hf_defaults={"num_key_value_heads": 16, "max_position_embeddings": 32768},  # Qwen2MoeConfig's
     hf_fields=hf_fields,
+    gguf_implemented=frozenset({"expert_count", "expert_used_count"}),
+    gguf_fields=gguf_fields,
     layer_names=NAMES,
 )

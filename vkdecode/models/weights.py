@@ -278,6 +278,8 @@ def _gguf_tensor(path: str, t, shape, notes: list[str]) -> PackedWeight:
     kind = t.tensor_type.name
     # The reader reports ne order (innermost first); the logical shape is the reverse.
     actual = tuple(int(d) for d in reversed(t.shape.tolist()))
+    if len(shape) == 2 and shape[0] == 1 and actual == tuple(shape[1:]):
+        actual = tuple(shape)  # a one-row matrix stored as a vector (qwen2moe's shared-expert gate)
     _check_shape(path, t.name, shape, actual)
     if kind == "F32":
         return _pack(np.asarray(t.data, dtype=np.float32).reshape(shape), "f32")
