@@ -13,7 +13,7 @@ Row semantics (attr rows=T; the flat activation x[T*n] is row-major [T, n]):
   attention  (q, k_cache, v_cache, step) -> o          row t causal over 0 .. step.pos + t
   add        (a[T*n], b[T*n] or b[n])    -> c[T*n]     a weight b (a bias) is added to every row
   argmax     (logits[T*vocab])           -> token[T]   per row (the speculative verify step)
-  rms_norm, silu_mul: unchanged (already per head / per element over the flat vector).
+  rms_norm, silu_mul, moe_*: unchanged (per head / per element / per slot over the flat vector).
 
 Two tails (what the chunk is for):
   kv   (prefill) the chunk only fills the KV cache: ops that feed no cache are dropped (the last
@@ -28,7 +28,8 @@ from __future__ import annotations
 from fusion.ir import Program
 
 ROW_KINDS = {"embed", "matmul", "rope", "kv_write", "attention", "argmax"}
-FLAT_KINDS = {"rms_norm", "silu_mul", "gelu_mul", "add"}
+# the MoE ops are shape-generic: a chunk's T rows are T times the slots (fusion/ir.py)
+FLAT_KINDS = {"rms_norm", "silu_mul", "gelu_mul", "add", "moe_topk", "moe_matmul", "moe_sum", "sigmoid_scale"}
 TOKENS = "chunk_tokens"
 
 

@@ -32,6 +32,16 @@ Op semantics (the reference executor and every kernel implement exactly these):
              cut to the smallest top set whose softmax(l/temp) mass reaches top_p, and the token
              is argmax over it of l/temp + Gumbel(u), u = hash(seed, pos, index) (Gumbel-max: an
              exact draw from the renormalised distribution, reproducible from the step buffer alone)
+Mixture of experts (shape-generic: a prompt chunk's T rows are just more rows / slots):
+  moe_topk   (logits[R*E])                              -> ids[R*k] u32, weights[R*k]   attrs k,
+             n_experts, norm; per row p = softmax(logits), ids = the k largest p in descending
+             order (ties: lower index first), weights = p[ids], / sum(weights) when norm
+  moe_matmul (w[E, out, in] weight, x[X*in], ids[S] u32) -> y[S*out]  slot s: y_s = w[ids[s]] @
+             x row (s // (S / X)) (X = 1: every slot reads the same x; X = S: one x per slot)
+  moe_sum    (y[S*n], weights[S])                       -> out[R*n]  out row r = sum over its
+             S / R slots j of weights[j] * y_j (the experts' weighted sum)
+  sigmoid_scale (g[R], y[R*n])                          -> out[R*n]  out row r = sigmoid(g[r]) * y_r
+             (Qwen2-MoE's gated shared expert)
 """
 
 from __future__ import annotations

@@ -16,6 +16,10 @@ ARITY = {  # kind -> (number of inputs, number of outputs)
     "gelu_mul": (2, 1),
     "argmax": (1, 1),
     "sample": (2, 1),
+    "moe_topk": (1, 2),
+    "moe_matmul": (3, 1),
+    "moe_sum": (2, 1),
+    "sigmoid_scale": (2, 1),
 }
 
 
@@ -90,7 +94,6 @@ def _check_shapes(p, op, fail) -> None:
     elif k == "matmul":
         w, x = ins
         need(w.kind == "weight" and len(w.shape) == 2, f"{w.name} must be a 2-D weight")
-        need(w.dtype in WEIGHT_DTYPES, f"{w.name}: unsupported weight dtype {w.dtype}")
         need(
             x.shape == (r * w.shape[1],), f"input {x.name} {x.shape} does not match weight {w.name} {w.shape}"
         )
@@ -98,9 +101,7 @@ def _check_shapes(p, op, fail) -> None:
             outs[0].shape == (r * w.shape[0],),
             f"output {outs[0].name} {outs[0].shape} != ({r * w.shape[0]},)",
         )
-        if w.dtype.startswith(("q", "iq")):
-            blk = K_QUANT_BLOCK if w.dtype.endswith("_k") else QUANT_BLOCK
-            need(w.shape[1] % blk == 0, f"{w.name}: in-dim {w.shape[1]} not a multiple of {blk}")
+        _check_blocks(w, need)
     elif k in ("add", "silu_mul", "gelu_mul"):
         # a chunk adds a bias (a weight) to every row
         bias = k == "add" and ins[1].kind == "weight" and ins[0].numel % ins[1].numel == 0
@@ -141,6 +142,51 @@ def _check_shapes(p, op, fail) -> None:
         need(outs[0].shape == (r * h * d,), f"output {outs[0].shape} != ({r * h * d},)")
         need("scale" in a, "missing attr scale")
         need(int(a.get("window", 0)) >= 0, f"window {a.get('window')} must be >= 0")
+    elif k == "sigmoid_scale":
+        g, y = ins
+        need(y.numel % g.numel == 0 and outs[0].shape == y.shape, f"{y.name} {y.shape} is not {g.numel} rows")
+    elif k.startswith("moe_"):
+        _check_moe(op, ins, outs, need)
     elif k in ("argmax", "sample"):
         need(outs[0].shape == (r,) and outs[0].dtype == "u32", f"output must be u32[{r}]")
         need(ins[0].numel % r == 0, f"{ins[0].name} {ins[0].shape} is not {r} rows")
+
+
+def _check_moe(op, ins, outs, need) -> None:
+    """The MoE ops are shape-generic (a prompt chunk's rows are more slots): sizes must divide."""
+    a, k = op.attrs, op.kind
+    if k == "moe_topk":
+        top, n = int(a.get("k", 0)), int(a.get("n_experts", 0))
+        ids, w = outs
+        need(0 < top <= n, f"k {top} must be in 1..n_experts {n}")
+        rows = ins[0].numel // max(1, n)
+        need(ins[0].numel == rows * n and rows > 0, f"logits {ins[0].shape} are not rows of {n}")
+        need(
+            ids.dtype == "u32" and ids.shape == w.shape == (rows * top,),
+            f"ids/weights must be [{rows * top}]",
+        )
+    elif k == "moe_matmul":
+        w, x, ids = ins
+        need(w.kind == "weight" and len(w.shape) == 3, f"{w.name} must be a 3-D weight (experts, out, in)")
+        s = ids.numel
+        need(ids.dtype == "u32" and s > 0, f"expert ids {ids.name} must be u32")
+        xr = x.numel // w.shape[2]
+        need(
+            x.numel == xr * w.shape[2] and xr > 0 and s % xr == 0,
+            f"input {x.name} is not rows of {w.shape[2]}",
+        )
+        need(outs[0].shape == (s * w.shape[1],), f"output {outs[0].name} != ({s * w.shape[1]},)")
+        _check_blocks(w, need)
+    else:  # moe_sum
+        y, w = ins
+        n = y.numel // max(1, w.numel)
+        need(y.numel == n * w.numel and n > 0, f"{y.name} {y.shape} is not {w.numel} slots")
+        need(outs[0].numel % n == 0 and w.numel % (outs[0].numel // n) == 0, f"output {outs[0].shape}")
+
+
+def _check_blocks(w, need) -> None:
+    """A weight's dtype is known and its rows (the last dim) are whole quant blocks."""
+    need(w.dtype in WEIGHT_DTYPES, f"{w.name}: unsupported weight dtype {w.dtype}")
+    if w.dtype.startswith(("q", "iq")):
+        blk = K_QUANT_BLOCK if w.dtype.endswith("_k") else QUANT_BLOCK
+        need(w.shape[-1] % blk == 0, f"{w.name}: in-dim {w.shape[-1]} not a multiple of {blk}")

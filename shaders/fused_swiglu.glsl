@@ -12,6 +12,19 @@
 #include "gelu.glsl"
 
 layout(constant_id = 4) const uint M = 1;
+#ifdef MOE
+// MOE_MATMUL_SILU_MUL: W_gate / W_up are 3-D (experts, M, K); workgroup g runs slot g / BLOCKS
+// (expert ids[slot]: rows from ids[slot] * M) and its row block g % BLOCKS, writing y[slot * M ..]
+layout(constant_id = 5) const uint BLOCKS = 1;
+layout(binding = B_IDS) readonly buffer MIDS { uint moe_ids[]; };
+#define FSW_SLOT (flat_group_id() / BLOCKS)
+#define FSW_BLOCK (flat_group_id() % BLOCKS)
+#define FSW_BASE (moe_ids[FSW_SLOT] * M)
+#else
+#define FSW_SLOT 0u
+#define FSW_BLOCK flat_group_id()
+#define FSW_BASE 0u
+#endif
 
 #define SLOT 0
 #include "fused_wslot.glsl"
@@ -28,7 +41,7 @@ layout(binding = BB_1) readonly buffer BUB { float b_up[]; };
 // Gate and up rows first..first+ROWS-1 in one loop: x is loaded once per unit and the 2 * ROWS
 // weight loads of a unit are in flight together (one loop per weight: 5.6 vs 5.4 µs per layer on
 // an H200 at SmolLM2's shape).
-void fmv_rows_gate_up(uint first) {
+void fmv_rows_gate_up(uint first, uint base) {
     for (uint u = gl_LocalInvocationID.x; u < K / UNIT_ELEMS; u += gl_WorkGroupSize.x) {
 #ifdef KW_SPLIT
 #define KW_PAIR 1
@@ -42,7 +55,7 @@ void fmv_rows_gate_up(uint first) {
         vec4 xv[XU_VEC4];
         load_x_0(u, xv);
         for (uint i = 0; i < ROWS; i++) {
-            uint r = min(first + i, M - 1);
+            uint r = min(first + i, M - 1) + base;
             fmv_acc[i] += unit_dot_0(r * ROW_WORDS(K), r * ROW_SCALES(K), u, xv);
             fmv_acc[ROWS + i] += unit_dot_1(r * ROW_WORDS(K), r * ROW_SCALES(K), u, xv);
         }
@@ -52,10 +65,10 @@ void fmv_rows_gate_up(uint first) {
 
 void main() {
     const uint t = gl_LocalInvocationID.x;
-    const uint first = flat_group_id() * ROWS;
+    const uint first = FSW_BLOCK * ROWS;
     if (first >= M) return;  // padding of a 2-D grid: the whole workgroup leaves together
     fmv_clear();
-    fmv_rows_gate_up(first);
+    fmv_rows_gate_up(first, FSW_BASE);
     fmv_acc[2 * ROWS] = fmv_ss_total();
     fmv_reduce();
     if (t >= ROWS || first + t >= M) return;
@@ -66,8 +79,8 @@ void main() {
     u += b_up[first + t];
 #endif
 #ifdef GELU
-    y[first + t] = gelu_tanh(g) * u;
+    y[FSW_SLOT * M + first + t] = gelu_tanh(g) * u;
 #else
-    y[first + t] = g / (1.0 + exp(-g)) * u;
+    y[FSW_SLOT * M + first + t] = g / (1.0 + exp(-g)) * u;
 #endif
 }

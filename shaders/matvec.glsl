@@ -6,6 +6,26 @@
 //
 // Spec constants: 0 workgroup size (common.glsl), 1 K (in-dim), 2 M (rows bound), 3 ROWS.
 // Push constant: row0, the first output row (non-zero for the parts of a row-split weight).
+//
+// Mixture-of-experts hooks (moe_matmul.comp, moe_matmul_sum_add.comp; defaults: a plain matvec):
+// MV_GROUP() the row block of this workgroup; MV_SLOTS slots summed into each row, slot j reading
+// W's rows from MV_ROW_BASE(j) (an expert's rows in a 3-D weight) scaled by MV_SLOT_WEIGHT(j); the
+// includer declares `uint mv_slot`, set to j while slot j runs, for its X1/X4 to pick j's input.
+#ifndef MV_GROUP
+#define MV_GROUP() flat_group_id()
+#endif
+#ifndef MV_SLOTS
+#define MV_SLOTS 1u
+#define MV_SLOT_SET(j)
+#else
+#define MV_SLOT_SET(j) mv_slot = (j)
+#endif
+#ifndef MV_ROW_BASE
+#define MV_ROW_BASE(j) 0u
+#endif
+#ifndef MV_SLOT_WEIGHT
+#define MV_SLOT_WEIGHT(j) 1.0
+#endif
 
 layout(constant_id = 1) const uint K = 32;
 layout(constant_id = 2) const uint M = 1;
@@ -52,12 +72,16 @@ void mv_part() {
 void matvec_main() {
     const uint WG = gl_WorkGroupSize.x;
     const uint t = gl_LocalInvocationID.x;
-    const uint first = flat_group_id() * ROWS;
+    const uint first = MV_GROUP() * ROWS;
     if (first >= M) return;  // whole workgroup leaves together: no barrier is skipped
     const uint units = K / UNIT_ELEMS;
 
     float acc[ROWS];
     for (uint i = 0; i < ROWS; i++) acc[i] = 0.0;
+    for (uint j = 0; j < MV_SLOTS; j++) {
+    MV_SLOT_SET(j);
+    const uint base = MV_ROW_BASE(j);
+    const float sw = MV_SLOT_WEIGHT(j);
     for (uint u = t; u < units; u += WG) {
 #ifdef KW_SPLIT
 #define KW_ACC(i) acc[i]
@@ -70,10 +94,11 @@ void matvec_main() {
         load_x(u, xv);
         for (uint i = 0; i < ROWS; i++) {
             // Rows past M re-read the last row instead of branching; their sums are dropped.
-            uint r = min(first + i, M - 1);
-            acc[i] += unit_dot(r * ROW_WORDS(K), r * ROW_SCALES(K), u, xv);
+            uint r = min(first + i, M - 1) + base;
+            acc[i] += sw * unit_dot(r * ROW_WORDS(K), r * ROW_SCALES(K), u, xv);
         }
 #endif
+    }
     }
 
 #ifdef USE_SUBGROUP

@@ -53,6 +53,34 @@ def _attention(q, kc, vc, pos: int, a: dict, dtype) -> np.ndarray:
     return np.einsum("kgn,nkd->kgd", p, v).reshape(-1)
 
 
+def _moe(op: Op, program: Program, ins: list, dt) -> list:
+    """The mixture-of-experts ops (fusion/ir.py): router top-k, expert matvecs, weighted sum."""
+    if op.kind == "moe_topk":
+        k = int(op.attrs["k"])
+        logits = ins[0].reshape(-1, int(op.attrs["n_experts"]))
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        ids = np.argsort(-p, axis=1, kind="stable")[:, :k]  # descending, ties: lower index first
+        w = np.take_along_axis(p, ids, axis=1)
+        if op.attrs.get("norm"):
+            w = w / w.sum(axis=1, keepdims=True)
+        return [ids.reshape(-1).astype(np.uint32), w.reshape(-1)]
+    if op.kind == "moe_matmul":
+        w = ins[0].reshape(program.values[op.inputs[0]].shape)
+        ids = ins[2].astype(np.int64)
+        xs = ins[1].reshape(-1, w.shape[2])
+        per = ids.size // xs.shape[0]  # slots that read one x row
+        return [np.concatenate([w[e] @ xs[s // per] for s, e in enumerate(ids)])]
+    if op.kind == "sigmoid_scale":
+        g, y = ins
+        return [(y.reshape(g.size, -1) / (dt(1) + np.exp(-g))[:, None]).reshape(-1)]
+    y, w = ins
+    n = y.size // w.size
+    rows = program.values[op.outputs[0]].numel // n
+    terms = (y.reshape(w.size, n) * w[:, None]).reshape(rows, w.size // rows, n)
+    return [terms.sum(axis=1, dtype=dt).reshape(-1)]
+
+
 def _rows_op(op: Op, program: Program, env: dict, ins: list, rows: int, dt) -> list:
     a, k = op.attrs, op.kind
     if k == "embed":
@@ -144,6 +172,8 @@ def run_op(op: Op, program: Program, env: dict, dtype=np.float32) -> dict[str, n
         out = [dt(0.5) * g * (dt(1) + np.tanh(c * (g + dt(0.044715) * g * g * g))) * u]
     elif k == "argmax":
         out = [np.array([np.argmax(ins[0])], dtype=np.uint32)]
+    elif k.startswith("moe_") or k == "sigmoid_scale":
+        out = _moe(op, program, ins, dt)
     elif k == "sample":
         from vkdecode.sampling import sample_logits
 

@@ -73,3 +73,14 @@ def mean_counters(steps) -> dict:
             total[key] = total.get(key, 0) + v
     n = max(1, len(steps))
     return {key: v // n if v % n == 0 else v / n for key, v in total.items()}
+
+
+def op_weight_bytes(program, op, name: str, full: int) -> int:
+    """Bytes of weight `name` (full: all of it) that `op` reads per token: one row of an embedding
+    table, the chosen experts' rows of a 3-D expert weight, else the whole weight."""
+    shape = program.values[name].shape
+    if op.kind == "embed":
+        return full // shape[0]
+    if op.kind == "moe_matmul":  # its slots (k per row) over the experts
+        return full * min(shape[0], program.values[op.inputs[2]].numel) // shape[0]
+    return full

@@ -50,6 +50,19 @@ HF_CLASSES = {
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
     "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
+    "qwen3moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
+    "qwen2moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM"),
+    "olmoe": ("OlmoeConfig", "OlmoeForCausalLM"),
+}
+MOE_ARCHS = ("qwen3moe", "mixtral", "qwen2moe", "olmoe")
+# the MoE families on top of SMALL: 8 experts of 32 rows, 2 chosen per token (Mixtral: its experts
+# are intermediate_size wide)
+MOE = {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
+MOE_OVERRIDES = {
+    "mixtral": {"num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 32},
+    "qwen2moe": {**MOE, "shared_expert_intermediate_size": 48},
+    "olmoe": {"num_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 32},
 }
 # Gemma 3 on top of SMALL: a window shorter than the tests' 32 positions, sliding and global
 # layers, rope bases that differ (1e6 global, 1e4 local), a query_pre_attn_scalar != head_dim
@@ -181,7 +194,13 @@ def tiny_hf_model(
 
     cfg_cls, model_cls = (getattr(transformers, n) for n in HF_CLASSES[arch])
     cfg = cfg_cls(
-        **{**SMALL, **(GEMMA3 if arch == "gemma3" else {}), "tie_word_embeddings": tied, **overrides}
+        **{
+            **SMALL,
+            **(GEMMA3 if arch == "gemma3" else {}),
+            **(MOE_OVERRIDES.get(arch, MOE) if arch in MOE_ARCHS else {}),
+            "tie_word_embeddings": tied,
+            **overrides,
+        }
     )
     torch.manual_seed(seed)
     model = model_cls(cfg).eval()
@@ -227,16 +246,19 @@ def hf_state(model_dir) -> dict[str, np.ndarray]:
 
 def gguf_source(model_dir, name: str, args) -> np.ndarray:
     """The f32 tensor that write_gguf stores for program weight `name` (llama q/k permuted)."""
-    from vkdecode.models.gguf_names import permute_rows, source_name
+    from vkdecode.models.gguf_names import is_norm, permute_rows, source_name
+    from vkdecode.models.moe import hf_sources
 
-    a = hf_state(model_dir)[source_name(name, "hf", args.arch)]
-    from vkdecode.models.gguf_names import is_norm
+    state = hf_state(model_dir)
+    srcs = hf_sources(source_name(name, "hf", args.arch), args.n_experts)
+    a = np.stack([state[s] for s in srcs]) if len(srcs) > 1 else state[srcs[0]]  # experts: 3-D
 
     if args.arch == "gemma3" and is_norm(name):
         return a + 1.0  # llama.cpp's converter stores Gemma norms as 1 + w
-    if args.arch == "llama" and name.rsplit(".", 1)[-1] in ("wq", "bq"):
+    pairs = args.arch in ("llama", "mixtral")  # llama.cpp writes Mixtral as `llama`: q/k permuted
+    if pairs and name.rsplit(".", 1)[-1] in ("wq", "bq"):
         a = permute_rows(a, args.n_heads)
-    elif args.arch == "llama" and name.rsplit(".", 1)[-1] in ("wk", "bk"):
+    elif pairs and name.rsplit(".", 1)[-1] in ("wk", "bk"):
         a = permute_rows(a, args.n_kv_heads)
     return a
 
@@ -283,6 +305,12 @@ def write_gguf(
     if metadata.pop(f"{args.arch}.attention.layer_norm_rms_epsilon", 0) is not None:
         w.add_layer_norm_rms_eps(args.rms_eps)
     w.add_vocab_size(args.vocab_size)
+    if args.n_experts:
+        w.add_expert_count(args.n_experts)
+        w.add_expert_used_count(args.n_experts_used)
+        w.add_expert_feed_forward_length(args.expert_ffn)
+        if args.shared_expert_ffn:
+            w.add_expert_shared_feed_forward_length(args.shared_expert_ffn)
     if (args.rope_scaling or {}).get("rope_type") == "linear":
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(args.rope_scaling["factor"])
@@ -304,6 +332,8 @@ def write_gguf(
     mats = weight_dtypes(args, dtype) if dtype not in ("f32", "f16") else {}
     names = {source_name(n, "gguf", args.arch): n for n in expected_shapes(args)}
     tensors = {g: gguf_source(model_dir, n, args) for g, n in names.items()}
+    for g in [g for g in tensors if g.endswith("ffn_gate_inp_shexp.weight")]:
+        tensors[g] = tensors[g].reshape(-1)  # llama.cpp stores the shared-expert gate as a vector
     if (args.rope_scaling or {}).get("rope_type") == "llama3":
         tensors["rope_freqs.weight"] = llama3_rope_factors(args)
     for gname, a in (extra_tensors or {}).items():
@@ -321,7 +351,8 @@ def write_gguf(
         else:
             dt = mats.get(name, dtype) if dtype == "q4_k_m" or dtype.endswith("_k") else dtype
             qt = gguf.GGMLQuantizationType[dt.upper()]
-            w.add_tensor(gname, quantize_raw(a, dt), raw_dtype=qt)
+            raw = quantize_raw(a.reshape(-1, a.shape[-1]), dt)  # stacked experts: their rows
+            w.add_tensor(gname, raw.reshape(*a.shape[:-1], -1), raw_dtype=qt)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

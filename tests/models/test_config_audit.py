@@ -223,7 +223,9 @@ GGUF_CASES = [
     ("qwen2", {}, {"qwen2.final_logit_softcapping": 30.0}, {}, "qwen2.final_logit_softcapping"),
     ("qwen3", {}, {"qwen3.attn_logit_softcapping": 50.0}, {}, "qwen3.attn_logit_softcapping"),
     ("qwen2", {}, {"qwen2.attention.sliding_window": 4}, {}, "qwen2.attention.sliding_window"),
-    ("llama", {}, {"llama.expert_count": 4}, {}, "llama.expert_count"),
+    # experts make a llama GGUF Mixtral (tests/models/test_moe.py): here without its other keys
+    ("llama", {}, {"llama.expert_count": 4}, {}, "llama.expert_used_count"),
+    ("llama", {}, {"llama.expert_count": 4, "llama.expert_used_count": 2}, {}, "not used"),
     (
         "qwen2",
         {},

@@ -23,7 +23,7 @@ from vkdecode.models.weights import load_weights
 from vkdecode.quant import DTYPES, quantize
 from vkdecode.quant.blocks import packed_part_bytes
 
-MODELS = ("gguf-llama-q8_0", "hf-qwen2-f32", "hf-gemma3-f16")
+MODELS = ("gguf-llama-q8_0", "hf-qwen2-f32", "hf-gemma3-f16", "hf-qwen3moe-f16", "gguf-qwen3moe-q4_0")
 
 
 def model_path(which: str, models_dir) -> str:

@@ -103,12 +103,15 @@ def random_model(
 
 
 def weight_bytes_per_token(program, weights: dict) -> int:
-    """Weight bytes one decode step reads: whole matrices, but only one row of the embedding table."""
+    """Weight bytes one decode step reads: whole matrices, but only one row of the embedding table
+    and the chosen experts of an MoE layer (stats.op_weight_bytes)."""
+    from vkdecode.stats import op_weight_bytes
+
     total = 0
     for op in program.ops:
         for v in op.inputs:
             if program.values[v].kind != "weight":
                 continue
             nb = weights[v].nbytes if v in weights else program.constants[v].nbytes
-            total += nb // program.values[v].shape[0] if op.kind == "embed" else nb
+            total += op_weight_bytes(program, op, v, nb)
     return total

@@ -14,7 +14,7 @@ from fusion.ir import STEP_POS, STEP_SEED, STEP_TOKEN
 from vkdecode.errors import ContextError, UsageError
 from vkdecode.executors.plan import GRID_ARGS, GridArgs, MemoryPlan, barriers_before, with_advance
 from vkdecode.lowering.calls import KernelCall, KernelCaps
-from vkdecode.stats import Counters
+from vkdecode.stats import Counters, op_weight_bytes
 
 
 @dataclass
@@ -208,9 +208,7 @@ class Executor:
                 op = self.program.ops[i]
                 for v in op.inputs:
                     if self.program.values[v].kind == "weight":
-                        full = self.plan.weight_bytes[v]
-                        # an embed reads one row of its table, every other op the whole weight
-                        part = full // self.program.values[v].shape[0] if op.kind == "embed" else full
+                        part = op_weight_bytes(self.program, op, v, self.plan.weight_bytes[v])
                         read[v] = max(read.get(v, 0), part)
             rows.append(
                 {

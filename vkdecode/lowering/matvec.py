@@ -49,7 +49,7 @@ def binds_whole(p: Program, w: str, caps: KernelCaps) -> bool:
     return len(row_chunks(v.dtype, v.shape[0], v.shape[1], caps)) == 1
 
 
-def _mv_defines(dtype: str, wvec: bool, caps: KernelCaps, n_in: int) -> tuple:
+def mv_defines(dtype: str, wvec: bool, caps: KernelCaps, n_in: int) -> tuple:
     return (dtype_define(dtype),) + reduce_defines(caps) + wvec_defines(wvec, caps, n_in, dtype)
 
 
@@ -97,7 +97,7 @@ def matmul_add(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall]
                 (y,),
                 flat_groups(-(-rows // rpw)),
                 push=struct.pack("<I", r0),
-                defines=_mv_defines(wv.dtype, wvec, caps, n_in) + ((("BIAS", "1"),) if bias else ()),
+                defines=mv_defines(wv.dtype, wvec, caps, n_in) + ((("BIAS", "1"),) if bias else ()),
                 label=out + (f"[{r0}:]" if len(chunks) > 1 else ""),
             )
         )
@@ -124,7 +124,7 @@ def _norm_matmul_call(p: Program, region: Region, idx: list[int], caps: KernelCa
         # 619 vs 703 µs with 2; the other matvecs lost with 4: bench/results/.../2026-11-25-kquant-pos/ab-8b-mv-detail.json)
         rpw = min(4, wg)
     if not mixed:
-        dt_defines = _mv_defines(dtype, wvec, caps, k)
+        dt_defines = mv_defines(dtype, wvec, caps, k)
     else:  # quant dtypes only (dtype_group): one per slot, shaders/fused_wslot.glsl SLOT_DTYPES
         dt_defines = (
             reduce_defines(caps)
@@ -227,7 +227,7 @@ def _swiglu(norm: bool):
                 tuple(s.bindings),
                 (y,),
                 flat_groups(-(-m // rpw)),
-                defines=_mv_defines(dtype, wvec, caps, k) + tuple(s.defines) + act,
+                defines=mv_defines(dtype, wvec, caps, k) + tuple(s.defines) + act,
                 label=r["out"],
             )
         ]
@@ -291,7 +291,7 @@ def rms_norm_matmul_argmax(p: Program, region: Region, caps: KernelCaps) -> list
                 (len(b) - 2, len(b) - 1),
                 flat_groups(g),
                 push=struct.pack("<II", r0, p0),
-                defines=_mv_defines(wv.dtype, wvec, caps, k),
+                defines=mv_defines(wv.dtype, wvec, caps, k),
                 scratch=scratch,
                 label=logits + (f"[{r0}:]" if len(chunks) > 1 else ""),
             )

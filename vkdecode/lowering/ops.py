@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 
 from fusion.ir import Op, Program
+from vkdecode.lowering import moe
 from vkdecode.lowering.calls import (
     AttnGrid,
     Binding,
@@ -244,6 +245,10 @@ BUILDERS = {
     "gelu_mul": _elementwise("gelu_mul"),
     "argmax": _argmax,
     "sample": _sample,
+    "moe_topk": moe.moe_topk,
+    "moe_matmul": moe.moe_matmul,
+    "moe_sum": moe.moe_sum,
+    "sigmoid_scale": moe.sigmoid_scale,
 }
 
 

@@ -15,6 +15,7 @@ from fusion.ir import Program
 from fusion.rules import Region, Rule
 from vkdecode.lowering import attention as att
 from vkdecode.lowering import matvec as mv
+from vkdecode.lowering import moe
 from vkdecode.lowering.ops import KernelCall, KernelCaps, op_calls
 
 Builder = Callable[[Program, Region, KernelCaps], "list[KernelCall] | None"]
@@ -38,6 +39,9 @@ KERNELS: dict[str, Builder] = _by_rule(
         ((R.ROPE_KV_WRITE_ATTENTION, R.QK_NORM_ROPE_KV_WRITE_ATTENTION), att.rope_kv_write_attention),
         ((R.ADD_RMS_NORM,), att.add_rms_norm),
         ((R.RMS_NORM_ADD,), att.rms_norm_add),
+        ((R.RMS_NORM_MATMUL_MOE_TOPK,), moe.rms_norm_matmul_moe_topk),
+        ((R.MOE_MATMUL_SILU_MUL,), moe.moe_matmul_silu_mul),
+        ((R.MOE_MATMUL_SUM_ADD,), moe.moe_matmul_sum_add),
     ]
 )
 

@@ -5,13 +5,23 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from vkdecode.models import gemma3, llama, qwen2, qwen3
+from vkdecode.models import gemma3, llama, mixtral, olmoe, qwen2, qwen2moe, qwen3, qwen3moe
 from vkdecode.models.arch import Architecture
 from vkdecode.options import KV_DTYPES
 
 # name -> record; this order is the order error messages list them in
 ARCHITECTURES: dict[str, Architecture] = {
-    a.name: a for a in (llama.ARCHITECTURE, qwen2.ARCHITECTURE, qwen3.ARCHITECTURE, gemma3.ARCHITECTURE)
+    a.name: a
+    for a in (
+        llama.ARCHITECTURE,
+        qwen2.ARCHITECTURE,
+        qwen3.ARCHITECTURE,
+        gemma3.ARCHITECTURE,
+        qwen3moe.ARCHITECTURE,
+        mixtral.ARCHITECTURE,
+        qwen2moe.ARCHITECTURE,
+        olmoe.ARCHITECTURE,
+    )
 }
 
 

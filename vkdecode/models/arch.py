@@ -34,6 +34,7 @@ class Architecture:
     # or by hooks: from_hf(cfg, where) -> ModelArgs fields, its own reader and refusals;
     # gguf_fields(key, n_layers, hidden, heads) -> fields beyond the common ones; check(args) raises
     from_hf: Callable | None = None
+    hf_fields: Callable | None = None  # (cfg, where) -> fields beyond the common reader's (MoE)
     gguf_fields: Callable | None = None
     check: Callable | None = None
     # tensors and loading

@@ -54,6 +54,15 @@ class ModelArgs:
     layer_types: tuple[str, ...] = ()  # per layer "sliding_attention" | "full_attention"
     rope_local_theta: float = 0.0  # rope base of the sliding layers
     query_pre_attn_scalar: float = 0.0  # attention scale = this ** -0.5 (0: head_dim)
+    # mixture of experts (models/moe.py): layer i's FFN is n_experts SwiGLU experts of expert_ffn
+    # rows, n_experts_used of them per token (their router weights renormalised if norm_topk_prob),
+    # unless i is one of dense_layers (a plain MLP of intermediate_size)
+    n_experts: int = 0
+    n_experts_used: int = 0
+    expert_ffn: int = 0
+    norm_topk_prob: bool = False
+    dense_layers: tuple[int, ...] = ()
+    shared_expert_ffn: int = 0  # Qwen2-MoE's gated shared expert (0: none)
 
     def __post_init__(self):
         if self.arch not in ARCHS:
@@ -177,6 +186,7 @@ def _from_hf(cfg: dict, where: str) -> ModelArgs:
         rope_layout="neox",
         bos_id=bos,
         eos_ids=eos_ids,
+        **(arch.hf_fields(cfg, where) if arch.hf_fields else {}),
     )
 
 

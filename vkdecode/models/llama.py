@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from fusion.ir import STEP_WORDS, Program
-from vkdecode.models import rope
+from vkdecode.models import moe, rope
 from vkdecode.models.arch import Architecture
 
 
@@ -29,13 +29,13 @@ class Builder:
         dtypes = weight_dtypes or {}
         for name, shape in self.weight_shapes(args).items():
             # vectors (norms, biases) are always f32; matrices take the dtype they were loaded in
-            self.p.value(name, shape, dtypes.get(name, "f32") if len(shape) == 2 else "f32", "weight")
+            self.p.value(name, shape, dtypes.get(name, "f32") if len(shape) >= 2 else "f32", "weight")
         self.p.value("step", (STEP_WORDS,), "u32", "step")
 
     @classmethod
     def weight_shapes(cls, args) -> dict[str, tuple[int, ...]]:
         """Every weight the program of `args` reads, with its logical shape ((out, in) or (n,))."""
-        h, q, kv, f = args.hidden_size, args.q_dim, args.kv_dim, args.intermediate_size
+        h, q, kv = args.hidden_size, args.q_dim, args.kv_dim
         shapes: dict[str, tuple[int, ...]] = {"tok_embd": (args.vocab_size, h)}
         for i in range(args.n_layers):
             layer = {
@@ -45,16 +45,12 @@ class Builder:
                 "wv": (kv, h),
                 "wo": (h, q),
                 "ffn_norm": (h,),
-                "w_gate": (f, h),
-                "w_up": (f, h),
-                "w_down": (h, f),
+                **cls.ffn_shapes(args, i),
             }
             if args.attention_bias:
                 layer.update(bq=(q,), bk=(kv,), bv=(kv,))
             if args.o_bias:
                 layer.update(bo=(h,))
-            if args.mlp_bias:
-                layer.update(b_gate=(f,), b_up=(f,), b_down=(h,))
             if args.qk_norm:
                 layer.update(q_norm=(args.head_dim,), k_norm=(args.head_dim,))
             layer.update({n: (h,) for n in cls.EXTRA_NORMS})
@@ -62,6 +58,15 @@ class Builder:
         shapes["out_norm"] = (h,)
         if not args.tie_embeddings:
             shapes["lm_head"] = (args.vocab_size, h)
+        return shapes
+
+    @classmethod
+    def ffn_shapes(cls, args, i: int) -> dict[str, tuple[int, ...]]:
+        """Layer i's FFN weights (the MoE families override: models/moe.py)."""
+        h, f = args.hidden_size, args.intermediate_size
+        shapes = {"w_gate": (f, h), "w_up": (f, h), "w_down": (h, f)}
+        if args.mlp_bias:
+            shapes.update(b_gate=(f,), b_up=(f,), b_down=(h,))
         return shapes
 
     def act(self, name: str, n: int) -> str:
@@ -152,16 +157,20 @@ class Builder:
         x1 = self.add(L + "x_mid", x, self.post_norm(i, "attn", wo), a.hidden_size)
         h2 = self.act(L + "ffn_in", a.hidden_size)
         self.p.op("rms_norm", [x1, L + "ffn_norm"], [h2], eps=a.rms_eps)
+        down = self.post_norm(i, "ffn", self.ffn(i, h2))
+        return self.add(L + "x_out", x1, down, a.hidden_size)
+
+    def ffn(self, i: int, h2: str) -> str:
+        """Layer i's FFN of the normed h2 -> its output (before any post-norm and the residual add)."""
+        a, L = self.args, f"layers.{i}."
         f = a.intermediate_size
         g = self.bias(a.mlp_bias, i, "b_gate", self.matmul(L + "gate", L + "w_gate", h2), f)
         u = self.bias(a.mlp_bias, i, "b_up", self.matmul(L + "up", L + "w_up", h2), f)
         act = self.act(L + "act", f)
         self.p.op("gelu_mul" if a.hidden_act == "gelu_tanh" else "silu_mul", [g, u], [act])
-        down = self.bias(
+        return self.bias(
             a.mlp_bias, i, "b_down", self.matmul(L + "ffn_out", L + "w_down", act), a.hidden_size
         )
-        down = self.post_norm(i, "ffn", down)
-        return self.add(L + "x_out", x1, down, a.hidden_size)
 
     def build(self) -> Program:
         a = self.args
@@ -195,12 +204,26 @@ class Builder:
         return self.p.verify()
 
 
+class LlamaBuilder(moe.MoeMixin, Builder):
+    """Llama, and Mixtral as llama.cpp writes it: a GGUF `llama` with expert counts (MoE layers)."""
+
+
+def _gguf_fields(key, n_layers: int, hidden: int, heads: int) -> dict:
+    # llama.cpp's llama MoE: experts of feed_forward_length, the top-k weights always renormalised
+    if not key("expert_count", 0):
+        return {}
+    return moe.gguf_fields(key, n_layers, hidden, heads, ffn_default=key("feed_forward_length"))
+
+
 ARCHITECTURE = Architecture(
     "llama",
-    Builder,
+    LlamaBuilder,
     ("LlamaForCausalLM",),
     ("llama",),
     mlp_bias=True,
     hf_defaults={"max_position_embeddings": 2048},
     gguf_rope_layout="pairs",
+    gguf_implemented=frozenset({"expert_count", "expert_used_count"}),
+    gguf_fields=_gguf_fields,
+    layer_names=moe.MOE_NAMES,
 )

@@ -21,27 +21,15 @@ from vkdecode.models import ARCHITECTURES, settings
 from vkdecode.models.config import ModelArgs
 from vkdecode.models.gguf_names import expected_shapes, is_norm, source_name
 from vkdecode.models.lazy import LazyWeight, read_bytes
+from vkdecode.models.moe import hf_sources
 from vkdecode.models.safetensors_files import read_header, read_tensor, safetensors_index, tensor_dtype
 from vkdecode.quant import DTYPES, PackedWeight, block_elems, pack_float, pack_gguf_blocks
 
 # repacked, matmul and embed read them quantized (the quant dtypes of the registry, as GGUF names them)
 GGUF_KEPT = tuple(gguf.GGMLQuantizationType(d.gguf_type).name for d in DTYPES.values() if d.quant)
 # no native kernel: f32 at load, through gguf's dequantize (listed in the load notes)
-GGUF_DEQUANT = (
-    "BF16",
-    "IQ4_XS",
-    "IQ3_S",
-    "IQ3_XXS",
-    "IQ2_S",
-    "IQ2_XS",
-    "IQ2_XXS",
-    "IQ1_M",
-    "IQ1_S",
-    "TQ1_0",
-    "TQ2_0",
-    "MXFP4",
-    "NVFP4",
-)
+GGUF_DEQUANT = ("BF16", "IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS")
+GGUF_DEQUANT += ("IQ1_M", "IQ1_S", "TQ1_0", "TQ2_0", "MXFP4", "NVFP4")
 
 
 def load_weights(path, stream: bool = False) -> tuple[ModelArgs, dict, dict]:
@@ -108,14 +96,21 @@ def _check_shape(file: str, tensor: str, expected, actual) -> None:
         raise ModelError(f"{file}: tensor {tensor!r} has shape {tuple(actual)}, expected {tuple(expected)}")
 
 
+def _rows(shape) -> tuple[int, ...]:
+    """The shape a weight is packed in: stacked experts (experts, out, in) as their rows, one
+    expert's after another (experts * out, in); 1-D and 2-D as they are."""
+    return (math.prod(shape[:-1]), shape[-1]) if len(shape) == 3 else tuple(shape)
+
+
 def _float_dtype(shape: tuple[int, ...], dtype: str) -> str:
     """f16 stays f16 in a matrix of whole word pairs; vectors and odd in-dims go to f32."""
-    return "f16" if dtype == "f16" and len(shape) == 2 and shape[1] % 2 == 0 else "f32"
+    return "f16" if dtype == "f16" and len(shape) >= 2 and shape[-1] % 2 == 0 else "f32"
 
 
 def _pack(a: np.ndarray, dtype: str) -> PackedWeight:
-    """f32/f16 ndarray -> PackedWeight (the dtype _float_dtype says)."""
-    return pack_float(a, _float_dtype(a.shape, dtype))
+    """f32/f16 ndarray -> PackedWeight (the dtype _float_dtype says), stacked experts as rows."""
+    a = a.reshape(_rows(a.shape))
+    return pack_float(np.ascontiguousarray(a), _float_dtype(a.shape, dtype))
 
 
 def _lazy(path: str, dtype: str, shape, pack) -> LazyWeight:
@@ -126,7 +121,7 @@ def _lazy(path: str, dtype: str, shape, pack) -> LazyWeight:
         with loading(path):
             return pack()
 
-    return LazyWeight(dtype, tuple(shape), make)
+    return LazyWeight(dtype, _rows(shape), make)
 
 
 # ---------------------------------------------------------------- safetensors
@@ -137,30 +132,34 @@ def _load_hf(path: str):
     where = safetensors_index(path)
     args = settings.stored_head(args, where)  # transformers 5 keeps a stored lm_head
     _check_layers(path, args, len(where))  # and _check_unused: before reading any data
-    _check_unused(path, where, {source_name(n, "hf", args.arch) for n in expected_shapes(args)})
+    srcs = {n: hf_sources(source_name(n, "hf", args.arch), args.n_experts) for n in expected_shapes(args)}
+    _check_unused(path, where, {s for names in srcs.values() for s in names})
     headers: dict[str, dict] = {}
     weights, types = {}, {}
     plus_one = ARCHITECTURES[args.arch].hf_norms_plus_one
     for name, shape in expected_shapes(args).items():
-        src = source_name(name, "hf", args.arch)
-        file = where.get(src)
-        if file is None:
-            raise ModelError(f"{path}: missing tensor {src!r} (expected shape {shape})")
-        if file not in headers:
-            headers[file] = read_header(file)
-        if src not in headers[file]:
-            raise ModelError(f"{file}: missing tensor {src!r} (expected shape {shape})")
-        types[name] = tensor_dtype(file, src, headers[file])
-        _check_shape(file, src, shape, headers[file][src]["shape"])
+        want = shape[1:] if len(shape) == 3 else shape  # 3-D: one tensor per expert, stacked
+        tensors = []
+        for src in srcs[name]:
+            file = where.get(src)
+            if file is not None and file not in headers:
+                headers[file] = read_header(file)
+            if file is None or src not in headers[file]:
+                raise ModelError(f"{file or path}: missing tensor {src!r} (expected shape {want})")
+            _check_shape(file, src, want, headers[file][src]["shape"])
+            tensors.append((file, src, headers[file]))
+        types[name] = tensor_dtype(*tensors[0])
         dtype = "f16" if types[name] == "F16" else "f32"
-        pack = functools.partial(_hf_packed, file, src, headers[file], dtype, plus_one and is_norm(name))
-        weights[name] = _lazy(file, _float_dtype(shape, dtype), shape, pack)
+        pack = functools.partial(_hf_packed, tensors, dtype, plus_one and is_norm(name))
+        weights[name] = _lazy(tensors[0][0], _float_dtype(shape, dtype), shape, pack)
     meta = {"format": "safetensors", "path": path, "notes": [], "source_types": types}
     return args, weights, meta
 
 
-def _hf_packed(file: str, src: str, header: dict, dtype: str, plus_one: bool) -> PackedWeight:
-    a = read_tensor(file, src, header)
+def _hf_packed(tensors: list[tuple], dtype: str, plus_one: bool) -> PackedWeight:
+    """tensors: (file, name, header) of the weight, or of each expert's part (stacked)."""
+    parts = [read_tensor(*t) for t in tensors]
+    a = np.stack(parts) if len(parts) > 1 else parts[0]
     if plus_one:
         # Gemma's RMSNorm computes x * (1 + w) in f32; fold the 1 in once (llama.cpp's
         # converter does the same, so GGUF gemma3 norms already hold 1 + w)
@@ -224,6 +223,8 @@ def _gguf_tensor(path: str, t, shape, notes: list[str], byte_order: str = "I") -
     kind = t.tensor_type.name
     # The reader reports ne order (innermost first); the logical shape is the reverse.
     actual = tuple(int(d) for d in reversed(t.shape.tolist()))
+    if len(shape) == 2 and shape[0] == 1 and actual == tuple(shape[1:]):
+        actual = tuple(shape)  # a one-row matrix stored as a vector (qwen2moe's shared-expert gate)
     _check_shape(path, t.name, shape, actual)
     read = functools.partial(read_bytes, path, int(t.data_offset), int(t.n_bytes))
     dtype = kind.lower()
@@ -231,8 +232,8 @@ def _gguf_tensor(path: str, t, shape, notes: list[str], byte_order: str = "I") -
         np_dt = np.dtype(np.float32 if kind == "F32" else np.float16).newbyteorder(byte_order)
         pack = lambda: _pack(read().view(np_dt).reshape(shape), dtype)
         return _lazy(path, _float_dtype(shape, dtype), shape, pack)
-    if kind in GGUF_KEPT and len(shape) == 2 and shape[1] % block_elems(dtype) == 0:
-        return _lazy(path, dtype, shape, lambda: pack_gguf_blocks(read(), dtype, shape))
+    if kind in GGUF_KEPT and len(shape) >= 2 and shape[-1] % block_elems(dtype) == 0:
+        return _lazy(path, dtype, shape, lambda: pack_gguf_blocks(read(), dtype, _rows(shape)))
     if kind in GGUF_KEPT or kind in GGUF_DEQUANT:
         if kind != "BF16":
             why = "no native kernel" if kind in GGUF_DEQUANT else f"shape {shape} does not fit its blocks"

@@ -1,0 +1,70 @@
+"""The mixture-of-experts rules (fusion/ir.py moe_*): the router with the norm before it, the chosen
+experts' gate/up with SwiGLU, their down projections with the weighted sum and the residual add.
+Listed in DEFAULT_RULES (rules.py) ahead of the dense projection rules anchored at the same ops.
+"""
+
+from __future__ import annotations
+
+from fusion.ir import Program
+from fusion.pattern import Match, op
+from fusion.region import Region, eps_of, match_region, rule, same_weights, shape_of, whole_norm
+
+
+def _lower_router(m: Match, p: Program) -> Region:
+    c = m.captures
+    topk = p.ops[p.producers()[c["ids"]]].attrs
+    return match_region(
+        m,
+        {k: c[k] for k in ("x", "norm_w", "w", "h", "ids", "weights")},
+        {"eps": eps_of(m, p, "h"), "k": topk["k"], "norm": bool(topk.get("norm"))},
+    )
+
+
+# the normed h is exported: the experts' gate/up read it
+RMS_NORM_MATMUL_MOE_TOPK = rule(
+    "RMS_NORM_MATMUL_MOE_TOPK",
+    op("rms_norm", ("x", "norm_w"), ("h",), where=whole_norm),
+    op("matmul", ("w", "h"), ("logits",)),
+    op("moe_topk", ("logits",), ("ids", "weights")),
+    exports=("h", "ids", "weights"),
+    lower=_lower_router,
+)
+
+
+def _lower_moe_glu(m: Match, p: Program) -> Region:
+    c = m.captures
+    return match_region(m, {k: c[k] for k in ("x", "ids", "w_gate", "w_up", "a")}, {})
+
+
+MOE_MATMUL_SILU_MUL = rule(
+    "MOE_MATMUL_SILU_MUL",
+    op("moe_matmul", ("w_gate", "x", "ids"), ("g",)),
+    op("moe_matmul", ("w_up", "x", "ids"), ("u",)),
+    op("silu_mul", ("g", "u"), ("a",)),
+    exports=("a",),
+    lower=_lower_moe_glu,
+    # one x for every slot (the decode step; a chunk's rows run the ops' kernels)
+    check=lambda m, p: (
+        same_weights(m, p, "w_gate", "w_up")
+        and shape_of(p, m.captures["x"])[0] == shape_of(p, m.captures["w_gate"])[2]
+    ),
+)
+
+
+def _lower_moe_down(m: Match, p: Program) -> Region:
+    c = m.captures
+    return match_region(m, {k: c[k] for k in ("w", "x", "ids", "sw", "r", "s")}, {})
+
+
+MOE_MATMUL_SUM_ADD = rule(
+    "MOE_MATMUL_SUM_ADD",
+    op("moe_matmul", ("w", "x", "ids"), ("y",)),
+    op("moe_sum", ("y", "sw"), ("o",)),
+    op("add", ("o", "r"), ("s",), kinds={"r": "activation"}, commutative=True),
+    exports=("s",),
+    lower=_lower_moe_down,
+    # one output row (the decode step)
+    check=lambda m, p: shape_of(p, m.captures["s"])[0] == shape_of(p, m.captures["w"])[1],
+)
+
+MOE_RULES = (RMS_NORM_MATMUL_MOE_TOPK, MOE_MATMUL_SILU_MUL, MOE_MATMUL_SUM_ADD)

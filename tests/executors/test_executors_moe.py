@@ -1,0 +1,145 @@
+"""MoE models on the GPU: every mode against the numpy reference (logits and greedy tokens, step by
+step), the fused rules that take the MoE block, and a steady state with no host work."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.executors.test_prefill import check_against, exact, prompt, reference_path
+from tests.executors.test_speculative import plain_tokens, spec_tokens
+from tests.helpers.make_models import tiny_hf_model, write_gguf
+from tests.helpers.reference_run import greedy_against_reference
+from vkdecode.executors import make_executor
+from vkdecode.executors.decoder import Decoder
+from vkdecode.models.loader import load_model
+from vkdecode.reference import Reference
+
+MODES = ("unfused", "replay-nofuse", "fused")
+STEPS = 24
+MOE_RULES = {"RMS_NORM_MATMUL_MOE_TOPK", "MOE_MATMUL_SILU_MUL", "MOE_MATMUL_SUM_ADD"}
+
+
+@pytest.fixture(scope="module")
+def qwen3moe(models_dir):
+    return load_model(tiny_hf_model("qwen3moe", models_dir, norm_topk_prob=True), ctx=48)
+
+
+@pytest.mark.parametrize("kv_dtype", ["f16", "f32"])
+def test_modes_match_reference(device, models_dir, qwen3moe, kv_dtype):
+    m = qwen3moe
+    if kv_dtype == "f32":
+        m = load_model(tiny_hf_model("qwen3moe", models_dir, norm_topk_prob=True), ctx=48, kv_dtype="f32")
+    ref = Reference(m.program, m.weights)
+    out = {}
+    for mode in MODES:
+        with make_executor(mode, device, m.program, m.weights) as ex:
+            out[mode] = greedy_against_reference(ex, ref, STEPS)
+            if mode == "fused":
+                rules = {r.rule for r in ex.regions}
+                assert MOE_RULES <= rules, rules
+    assert out["replay-nofuse"][0] == out["unfused"][0] == out["fused"][0]
+    for a, b in zip(out["replay-nofuse"][1], out["unfused"][1]):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_prompt_chunks_equal_the_token_path(device, qwen3moe, mode):
+    """Prompt chunks (per-op kernels; a row's k slots pick their own experts) fill the same KV cache
+    and give the same first token as the reference fed token by token."""
+    m = qwen3moe
+    toks = prompt(37)
+    want = reference_path(m, toks)
+    with Decoder(make_executor(mode, device, m.program, m.weights, caps=exact(device))) as dec:
+        dec.set_prefill((16, 8, 3))
+        check_against(dec, toks, *want, what=f"qwen3moe {mode}")
+        assert [c.width for c in dec.prefill.chunks] == [16, 16, 3]
+
+
+@pytest.mark.parametrize("mode", ["replay-nofuse", "fused"])
+def test_steady_state_has_no_host_work_but_one_submit(device, qwen3moe, mode):
+    """The expert ids stay on the GPU: nothing is written or recorded per token."""
+    with make_executor(mode, device, qwen3moe.program, qwen3moe.weights) as ex:
+        for pos in range(4):
+            ex.step(3, pos)
+        for s in ex.token_stats:
+            c = s.counters
+            assert (
+                c.descriptor_writes,
+                c.descriptor_set_allocations,
+                c.command_buffer_recordings,
+                c.submits,
+            ) == (
+                0,
+                0,
+                0,
+                1,
+            )
+
+
+@pytest.mark.parametrize("dtype", ["f16", "q8_0", "q4_0", "q4_k"])
+def test_gguf_weight_dtypes(device, models_dir, dtype):
+    """GGUF qwen3moe (llama.cpp's names, 3-D expert tensors) in the weight dtypes of dense models:
+    fused and unfused against the reference on the same dequantized weights. Hidden 256: K-quant
+    rows are whole 256-element superblocks."""
+    d = tiny_hf_model("qwen3moe", models_dir, norm_topk_prob=True, hidden_size=256, moe_intermediate_size=256)
+    m = load_model(write_gguf(d, models_dir / f"qwen3moe-h256.{dtype}.gguf", dtype), ctx=32)
+    assert m.weights["layers.0.exp_gate"].dtype == dtype and m.args.arch == "qwen3moe"
+    ref = Reference(m.program, m.weights)
+    toks = {}
+    for mode in ("unfused", "fused"):
+        with make_executor(mode, device, m.program, m.weights) as ex:
+            toks[mode] = greedy_against_reference(ex, ref, 12)[0]
+    assert toks["unfused"] == toks["fused"]
+
+
+FAMILIES = {
+    "mixtral": ("mixtral", {}),
+    "qwen2moe": ("qwen2moe", {}),
+    "olmoe": ("olmoe", {}),
+    # a dense layer 0 (mlp_only_layers) before the sparse ones
+    "qwen3moe-mixed": ("qwen3moe", {"mlp_only_layers": [0], "num_hidden_layers": 3}),
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_other_families_in_every_mode(device, models_dir, family):
+    arch, over = FAMILIES[family]
+    m = load_model(tiny_hf_model(arch, models_dir, **over), ctx=48)
+    ref = Reference(m.program, m.weights)
+    toks = {}
+    for mode in MODES:
+        with make_executor(mode, device, m.program, m.weights) as ex:
+            toks[mode] = greedy_against_reference(ex, ref, STEPS)[0]
+            if mode == "fused":
+                assert MOE_RULES <= {r.rule for r in ex.regions}
+    assert toks["unfused"] == toks["replay-nofuse"] == toks["fused"]
+    with Decoder(make_executor("fused", device, m.program, m.weights, caps=exact(device))) as dec:
+        dec.set_prefill((16, 8, 3))
+        toks = prompt(37)
+        check_against(dec, toks, *reference_path(m, toks), what=family)
+
+
+def test_speculative_verify_steps_equal_plain_decode(device, models_dir):
+    """Verify steps (the chunk program with every row's logits) run the MoE ops per row too."""
+    m = load_model(tiny_hf_model("qwen3moe", models_dir, norm_topk_prob=True), ctx=96)
+    toks = [int(t) for t in np.random.default_rng(7).integers(3, 290, 8)] * 3
+    with Decoder(make_executor("fused", device, m.program, m.weights)) as dec:
+        dec.set_prefill((8,))
+        plain = plain_tokens(dec, toks, 30)
+        dec.set_speculative(4, always_verify=True)
+        assert spec_tokens(dec, toks, 30) == plain
+        assert dec.speculative.stats.verify_steps > 0
+
+
+@pytest.mark.parametrize("family,arch", [("mixtral", "llama"), ("qwen2moe", "qwen2moe"), ("olmoe", "olmoe")])
+def test_other_families_gguf_q8_0(device, models_dir, family, arch):
+    """GGUF as llama.cpp writes it (Mixtral as a `llama` with experts, q/k rows permuted) in q8_0
+    (Qwen2-MoE's shared expert 64 wide: whole q8_0 blocks)."""
+    over = {"shared_expert_intermediate_size": 64} if family == "qwen2moe" else {}
+    d = tiny_hf_model(family, models_dir, **over)
+    m = load_model(write_gguf(d, models_dir / f"{family}-gpu.q8_0.gguf", "q8_0", arch=arch), ctx=32)
+    assert m.args.arch == arch and m.weights["layers.0.exp_down"].dtype == "q8_0"
+    with make_executor("fused", device, m.program, m.weights) as ex:
+        assert MOE_RULES <= {r.rule for r in ex.regions}
+        greedy_against_reference(ex, Reference(m.program, m.weights), 12)

@@ -1,0 +1,55 @@
+"""fusion/rules_moe.py: the MoE rules on a qwen3moe / qwen2moe decode Program (no GPU), and the
+MoE ops in a prompt chunk (fusion/chunk.py) and in verify() (fusion/verify.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fusion.chunk import chunk_program
+from fusion.ir import IRError, Program
+from fusion.partition import partition
+from tests.helpers.make_models import MOE, SMALL
+from vkdecode.models import build_program
+from vkdecode.models.config import ModelArgs
+
+
+def program(arch_class: str, **kw) -> Program:
+    shared = {"shared_expert_intermediate_size": 48} if arch_class.startswith("Qwen2") else {}
+    cfg = {**SMALL, **MOE, "architectures": [arch_class], **shared, **kw}
+    return build_program(ModelArgs.from_hf_config({k: v for k, v in cfg.items() if v is not None}), 32)
+
+
+@pytest.mark.parametrize("arch_class", ["Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM"])
+def test_each_moe_layer_takes_the_three_rules(arch_class):
+    p = program(arch_class, num_hidden_layers=3, mlp_only_layers=[1])
+    rules = [r.rule for r in partition(p)]
+    for name in ("RMS_NORM_MATMUL_MOE_TOPK", "MOE_MATMUL_SILU_MUL", "MOE_MATMUL_SUM_ADD"):
+        assert rules.count(name) == 2, (name, rules)  # layers 0 and 2; layer 1 is dense
+    assert rules.count("RMS_NORM_MATMUL_SILU_MUL") == 1
+
+
+@pytest.mark.parametrize("tail", ["kv", "all"])
+def test_moe_ops_widen_to_a_chunk(tail):
+    p = chunk_program(program("Qwen2MoeForCausalLM"), 5, tail)
+    kinds = {o.kind for o in p.ops}
+    assert {"moe_topk", "moe_matmul", "moe_sum", "sigmoid_scale"} <= kinds
+    ids = next(o for o in p.ops if o.kind == "moe_topk").outputs[0]
+    assert p.values[ids].shape == (5 * MOE["num_experts_per_tok"],)
+
+
+def test_verify_refuses_bad_moe_shapes():
+    p = Program()
+    p.value("w", (4, 8, 32), "f32", "weight")
+    p.value("x", (32,), "f32", "state")
+    p.value("ids", (3,), "u32", "state")
+    p.value("y", (16,), "f32", "output")  # 3 slots of 8 rows are 24
+    p.op("moe_matmul", ["w", "x", "ids"], ["y"])
+    with pytest.raises(IRError, match="moe_matmul"):
+        p.verify()
+    q = Program()
+    q.value("l", (8,), "f32", "state")
+    q.value("i", (3,), "u32", "output")
+    q.value("g", (3,), "f32", "output")
+    q.op("moe_topk", ["l"], ["i", "g"], k=3, n_experts=2)
+    with pytest.raises(IRError, match="k 3"):
+        q.verify()

@@ -1,0 +1,116 @@
+"""The MoE kernels op by op against the float64 reference (shapes around the subgroup / workgroup
+sizes, every reduction path, the dtypes of dense models), and the fused MoE regions of a tiny model
+on both reduction paths."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from tests.helpers.make_models import tiny_hf_model
+from tests.helpers.reference_run import greedy_against_reference
+from tests.lowering.kernel_harness import caps_of, nmse, one_op, run_and_reference
+from vkdecode.executors import make_executor
+from vkdecode.models.loader import load_model
+from vkdecode.quant import quantize
+from vkdecode.reference import Reference
+
+LIMIT = 1e-8  # same (de)quantised weights on both sides: only f32 rounding against float64
+
+
+def _paths(device):
+    caps = caps_of(device)
+    out = {"smem": replace(caps, subgroup_arithmetic=False)}
+    if caps.subgroup_arithmetic:
+        out["sg"] = caps
+    return out
+
+
+def _weight(rng, e: int, m: int, k: int, dtype: str):
+    return quantize((0.3 * rng.standard_normal((e * m, k))).astype(np.float32), dtype)
+
+
+@pytest.mark.parametrize("path", ["sg", "smem"])
+@pytest.mark.parametrize(
+    "dtype,e,m,k",
+    [("f32", 3, 31, 33), ("f32", 8, 64, 64), ("f16", 5, 33, 34), ("q8_0", 8, 63, 96), ("q4_k", 4, 33, 256)],
+)
+@pytest.mark.parametrize("slots,xrows", [(2, 1), (2, 2), (6, 3), (6, 6)])
+def test_moe_matmul(device, path, dtype, e, m, k, slots, xrows):
+    caps = _paths(device).get(path) or pytest.skip("no subgroup arithmetic")
+    rng = np.random.default_rng(e * m + k)
+    p = one_op(
+        "moe_matmul",
+        {
+            "w": ((e, m, k), dtype, "weight"),
+            "x": ((xrows * k,), "f32", "activation"),
+            "ids": ((slots,), "u32", "activation"),
+        },
+        {"y": ((slots * m,), "f32", "output")},
+    )
+    env = {
+        "w": _weight(rng, e, m, k, dtype),
+        "x": rng.standard_normal(xrows * k).astype(np.float32),
+        "ids": rng.integers(0, e, slots).astype(np.uint32),
+    }
+    got, want = run_and_reference(device, p, env, caps)
+    assert nmse(got["y"], want["y"]) <= LIMIT
+
+
+@pytest.mark.parametrize("path", ["sg", "smem"])
+@pytest.mark.parametrize("e,k,rows", [(8, 2, 1), (7, 1, 3), (33, 6, 2), (64, 8, 1), (128, 8, 4)])
+@pytest.mark.parametrize("norm", [False, True])
+def test_moe_topk(device, path, e, k, rows, norm):
+    caps = _paths(device).get(path) or pytest.skip("no subgroup arithmetic")
+    p = one_op(
+        "moe_topk",
+        {"logits": ((rows * e,), "f32", "activation")},
+        {"ids": ((rows * k,), "u32", "output"), "w": ((rows * k,), "f32", "output")},
+        k=k,
+        n_experts=e,
+        norm=norm,
+    )
+    env = {"logits": (2.0 * np.random.default_rng(e + k).standard_normal(rows * e)).astype(np.float32)}
+    got, want = run_and_reference(device, p, env, caps)
+    np.testing.assert_array_equal(got["ids"], want["ids"])
+    assert nmse(got["w"], want["w"]) <= 1e-12
+
+
+@pytest.mark.parametrize("n,slots,rows", [(31, 2, 1), (64, 8, 1), (33, 6, 3)])
+def test_moe_sum_and_sigmoid_scale(device, n, slots, rows):
+    rng = np.random.default_rng(n)
+    caps = caps_of(device)
+    p = one_op(
+        "moe_sum",
+        {"y": ((slots * n,), "f32", "activation"), "w": ((slots,), "f32", "activation")},
+        {"o": ((rows * n,), "f32", "output")},
+    )
+    env = {"y": rng.standard_normal(slots * n).astype(np.float32), "w": rng.random(slots).astype(np.float32)}
+    got, want = run_and_reference(device, p, env, caps)
+    assert nmse(got["o"], want["o"]) <= LIMIT
+    p = one_op(
+        "sigmoid_scale",
+        {"g": ((rows,), "f32", "activation"), "y": ((rows * n,), "f32", "activation")},
+        {"o": ((rows * n,), "f32", "output")},
+    )
+    env = {
+        "g": rng.standard_normal(rows).astype(np.float32),
+        "y": rng.standard_normal(rows * n).astype(np.float32),
+    }
+    got, want = run_and_reference(device, p, env, caps)
+    assert nmse(got["o"], want["o"]) <= 1e-12
+
+
+@pytest.mark.parametrize("path", ["sg", "smem"])
+def test_fused_moe_regions(device, models_dir, path):
+    """The three fused MoE kernels in a whole step (32 experts, top-4: the router's experts straddle
+    the subgroups), on both reduction paths."""
+    caps = _paths(device).get(path) or pytest.skip("no subgroup arithmetic")
+    d = tiny_hf_model("qwen3moe", models_dir, num_experts=33, num_experts_per_tok=4, norm_topk_prob=True)
+    m = load_model(d, ctx=24, kv_dtype="f32")
+    with make_executor("fused", device, m.program, m.weights, caps=caps) as ex:
+        shaders = {it.call.shader for it in ex.items}
+        assert {"rms_norm_matmul_moe_topk", "moe_matmul_sum_add", "matmul_silu_mul"} <= shaders
+        greedy_against_reference(ex, Reference(m.program, m.weights), 16)

@@ -1,0 +1,159 @@
+"""Mixture-of-experts families: the numpy reference against transformers on tiny random models
+(greedy tokens and logits at every step), and the config keys that are read or refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.helpers.make_models import MOE, SMALL, hf_logits, tiny_hf_model, write_gguf
+from tests.test_reference import PROMPT, PROMPT_IDS, reference_for, rel_err, run_greedy
+from vkdecode.errors import ModelError
+from vkdecode.models.config import ModelArgs
+from vkdecode.models.weights import load_weights
+
+DECODE = 16
+# name -> (family, tiny_hf_model overrides)
+MOE_MODELS = {
+    "qwen3moe": ("qwen3moe", {}),
+    "qwen3moe-norm": ("qwen3moe", {"norm_topk_prob": True}),
+    # layer 0 dense (mlp_only_layers), the rest sparse; decoder_sparse_step 2 makes layer 2 dense too
+    "qwen3moe-mixed": (
+        "qwen3moe",
+        {"mlp_only_layers": [0], "decoder_sparse_step": 2, "num_hidden_layers": 4},
+    ),
+    "mixtral": ("mixtral", {}),
+    "qwen2moe": ("qwen2moe", {}),
+    "qwen2moe-norm-mixed": ("qwen2moe", {"norm_topk_prob": True, "decoder_sparse_step": 2}),
+    "olmoe": ("olmoe", {}),
+    "olmoe-norm-bias": ("olmoe", {"norm_topk_prob": True, "attention_bias": True}),
+}
+
+
+@pytest.mark.parametrize("name", MOE_MODELS)
+def test_reference_matches_transformers(models_dir, name):
+    family, over = MOE_MODELS[name]
+    d = tiny_hf_model(family, models_dir, **over)
+    tokens, logits = run_greedy(reference_for(d), PROMPT_IDS, DECODE)
+    ref = hf_logits(d, tokens)
+    assert np.abs(ref).max() > 1.0  # logits are not degenerate
+    assert rel_err(logits, ref) <= 1e-4, rel_err(logits, ref)
+    assert list(ref.argmax(axis=1)[PROMPT - 1 : -1]) == tokens[PROMPT:]
+
+
+def qwen3moe(**kw):
+    cfg = {**SMALL, **MOE, "architectures": ["Qwen3MoeForCausalLM"], **kw}
+    return {k: v for k, v in cfg.items() if v is not None}
+
+
+def test_config_read():
+    a = ModelArgs.from_hf_config(qwen3moe(num_hidden_layers=4, decoder_sparse_step=2, mlp_only_layers=[3]))
+    assert (a.arch, a.n_experts, a.n_experts_used, a.expert_ffn, a.norm_topk_prob) == (
+        "qwen3moe",
+        8,
+        2,
+        32,
+        False,
+    )
+    assert a.dense_layers == (0, 2, 3)
+    # transformers 5 writes num_local_experts; router jitter and router logits do not change a decode
+    b = ModelArgs.from_hf_config(
+        qwen3moe(num_experts=None, num_local_experts=4, router_jitter_noise=0.1, output_router_logits=True)
+    )
+    assert b.n_experts == 4
+
+
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        ({"num_experts_per_tok": 9}, "num_experts_per_tok"),
+        ({"num_local_experts": 4}, "disagree"),
+        ({"moe_intermediate_size": None}, "moe_intermediate_size"),
+        ({"shared_expert_intermediate_size": 64}, "shared experts"),
+        ({"decoder_sparse_step": 0}, "decoder_sparse_step"),
+        ({"norm_topk_prob": "yes"}, "norm_topk_prob"),
+        ({"hidden_act": "gelu"}, "hidden_act"),
+    ],
+)
+def test_config_refused(kw, msg):
+    with pytest.raises(ModelError, match=msg):
+        ModelArgs.from_hf_config(qwen3moe(**kw))
+
+
+@pytest.mark.parametrize(
+    "meta,msg",
+    [
+        ({"qwen3moe.expert_gating_func": 2}, "expert_gating_func"),
+        ({"qwen3moe.expert_shared_count": 1}, "expert_shared_count"),
+        ({"qwen3moe.expert_weights_scale": 2.5}, "expert_weights_scale"),
+    ],
+)
+def test_gguf_routing_keys_refused(models_dir, meta, msg):
+    d = tiny_hf_model("qwen3moe", models_dir, norm_topk_prob=True)
+    name = "-".join(f"{k}={v}" for k, v in meta.items())
+    g = write_gguf(d, models_dir / f"qwen3moe-{name}.f32.gguf", "f32", metadata=meta)
+    with pytest.raises(ModelError, match=msg):
+        load_weights(g)
+
+
+def test_gguf_reference_matches_transformers(models_dir):
+    """llama.cpp's qwen3moe (3-D expert tensors, ffn_gate_inp) renormalises the top-k weights."""
+    d = tiny_hf_model("qwen3moe", models_dir, norm_topk_prob=True)
+    g = write_gguf(d, models_dir / "qwen3moe.f32.gguf", "f32")
+    tokens, logits = run_greedy(reference_for(g), PROMPT_IDS, DECODE)
+    ref = hf_logits(d, tokens)
+    assert rel_err(logits, ref) <= 1e-4, rel_err(logits, ref)
+
+
+def test_mixtral_config():
+    cfg = {**SMALL, "architectures": ["MixtralForCausalLM"], "num_local_experts": 4, "num_experts_per_tok": 2}
+    a = ModelArgs.from_hf_config({k: v for k, v in cfg.items() if v is not None})
+    assert (a.arch, a.n_experts, a.expert_ffn, a.norm_topk_prob, a.qk_norm) == ("mixtral", 4, 96, True, False)
+    with pytest.raises(ModelError, match="sliding_window"):
+        ModelArgs.from_hf_config({**cfg, "bos_token_id": 1, "sliding_window": 4096})
+
+
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        ({"qkv_bias": False}, "qkv_bias"),
+        ({"shared_expert_intermediate_size": 0}, "shared_expert_intermediate_size"),
+    ],
+)
+def test_qwen2moe_refused(kw, msg):
+    cfg = {**SMALL, **MOE, "architectures": ["Qwen2MoeForCausalLM"], "shared_expert_intermediate_size": 48}
+    with pytest.raises(ModelError, match=msg):
+        ModelArgs.from_hf_config({k: v for k, v in {**cfg, **kw}.items() if v is not None})
+
+
+def test_olmoe_clip_qkv_refused():
+    cfg = {**SMALL, "architectures": ["OlmoeForCausalLM"], "num_experts": 8, "num_experts_per_tok": 2}
+    with pytest.raises(ModelError, match="clip_qkv"):
+        ModelArgs.from_hf_config({k: v for k, v in {**cfg, "clip_qkv": 8.0}.items() if v is not None})
+
+
+def test_mixtral_gguf_as_llama_matches_transformers(models_dir):
+    """llama.cpp writes Mixtral as general.architecture `llama` with expert counts (q/k permuted)."""
+    d = tiny_hf_model("mixtral", models_dir)
+    g = write_gguf(d, models_dir / "mixtral-as-llama.f32.gguf", "f32", arch="llama")
+    args = load_weights(g)[0]
+    assert (args.arch, args.n_experts, args.expert_ffn, args.rope_layout) == ("llama", 8, 32, "pairs")
+    tokens, logits = run_greedy(reference_for(g), PROMPT_IDS, DECODE)
+    assert rel_err(logits, hf_logits(d, tokens)) <= 1e-4
+
+
+def test_olmoe_gguf_matches_transformers(models_dir):
+    d = tiny_hf_model("olmoe", models_dir)
+    g = write_gguf(d, models_dir / "olmoe.f32.gguf", "f32")
+    assert load_weights(g)[0].n_experts == 8
+    tokens, logits = run_greedy(reference_for(g), PROMPT_IDS, DECODE)
+    assert rel_err(logits, hf_logits(d, tokens)) <= 1e-4
+
+
+def test_qwen2moe_gguf_matches_transformers(models_dir):
+    """llama.cpp's qwen2moe: the shared-expert gate stored as a vector, top-k not renormalised."""
+    d = tiny_hf_model("qwen2moe", models_dir)
+    g = write_gguf(d, models_dir / "qwen2moe.f32.gguf", "f32")
+    assert load_weights(g)[0].shared_expert_ffn == 48
+    tokens, logits = run_greedy(reference_for(g), PROMPT_IDS, DECODE)
+    assert rel_err(logits, hf_logits(d, tokens)) <= 1e-4

@@ -1,0 +1,172 @@
+"""Mixture-of-experts ops and regions -> kernel calls. Expert weights are 3-D (experts, out, in) and
+bound whole; kernels read the chosen expert ids from a device buffer and offset by them, so nothing
+in a call depends on which experts a token picks (the step is recorded once).
+
+Per op: moe_topk (shaders/moe_topk.comp), moe_matmul (moe_matmul.comp, matvec.glsl's slot hooks),
+moe_sum. Fused: RMS_NORM_MATMUL_MOE_TOPK, MOE_MATMUL_SILU_MUL (fused_swiglu.glsl with MOE),
+MOE_MATMUL_SUM_ADD. Wide K-quant units (kwide) are not used here: their row loops
+(kwide_rows.glsl) have no expert offset yet.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from fusion.ir import Op, Program
+from fusion.region import Region
+from vkdecode.lowering.calls import (
+    Binding,
+    KernelCall,
+    KernelCaps,
+    flat_groups,
+    matvec_shape,
+    reduce_defines,
+    row_chunks,
+    weight_bindings,
+    wg_size,
+)
+from vkdecode.lowering.matvec import Slots, mv_defines
+
+NARROW = 1 << 30  # matvec_shape's wide_from: never wide K-quant units
+
+
+def _experts(p: Program, w: str, caps: KernelCaps) -> tuple[tuple[Binding, ...], int, int, str]:
+    """The whole 3-D weight's bindings, its rows per expert, in-dim and dtype."""
+    v = p.values[w]
+    e, m, k = v.shape
+    if len(row_chunks(v.dtype, e * m, k, caps)) > 1:
+        raise ValueError(f"{w}: {e} experts of {m}x{k} {v.dtype} exceed maxStorageBufferRange (one binding)")
+    return weight_bindings(w, v.dtype, 0, None), m, k, v.dtype
+
+
+def _norm(attrs: dict) -> tuple:
+    return (("NORM", "1"),) if attrs.get("norm") else ()
+
+
+def moe_topk(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
+    logits, (ids, weights) = op.inputs[0], op.outputs
+    e, k = int(op.attrs["n_experts"]), int(op.attrs["k"])
+    b = (Binding(logits), Binding(ids), Binding(weights))
+    rows = p.values[logits].numel // e
+    defines = reduce_defines(caps) + _norm(op.attrs)
+    return [
+        KernelCall(
+            "moe_topk", (wg_size(caps, e), e, k), b, (1, 2), flat_groups(rows), defines=defines, label=ids
+        )
+    ]
+
+
+def _matvec_call(shader: str, p: Program, w: str, inputs, out: str, layout, caps: KernelCaps) -> KernelCall:
+    """A matvec over a 3-D expert weight: bindings weight, inputs, out; spec (wg, K, M, ROWS, *tail)
+    and its workgroups from layout(blocks of one expert's rows) -> (tail, workgroups)."""
+    wb, m, k, dtype = _experts(p, w, caps)
+    wg, rpw, wvec = matvec_shape(dtype, k, m, caps, NARROW)
+    b = wb + tuple(Binding(v) for v in inputs) + (Binding(out),)
+    tail, groups = layout(-(-m // rpw))
+    return KernelCall(
+        shader,
+        (wg, k, m, rpw) + tail,
+        b,
+        (len(b) - 1,),
+        flat_groups(groups),
+        push=struct.pack("<I", 0),  # matvec.glsl's row0
+        defines=mv_defines(dtype, wvec, caps, k),
+        label=out,
+    )
+
+
+def moe_matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
+    w, x, ids = op.inputs
+    k = p.values[w].shape[2]
+    slots, xrows = p.values[ids].numel, p.values[x].numel // k
+    # spec 4 XDIV (slots per x row), 5 BLOCKS, 6 K again; a workgroup per slot and row block
+    return [
+        _matvec_call(
+            "moe_matmul", p, w, (x, ids), op.outputs[0], lambda n: ((slots // xrows, n, k), slots * n), caps
+        )
+    ]
+
+
+def moe_sum(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
+    y, sw = op.inputs
+    out = op.outputs[0]
+    n = p.values[y].numel // p.values[sw].numel
+    rows = p.values[out].numel // n
+    wg = wg_size(caps, n * rows)
+    b = (Binding(y), Binding(sw), Binding(out))
+    spec = (wg, n, p.values[sw].numel // rows, rows)
+    return [KernelCall("moe_sum", spec, b, (2,), flat_groups(-(-n * rows // wg)), label=out)]
+
+
+def sigmoid_scale(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
+    g, y = op.inputs
+    out = op.outputs[0]
+    n = p.values[y].numel
+    wg = wg_size(caps, n)
+    b = (Binding(g), Binding(y), Binding(out))
+    spec = (wg, n, n // p.values[g].numel)
+    return [KernelCall("sigmoid_scale", spec, b, (2,), flat_groups(-(-n // wg)), label=out)]
+
+
+# ---------------------------------------------------------------- fused regions
+
+
+def rms_norm_matmul_moe_topk(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
+    r = region.roles
+    v = p.values[r["w"]]
+    e, k = v.shape
+    if len(row_chunks(v.dtype, e, k, caps)) > 1 or 4 * e > caps.max_shared // 2:
+        return None
+    wvec = matvec_shape(v.dtype, k, e, caps, NARROW)[2]
+    b = (Binding(r["x"]), Binding(r["norm_w"])) + weight_bindings(r["w"], v.dtype, 0, None)
+    b += (Binding(r["h"]), Binding(r["ids"]), Binding(r["weights"]))
+    spec = (wg_size(caps, 256), k, e, int(region.attrs["k"]), float(region.attrs["eps"]))
+    return [
+        KernelCall(
+            "rms_norm_matmul_moe_topk",
+            spec,
+            b,
+            (len(b) - 3, len(b) - 2, len(b) - 1),
+            (1, 1, 1),
+            defines=mv_defines(v.dtype, wvec, caps, k) + _norm(region.attrs),
+            label=r["ids"],
+        )
+    ]
+
+
+def moe_matmul_silu_mul(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
+    """fused_swiglu.glsl with MOE: workgroup g takes slot g / BLOCKS of the chosen experts."""
+    r = region.roles
+    _, m, k, dtype = _experts(p, r["w_gate"], caps)
+    wg, rpw, wvec = matvec_shape(dtype, k, 2 * m, caps, NARROW)
+    while wg > caps.subgroup_size and 4 * (2 * rpw + 1) * wg > caps.max_shared:  # as matvec._swiglu
+        wg //= 2
+        rpw = min(rpw, wg)
+    if 4 * (2 * rpw + 1) * wg > caps.max_shared:
+        return None
+    s = Slots()
+    s.add("B_X", Binding(r["x"]))
+    s.weight(p, r["w_gate"], 0)
+    s.weight(p, r["w_up"], 1)
+    y = s.add("B_Y", Binding(r["a"]))
+    s.add("B_IDS", Binding(r["ids"]))
+    blocks = -(-m // rpw)
+    return [
+        KernelCall(
+            "matmul_silu_mul",
+            (wg, k, rpw, 0.0, m, blocks),
+            tuple(s.bindings),
+            (y,),
+            flat_groups(p.values[r["ids"]].numel * blocks),
+            defines=mv_defines(dtype, wvec, caps, k) + tuple(s.defines) + (("MOE", "1"),),
+            label=r["a"],
+        )
+    ]
+
+
+def moe_matmul_sum_add(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
+    r = region.roles
+    k = p.values[r["w"]].shape[2]
+    slots = p.values[r["ids"]].numel
+    inputs = (r["x"], r["ids"], r["sw"], r["r"])
+    return [_matvec_call("moe_matmul_sum_add", p, r["w"], inputs, r["s"], lambda n: ((slots, k), n), caps)]
