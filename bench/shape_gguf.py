@@ -9,15 +9,20 @@ as a real model's reply does; only a stray non-ASCII byte token does not round-t
 cost one token per byte (no merges).
 
     python -m bench.shape_gguf --shape smollm2-135m --quant q4_1 out.gguf
+    python -m bench.shape_gguf --shape qwen3-30b-a3b --quant q4_k_m qwen3-30b-a3b-q4_k_m.gguf  # 17.3 GiB
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import functools
+import math
 import os
 import sys
 import time
 
+import gguf
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
@@ -36,6 +41,11 @@ CHATML = (
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 QUANTS = ("f16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k", "q4_k_m")
+# general.file_type of the quants that are llama.cpp file types (q4_k and q6_k alone are not its mixes)
+FILE_TYPES = {
+    q: int(getattr(gguf.LlamaFileType, "MOSTLY_" + q.upper()))
+    for q in ("f16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k_m")
+}
 
 
 def byte_unicode() -> list[str]:
@@ -66,105 +76,118 @@ BLOCKS = {
     "q4_0": np.dtype([("d", "<f2"), ("q", "u1", 16)]),
     "q4_1": np.dtype([("d", "<f2"), ("m", "<f2"), ("q", "u1", 16)]),
     "q5_0": np.dtype([("d", "<f2"), ("qh", "u1", 4), ("q", "u1", 16)]),
+    "q5_1": np.dtype([("d", "<f2"), ("m", "<f2"), ("qh", "u1", 4), ("q", "u1", 16)]),
     "q4_k": np.dtype([("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", 12), ("q", "u1", 128)]),
+    "q5_k": np.dtype(
+        [("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", 12), ("qh", "u1", 32), ("q", "u1", 128)]
+    ),
     "q6_k": np.dtype([("ql", "u1", 128), ("qh", "u1", 64), ("scales", "i1", 16), ("d", "<f2")]),
 }
-BLOCK_ELEMS = {"q4_k": 256, "q6_k": 256}  # the others: 32
+BLOCK_ELEMS = {"q4_k": 256, "q5_k": 256, "q6_k": 256}  # the others: 32
 
 
 def random_block_bytes(dtype: str, rows: int, cols: int, rng) -> np.ndarray:
     """GGUF bytes [rows, blocks * block_bytes] of random quantized blocks with small fixed scales.
-    The quant bytes come straight from the generator as uint32 words (no float quantizing: an 8B
-    Q4_K_M table is written at the generator's speed)."""
+    The quant bytes are the bit generator's raw 64-bit words (no float quantizing, no bounded
+    integers: about 6x faster than rng.integers, so a 30B Q4_K_M file is written at disk speed)."""
     if dtype not in BLOCKS:
         raise ValueError(f"no random GGUF blocks for {dtype!r} (choose from {', '.join(BLOCKS)})")
     bt = BLOCKS[dtype]
     nb = cols // BLOCK_ELEMS.get(dtype, 32)
     total = rows * nb * bt.itemsize
-    raw = rng.integers(0, 1 << 32, -(-total // 4), dtype=np.uint32).view(np.uint8)[:total]
+    raw = rng.bit_generator.random_raw(-(-total // 8)).view(np.uint8)[:total]
     blk = raw.view(bt).reshape(rows, nb)
     if dtype == "q8_0":  # d * q, q std ~74
         blk["d"] = STD / 74.0
     elif dtype in ("q4_0", "q5_0"):  # d * (q - 8) or d * (q - 16): std 4.6 / 9.2
         blk["d"] = STD / (4.6 if dtype == "q4_0" else 9.2)
-    elif dtype == "q4_1":  # d * q + m, m = -8 d centres the unsigned nibbles
-        blk["d"] = STD / 4.6
-        blk["m"] = -8 * STD / 4.6
-    elif dtype == "q4_k":  # d * sc * q - dmin * m, 6-bit sc and m, q 0..15: std ~258 d
-        blk["d"] = STD / 258  # with dmin = 7.5 d (= mean q) the mean is zero
-        blk["dmin"] = 7.5 * STD / 258
+    elif dtype in ("q4_1", "q5_1"):  # d * q + m, m = -8 d (-16 d) centres the unsigned quants
+        blk["d"] = STD / (4.6 if dtype == "q4_1" else 9.2)
+        blk["m"] = -(8 if dtype == "q4_1" else 16) * blk["d"]
+    elif dtype in ("q4_k", "q5_k"):  # d * sc * q - dmin * m, 6-bit sc and m: std ~258 d (q in
+        std = 258 if dtype == "q4_k" else 527  # 0..15), ~527 d (q in 0..31)
+        blk["d"] = STD / std  # with dmin = mean q * d the mean is zero
+        blk["dmin"] = (7.5 if dtype == "q4_k" else 15.5) * STD / std
     else:  # q6_k: d * sc * (q - 32); sc kept in 0..15 (rms ~9), q - 32 std ~18
         blk["scales"] &= np.int8(0x0F)
         blk["d"] = STD / 9 / 18
     return raw.reshape(rows, -1)
 
 
-def _tensors(args, dtypes: dict, rng):
-    """(GGUF name, shape, numpy dtype, nbytes, raw GGML type or None, make()) for every tensor, in
-    file order; make() draws the data only when the writer reaches it (one tensor in memory)."""
-    import gguf
+def _draw(dtype: str, shape: tuple, key: tuple) -> np.ndarray:
+    """One tensor's data from a generator of its own (key: seed, index), so tensors can be drawn on
+    any thread in any order and the file stays the same: norms around 1, f32 (the MoE router) and
+    f16 matrices of std STD as bit patterns (shapes.random_halves), quant blocks as random bytes
+    with valid scales (stacked experts: their rows)."""
+    rng = np.random.default_rng(key)
+    if len(shape) == 1:
+        return (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+    if dtype == "f32":
+        return (STD * rng.standard_normal(shape)).astype(np.float32)
+    if dtype == "f16":
+        return random_halves(rng, math.prod(shape), STD).view(np.float16).reshape(shape)
+    return random_block_bytes(dtype, math.prod(shape[:-1]), shape[-1], rng).reshape(*shape[:-1], -1)
 
+
+def _tensors(args, dtypes: dict, seed: int):
+    """(GGUF name, shape, numpy dtype, nbytes, raw GGML type or None, make()) for every tensor, in
+    file order; make() draws the data only when the writer asks for it (_draw)."""
     out = []
     if (args.rope_scaling or {}).get("rope_type") == "llama3":  # llama.cpp's form of the scaling
         factors = llama3_rope_factors(args)
         out.append(("rope_freqs.weight", factors.shape, np.float32, factors.nbytes, None, lambda: factors))
-    for name, shp in expected_shapes(args).items():
-        gname = source_name(name, "gguf", args.arch)
-        if len(shp) == 1:
-            out.append(
-                (
-                    gname,
-                    shp,
-                    np.float32,
-                    4 * shp[0],
-                    None,
-                    lambda shp=shp: (1.0 + 0.1 * rng.standard_normal(shp)).astype(np.float32),
-                )
-            )
-        elif dtypes[name] == "f16":  # f16 bit patterns, no float64 temporaries (bench_shapes.random_halves)
-            out.append(
-                (
-                    gname,
-                    shp,
-                    np.float16,
-                    2 * shp[0] * shp[1],
-                    None,
-                    lambda shp=shp: random_halves(rng, shp[0] * shp[1], STD).view(np.float16).reshape(shp),
-                )
-            )
+    for i, (name, shp) in enumerate(expected_shapes(args).items()):
+        dt = dtypes.get(name, "f32")  # vectors and shapes.F32_MATRICES: f32
+        if dt in ("f32", "f16"):
+            npdt = np.dtype(np.float16 if dt == "f16" else np.float32)
+            info = (shp, npdt, npdt.itemsize * math.prod(shp), None)
         else:
-            dt = dtypes[name]
-            row_bytes = shp[1] // BLOCK_ELEMS.get(dt, 32) * BLOCKS[dt].itemsize if dt in BLOCKS else 0
+            row_bytes = shp[-1] // BLOCK_ELEMS.get(dt, 32) * BLOCKS[dt].itemsize if dt in BLOCKS else 0
             if not row_bytes:
                 raise ValueError(
                     f"{name}: no random GGUF blocks for {dt!r} (choose from {', '.join(BLOCKS)})"
                 )
-            out.append(
-                (
-                    gname,
-                    (shp[0], row_bytes),
-                    np.uint8,
-                    shp[0] * row_bytes,
-                    gguf.GGMLQuantizationType[dt.upper()],
-                    lambda dt=dt, shp=shp: random_block_bytes(dt, *shp, rng),
-                )
-            )
+            qt = gguf.GGMLQuantizationType[dt.upper()]
+            info = ((*shp[:-1], row_bytes), np.uint8, math.prod(shp[:-1]) * row_bytes, qt)
+        out.append(
+            (source_name(name, "gguf", args.arch), *info, functools.partial(_draw, dt, shp, (seed, i)))
+        )
     return out
 
 
+def _drawn(tensors, workers: int):
+    """Each tensor's data in file order, drawn up to `workers` tensors ahead on a thread pool (numpy's
+    generators release the GIL) while the caller writes the one before: a 30B file is written at the
+    disk's speed, with about `workers` tensors in memory."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers) as pool:
+        ahead = collections.deque()
+        for *_, make in tensors:
+            ahead.append(pool.submit(make))
+            if len(ahead) > workers:
+                yield ahead.popleft().result()
+        while ahead:
+            yield ahead.popleft().result()
+
+
 def write_shape_gguf(
-    path: str, shape: str, quant: str, seed: int = 0, max_position: int = 8192, n_layers: int = 0
+    path: str,
+    shape: str,
+    quant: str,
+    seed: int = 0,
+    max_position: int = 8192,
+    n_layers: int = 0,
+    workers: int = 0,
 ) -> str:
     """Writes the GGUF one tensor at a time (tensor infos first, then each tensor's data as it is
-    drawn), so memory stays at one tensor whatever the model's size."""
-    import gguf
-
+    drawn, `workers` threads ahead: _drawn; 0: up to 8), so memory stays at a few tensors whatever
+    the model's size. max_position: the header's context length, unless the shape names its own."""
     if quant not in QUANTS:
         raise ValueError(f"quant {quant!r}: choose from {', '.join(QUANTS)}")
     args = shape_args(shape, max_position, n_layers)
     dtypes = weight_dtypes(args, quant)
-    rng = np.random.default_rng(seed)
-    tensors = _tensors(args, dtypes, rng)
+    tensors = _tensors(args, dtypes, seed)
     tmp = path + ".tmp"
     w = gguf.GGUFWriter(tmp, args.arch)
     w.add_block_count(args.n_layers)
@@ -178,6 +201,12 @@ def write_shape_gguf(
     w.add_rope_freq_base(args.rope_theta)
     w.add_layer_norm_rms_eps(args.rms_eps)
     w.add_vocab_size(args.vocab_size)
+    if args.n_experts:  # the keys llama.cpp's converter writes for qwen3moe (models/moe.gguf_fields)
+        w.add_expert_count(args.n_experts)
+        w.add_expert_used_count(args.n_experts_used)
+        w.add_expert_feed_forward_length(args.expert_ffn)
+    if quant in FILE_TYPES:  # what llama-bench and llama-cli print as the model's type
+        w.add_file_type(FILE_TYPES[quant])
     tokens, types = vocabulary(args.vocab_size)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
@@ -191,8 +220,8 @@ def write_shape_gguf(
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
-    for *_, make in tensors:
-        w.write_tensor_data(make())
+    for data in _drawn(tensors, workers or min(8, os.cpu_count() or 1)):
+        w.write_tensor_data(data)
     w.close()
     os.replace(tmp, path)
     return path
@@ -204,10 +233,11 @@ def main(argv=None) -> int:
     ap.add_argument("--quant", default="q4_1", choices=QUANTS)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--layers", type=int, default=0, help="keep only the first N layers (0: all)")
+    ap.add_argument("--workers", type=int, default=0, help="threads drawing tensors ahead (0: up to 8)")
     ap.add_argument("out")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
-    path = write_shape_gguf(a.out, a.shape, a.quant, a.seed, n_layers=a.layers)
+    path = write_shape_gguf(a.out, a.shape, a.quant, a.seed, n_layers=a.layers, workers=a.workers)
     print(f"{path}: {os.path.getsize(path) / 2**30:.2f} GiB in {time.perf_counter() - t0:.1f} s")
     return 0
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from vkdecode.benchmark.shapes_moe import MOE_SHAPES
 from vkdecode.models import build_program
 from vkdecode.models.config import ModelArgs
 from vkdecode.models.gguf_names import expected_shapes
@@ -121,6 +122,7 @@ SHAPES = {
         "rope_theta": 10000.0,
         "rope_layout": "pairs",
     },
+    **MOE_SHAPES,
 }
 QUANTS = (*DTYPES, "q4_k_m")
 # llama.cpp's fallback for a tensor whose rows are no whole number of 256-superblocks
@@ -128,21 +130,27 @@ QUANTS = (*DTYPES, "q4_k_m")
 K_FALLBACK = {n: d.fallback for n, d in DTYPES.items() if d.fallback}
 # the Q2..Q5 types (under q6_k's 6.56 bits a weight), whose files keep a tied token table q8_0
 LOW_BIT = tuple(n for n, d in DTYPES.items() if d.quant and d.bits < 6.5)
+# matrices llama.cpp never quantizes: the MoE router (its quantizer skips ffn_gate_inp, which the
+# converter writes f32) and Qwen2-MoE's shared-expert gate (a vector in the file); f32 in every quant
+F32_MATRICES = ("router", "shexp_gate_inp")
+# llama.cpp's Q4_K_M for a model of exactly 8 experts (Mixtral's): attn_k and attn_v q8_0 (over the
+# _more_bits q6_k), attn_output q5_k
+EIGHT_EXPERTS = {"wk": "q8_0", "wv": "q8_0", "wo": "q5_k"}
 # Target std of a weight; with RMSNorm between layers the activations stay O(1).
 STD = 0.02
 
 
 def shape_args(shape: str, max_position: int = 1 << 16, n_layers: int = 0) -> ModelArgs:
     """ModelArgs of `shape`; n_layers > 0 keeps only the first n_layers (a quicker variant of the
-    same widths, for lavapipe runs and tests)."""
+    same widths, for lavapipe runs and tests). A shape that names its max_position keeps it."""
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r} (choose from {', '.join(SHAPES)})")
-    kw = {"rms_eps": 1e-6, **SHAPES[shape]}
+    kw = {"rms_eps": 1e-6, "max_position": max_position, **SHAPES[shape]}
     if n_layers > 0:
         kw["n_layers"] = n_layers
         if kw.get("layer_types"):
             kw["layer_types"] = kw["layer_types"][:n_layers]
-    return ModelArgs(max_position=max_position, eos_ids=[], **kw)
+    return ModelArgs(eos_ids=[], **kw)
 
 
 def _more_bits(i: int, n: int) -> bool:
@@ -150,30 +158,40 @@ def _more_bits(i: int, n: int) -> bool:
     return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
 
 
+def _fitted(dtype: str, n_in: int) -> str:
+    """dtype, or llama.cpp's fallback where rows of n_in are no whole number of its superblocks."""
+    return dtype if dtype not in K_FALLBACK or n_in % block_elems(dtype) == 0 else K_FALLBACK[dtype]
+
+
 def q4_k_m_dtype(name: str, shape: tuple, args: ModelArgs) -> str:
     """The type llama.cpp's Q4_K_M recipe gives a matrix: Q6_K for the output head (and a tied
-    token table), attn_v and ffn_down in _more_bits layers; Q4_K otherwise; then the fallback
-    for rows that are no whole number of superblocks."""
+    token table), attn_v and ffn_down (an MoE layer's ffn_down_exps: llama.cpp takes its layer
+    from the name) in _more_bits layers; Q4_K otherwise; EIGHT_EXPERTS for 8-expert models; then
+    the fallback for rows that are no whole number of superblocks."""
     layer = int(name.split(".")[1]) if name.startswith("layers.") else -1
     kind = name.rsplit(".", 1)[-1]
     head = name == "lm_head" or (name == "tok_embd" and args.tie_embeddings)
-    more = kind in ("wv", "w_down") and _more_bits(layer, args.n_layers)
+    more = kind in ("wv", "w_down", "exp_down") and _more_bits(layer, args.n_layers)
     dt = "q6_k" if head or more else "q4_k"
-    return dt if shape[1] % block_elems(dt) == 0 else K_FALLBACK[dt]
+    if args.n_experts == 8:
+        dt = EIGHT_EXPERTS.get(kind, dt)
+    return _fitted(dt, shape[-1])
 
 
 def weight_dtypes(args: ModelArgs, quant: str) -> dict[str, str]:
     """Matrices in `quant`; like llama.cpp's Q4/Q5 files (the real SmolLM2 Q4_1 GGUF included), a
     tied token table that doubles as the output head stays q8_0. q4_k_m mixes types as llama.cpp's
-    Q4_K_M does (q4_k_m_dtype); a single K type falls back as llama.cpp does per tensor."""
+    Q4_K_M does (q4_k_m_dtype); a single K type falls back as llama.cpp does per tensor. Stacked
+    experts (3-D) take a matrix's type; F32_MATRICES are left out (f32)."""
     out = {}
     for name, shape in expected_shapes(args).items():
-        if len(shape) == 2:
-            if quant == "q4_k_m":
-                out[name] = q4_k_m_dtype(name, shape, args)
-                continue
-            dt = "q8_0" if name == "tok_embd" and args.tie_embeddings and quant in LOW_BIT else quant
-            out[name] = dt if dt not in K_FALLBACK or shape[1] % block_elems(dt) == 0 else K_FALLBACK[dt]
+        if len(shape) == 1 or name.rsplit(".", 1)[-1] in F32_MATRICES:
+            continue
+        if quant == "q4_k_m":
+            out[name] = q4_k_m_dtype(name, shape, args)
+            continue
+        dt = "q8_0" if name == "tok_embd" and args.tie_embeddings and quant in LOW_BIT else quant
+        out[name] = _fitted(dt, shape[-1])
     return out
 
 
@@ -189,6 +207,8 @@ def random_weight(dtype: str, shape: tuple, rng) -> PackedWeight:
         return PackedWeight(
             "f32", shape, {"data": (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)}
         )
+    if len(shape) == 3:  # stacked experts (experts, out, in): packed as their rows, as the loader does
+        shape = (shape[0] * shape[1], shape[2])
     out, n_in = shape
     if dtype == "f32":
         return PackedWeight("f32", shape, {"data": (STD * rng.standard_normal(shape)).astype(np.float32)})
