@@ -28,6 +28,12 @@ def device():
         if os.environ.get("VKDECODE_VALIDATE") == "1":
             raise
         pytest.skip(f"no Vulkan device: {e}")
+    # errors of the device's own creation (a feature struct the layer rejects): each test clears
+    # the list before it runs, so they are checked here or never
+    created = list(dev.validation_errors)
+    if created:
+        dev.close()
+        pytest.fail("validation errors while creating the session device:\n" + "\n".join(created))
     _DEVICE = dev
     yield dev
     _DEVICE = None

@@ -44,6 +44,16 @@ def version_str(v: int) -> str:
     return f"{(v >> 22) & 0x7F}.{(v >> 12) & 0x3FF}.{v & 0xFFF}"
 
 
+def old_layer_reason(validation_layer: int) -> str:
+    """Why the KHR path is off while validating under `validation_layer` ("" when it may run)."""
+    if not 0 < validation_layer < KHR_VALIDATION:
+        return ""
+    return (
+        f"the validation layer ({version_str(validation_layer)}) predates SPV_KHR_cooperative_matrix "
+        f"({version_str(KHR_VALIDATION)}): off while validating"
+    )
+
+
 def choose(f: dict, compiler_error: str = "", validation_layer: int = 0) -> dict:
     """{"coop": "khr" or "", "coop_subgroup": lanes to require (0: fixed), "coop_reason": why ""}
     from a probe's features; compiler_error says why no glslang here compiles the KHR form;
@@ -68,11 +78,8 @@ def choose(f: dict, compiler_error: str = "", validation_layer: int = 0) -> dict
         why = "no " + ", ".join(missing)
     elif lanes >= 0:
         why = compiler_error
-    if not why and 0 < validation_layer < KHR_VALIDATION:
-        why = (
-            f"the validation layer ({version_str(validation_layer)}) predates SPV_KHR_cooperative_matrix "
-            f"({version_str(KHR_VALIDATION)}): off while validating"
-        )
+    if not why:
+        why = old_layer_reason(validation_layer)
     return {"coop": "" if why else "khr", "coop_subgroup": max(lanes, 0), "coop_reason": why}
 
 

@@ -96,6 +96,10 @@ class Probe:
         api = ((self.api >> 22) & 0x7F, (self.api >> 12) & 0x3FF)
         has = lambda core, ext: api >= core or ext in self.extensions
         # Property chain: driver + subgroup + maintenance3 (+ subgroup size control when present).
+        # an old validation layer rejects the KHR cooperative-matrix structs themselves (unknown
+        # sType in vkGetPhysicalDeviceProperties2 / vkCreateDevice): not even asked while validating
+        old_layer = coopmat.old_layer_reason(layer_version)
+        khr_coop = "VK_KHR_cooperative_matrix" in self.extensions and not old_layer
         keep = []
         props2 = new("VkPhysicalDeviceProperties2*")
         drv = sub = m3 = ssc = idp = cmp = None
@@ -108,10 +112,7 @@ class Probe:
                 "VkPhysicalDeviceShaderIntegerDotProductProperties",
                 has((1, 3), "VK_KHR_shader_integer_dot_product"),
             ),
-            (
-                "VkPhysicalDeviceCooperativeMatrixPropertiesKHR",
-                "VK_KHR_cooperative_matrix" in self.extensions,
-            ),
+            ("VkPhysicalDeviceCooperativeMatrixPropertiesKHR", khr_coop),
         ]
         for sname, ok in chain:
             if ok:
@@ -132,7 +133,7 @@ class Probe:
         self.feature_structs = []
         self.enable_exts = []
         for sname, core, ext, _ in FEATURE_STRUCTS:
-            if has(core, ext):
+            if has(core, ext) and (khr_coop or ext != "VK_KHR_cooperative_matrix"):
                 s = new(sname + "*")
                 s.pNext = self.features2.pNext
                 self.features2.pNext = s
@@ -188,6 +189,8 @@ class Probe:
         feats.update(
             coopmat.choose(feats, khr_compiler_error() if feats["coop_matrix_khr"] else "", layer_version)
         )
+        if old_layer and "VK_KHR_cooperative_matrix" in self.extensions:
+            feats["coop_reason"] = old_layer
         if feats["push_descriptors"]:
             self.enable_exts.append("VK_KHR_push_descriptor")
         if "VK_KHR_portability_subset" in self.extensions:  # required when present (MoltenVK)
