@@ -175,3 +175,9 @@ class BatchDecode:
         for ex in self.runners.values():
             ex.close()
         self.runners = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
