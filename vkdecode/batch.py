@@ -39,6 +39,65 @@ class _Seq:
         self.index, self.stream, self.max_tokens, self.generated = index, stream, max_tokens, 0
 
 
+class BatchGenerator:
+    """Sequences that join and leave a batch between steps (mlx-lm's BatchGenerator in spirit):
+    insert() runs a prompt and gives its first token, next() steps every sequence once. A sequence
+    leaves by itself when it finishes; remove() takes one out before (a client gone).
+
+    batch: an executors.batch.BatchDecode; kv: the decoder's KVPrefix (tracked when given)."""
+
+    def __init__(self, batch, tokenizer, kv=None, stop_at_eos: bool = True):
+        self.batch, self.tokenizer, self.kv, self.stop_at_eos = batch, tokenizer, kv, stop_at_eos
+        self.seqs: dict[int, _Seq] = {}  # slot -> sequence
+
+    @property
+    def free(self) -> int:
+        """Sequences that can join now."""
+        return len(self.batch.free)
+
+    def insert(
+        self, index: int, prompt_ids, max_tokens: int, sampling=None, reuse: bool = False, should_stop=None
+    ) -> BatchResponse | None:
+        """Run the prompt, join, and give the response of its first token (None: should_stop()
+        turned true during the prompt). reuse: skip the leading prompt tokens whose K/V rows the
+        decoder's cache holds. index: the caller's name for the sequence, in its responses."""
+        if self.kv is not None and not reuse:
+            self.kv.keep(0)
+        joined = self.batch.join(prompt_ids, sampling, self.kv, should_stop)
+        if joined is None:
+            return None
+        slot, first = joined
+        self.seqs[slot] = _Seq(index, self.tokenizer.stream(), max_tokens)
+        return self._emit(slot, first)
+
+    def next(self) -> list[BatchResponse]:
+        """One batched step: a response per sequence."""
+        return [self._emit(slot, tok) for slot, tok in self.batch.step().items()]
+
+    def remove(self, index: int) -> None:
+        for slot in [s for s, q in self.seqs.items() if q.index == index]:
+            self.batch.leave(slot)
+            del self.seqs[slot]
+
+    def close(self) -> None:
+        """Every sequence leaves: the slots are free for the next user of the batch."""
+        for q in list(self.seqs.values()):
+            self.remove(q.index)
+
+    def _emit(self, slot: int, tok: int) -> BatchResponse:
+        """The response for `tok` of the sequence in slot; a finished sequence leaves."""
+        s = self.seqs[slot]
+        s.generated += 1
+        reason = "stop" if self.stop_at_eos and tok in self.tokenizer.eos_ids else None
+        if reason is None and (s.generated >= s.max_tokens or self.batch.rows[slot].pos >= self.batch.ctx):
+            reason = "length"
+        text = "" if reason == "stop" else s.stream.add(tok)
+        if reason is not None:
+            text += s.stream.flush()
+            self.remove(s.index)
+        return BatchResponse(s.index, text, tok, reason)
+
+
 def stream_generate_batch(
     batch,
     tokenizer,
@@ -56,39 +115,18 @@ def stream_generate_batch(
     limits = per_prompt(max_tokens, n, "max_tokens")
     params = per_prompt(sampling, n, "sampling")
     waiting = deque(range(n))
-    seqs: dict[int, _Seq] = {}  # slot -> sequence
-
-    def emit(slot: int, tok: int):
-        """The response for `tok` of the sequence in slot; a finished sequence leaves."""
-        s = seqs[slot]
-        s.generated += 1
-        reason = "stop" if stop_at_eos and tok in tokenizer.eos_ids else None
-        if reason is None and (s.generated >= s.max_tokens or batch.rows[slot].pos >= batch.ctx):
-            reason = "length"
-        text = "" if reason == "stop" else s.stream.add(tok)
-        if reason is not None:
-            text += s.stream.flush()
-            batch.leave(slot)
-            del seqs[slot]
-        return BatchResponse(s.index, text, tok, reason)
-
+    gen = BatchGenerator(batch, tokenizer, kv, stop_at_eos)
     try:
-        while waiting or seqs:
-            while waiting and batch.free:
+        while waiting or gen.seqs:
+            while waiting and gen.free:
                 i = waiting.popleft()
                 if limits[i] < 1:
                     yield BatchResponse(i, "", -1, "length")
                     continue
-                if kv is not None and not reuse:
-                    kv.keep(0)
-                slot, first = batch.join(prompts[i], params[i], kv)
-                seqs[slot] = _Seq(i, tokenizer.stream(), limits[i])
-                yield emit(slot, first)
-            for slot, tok in batch.step().items():
-                yield emit(slot, tok)
+                yield gen.insert(i, prompts[i], limits[i], params[i], reuse)
+            yield from gen.next()
     finally:  # a consumer that stops early: the slots are free for the next batch
-        for slot in list(seqs):
-            batch.leave(slot)
+        gen.close()
 
 
 def collect_texts(responses, n: int) -> list[str]:
