@@ -32,8 +32,10 @@ from fusion.chunk import FLAT_KINDS, ChunkError
 from fusion.ir import STEP_WORDS, Program
 
 BATCH_STEP = "batch_step"
-BATCH_KINDS = {"embed", "rope", "kv_write", "attention", "sample"}  # read the step: per-row records
-ROW_KINDS = {"matmul", "argmax"}
+# ops that read the step (a record per row), and matmuls (attr batch: their rows are independent
+# sequences, so a kernel may take them as several vectors rather than as a matrix)
+BATCH_KINDS = {"embed", "rope", "kv_write", "attention", "sample", "matmul"}
+ROW_KINDS = {"argmax"}
 
 
 def batch_program(decode: Program, rows: int, slots: int) -> Program:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.helpers.make_models import load_smollm2, tiny_hf_model
+from tests.helpers.make_models import load_smollm2, tiny_hf_model, write_gguf
 from vkdecode.errors import ContextError, UsageError
 from vkdecode.executors.batch import BatchDecode
 from vkdecode.executors.decoder import Decoder
+from vkdecode.lowering.calls import KernelCaps
 from vkdecode.models.loader import load_model
 from vkdecode.options import DecodeOptions
 from vkdecode.sampling import SamplingParams
@@ -47,8 +48,9 @@ def batched(b: BatchDecode, ps, counts, params=None) -> list[list[int]]:
     return out
 
 
-def build(device, m, mode):
-    return Decoder.build(device, m.program, m.weights, DecodeOptions(mode=mode, ctx=CTX, prefill=(8,)))
+def build(device, m, mode, caps=None):
+    opts = DecodeOptions(mode=mode, ctx=CTX, prefill=(8,), caps=caps)
+    return Decoder.build(device, m.program, m.weights, opts)
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +73,32 @@ def test_each_sequence_equals_alone(device, tiny, arch, mode):
             # 5 live -> width 8 with 3 padding rows, then 4, 2, 1 as sequences leave
             assert all(b.steps[w] > 0 for w in (8, 4, 2, 1)), b.steps
     assert got == want
+
+
+@pytest.mark.parametrize("dtype", ["f16", "q8_0", "q4_0", "q4_1", "q5_0"])
+def test_every_weight_dtype(device, models_dir, dtype):
+    path = write_gguf(tiny_hf_model("qwen2", models_dir), models_dir / f"batch-qwen2.{dtype}.gguf", dtype)
+    m = load_model(path, ctx=CTX)
+    ps = prompts((7, 3, 12))
+    with build(device, m, "fused") as dec:
+        want = [alone(dec, p, 6) for p in ps]
+        with BatchDecode(dec, (4,)) as b:
+            assert batched(b, ps, [6] * 3) == want
+
+
+@pytest.mark.parametrize("batch_matvec", [-1, 8])
+def test_chunk_matmul_and_matvec_rows_agree(device, tiny, batch_matvec):
+    """A GPU's batched step takes the chunk matmuls (batch_matvec < 0 forces them on lavapipe) and
+    a CPU's the decode matvec over all rows (forced on at 8): same tokens either way."""
+    m = tiny["llama"]
+    caps = KernelCaps.from_info(device.info, batch_matvec=batch_matvec)
+    ps = prompts((5, 9, 4))
+    with build(device, m, "fused", caps) as dec:
+        want = [alone(dec, p, n) for p, n in zip(ps, (7, 3, 5))]
+        with BatchDecode(dec, (1, 2, 4)) as b:
+            shaders = {it.call.shader for it in b.runners[4].items}
+            assert ("matmul_rows" in shaders) == (batch_matvec < 0), shaders
+            assert batched(b, ps, [7, 3, 5]) == want
 
 
 def test_replay_steps_make_no_descriptor_writes_or_recordings(device, tiny):

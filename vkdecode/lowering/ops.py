@@ -63,6 +63,10 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     wv = p.values[w]
     n_out, n_in = wv.shape
     defines = (dtype_define(wv.dtype),) + reduce_defines(caps)
+    # a batched decode step's rows (rows.batch_matvec): each weight unit read once for all of them
+    xr = int(op.attrs.get("rows", 1))
+    xrows = (n_out, n_in) if xr > 1 else ()
+    defines += (("MV_XROWS", str(xr)),) if xr > 1 else ()
     chunks = row_chunks(wv.dtype, n_out, n_in, caps)
     calls = []
     for r0, rows in chunks:
@@ -72,7 +76,7 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
         calls.append(
             KernelCall(
                 "matmul",
-                (wg, n_in, rows, rpw),
+                (wg, n_in, rows, rpw) + xrows,
                 b,
                 (len(b) - 1,),
                 flat_groups(-(-rows // rpw)),

@@ -20,6 +20,8 @@ from vkdecode.lowering.calls import (
     dtype_define,
     flat_groups,
     kv_defines,
+    kw_split,
+    matvec_shape,
     reduce_defines,
     row_chunks,
     weight_bindings,
@@ -27,6 +29,7 @@ from vkdecode.lowering.calls import (
 )
 from vkdecode.lowering.coop import coop_attention_shape
 from vkdecode.lowering.matmul_rows import matmul_calls
+from vkdecode.quant import KSPLIT_TYPES
 
 
 def _batch(op: Op) -> tuple:
@@ -212,11 +215,31 @@ BUILDERS = {
 }
 
 
+def batch_matvec(program: Program, op: Op, caps: KernelCaps) -> bool:
+    """Whether a batched step's matmul runs as the decode matvec over all its rows (MV_XROWS in
+    shaders/matvec.glsl) instead of the chunk kernels: on CPUs up to 8 rows (caps.batch_matvec),
+    where the tiled kernel's shared-memory tiles cost more than the rows save (lavapipe, SmolLM2
+    Q4_1, a 4-row step's matmuls: 631 ms tiled, 154 ms by the matvec, 131 ms for one row); never
+    where the matvec would take K-quant units through kwide_rows.glsl, which has no row loop.
+    Up to 8 rows: XR * ROWS accumulators per invocation (ROWS 16 on CPUs) must stay compilable."""
+    limit = caps.batch_matvec or (8 if caps.device_cpu else 0)
+    if op.kind != "matmul" or not op.attrs.get("batch") or not 0 < int(op.attrs["rows"]) <= limit:
+        return False
+    w = program.values[op.inputs[0]]
+    return not (
+        w.dtype in KSPLIT_TYPES
+        and matvec_shape(w.dtype, w.shape[1], w.shape[0], caps)[2]
+        and kw_split(w.shape[1], caps, w.dtype)
+    )
+
+
 def row_op_calls(program: Program, op: Op, caps: KernelCaps) -> list[KernelCall] | None:
     """The calls of a chunk op that differs from its decode form, or None (the decode kernel runs it
     as is: rms_norm, silu_mul and same-shape adds over the flat T-row vector)."""
     if op.kind == "add" and program.values[op.inputs[1]].numel != program.values[op.inputs[0]].numel:
         return _add(program, op, caps)
+    if batch_matvec(program, op, caps):
+        return None  # ops._matmul: the decode matvec with MV_XROWS
     rows = int(op.attrs.get("rows", 1))
     if op.kind in BUILDERS and (
         rows > 1 or op.attrs.get("batch") or (op.kind == "embed" and op.inputs[1] != "step")
