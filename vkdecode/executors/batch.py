@@ -124,6 +124,8 @@ class BatchDecode:
             row.token, row.pos = int(toks[r]), row.pos + 1  # as advance_rows did on the GPU
             out[s] = row.token
         self.steps[w] += 1
+        if len(ex.token_stats) > 1024:  # a server runs steps without end: keep the recent ones
+            del ex.token_stats[:-256]
         return out
 
     def _write_rows(self, ex, w: int, live: list[int]) -> None:
