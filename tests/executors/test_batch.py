@@ -86,18 +86,23 @@ def test_every_weight_dtype(device, models_dir, dtype):
             assert batched(b, ps, [6] * 3) == want
 
 
-@pytest.mark.parametrize("batch_matvec", [-1, 8])
-def test_chunk_matmul_and_matvec_rows_agree(device, tiny, batch_matvec):
-    """A GPU's batched step takes the chunk matmuls (batch_matvec < 0 forces them on lavapipe) and
-    a CPU's the decode matvec over all rows (forced on at 8): same tokens either way."""
+@pytest.mark.parametrize(
+    "batch_matvec,narrow,shader", [(-1, -1, "matmul_rows"), (-1, 16, "matmul_rows_narrow"), (8, -1, "matmul")]
+)
+def test_chunk_matmul_and_matvec_rows_agree(device, tiny, batch_matvec, narrow, shader):
+    """A GPU's batched step takes the chunk matmuls (batch_matvec < 0 forces them on lavapipe; the
+    narrow kernel with matmul_narrow 16, as on GPUs) and a CPU's the decode matvec over all rows
+    (forced on at 8): the same tokens every way."""
     m = tiny["llama"]
-    caps = KernelCaps.from_info(device.info, batch_matvec=batch_matvec)
+    caps = KernelCaps.from_info(device.info, batch_matvec=batch_matvec, matmul_narrow=narrow)
     ps = prompts((5, 9, 4))
     with build(device, m, "fused", caps) as dec:
         want = [alone(dec, p, n) for p, n in zip(ps, (7, 3, 5))]
         with BatchDecode(dec, (1, 2, 4)) as b:
             shaders = {it.call.shader for it in b.runners[4].items}
-            assert ("matmul_rows" in shaders) == (batch_matvec < 0), shaders
+            assert (
+                shader in shaders and not {"matmul", "matmul_rows", "matmul_rows_narrow"} - {shader} & shaders
+            )
             assert batched(b, ps, [7, 3, 5]) == want
 
 
