@@ -5,6 +5,7 @@ slot; the bounded queue still refuses with 503."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -79,3 +80,28 @@ def test_disconnect_frees_the_slot_and_the_queue_still_bounds(model):
             if s == 200:
                 assert r["usage"]["completion_tokens"] == 200
         assert engine.metrics()["requests"]["rejected_queue_full"] == status.count(503)
+
+
+def test_a_request_joins_while_another_decodes(model):
+    """Continuous batching: a short request sent while a long one streams is answered before the
+    long one ends, and the long one's text is what it is alone."""
+    long = {"messages": QUESTION, "max_tokens": 150, "temperature": 0, "stream": True}
+    short = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 3, "temperature": 0}
+    with serving(model, parallel=2) as (engine, url):
+        with httpx.Client(timeout=120) as http:
+            alone = http.post(url + "/v1/chat/completions", json=dict(long, stream=False)).json()
+            with http.stream("POST", url + "/v1/chat/completions", json=long) as r:
+                lines = r.iter_lines()
+                head = [next(lines) for _ in range(6)]
+                answer = http.post(url + "/v1/chat/completions", json=short)
+                assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 3
+                assert engine.metrics()["queue"]["running_requests"] == 1  # the long one goes on
+                rest = list(lines)
+        m = engine.metrics()
+    text = "".join(
+        json.loads(x[6:])["choices"][0]["delta"].get("content") or ""
+        for x in head + rest
+        if x.startswith("data: {") and json.loads(x[6:])["choices"]
+    )
+    assert text == alone["choices"][0]["message"]["content"]
+    assert m["batch_steps"][2] > 0
