@@ -155,3 +155,14 @@ def test_smollm2_greedy_batch_equals_alone(device):
         want = [alone(dec, p, 6) for p in ps]
         with BatchDecode(dec, (1, 2, 4)) as b:
             assert batched(b, ps, [6] * 3) == want
+
+
+def test_slots_that_cannot_fit_are_refused(device, tiny, monkeypatch):
+    from vkdecode.errors import DeviceMemoryError
+
+    m = tiny["llama"]
+    with build(device, m, "fused") as dec:
+        need = dec.executor.plan.total_bytes
+        monkeypatch.setattr(type(device.info), "device_local_bytes", property(lambda self: need + 1))
+        with pytest.raises(DeviceMemoryError, match="a batch of 8 sequences needs"):
+            BatchDecode(dec, (1, 8))

@@ -27,6 +27,23 @@ from vkdecode.errors import ContextError, UsageError
 WIDTHS = (1, 2, 4, 8)
 
 
+def _check_fits(ex, slots: int) -> None:
+    """Refuse before allocating when the slots' KV caches cannot fit next to what the decoder
+    holds (plan.check_fits' comparison: the device-local heap, not what is free)."""
+    from vkdecode.errors import DeviceMemoryError
+    from vkdecode.executors.plan import value_bytes
+    from vkdecode.vk.memory import format_bytes as fmt
+
+    kv = sum(value_bytes(v) for v in ex.program.values.values() if v.kind == "state")
+    need, heap = kv * slots + ex.plan.total_bytes, ex.device.info.device_local_bytes
+    if heap and need > heap:
+        raise DeviceMemoryError(
+            f"a batch of {slots} sequences needs {fmt(kv * slots)} of KV cache ({fmt(kv)} a slot at ctx "
+            f"{ex.ctx}) beside the model's {fmt(ex.plan.total_bytes)}, but {ex.device.info.name} has "
+            f"{fmt(heap)} device-local; use fewer or narrower batch widths or a smaller --ctx"
+        )
+
+
 @dataclass
 class Row:
     """One live sequence as the host mirrors it: the token its next step is fed, at `pos`."""
@@ -48,6 +65,7 @@ class BatchDecode:
             raise UsageError(f"batch widths must be positive, not {widths!r}")
         self.slots = self.widths[-1]
         self.ctx = ex.ctx
+        _check_fits(ex, self.slots)
         self.runners: dict[int, object] = {}
         share = [ex.plan]
         try:
