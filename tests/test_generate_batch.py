@@ -42,6 +42,8 @@ def test_stream_generate_batch_responses(device, tiny_gguf):
         ]
         with pytest.raises(UsageError, match="2 values for 3 prompts"):
             model.generate_batch(PROMPTS[:3], temp=[0.1, 0.2])
+        with pytest.raises(UsageError, match="a list of prompts"):
+            model.generate_batch("Hello")
     assert all(isinstance(r, BatchResponse) for r in rs)
     for i in range(3):
         mine = [r for r in rs if r.index == i]

@@ -135,6 +135,8 @@ class Model:
         from vkdecode.batch import per_prompt, stream_generate_batch
         from vkdecode.sampling import SamplingParams
 
+        if isinstance(prompts, str) or isinstance(chats, str):
+            raise UsageError("generate_batch takes a list of prompts (or chats), not one string")
         if prompt_ids is None:
             texts = chats if chats is not None else prompts or []
             key = "chat" if chats is not None else "prompt"
