@@ -52,8 +52,10 @@ from fusion.verify import verify_program
 from fusion.vocab import (  # noqa: F401 (re-exported: the IR's words are imported from here)
     K_QUANT_BLOCK,
     QUANT_BLOCK,
+    STEP_LIVE,
     STEP_POS,
     STEP_SEED,
+    STEP_SLOT,
     STEP_TEMP,
     STEP_TOKEN,
     STEP_TOP_K,

@@ -79,9 +79,10 @@ def _check_shapes(p, op, fail) -> None:
             f"output {outs[0].name} {outs[0].shape} != ({r * t.shape[1]},)",
         )
         if r > 1 or ids.name != "step":
+            n = r * STEP_WORDS if a.get("batch") else r  # a batched step: one step record per row
             need(
-                ids.kind == "step" and ids.shape == (r,) and ids.dtype == "u32",
-                f"token ids {ids.name} must be u32[{r}]",
+                ids.kind == "step" and ids.shape == (n,) and ids.dtype == "u32",
+                f"token ids {ids.name} must be u32[{n}]",
             )
     elif k == "rms_norm":
         x, w = ins

@@ -11,6 +11,10 @@ STEP_SEED = 2  # sampling RNG seed (u32); the counter is the position
 STEP_TEMP = 3  # sampling temperature (f32 bits); written once per generation
 STEP_TOP_K = 4  # u32, 0 = no top-k cut
 STEP_TOP_P = 5  # f32 bits, 1.0 = no top-p cut
+# batched decode (fusion/chunk_batch.py): each row of the batch step buffer is a step buffer of
+# its own, plus the KV slot it reads and writes and whether the GPU advances it after the step
+STEP_SLOT = 6
+STEP_LIVE = 7  # 1: the row is fed its own next token; 0: a padding row, left as it is
 STEP_WORDS = 8
 
 VALUE_KINDS = ("weight", "activation", "state", "step", "output")

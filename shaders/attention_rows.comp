@@ -7,7 +7,8 @@
 // memory does not grow with the context. Rows past pos + t (later chunk rows, stale entries of
 // rejected draft tokens) are never read.
 // Bindings: 0 q, 1 k_cache, 2 v_cache, 3 step, 4 o. Spec: 0 wg size (>= D), 1 H, 2 KVH, 3 D,
-// 4 T, 5 scale (float), 6 WINDOW (0 = none).
+// 4 T, 5 scale (float), 6 WINDOW (0 = none), 7 SLOT_ROWS. BATCH (fusion/chunk_batch.py): row t is a
+// sequence of its own, over rows lo .. pos of its KV slot (pos, slot: its record of the step buffer).
 #include "common.glsl"
 
 layout(constant_id = 1) const uint H = 1;
@@ -16,6 +17,7 @@ layout(constant_id = 3) const uint D = 1;
 layout(constant_id = 4) const uint T = 1;
 layout(constant_id = 5) const float SCALE = 1.0;
 layout(constant_id = 6) const uint WINDOW = 0;
+layout(constant_id = 7) const uint SLOT_ROWS = 1;
 
 layout(binding = 0) readonly buffer QB { float q[]; };
 #define KV_BK 1
@@ -34,7 +36,13 @@ void main() {
     const uint ROW = KVH * D;
     const uint kvoff = (h / (H / KVH)) * D;
     const uint qoff = (t * H + h) * D;
+#ifdef BATCH
+    const uint len = step[t * STEP_WORDS + STEP_POS] + 1;
+    const uint kvbase = step[t * STEP_WORDS + STEP_SLOT] * SLOT_ROWS * ROW + kvoff;
+#else
     const uint len = step[STEP_POS] + t + 1;
+    const uint kvbase = kvoff;
+#endif
     const uint lo = (WINDOW > 0 && len > WINDOW) ? len - WINDOW : 0;
 
     for (uint j = tid; j < D; j += WG) qs[j] = q[qoff + j] * SCALE;
@@ -45,7 +53,7 @@ void main() {
         float s = NEG_INF;
         if (i < len) {
             s = 0.0;
-            uint kb = i * ROW + kvoff;
+            uint kb = i * ROW + kvbase;
             for (uint j = 0; j < D; j++) s += qs[j] * KC1(kb + j);
         }
         float mn = max(m, wg_max(s));
@@ -57,7 +65,7 @@ void main() {
         if (tid < D) {
             float a = 0.0;
             uint n = min(WG, len - base);
-            for (uint r = 0; r < n; r++) a += ps[r] * VC1((base + r) * ROW + kvoff + tid);
+            for (uint r = 0; r < n; r++) a += ps[r] * VC1((base + r) * ROW + kvbase + tid);
             acc = acc * corr + a;
         }
         m = mn;

@@ -12,6 +12,11 @@ layout(local_size_x_id = 0) in;
 #define STEP_TOKEN 0
 #define STEP_POS 1
 #define STEP_SEED 2
+// A batched decode step (fusion/chunk_batch.py, define BATCH) reads one such record per row, whose
+// words STEP_SLOT and STEP_LIVE name the row's KV slot and whether it advances after the step.
+#define STEP_WORDS 8
+#define STEP_SLOT 6
+#define STEP_LIVE 7
 
 #define NEG_INF uintBitsToFloat(0xff800000u)
 

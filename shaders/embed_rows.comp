@@ -5,6 +5,7 @@
 // maxStorageBufferRange) is split over calls as in embed.comp: each writes the rows whose token
 // falls in [row0, row0 + ROWS_BOUND).
 // Bindings: f32/f16: 0 data, 1 tokens, 2 y; quant: 0 q words, 1 scales, 2 tokens, 3 y.
+// BATCH (fusion/chunk_batch.py): tokens is the batch step buffer, row t's token at t * STEP_WORDS.
 // Spec: 0 workgroup size, 1 DIM, 2 ROWS_BOUND, 3 T, 4 SCALE (attr scale, 1.0 unless set). Push: row0.
 #define NO_WG_REDUCE
 #include "common.glsl"
@@ -34,7 +35,11 @@ void main() {
     uint g = flat_group_id() * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
     if (g >= T * DIM) return;
     uint t = g / DIM, i = g % DIM;
+#ifdef BATCH
+    uint r = tokens[t * STEP_WORDS + STEP_TOKEN] - pc.row0;
+#else
     uint r = tokens[t] - pc.row0;  // wraps to a huge value below row0
+#endif
     if (r >= ROWS_BOUND) return;
     y[g] = dequant_elem(r * ROW_WORDS(DIM), r * ROW_SCALES(DIM), i) * SCALE;
 }

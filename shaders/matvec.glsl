@@ -6,6 +6,11 @@
 //
 // Spec constants: 0 workgroup size (common.glsl), 1 K (in-dim), 2 M (rows bound), 3 ROWS.
 // Push constant: row0, the first output row (non-zero for the parts of a row-split weight).
+// MV_XROWS=XR (matmul.comp over a batched decode step, fusion/chunk_batch.py): XR rows of x, each
+// unit of a weight row read once for all of them; output j of a workgroup is weight row j % ROWS
+// of x row j / ROWS, stored MTOT (spec 4) apart. The includer's X1/X4 read x row mv_xrow and its
+// MV_STORE writes y row mv_xrow. XR is a define: the accumulators acc[XR][ROWS] are sized at
+// compile time (one SPIR-V per batch width).
 //
 // Mixture-of-experts hooks (moe_matmul.comp, moe_matmul_sum_add.comp; defaults: a plain matvec):
 // MV_GROUP() the row block of this workgroup; MV_SLOTS slots summed into each row, slot j reading
@@ -30,13 +35,22 @@
 layout(constant_id = 1) const uint K = 32;
 layout(constant_id = 2) const uint M = 1;
 layout(constant_id = 3) const uint ROWS = 1;
+#ifdef MV_XROWS
+const uint XR = MV_XROWS;
+layout(constant_id = 4) const uint MTOT = 1;
+#define MV_STORE_J(j, v) { mv_xrow = (j) / ROWS; MV_STORE(mv_pc.row0 + first + (j) % ROWS, v); }
+#else
+const uint XR = 1;
+#define MV_STORE_J(j, v) MV_STORE(mv_pc.row0 + first + (j), v)
+#endif
+const uint MV_NOUT = ROWS * XR;  // outputs per workgroup
 
 layout(push_constant) uniform MatvecPush { uint row0; } mv_pc;
 
 #ifdef USE_SUBGROUP
-shared float mv_red[ROWS * gl_WorkGroupSize.x];  // only gl_NumSubgroups entries per row used
+shared float mv_red[MV_NOUT * gl_WorkGroupSize.x];  // only gl_NumSubgroups entries per row used
 #else
-shared float mv_red[ROWS * gl_WorkGroupSize.x];
+shared float mv_red[MV_NOUT * gl_WorkGroupSize.x];
 #endif
 
 #ifdef MV_PART
@@ -76,61 +90,82 @@ void matvec_main() {
     if (first >= M) return;  // whole workgroup leaves together: no barrier is skipped
     const uint units = K / UNIT_ELEMS;
 
-    float acc[ROWS];
-    for (uint i = 0; i < ROWS; i++) acc[i] = 0.0;
+    float acc[XR][ROWS];
+    for (uint b = 0; b < XR; b++)
+        for (uint i = 0; i < ROWS; i++) acc[b][i] = 0.0;
     for (uint j = 0; j < MV_SLOTS; j++) {
     MV_SLOT_SET(j);
     const uint base = MV_ROW_BASE(j);
     const float sw = MV_SLOT_WEIGHT(j);
     for (uint u = t; u < units; u += WG) {
 #ifdef KW_SPLIT
-#define KW_ACC(i) acc[i]
+#define KW_ACC(i) acc[0][i]
 #define KW_M M
 #include "kwide_rows.glsl"
 #undef KW_ACC
 #undef KW_M
 #else
-        vec4 xv[XU_VEC4];
-        load_x(u, xv);
-        for (uint i = 0; i < ROWS; i++) {
-            // Rows past M re-read the last row instead of branching; their sums are dropped.
-            uint r = min(first + i, M - 1) + base;
-            acc[i] += sw * unit_dot(r * ROW_WORDS(K), r * ROW_SCALES(K), u, xv);
+        for (uint b = 0; b < XR; b++) {
+            vec4 xv[XU_VEC4];
+#ifdef MV_XROWS
+            mv_xrow = b;
+#endif
+            load_x(u, xv);
+            for (uint i = 0; i < ROWS; i++) {
+                // Rows past M re-read the last row instead of branching; their sums are dropped.
+                uint r = min(first + i, M - 1) + base;
+                acc[b][i] += sw * unit_dot(r * ROW_WORDS(K), r * ROW_SCALES(K), u, xv);
+            }
         }
 #endif
     }
     }
 
 #ifdef USE_SUBGROUP
-    for (uint i = 0; i < ROWS; i++) acc[i] = subgroupAdd(acc[i]);
+    for (uint b = 0; b < XR; b++)
+        for (uint i = 0; i < ROWS; i++) acc[b][i] = subgroupAdd(acc[b][i]);
     if (gl_NumSubgroups == 1) {
+#ifdef MV_XROWS
+        // acc is uniform now: one invocation stores all XR * ROWS outputs, by static indices (a
+        // pick loop per output made lavapipe's first 8-row step compile for over 30 s)
+        if (t == 0u)
+            for (uint b = 0; b < XR; b++)
+                for (uint i = 0; i < ROWS; i++)
+                    if (first + i < M) MV_STORE_J(b * ROWS + i, acc[b][i]);
+#else
         if (t < ROWS && first + t < M) {
             // acc is uniform now; pick row t without dynamic indexing of a private array.
-            float v = acc[0];
-            for (uint i = 1; i < ROWS; i++) if (i == t) v = acc[i];
-            MV_STORE(mv_pc.row0 + first + t, v);
+            float v = acc[0][0];
+            for (uint i = 1; i < ROWS; i++) if (i == t) v = acc[0][i];
+            MV_STORE_J(t, v);
         }
+#endif
         MV_DONE();
         return;
     }
     if (subgroupElect())
-        for (uint i = 0; i < ROWS; i++) mv_red[i * WG + gl_SubgroupID] = acc[i];
+        for (uint b = 0; b < XR; b++)
+            for (uint i = 0; i < ROWS; i++) mv_red[(b * ROWS + i) * WG + gl_SubgroupID] = acc[b][i];
     barrier();
-    if (t < ROWS && first + t < M) {
+    // outputs t, t + WG, ...: a batch's XR * ROWS outputs may outnumber the invocations
+    for (uint j = t; j < MV_NOUT; j += WG) {
+        if (first + j % ROWS >= M) continue;
         float v = 0.0;
-        for (uint s = 0; s < gl_NumSubgroups; s++) v += mv_red[t * WG + s];
-        MV_STORE(mv_pc.row0 + first + t, v);
+        for (uint s = 0; s < gl_NumSubgroups; s++) v += mv_red[j * WG + s];
+        MV_STORE_J(j, v);
     }
     MV_DONE();
 #else
-    for (uint i = 0; i < ROWS; i++) mv_red[i * WG + t] = acc[i];
+    for (uint b = 0; b < XR; b++)
+        for (uint i = 0; i < ROWS; i++) mv_red[(b * ROWS + i) * WG + t] = acc[b][i];
     barrier();
     for (uint h = WG / 2; h > 0; h >>= 1) {
         if (t < h)
-            for (uint i = 0; i < ROWS; i++) mv_red[i * WG + t] += mv_red[i * WG + t + h];
+            for (uint i = 0; i < MV_NOUT; i++) mv_red[i * WG + t] += mv_red[i * WG + t + h];
         barrier();
     }
-    if (t < ROWS && first + t < M) MV_STORE(mv_pc.row0 + first + t, mv_red[t * WG]);
+    for (uint j = t; j < MV_NOUT; j += WG)
+        if (first + j % ROWS < M) MV_STORE_J(j, mv_red[j * WG]);
     MV_DONE();
 #endif
 }

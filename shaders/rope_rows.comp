@@ -4,7 +4,8 @@
 // rope.comp does for one row. One invocation per pair. Angle of pair i: pos * theta^(-2i/D), or
 // with FREQS (an inverse-frequency table input) pos * freqs[i].
 // Bindings: 0 x, 1 step, 2 y (FREQS: 2 freqs[D/2], 3 y). Spec: 0 wg size, 1 H, 2 D, 3 theta
-// (float, unused with FREQS), 4 T.
+// (float, unused with FREQS), 4 T. BATCH (fusion/chunk_batch.py): row t at the position of its own
+// step record, step[t * STEP_WORDS + STEP_POS].
 #define NO_WG_REDUCE
 #include "common.glsl"
 
@@ -32,10 +33,15 @@ void main() {
 #else
     uint ia = (t * H + h) * D + 2 * i, ib = ia + 1;
 #endif
-#ifdef FREQS
-    float ang = float(step[STEP_POS] + t) * freqs[i];
+#ifdef BATCH
+    uint pos = step[t * STEP_WORDS + STEP_POS];
 #else
-    float ang = float(step[STEP_POS] + t) * pow(THETA, -float(2 * i) / float(D));
+    uint pos = step[STEP_POS] + t;
+#endif
+#ifdef FREQS
+    float ang = float(pos) * freqs[i];
+#else
+    float ang = float(pos) * pow(THETA, -float(2 * i) / float(D));
 #endif
     const float TWO_PI = 6.283185307179586;
     ang -= TWO_PI * floor(ang / TWO_PI + 0.5);

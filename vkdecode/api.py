@@ -35,6 +35,7 @@ class Model:
         self._own_device = device is None or isinstance(device, (str, int))
         self.device = Device(device) if self._own_device else device
         self.decoder = None
+        self._batch = None  # executors.batch.BatchDecode, built by the first batched call
         try:
             bar = _upload_bar(self.loaded) if progress else None
             self.decoder = Decoder.build(self.device, self.loaded.program, self.loaded.weights, opts, bar)
@@ -105,7 +106,65 @@ class Model:
     ) -> str:
         return "".join(r.text for r in self.stream_generate(prompt, chat, max_tokens, **sampling))
 
+    def batch(self, widths=None):
+        """The batched decode steps (executors/batch.py), built on first use; widths: the batch
+        widths to record (default executors.batch.WIDTHS; another set rebuilds them)."""
+        from vkdecode.executors.batch import WIDTHS, BatchDecode
+
+        want = tuple(sorted(set(widths or WIDTHS)))
+        if self._batch is None or self._batch.widths != want:
+            if self._batch is not None:
+                self._batch.close()
+                self._batch = None
+            self._batch = BatchDecode(self.decoder, want)
+        return self._batch
+
+    def stream_generate_batch(
+        self,
+        prompts: list[str] | None = None,
+        chats: list[str] | None = None,
+        max_tokens=256,
+        prompt_ids: list[list[int]] | None = None,
+        temp=0.0,
+        top_k=0,
+        top_p=1.0,
+        seed=0,
+        widths=None,
+        prompt_cache: bool = False,
+    ):
+        """Yields batch.BatchResponse per token of each sequence (its .index: which prompt), the
+        sequences decoded together in batched steps. Sampling settings and max_tokens: one value
+        for all prompts or a list of one per prompt."""
+        from vkdecode.batch import per_prompt, stream_generate_batch
+        from vkdecode.sampling import SamplingParams
+
+        if isinstance(prompts, str) or isinstance(chats, str):
+            raise UsageError("generate_batch takes a list of prompts (or chats), not one string")
+        if prompt_ids is None:
+            texts = chats if chats is not None else prompts or []
+            key = "chat" if chats is not None else "prompt"
+            prompt_ids = [self.encode_prompt(**{key: t}) for t in texts]
+        n = len(prompt_ids)
+        cols = [
+            per_prompt(v, n, k)
+            for k, v in (("temp", temp), ("top_k", top_k), ("top_p", top_p), ("seed", seed))
+        ]
+        params = [SamplingParams(*c) for c in zip(*cols)]
+        return stream_generate_batch(
+            self.batch(widths), self.tokenizer, prompt_ids, max_tokens, params, self.kv, prompt_cache
+        )
+
+    def generate_batch(self, prompts=None, chats=None, max_tokens=256, **kw) -> list[str]:
+        """The texts of stream_generate_batch, one per prompt, in order (mlx-lm's batch_generate)."""
+        from vkdecode.batch import collect_texts
+
+        n = len(kw.get("prompt_ids") or chats or prompts or [])
+        return collect_texts(self.stream_generate_batch(prompts, chats, max_tokens, **kw), n)
+
     def close(self) -> None:
+        if getattr(self, "_batch", None) is not None:  # it uses the decoder's slices: first
+            self._batch.close()
+            self._batch = None
         if getattr(self, "decoder", None) is not None:
             self.decoder.close()
             self.decoder = None

@@ -341,9 +341,15 @@ def test_stats_table_and_json(capsys, tiny_gguf):
         }
     assert unfused["prefill"]["host_calls_per_chunk"]["command_buffer_recordings"] == 1
     assert unfused["prefill"]["executed_per_chunk"] == nofuse["prefill"]["executed_per_chunk"]
-    rc, out, _ = cli(capsys, "stats", "--model", tiny_gguf, "--ctx", 64)
+    # batched decode: every width recorded once in replay modes (JSON keys are strings)
+    for m in (fused, nofuse):
+        assert set(m["batch"]) == {"1", "4"}
+        for b in m["batch"].values():
+            assert b["host_calls_per_step"] == fused["host_calls_per_token"]
+    assert unfused["batch"]["4"]["host_calls_per_step"]["command_buffer_recordings"] == 1
+    rc, out, _ = cli(capsys, "stats", "--model", tiny_gguf, "--ctx", 64, "--batch-widths", "2")
     assert rc == 0 and "×2" in out and "descriptor writes" in out and "replay-nofuse" in out
-    assert "prompt chunk of 32 tokens" in out
+    assert "prompt chunk of 32 tokens" in out and "fused B=2" in out
 
 
 def test_stats_executed_counts_match_the_unfused_host_recording(device, tiny_gguf):

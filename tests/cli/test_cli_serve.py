@@ -25,6 +25,7 @@ def tiny_path(tmp_path_factory):
     [
         (["--port", "70000"], "--port"),
         (["--max-queue", "0"], "--max-queue"),
+        (["--parallel", "0"], "--parallel"),
         (["--ctx", "1"], "--ctx"),
         (["--api-key", " "], "--api-key"),
         (["--max-body-bytes", "10"], "--max-body-bytes"),

@@ -16,15 +16,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @contextlib.contextmanager
-def serving(model, model_id: str = "tiny", api_key: str | None = None, max_queue: int = 8, **app_kw):
-    """-> (engine, base URL) of a server on 127.0.0.1 (any free port) for an already loaded model."""
+def serving(
+    model, model_id: str = "tiny", api_key: str | None = None, max_queue: int = 8, parallel: int = 1, **app_kw
+):
+    """-> (engine, base URL) of a server on 127.0.0.1 (any free port) for an already loaded model;
+    parallel > 1: the batched engine (`serve --parallel N`)."""
     import uvicorn
 
     from vkdecode.cli.serve import listen_socket
     from vkdecode.serve.app import create_app
-    from vkdecode.serve.engine import Engine
+    from vkdecode.serve.batch_engine import make_engine
 
-    engine = Engine(model, model_id, max_queue=max_queue, own_model=False)
+    engine = make_engine(model, model_id, max_queue, parallel, own_model=False)
     app = create_app(engine, api_key=api_key, close_engine=False, **app_kw)
     sock = listen_socket("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))

@@ -97,3 +97,22 @@ def test_smollm2_every_mode_validation_clean(vdev):
     got = {mode: full_decode(vdev, m, mode, prompt, 3) for mode in MODES}
     assert got["fused"] == got["replay-nofuse"] == got["unfused"]
     assert m.tokenizer.decode(got["fused"]).startswith(" Paris")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_batched_decode_validation_clean(vdev, tmp_path_factory, mode):
+    """Sequences joining (prompt, KV rows copied into a slot), batched steps at shrinking widths
+    with padding rows, and leaving, under synchronization validation: no hazard between the copy,
+    the steps and the host's row writes."""
+    from vkdecode.batch import stream_generate_batch
+    from vkdecode.executors.batch import BatchDecode
+    from vkdecode.executors.decoder import Decoder
+
+    m = load_model(tiny_hf_model("qwen3", models_dir(tmp_path_factory)), ctx=48)
+    with Decoder(make_executor(mode, vdev, m.program, m.weights)) as dec, BatchDecode(dec, (1, 2, 4)) as b:
+        prompts = [[5, 6, 7], [8, 9, 10, 11, 12], [13], [14, 15], [16, 17, 18, 19]]
+        rs = list(stream_generate_batch(b, m.tokenizer, prompts, [6, 2, 9, 4, 3], stop_at_eos=False))
+    assert sorted(r.index for r in rs if r.finish_reason) == [0, 1, 2, 3, 4]
+    errors = list(vdev.validation_errors)
+    vdev.validation_errors.clear()
+    assert errors == [], f"{mode}: {len(errors)} validation error(s):\n" + "\n".join(errors[:5])

@@ -52,6 +52,13 @@ def add_serve_parser(sub) -> None:
         default=8,
         help="requests that may wait for the device; more are refused with 503 (default 8)",
     )
+    p.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        metavar="N",
+        help="requests decoded together in batched steps (default 1: one at a time)",
+    )
     p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB)")
     p.add_argument(
         "--log-level",
@@ -72,6 +79,8 @@ def check_args(args) -> None:
         raise UsageError("--port must be 0..65535")
     if args.max_queue < 1:
         raise UsageError("--max-queue must be at least 1")
+    if args.parallel < 1:
+        raise UsageError("--parallel must be at least 1")
     if args.max_body_bytes < 1024:
         raise UsageError("--max-body-bytes must be at least 1024")
     if args.api_key is not None and not args.api_key.strip():
@@ -111,7 +120,7 @@ def cmd_serve(args) -> int:
     import vkdecode
     from vkdecode.default_model import resolve_model
     from vkdecode.serve.app import create_app
-    from vkdecode.serve.engine import Engine
+    from vkdecode.serve.batch_engine import make_engine
 
     # the sampling build serves greedy (temperature 0) and sampled requests alike
     options = decode_options(args, sampling=True)
@@ -122,7 +131,7 @@ def cmd_serve(args) -> int:
     except BaseException:
         sock.close()
         raise
-    engine = Engine(model, args.model_id or default_model_id(path), max_queue=args.max_queue)
+    engine = make_engine(model, args.model_id or default_model_id(path), args.max_queue, args.parallel)
     app = create_app(
         engine, api_key=args.api_key, max_body_bytes=args.max_body_bytes, allow_origins=args.allow_origin
     )
@@ -131,6 +140,7 @@ def cmd_serve(args) -> int:
     print(
         f"vkdecode serve: {engine.model_id} ({model.mode}, ctx {model.executor.ctx}) on "
         f"{model.device.info.name}\n  OpenAI API at http://{shown}:{port}/v1  (queue {args.max_queue}, "
+        f"parallel {args.parallel}, "
         f"API key {'required' if args.api_key else 'off'})",
         file=sys.stderr,
         flush=True,

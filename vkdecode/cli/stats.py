@@ -21,6 +21,7 @@ HOST_ROWS = [
 ]
 STEPS = 3  # the first step may differ (first use); the last one is reported
 PREFILL_WIDTH = 32  # the prompt-chunk width whose regions and per-chunk work are shown
+BATCH_WIDTHS = "1,4"  # the batched-decode widths whose per-step work is shown (cli/stats_batch.py)
 
 
 def add_stats_parser(sub) -> None:
@@ -33,6 +34,12 @@ def add_stats_parser(sub) -> None:
         default=PREFILL_WIDTH,
         metavar="T",
         help=f"prompt-chunk width to report (default {PREFILL_WIDTH}; 0 = no prefill section)",
+    )
+    p.add_argument(
+        "--batch-widths",
+        default=BATCH_WIDTHS,
+        metavar="B,B",
+        help=f"batched-decode widths to report (default {BATCH_WIDTHS}; empty = no batch section)",
     )
     p.set_defaults(func=cmd_stats)
 
@@ -93,7 +100,7 @@ def _chunk_stats(prefill, width: int, executed_per_token, host_calls_per_token) 
     }
 
 
-def collect_stats(device, model, modes, prefill_width: int = 0, log=None) -> dict:
+def collect_stats(device, model, modes, prefill_width: int = 0, log=None, batch_widths=()) -> dict:
     """log(msg): progress, one line per mode (each builds, records and runs its steps: ~15 s on
     lavapipe for SmolLM2)."""
     from vkdecode.benchmark import decode_run, executed_per_token, host_calls_per_token
@@ -121,6 +128,10 @@ def collect_stats(device, model, modes, prefill_width: int = 0, log=None) -> dic
                     out["prefill_width"] = prefill_width
                 pf.pop("regions", None)
                 out["modes"][ex.mode]["prefill"] = pf
+            if batch_widths:
+                from vkdecode.cli.stats_batch import batch_stats
+
+                out["modes"][ex.mode]["batch"] = batch_stats(ex, batch_widths)
         finally:
             ex.close()
     out["region_groups"] = group_regions(out["regions"])
@@ -190,6 +201,9 @@ def format_stats(s: dict) -> str:
     )
     if s.get("prefill_regions"):
         lines += format_prefill(s)
+    from vkdecode.cli.stats_batch import format_batch
+
+    lines += format_batch(s, EXECUTED_ROWS, HOST_ROWS)
     lines.append(
         "\nReplay writes no descriptors and records nothing per token: one submit replays the step "
         "recorded once.\nFusion cuts the dispatches and barriers that step executes."
@@ -244,6 +258,7 @@ def cmd_stats(args) -> int:
             list(MODES),
             args.prefill_width,
             log=lambda msg: print(msg, file=sys.stderr, flush=True),
+            batch_widths=[int(w) for w in args.batch_widths.split(",") if w.strip()],
         )
     if args.json:
         print(json.dumps(s, indent=2))

@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 
 from fusion.ir import STEP_POS, STEP_SEED, STEP_TOKEN
 from vkdecode.errors import ContextError, UsageError
-from vkdecode.executors.plan import GRID_ARGS, GridArgs, MemoryPlan, barriers_before, with_advance
+from vkdecode.executors.plan import (
+    GRID_ARGS,
+    GridArgs,
+    MemoryPlan,
+    advance_rows_call,
+    barriers_before,
+    with_advance,
+)
 from vkdecode.lowering.calls import KernelCall, KernelCaps
 from vkdecode.stats import Counters, op_weight_bytes
 
@@ -68,8 +75,14 @@ class Executor:
             owners += [ri] * len(rc)
         calls, owners = self._across_regions(calls, owners)
         self.grids = GridArgs(calls)
-        # a prompt chunk (fusion/chunk.py) hands no token to a next step: the host starts decode
-        if "chunk_rows" not in self.program.meta:
+        # a prompt chunk (fusion/chunk.py) hands no token to a next step: the host starts decode;
+        # a batched step (fusion/chunk_batch.py) hands each row its own
+        self.batch_rows = self.program.meta.get("batch_rows", 0)
+        if self.batch_rows:
+            from fusion.chunk_batch import BATCH_STEP
+
+            calls, owners = calls + [advance_rows_call(self.batch_rows, BATCH_STEP)], owners + owners[-1:]
+        elif "chunk_rows" not in self.program.meta:
             calls, added = with_advance(calls, len(self.grids))
             if added:
                 owners.append(owners[-1])  # counted with the last region (the token choice)
@@ -172,6 +185,8 @@ class Executor:
             yield token
 
     def _write_step(self, token: int, pos: int) -> None:
+        if self.batch_rows:  # a batched step's rows are written by executors/batch.py, when they change
+            return
         # STEP_TOKEN and STEP_POS are adjacent words: one small write into the mapped step buffer
         self.plan.step.buffer.write_u32(self._step_word, (token, pos))
         if self._grid_slice is not None:  # and the attention grids sized to pos (GridArgs)

@@ -64,6 +64,10 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     wv = p.values[w]
     n_out, n_in = wv.shape
     defines = (dtype_define(wv.dtype),) + reduce_defines(caps)
+    # a batched decode step's rows (rows.batch_matvec): each weight unit read once for all of them
+    xr = int(op.attrs.get("rows", 1))
+    xrows = (n_out, n_in) if xr > 1 else ()
+    defines += (("MV_XROWS", str(xr)),) if xr > 1 else ()
     chunks = row_chunks(wv.dtype, n_out, n_in, caps)
     calls = []
     for r0, rows in chunks:
@@ -73,7 +77,7 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
         calls.append(
             KernelCall(
                 "matmul",
-                (wg, n_in, rows, rpw),
+                (wg, n_in, rows, rpw) + xrows,
                 b,
                 (len(b) - 1,),
                 flat_groups(-(-rows // rpw)),
@@ -225,12 +229,13 @@ def _argmax(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
 
 def _sample(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     # One workgroup: sampling reads the logits ~64 times (two radix selects) but runs once per token.
-    n = p.values[op.inputs[0]].numel
+    # A batched step (fusion/chunk_batch.py) samples each row in a workgroup of its own.
+    rows = int(op.attrs.get("rows", 1))
+    n = p.values[op.inputs[0]].numel // rows
     wg = wg_size(caps, 1024, cap=256)
     b = (Binding(op.inputs[0]), Binding(op.inputs[1]), Binding(op.outputs[0]))
-    return [
-        KernelCall("sample", (wg, n), b, (2,), (1, 1, 1), defines=reduce_defines(caps), label=op.outputs[0])
-    ]
+    defines = reduce_defines(caps) + ((("BATCH", "1"),) if op.attrs.get("batch") else ())
+    return [KernelCall("sample", (wg, n), b, (2,), (rows, 1, 1), defines=defines, label=op.outputs[0])]
 
 
 BUILDERS = {

@@ -4,7 +4,8 @@ ops.op_calls sends an op here when it carries rows > 1 (or an embed reads chunk 
 matmul (its shapes in matmul_rows.py), the block causal attention, rope / kv_write at positions
 step.pos + t, a bias add broadcast over rows and a per-row argmax. Like the decode calls, nothing
 here depends on the chunk's position or tokens: the same calls are recorded once per chunk width
-and replayed.
+and replayed. The ops of a batched decode step (fusion/chunk_batch.py, attr batch) take the same
+kernels with the define BATCH: each row reads its own step record and KV slot.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from vkdecode.lowering.calls import (
     dtype_define,
     flat_groups,
     kv_defines,
+    kw_split,
+    matvec_shape,
     reduce_defines,
     row_chunks,
     weight_bindings,
@@ -26,6 +29,17 @@ from vkdecode.lowering.calls import (
 )
 from vkdecode.lowering.coop import coop_attention_shape
 from vkdecode.lowering.matmul_rows import matmul_calls
+from vkdecode.quant import KSPLIT_TYPES
+
+
+def _batch(op: Op) -> tuple:
+    """The define of a batched decode step's op (fusion/chunk_batch.py): per-row step records."""
+    return (("BATCH", "1"),) if op.attrs.get("batch") else ()
+
+
+def _slot_rows(op: Op) -> tuple:
+    """The spec constant SLOT_ROWS (KV rows per slot) of a batched step's cache op, else none."""
+    return (int(op.attrs["slot_rows"]),) if op.attrs.get("batch") else ()
 
 
 def _embed(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
@@ -48,7 +62,7 @@ def _embed(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
                 (len(b) - 1,),
                 flat_groups(-(-rows * dim // wg)),
                 push=struct.pack("<I", r0),
-                defines=(dtype_define(tv.dtype),),
+                defines=(dtype_define(tv.dtype),) + _batch(op),
                 label=op.outputs[0],
             )
         )
@@ -64,6 +78,7 @@ def _rope(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     defines = ((("NEOX", "1"),) if a["layout"] == "neox" else ()) + (
         (("FREQS", "1"),) if len(op.inputs) == 3 else ()
     )
+    defines += _batch(op)
     return [
         KernelCall(
             "rope_rows",
@@ -87,11 +102,11 @@ def _kv_write(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     return [
         KernelCall(
             "kv_write_rows",
-            (wg, row, rows),
+            (wg, row, rows) + _slot_rows(op),
             b,
             (3, 4),
             flat_groups(-(-rows * row // 2 // wg)),
-            defines=kv_defines(p, op.outputs[0]),
+            defines=kv_defines(p, op.outputs[0]) + _batch(op),
             label=op.outputs[0],
         )
     ]
@@ -135,14 +150,16 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     a = op.attrs
     h, kvh, d, rows = int(a["n_heads"]), int(a["n_kv_heads"]), int(a["head_dim"]), int(a["rows"])
     b = (Binding(q), Binding(kc), Binding(vc), Binding(step), Binding(op.outputs[0]))
-    coop = coop_attention_shape(caps, str(p.meta.get("arch", "")), a, bool(kv_defines(p, kc)))
+    # a batched step's rows are different sequences: no K/V tile is shared, the per-row kernel runs
+    batch = bool(a.get("batch"))
+    coop = not batch and coop_attention_shape(caps, str(p.meta.get("arch", "")), a, bool(kv_defines(p, kc)))
     if coop:
         rb, bkv = coop
         spec = (32 * (h // kvh) * rb, h, kvh, d, rows, float(a["scale"]), rb, bkv)
         return [
             KernelCall("attention_rows_coop", spec, b, (4,), (kvh, rows // (16 * rb), 1), label=op.outputs[0])
         ]
-    bq = gqa_rows(caps, h // kvh, d, rows)
+    bq = 0 if batch else gqa_rows(caps, h // kvh, d, rows)
     if bq:
         wg = gqa_wg(caps, h // kvh * bq)
         spec = (wg, h, kvh, d, rows, float(a["scale"]), int(a.get("window", 0)), bq, GQA_BKV)
@@ -160,7 +177,7 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     wg = wg_size(caps, max(d, 64), cap=max(256, d))
     if wg < d:
         raise ValueError(f"attention {op.outputs[0]}: head_dim {d} > workgroup size {wg}")
-    spec = (wg, h, kvh, d, rows, float(a["scale"]), int(a.get("window", 0)))
+    spec = (wg, h, kvh, d, rows, float(a["scale"]), int(a.get("window", 0))) + _slot_rows(op)
     return [
         KernelCall(
             "attention_rows",
@@ -168,7 +185,7 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
             b,
             (4,),
             (h, rows, 1),
-            defines=reduce_defines(caps) + kv_defines(p, kc),
+            defines=reduce_defines(caps) + kv_defines(p, kc) + _batch(op),
             label=op.outputs[0],
         )
     ]
@@ -198,12 +215,34 @@ BUILDERS = {
 }
 
 
+def batch_matvec(program: Program, op: Op, caps: KernelCaps) -> bool:
+    """Whether a batched step's matmul runs as the decode matvec over all its rows (MV_XROWS in
+    shaders/matvec.glsl) instead of the chunk kernels: on CPUs up to 8 rows (caps.batch_matvec),
+    where the tiled kernel's shared-memory tiles cost more than the rows save (lavapipe, SmolLM2
+    Q4_1, a 4-row step's matmuls: 631 ms tiled, 154 ms by the matvec, 131 ms for one row); never
+    where the matvec would take K-quant units through kwide_rows.glsl, which has no row loop.
+    Up to 8 rows: XR * ROWS accumulators per invocation (ROWS 16 on CPUs) must stay compilable."""
+    limit = caps.batch_matvec or (8 if caps.device_cpu else 0)
+    if op.kind != "matmul" or not op.attrs.get("batch") or not 0 < int(op.attrs["rows"]) <= limit:
+        return False
+    w = program.values[op.inputs[0]]
+    return not (
+        w.dtype in KSPLIT_TYPES
+        and matvec_shape(w.dtype, w.shape[1], w.shape[0], caps)[2]
+        and kw_split(w.shape[1], caps, w.dtype)
+    )
+
+
 def row_op_calls(program: Program, op: Op, caps: KernelCaps) -> list[KernelCall] | None:
     """The calls of a chunk op that differs from its decode form, or None (the decode kernel runs it
     as is: rms_norm, silu_mul and same-shape adds over the flat T-row vector)."""
     if op.kind == "add" and program.values[op.inputs[1]].numel != program.values[op.inputs[0]].numel:
         return _add(program, op, caps)
+    if batch_matvec(program, op, caps):
+        return None  # ops._matmul: the decode matvec with MV_XROWS
     rows = int(op.attrs.get("rows", 1))
-    if op.kind in BUILDERS and (rows > 1 or (op.kind == "embed" and op.inputs[1] != "step")):
+    if op.kind in BUILDERS and (
+        rows > 1 or op.attrs.get("batch") or (op.kind == "embed" and op.inputs[1] != "step")
+    ):
         return BUILDERS[op.kind](program, op, caps)
     return None

@@ -42,6 +42,34 @@ class Job:
         self.cancelled.set()
 
 
+class Progress:
+    """One request's generation as the worker sees it: stop strings, tokens so far and times."""
+
+    def __init__(self, job: Job, cached: int):
+        self.job, self.cached = job, cached  # cached: leading prompt tokens the KV cache held
+        self.scanner = StopScanner(job.req.stop)
+        self.t0 = time.perf_counter()
+        self.t_first = self.t_last = None
+        self.n, self.finish, self.stats = 0, None, None
+
+    def feed(self, text: str, finish_reason: str | None, stats=None) -> bool:
+        """A generated token's text; True when the request is done (finished, a stop string, or
+        its client gone)."""
+        self.n += 1
+        self.t_last = time.perf_counter()
+        self.t_first = self.t_first or self.t_last
+        if self.job.cancelled.is_set():
+            return True
+        text, hit = self.scanner.feed(text)
+        if text:
+            self.job.emit("text", text)
+        if hit:
+            self.finish = "stop"
+            return True
+        self.finish, self.stats = finish_reason, stats
+        return finish_reason is not None
+
+
 class Engine:
     def __init__(self, model, model_id: str, max_queue: int = 8, own_model: bool = True):
         self.model, self.model_id, self.max_queue, self.own_model = model, model_id, max_queue, own_model
@@ -134,11 +162,7 @@ class Engine:
         if job.cancelled.is_set():
             self._count("cancelled")
             return
-        cached = model.kv.reusable(req.prompt_ids) if req.cache_prompt else 0
-        scanner = StopScanner(req.stop)
-        t0 = time.perf_counter()
-        t_first = t_last = None
-        n, finish, last = 0, None, None
+        p = Progress(job, model.kv.reusable(req.prompt_ids) if req.cache_prompt else 0)
         gen = model.stream_generate(
             prompt_ids=req.prompt_ids,
             max_tokens=req.max_tokens,
@@ -151,23 +175,21 @@ class Engine:
         )
         try:
             for r in gen:
-                n += 1
-                t_last = time.perf_counter()
-                t_first = t_first or t_last
-                if job.cancelled.is_set():
+                if p.feed(r.text, r.finish_reason, r.stats):
                     break
-                text, hit = scanner.feed(r.text)
-                if text:
-                    job.emit("text", text)
-                if hit:
-                    finish = "stop"
-                    break
-                last = r
-                finish = r.finish_reason
         except Exception:  # any failure ends this request only, with a 500 body (logged)
-            model.kv.clear()  # the device may not hold what the tracker says any more
-            self._count("failed")
             log.exception("generation failed (request %d)", job.seq)
+            self._fail([job])
+            return
+        finally:
+            gen.close()
+        self._complete(p)
+
+    def _fail(self, jobs: list[Job]) -> None:
+        """A generation failed (the caller logged why): its requests end with a 500 body."""
+        self.model.kv.clear()  # the device may not hold what the tracker says any more
+        for job in jobs:
+            self._count("failed")
             job.emit(
                 "error",
                 ApiError(
@@ -176,23 +198,23 @@ class Engine:
                     code="generation_failed",
                 ),
             )
-            return
-        finally:
-            gen.close()
+
+    def _complete(self, p: Progress) -> None:
+        """A request's generation ended (or its client went away): the done event and the counts."""
+        job, req, n = p.job, p.job.req, p.n
         if job.cancelled.is_set():
             self._count("cancelled", generated=n)
             return
-        rest = scanner.flush()  # held back as a possible stop-string start, and none came
+        rest = p.scanner.flush()  # held back as a possible stop-string start, and none came
         if rest:
             job.emit("text", rest)
-        prompt = len(req.prompt_ids)
-        stats = (last.stats if last is not None and last.stats else {}) or {}
-        decode_s = (t_last - t_first) if n > 1 else 0.0
+        prompt, cached, stats = len(req.prompt_ids), p.cached, p.stats or {}
+        decode_s = (p.t_last - p.t_first) if n > 1 else 0.0
         timings = {
             "prompt_tokens_run": prompt - cached,
-            "ttft_s": (t_first or t0) - t0,
+            "ttft_s": (p.t_first or p.t0) - p.t0,
             "decode_tok_s": (n - 1) / decode_s if decode_s > 0 else 0.0,
-            "total_s": time.perf_counter() - t0,
+            "total_s": time.perf_counter() - p.t0,
         }
         usage = {
             "prompt_tokens": prompt,
@@ -213,7 +235,7 @@ class Engine:
             self.decode["seconds"] += decode_s
             self.last = dict(
                 usage,
-                finish_reason=finish,
+                finish_reason=p.finish,
                 **timings,
                 **{
                     k: stats[k]
@@ -226,7 +248,7 @@ class Engine:
                     if k in stats
                 },
             )
-        job.emit("done", {"finish_reason": finish, "usage": usage, "timings": timings})
+        job.emit("done", {"finish_reason": p.finish, "usage": usage, "timings": timings})
 
     def _count(self, what: str, generated: int = 0) -> None:
         with self._lock:

@@ -1,0 +1,88 @@
+"""Aggregate decode tok/s of batched steps (executors/batch.py) per batch width, beside the plain
+single-sequence decode (the fused step, pipelined), in one process on one device. Writes one
+JSON; never asserts timings.
+
+    python -m bench.batch_decode --out $OUT/b.json                        # SmolLM2 (the default model)
+    python -m bench.batch_decode --model model.gguf --widths 1 2 4 8 16 32 --steps 32
+    python -m bench.batch_decode --caps batch_matvec=-1    # A/B: the chunk matmuls on a CPU too
+
+Each width runs full (that many sequences of the same 16-token prompt), so a step's tokens are
+width tokens; tok/s = width * steps / wall seconds of the steps (prompts not counted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
+
+from vkdecode.cli.bench import write_json
+from vkdecode.default_model import resolve_model
+from vkdecode.executors.batch import BatchDecode
+from vkdecode.executors.decoder import Decoder
+from vkdecode.lowering.calls import KernelCaps
+from vkdecode.models.loader import load_model
+from vkdecode.options import DecodeOptions
+from vkdecode.vk import Device
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=None, help="GGUF or HF dir (default: SmolLM2-135M Q4_1)")
+    ap.add_argument("--widths", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument("--steps", type=int, default=12, help="timed steps per width (after one warm-up)")
+    ap.add_argument("--ctx", type=int, default=256)
+    ap.add_argument("--mode", default="fused")
+    ap.add_argument("--caps", nargs="*", default=[], metavar="KEY=VALUE", help="KernelCaps overrides")
+    ap.add_argument("--out", default=None, help="JSON file (default: stdout)")
+    a = ap.parse_args(argv)
+    path = resolve_model(a.model)
+    m = load_model(path, ctx=a.ctx)
+    ids = list(range(20, 36))
+    out = {"model": os.path.basename(path), "mode": a.mode, "ctx": a.ctx, "widths": {}}
+    with Device() as dev:
+        over = {k: int(v) for k, v in (c.split("=") for c in a.caps)}
+        caps = KernelCaps.from_info(dev.info, **over)
+        out["device"] = dev.info.name
+        with Decoder.build(
+            dev, m.program, m.weights, DecodeOptions(mode=a.mode, ctx=a.ctx, caps=caps)
+        ) as dec:
+            first = dec.run_prompt(ids, 0)
+            list(dec.decode(first, len(ids), 2))
+            t = time.perf_counter()
+            n = len(list(dec.decode(first, len(ids), a.steps)))
+            out["single_sequence_tok_s"] = n / (time.perf_counter() - t)
+            with BatchDecode(dec, a.widths) as b:
+                for w in b.widths:
+                    for _ in range(w):
+                        b.join(ids, None)
+                    b.step()  # the rows are written; then steady state
+                    t = time.perf_counter()
+                    for _ in range(a.steps):
+                        b.step()
+                    dt = time.perf_counter() - t
+                    gpu = sum(s.gpu_us for s in b.runners[w].token_stats[-a.steps :]) / a.steps
+                    out["widths"][w] = {
+                        "tok_s": w * a.steps / dt,
+                        "ms_per_step": dt * 1e3 / a.steps,
+                        "gpu_us": gpu,
+                    }
+                    print(
+                        f"B={w}: {w * a.steps / dt:.1f} tok/s, {dt * 1e3 / a.steps:.0f} ms/step",
+                        file=sys.stderr,
+                    )
+                    for slot in list(b.rows):
+                        b.leave(slot)
+    if a.out:
+        write_json(out, a.out)
+    else:
+        print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

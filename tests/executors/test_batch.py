@@ -1,0 +1,168 @@
+"""Batched decode (executors/batch.py): every sequence of a batch gives the tokens it gives alone
+(greedy and sampled, every architecture, prompts of different lengths, sequences leaving early and
+the width shrinking), and per width the replayed step costs 0 descriptor writes, 0 recordings and
+1 submit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.helpers.make_models import load_smollm2, tiny_hf_model, write_gguf
+from vkdecode.errors import ContextError, UsageError
+from vkdecode.executors.batch import BatchDecode
+from vkdecode.executors.decoder import Decoder
+from vkdecode.lowering.calls import KernelCaps
+from vkdecode.models.loader import load_model
+from vkdecode.options import DecodeOptions
+from vkdecode.sampling import SamplingParams
+
+CTX = 40
+LENGTHS = (5, 11, 3, 17, 8, 6)
+
+
+def prompts(lengths=LENGTHS, seed: int = 0) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [[int(t) for t in rng.integers(3, 290, n)] for n in lengths]
+
+
+def alone(dec: Decoder, ids: list[int], n: int, params=None) -> list[int]:
+    """n tokens of one sequence through the decoder on its own (prompt, then pipelined decode)."""
+    dec.executor.set_sampling(params or SamplingParams())
+    first = dec.run_prompt(ids, 0)
+    return [first] + list(dec.decode(first, len(ids), n - 1))
+
+
+def batched(b: BatchDecode, ps, counts, params=None) -> list[list[int]]:
+    """Tokens of each prompt, all joined at once; prompt i leaves after counts[i] tokens."""
+    slot_of, out = {}, [[] for _ in ps]
+    for i, ids in enumerate(ps):
+        slot, first = b.join(ids, params[i] if params else None)
+        slot_of[slot] = i
+        out[i].append(first)
+    while b.rows:
+        for slot in [s for s in b.rows if len(out[slot_of[s]]) >= counts[slot_of[s]]]:
+            b.leave(slot)
+        for slot, tok in b.step().items():
+            out[slot_of[slot]].append(tok)
+    return out
+
+
+def build(device, m, mode, caps=None):
+    opts = DecodeOptions(mode=mode, ctx=CTX, prefill=(8,), caps=caps)
+    return Decoder.build(device, m.program, m.weights, opts)
+
+
+@pytest.fixture(scope="module")
+def tiny(models_dir):
+    return {
+        a: load_model(tiny_hf_model(a, models_dir), ctx=CTX) for a in ("llama", "qwen2", "qwen3", "gemma3")
+    }
+
+
+@pytest.mark.parametrize("mode", ["fused", "unfused"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3"])
+def test_each_sequence_equals_alone(device, tiny, arch, mode):
+    m = tiny[arch]
+    ps = prompts()
+    counts = [12, 4, 9, 2, 7, 1]  # sequences leave early, one right after its prompt
+    with build(device, m, mode) as dec:
+        want = [alone(dec, p, n) for p, n in zip(ps, counts)]
+        with BatchDecode(dec, (1, 2, 4, 8)) as b:
+            got = batched(b, ps, counts)
+            # 5 live -> width 8 with 3 padding rows, then 4, 2, 1 as sequences leave
+            assert all(b.steps[w] > 0 for w in (8, 4, 2, 1)), b.steps
+    assert got == want
+
+
+@pytest.mark.parametrize("dtype", ["f16", "q8_0", "q4_0", "q4_1", "q5_0"])
+def test_every_weight_dtype(device, models_dir, dtype):
+    path = write_gguf(tiny_hf_model("qwen2", models_dir), models_dir / f"batch-qwen2.{dtype}.gguf", dtype)
+    m = load_model(path, ctx=CTX)
+    ps = prompts((7, 3, 12))
+    with build(device, m, "fused") as dec:
+        want = [alone(dec, p, 6) for p in ps]
+        with BatchDecode(dec, (4,)) as b:
+            assert batched(b, ps, [6] * 3) == want
+
+
+@pytest.mark.parametrize(
+    "batch_matvec,narrow,shader", [(-1, -1, "matmul_rows"), (-1, 16, "matmul_rows_narrow"), (8, -1, "matmul")]
+)
+def test_chunk_matmul_and_matvec_rows_agree(device, tiny, batch_matvec, narrow, shader):
+    """A GPU's batched step takes the chunk matmuls (batch_matvec < 0 forces them on lavapipe; the
+    narrow kernel with matmul_narrow 16, as on GPUs) and a CPU's the decode matvec over all rows
+    (forced on at 8): the same tokens every way."""
+    m = tiny["llama"]
+    caps = KernelCaps.from_info(device.info, batch_matvec=batch_matvec, matmul_narrow=narrow)
+    ps = prompts((5, 9, 4))
+    with build(device, m, "fused", caps) as dec:
+        want = [alone(dec, p, n) for p, n in zip(ps, (7, 3, 5))]
+        with BatchDecode(dec, (1, 2, 4)) as b:
+            shaders = {it.call.shader for it in b.runners[4].items}
+            assert (
+                shader in shaders and not {"matmul", "matmul_rows", "matmul_rows_narrow"} - {shader} & shaders
+            )
+            assert batched(b, ps, [7, 3, 5]) == want
+
+
+def test_replay_steps_make_no_descriptor_writes_or_recordings(device, tiny):
+    m = tiny["llama"]
+    with build(device, m, "fused") as dec, BatchDecode(dec, (1, 2, 4)) as b:
+        batched(b, prompts((4, 6, 9, 5)), [6, 3, 5, 2])
+        stats = b.stats()
+        for w in (4, 2, 1):
+            assert stats[w]["steps"] > 0
+            assert {k: stats[w][k] for k in stats[w] if k != "steps"} == {
+                "descriptor_writes": 0,
+                "descriptor_set_allocations": 0,
+                "command_buffer_recordings": 0,
+                "recorded_commands": 0,
+                "submits": 1,
+            }, (w, stats[w])
+
+
+def test_sampled_rows_equal_alone(device, models_dir):
+    m = load_model(tiny_hf_model("qwen2", models_dir), ctx=CTX, sampling=True)
+    ps = prompts((6, 9, 4))
+    params = [SamplingParams(0.9, 0, 1.0, 7), SamplingParams(0.0), SamplingParams(1.3, 20, 0.9, 123)]
+    with build(device, m, "fused") as dec:
+        want = [alone(dec, p, 8, q) for p, q in zip(ps, params)]
+        with BatchDecode(dec, (4,)) as b:
+            assert batched(b, ps, [8] * 3, params) == want
+
+
+def test_more_joins_than_slots_and_context_end(device, tiny):
+    m = tiny["qwen3"]
+    with build(device, m, "fused") as dec, BatchDecode(dec, (1, 2)) as b:
+        for ids in prompts((3, 4)):
+            b.join(ids, None)
+        with pytest.raises(UsageError, match="slots are taken"):
+            b.join([5, 6], None)
+        b.leave(0)
+        slot, _ = b.join([7] * (CTX - 1), None)  # its first step runs at CTX - 1, the last row
+        b.step()
+        with pytest.raises(ContextError, match="must leave"):
+            b.step()
+        b.leave(slot)
+        assert set(b.step()) == {1}
+
+
+def test_smollm2_greedy_batch_equals_alone(device):
+    m = load_smollm2(ctx=128)
+    ps = [list(range(20, 20 + n)) for n in (9, 4, 15)]
+    with build(device, m, "fused") as dec:
+        want = [alone(dec, p, 6) for p in ps]
+        with BatchDecode(dec, (1, 2, 4)) as b:
+            assert batched(b, ps, [6] * 3) == want
+
+
+def test_slots_that_cannot_fit_are_refused(device, tiny, monkeypatch):
+    from vkdecode.errors import DeviceMemoryError
+
+    m = tiny["llama"]
+    with build(device, m, "fused") as dec:
+        need = dec.executor.plan.total_bytes
+        monkeypatch.setattr(type(device.info), "device_local_bytes", property(lambda self: need + 1))
+        with pytest.raises(DeviceMemoryError, match="a batch of 8 sequences needs"):
+            BatchDecode(dec, (1, 8))

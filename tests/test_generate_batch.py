@@ -1,0 +1,52 @@
+"""vkdecode/batch.py through the Python API: Model.generate_batch / stream_generate_batch give each
+prompt the text Model.generate gives it alone, whatever the batch around it, on a tiny model."""
+
+from __future__ import annotations
+
+import pytest
+
+import vkdecode
+from tests.helpers.make_models import models_dir, tiny_hf_model, write_gguf
+from vkdecode.batch import BatchResponse
+from vkdecode.errors import UsageError
+
+PROMPTS = ["Hello, world", "The capital of France", "x", "def f(x):\n    return x", "naïve café"]
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    d = models_dir(tmp_path_factory)
+    return str(write_gguf(tiny_hf_model("llama", d, tied=True), d / "llama-tied.q8_0.gguf", "q8_0"))
+
+
+@pytest.mark.parametrize("mode", ["fused", "unfused"])
+def test_generate_batch_equals_generate(device, tiny_gguf, mode):
+    limits = [7, 3, 9, 1, 5]
+    with vkdecode.load(tiny_gguf, device=device, ctx=64, mode=mode) as model:
+        want = [model.generate(p, max_tokens=n) for p, n in zip(PROMPTS, limits)]
+        # 5 prompts over widths up to 2: three wait for a slot, join as others finish
+        got = model.generate_batch(PROMPTS, max_tokens=limits, widths=(1, 2))
+        stats = model.batch((1, 2)).stats()
+    assert got == want
+    assert stats[2]["steps"] > 0
+
+
+def test_stream_generate_batch_responses(device, tiny_gguf):
+    with vkdecode.load(tiny_gguf, device=device, ctx=64, sampling=True) as model:
+        rs = list(
+            model.stream_generate_batch(PROMPTS[:3], max_tokens=4, temp=[0.0, 0.8, 1.2], seed=[0, 1, 2])
+        )
+        alone = [
+            model.generate(p, max_tokens=4, temp=t, seed=s)
+            for p, t, s in zip(PROMPTS[:3], (0.0, 0.8, 1.2), (0, 1, 2))
+        ]
+        with pytest.raises(UsageError, match="2 values for 3 prompts"):
+            model.generate_batch(PROMPTS[:3], temp=[0.1, 0.2])
+        with pytest.raises(UsageError, match="a list of prompts"):
+            model.generate_batch("Hello")
+    assert all(isinstance(r, BatchResponse) for r in rs)
+    for i in range(3):
+        mine = [r for r in rs if r.index == i]
+        assert [r.finish_reason for r in mine[:-1]] == [None] * (len(mine) - 1)
+        assert mine[-1].finish_reason in ("stop", "length")
+        assert "".join(r.text for r in mine) == alone[i]

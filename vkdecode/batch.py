@@ -1,0 +1,137 @@
+"""Many prompts at once, in the manner of mlx-lm's batch_generate: a list of prompts in, a list of
+texts (or one stream of per-sequence responses) out, over executors/batch.py's batched steps.
+
+Prompts join the batch while it has a free slot (a longer list waits its turn), each after its
+prompt has run; between two steps a sequence that finished (EOS, its max_tokens, the end of the
+context) leaves, and the next step runs at the narrowest recorded width that holds the rest.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+
+@dataclass
+class BatchResponse:
+    """One generated token of one sequence of the batch."""
+
+    index: int  # the prompt's place in the list given
+    text: str  # new text this token completes (may be "" mid UTF-8 sequence)
+    token: int
+    finish_reason: str | None  # None while generating, then "stop" (EOS) or "length"
+
+
+def per_prompt(value, n: int, what: str) -> list:
+    """One value for every prompt: a list of n values as given, else the value n times."""
+    from vkdecode.errors import UsageError
+
+    if isinstance(value, (list, tuple)):
+        if len(value) != n:
+            raise UsageError(f"{what}: {len(value)} values for {n} prompts")
+        return list(value)
+    return [value] * n
+
+
+class _Seq:
+    def __init__(self, index: int, stream, max_tokens: int):
+        self.index, self.stream, self.max_tokens, self.generated = index, stream, max_tokens, 0
+
+
+class BatchGenerator:
+    """Sequences that join and leave a batch between steps (mlx-lm's BatchGenerator in spirit):
+    insert() runs a prompt and gives its first token, next() steps every sequence once. A sequence
+    leaves by itself when it finishes; remove() takes one out before (a client gone).
+
+    batch: an executors.batch.BatchDecode; kv: the decoder's KVPrefix (tracked when given)."""
+
+    def __init__(self, batch, tokenizer, kv=None, stop_at_eos: bool = True):
+        self.batch, self.tokenizer, self.kv, self.stop_at_eos = batch, tokenizer, kv, stop_at_eos
+        self.seqs: dict[int, _Seq] = {}  # slot -> sequence
+
+    @property
+    def free(self) -> int:
+        """Sequences that can join now."""
+        return len(self.batch.free)
+
+    def insert(
+        self, index: int, prompt_ids, max_tokens: int, sampling=None, reuse: bool = False, should_stop=None
+    ) -> BatchResponse | None:
+        """Run the prompt, join, and give the response of its first token (None: should_stop()
+        turned true during the prompt). reuse: skip the leading prompt tokens whose K/V rows the
+        decoder's cache holds. index: the caller's name for the sequence, in its responses."""
+        if self.kv is not None and not reuse:
+            self.kv.keep(0)
+        joined = self.batch.join(prompt_ids, sampling, self.kv, should_stop)
+        if joined is None:
+            return None
+        slot, first = joined
+        self.seqs[slot] = _Seq(index, self.tokenizer.stream(), max_tokens)
+        return self._emit(slot, first)
+
+    def next(self) -> list[BatchResponse]:
+        """One batched step: a response per sequence."""
+        return [self._emit(slot, tok) for slot, tok in self.batch.step().items()]
+
+    def remove(self, index: int) -> None:
+        for slot in [s for s, q in self.seqs.items() if q.index == index]:
+            self.batch.leave(slot)
+            del self.seqs[slot]
+
+    def close(self) -> None:
+        """Every sequence leaves: the slots are free for the next user of the batch."""
+        for q in list(self.seqs.values()):
+            self.remove(q.index)
+
+    def _emit(self, slot: int, tok: int) -> BatchResponse:
+        """The response for `tok` of the sequence in slot; a finished sequence leaves."""
+        s = self.seqs[slot]
+        s.generated += 1
+        reason = "stop" if self.stop_at_eos and tok in self.tokenizer.eos_ids else None
+        if reason is None and (s.generated >= s.max_tokens or self.batch.rows[slot].pos >= self.batch.ctx):
+            reason = "length"
+        text = "" if reason == "stop" else s.stream.add(tok)
+        if reason is not None:
+            text += s.stream.flush()
+            self.remove(s.index)
+        return BatchResponse(s.index, text, tok, reason)
+
+
+def stream_generate_batch(
+    batch,
+    tokenizer,
+    prompts: list[list[int]],
+    max_tokens=256,
+    sampling=None,
+    kv=None,
+    reuse: bool = False,
+    stop_at_eos: bool = True,
+) -> Iterator[BatchResponse]:
+    """batch: an executors.batch.BatchDecode. max_tokens and sampling (SamplingParams): one for
+    all prompts or a list of one per prompt. kv: the decoder's KVPrefix (tracked when given);
+    reuse: skip the leading prompt tokens whose K/V rows the decoder's cache holds."""
+    n = len(prompts)
+    limits = per_prompt(max_tokens, n, "max_tokens")
+    params = per_prompt(sampling, n, "sampling")
+    waiting = deque(range(n))
+    gen = BatchGenerator(batch, tokenizer, kv, stop_at_eos)
+    try:
+        while waiting or gen.seqs:
+            while waiting and gen.free:
+                i = waiting.popleft()
+                if limits[i] < 1:
+                    yield BatchResponse(i, "", -1, "length")
+                    continue
+                yield gen.insert(i, prompts[i], limits[i], params[i], reuse)
+            yield from gen.next()
+    finally:  # a consumer that stops early: the slots are free for the next batch
+        gen.close()
+
+
+def collect_texts(responses, n: int) -> list[str]:
+    """The texts of n sequences' responses (stream_generate_batch), in the order of the prompts."""
+    texts = [""] * n
+    for r in responses:
+        texts[r.index] += r.text
+    return texts

@@ -1,0 +1,203 @@
+"""Batched decode: up to S sequences in one replayed step, at a small fixed set of widths.
+
+Each width B is one executor of fusion/chunk_batch.py's program (B rows, each a sequence of its
+own), built and, in replay modes, recorded once like a prompt chunk width; they share the decode
+executor's weights, and the widest one's KV slots, batch step buffer and activations. A step runs
+at the narrowest width that holds every live sequence; rows past them are padding (STEP_LIVE 0).
+
+KV layout: S fixed slots of ctx rows (fusion/chunk_batch.py says why slots, not pages). A sequence
+joins by running its prompt through the decoder's own prompt path (chunks, then the decode step for
+the last token: its first new token comes from exactly the kernels it would alone) into the
+decoder's KV cache, whose rows are then copied into a free slot (one small recorded copy per join,
+none per step). The prompt cache (prompt_cache.KVPrefix) therefore keeps working: prompts that
+share a prefix with the last one run only their new tokens.
+
+Per step the host submits and reads B token ids: 0 descriptor writes and 0 recordings (replay
+modes), and no host write at all while the batch's membership stays the same, since the step's
+last dispatch (advance_rows) feeds every live row its token at its next position. When a sequence
+joins or leaves, the host rewrites the rows of the width that runs next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vkdecode.errors import ContextError, UsageError
+
+WIDTHS = (1, 2, 4, 8)
+
+
+def _check_fits(ex, slots: int) -> None:
+    """Refuse before allocating when the slots' KV caches cannot fit next to what the decoder
+    holds (plan.check_fits' comparison: the device-local heap, not what is free)."""
+    from vkdecode.errors import DeviceMemoryError
+    from vkdecode.executors.plan import value_bytes
+    from vkdecode.vk.memory import format_bytes as fmt
+
+    kv = sum(value_bytes(v) for v in ex.program.values.values() if v.kind == "state")
+    need, heap = kv * slots + ex.plan.total_bytes, ex.device.info.device_local_bytes
+    if heap and need > heap:
+        raise DeviceMemoryError(
+            f"a batch of {slots} sequences needs {fmt(kv * slots)} of KV cache ({fmt(kv)} a slot at ctx "
+            f"{ex.ctx}) beside the model's {fmt(ex.plan.total_bytes)}, but {ex.device.info.name} has "
+            f"{fmt(heap)} device-local; use fewer or narrower batch widths or a smaller --ctx"
+        )
+
+
+@dataclass
+class Row:
+    """One live sequence as the host mirrors it: the token its next step is fed, at `pos`."""
+
+    token: int
+    pos: int
+    words: tuple  # sampling words STEP_SEED .. STEP_TOP_P (SamplingParams.step_words)
+
+
+class BatchDecode:
+    def __init__(self, decoder, widths=WIDTHS):
+        from fusion.chunk_batch import batch_program
+        from vkdecode.executors.prefill import chunk_executor
+
+        ex = decoder.executor
+        self.decoder = decoder
+        self.widths = tuple(sorted({int(w) for w in widths}))
+        if not self.widths or self.widths[0] < 1:
+            raise UsageError(f"batch widths must be positive, not {widths!r}")
+        self.slots = self.widths[-1]
+        self.ctx = ex.ctx
+        _check_fits(ex, self.slots)
+        self.runners: dict[int, object] = {}
+        share = [ex.plan]
+        try:
+            for w in reversed(self.widths):
+                prog = batch_program(ex.program, w, self.slots)
+                self.runners[w] = chunk_executor(ex.mode, ex.device, prog, ex.caps, share)
+                if len(share) == 1:
+                    share = [ex.plan, self.runners[w].plan]
+        except BaseException:
+            self.close()
+            raise
+        self.rows: dict[int, Row] = {}  # slot -> its sequence
+        self._written: tuple | None = None  # (width, slots) the batch step buffer holds
+        self.steps: dict[int, int] = dict.fromkeys(self.widths, 0)  # steps run per width
+
+    @property
+    def free(self) -> list[int]:
+        return [s for s in range(self.slots) if s not in self.rows]
+
+    def join(self, prompt_ids, params, kv=None, should_stop=None) -> tuple[int, int] | None:
+        """Run a prompt and give it a free slot: (slot, its first new token), or None when
+        should_stop() turned true during the prompt. kv: the decoder's KVPrefix (reused, kept)."""
+        from vkdecode.sampling import SamplingParams
+
+        params = params or SamplingParams()
+        free = self.free
+        if not free:
+            raise UsageError(f"all {self.slots} batch slots are taken")
+        ids = [int(t) for t in prompt_ids]
+        vocab = self.decoder.executor.program.meta.get("vocab_size")
+        if vocab is not None and any(not 0 <= t < vocab for t in ids):
+            raise UsageError(f"a prompt token id is outside the model's vocabulary 0..{vocab - 1}")
+        if len(ids) > self.ctx:
+            raise ContextError(f"the prompt has {len(ids)} tokens but the context holds {self.ctx}")
+        self.decoder.executor.set_sampling(params)
+        start = kv.reusable(ids) if kv is not None else 0
+        if kv is not None:
+            kv.keep(start)
+        first = self.decoder.run_prompt(ids[start:], start, should_stop, kv.wrote if kv is not None else None)
+        if first is None:
+            return None
+        slot = free[0]
+        self._copy_rows(slot, len(ids))
+        self.rows[slot] = Row(first, len(ids), tuple(params.step_words()))
+        self._written = None
+        return slot, first
+
+    def leave(self, slot: int) -> None:
+        """The sequence in `slot` is done (finished, or its client gone): the slot is free."""
+        if self.rows.pop(slot, None) is not None:
+            self._written = None
+
+    def width(self) -> int:
+        return next(w for w in self.widths if w >= len(self.rows))
+
+    def step(self) -> dict[int, int]:
+        """One batched step of every live sequence: slot -> the token it chose. A sequence whose
+        next position is past the context must leave first (ContextError otherwise)."""
+        live = sorted(self.rows)
+        if not live:
+            return {}
+        full = [s for s in live if self.rows[s].pos >= self.ctx]
+        if full:
+            raise ContextError(f"slot {full[0]} is at the end of the context ({self.ctx}): it must leave")
+        w = self.width()
+        ex = self.runners[w]
+        if self._written != (w, tuple(live)):
+            self._write_rows(ex, w, live)
+        ex.step(0, 0)  # the rows are in the batch step buffer: _write_step writes nothing
+        toks = ex.plan.read("next_token", "uint32")
+        out = {}
+        for r, s in enumerate(live):
+            row = self.rows[s]
+            row.token, row.pos = int(toks[r]), row.pos + 1  # as advance_rows did on the GPU
+            out[s] = row.token
+        self.steps[w] += 1
+        if len(ex.token_stats) > 1024:  # a server runs steps without end: keep the recent ones
+            del ex.token_stats[:-256]
+        return out
+
+    def _write_rows(self, ex, w: int, live: list[int]) -> None:
+        from fusion.chunk_batch import BATCH_STEP
+
+        words: list[int] = []
+        for r in range(w):
+            if r < len(live):
+                row = self.rows[live[r]]
+                words += [row.token, row.pos, *row.words, live[r], 1]
+            else:  # padding: the padding slot at positions 0, 1, ...; greedy; never advanced
+                words += [0, r - len(live), 0, 0, 0, 0, self.slots, 0]
+        s = ex.plan.slices[(BATCH_STEP, "data")]
+        s.buffer.write_u32(s.offset // 4, words)
+        self._written = (w, tuple(live))
+
+    def _copy_rows(self, slot: int, n: int) -> None:
+        """KV rows 0..n-1 of the decoder's caches into `slot` of the batch caches."""
+        from vkdecode.executors.plan import value_bytes
+
+        ex, dev = self.decoder.executor, self.decoder.executor.device
+        dst_plan = self.runners[self.slots].plan
+        cmd = dev.command_buffer()
+        try:
+            cmd.begin()
+            cmd.barrier()  # the prompt's shader writes before the copy reads them
+            for v in ex.program.values.values():
+                if v.kind != "state":
+                    continue
+                src, dst = ex.plan.slices[(v.name, "data")], dst_plan.slices[(v.name, "data")]
+                row = value_bytes(v) // v.shape[0]
+                cmd.copy(src.buffer, dst.buffer, n * row, src.offset, dst.offset + slot * self.ctx * row)
+            cmd.barrier()  # the copy before the next step reads the slot
+            cmd.end()
+            dev.submit([cmd])
+        finally:
+            cmd.close()
+
+    def stats(self) -> dict[int, dict]:
+        """Per width: steps run, and the host's Vulkan calls per step (mean over its steps)."""
+        from vkdecode.stats import host_calls_per_token, mean_counters
+
+        return {
+            w: {"steps": self.steps[w], **host_calls_per_token(mean_counters(ex.token_stats))}
+            for w, ex in self.runners.items()
+        }
+
+    def close(self) -> None:
+        for ex in self.runners.values():
+            ex.close()
+        self.runners = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
