@@ -43,6 +43,28 @@ def test_modes_match_reference(device, models_dir, qwen3moe, kv_dtype):
         np.testing.assert_array_equal(a, b)
 
 
+def test_router_past_one_workgroup_runs_as_its_ops(device, qwen3moe):
+    """A router too big for the one-workgroup fused kernel (router_one_wg=1 makes every router so)
+    runs as the norm, the multi-workgroup matvec and top-k: the same tokens as the reference, and
+    the region's three ops as three dispatches instead of one."""
+    from dataclasses import replace
+
+    from vkdecode.lowering.caps import KernelCaps
+
+    m = qwen3moe
+    ref = Reference(m.program, m.weights)
+    base = KernelCaps.from_info(device.info)
+    dispatches = {}
+    for caps in (base, replace(base, router_one_wg=1)):
+        with make_executor("fused", device, m.program, m.weights, caps=caps) as ex:
+            toks, _ = greedy_against_reference(ex, ref, STEPS)
+            router = [
+                s for r, s in zip(ex.regions, ex.region_stats()) if r.rule == "RMS_NORM_MATMUL_MOE_TOPK"
+            ]
+            dispatches[caps.router_one_wg] = {s["dispatches"] for s in router}
+    assert dispatches == {0: {1}, 1: {3}}
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_prompt_chunks_equal_the_token_path(device, qwen3moe, mode):
     """Prompt chunks (per-op kernels; a row's k slots pick their own experts) fill the same KV cache

@@ -74,6 +74,9 @@ class KernelCaps:
         0  # chunk attention: rows per attention_rows_gqa workgroup (0: auto, < 0: per-row kernel)
     )
     batch_matvec: int = 0  # batched decode steps up to this width take the decode matvec over all rows (0: 8 on CPUs, none on GPUs)
+    router_one_wg: int = (
+        0  # MoE routers up to this many elements fused in one workgroup (0: lowering/moe.py's bound)
+    )
     head_blocks: int = 0  # row blocks per lm_head + argmax workgroup (0: matvec.ARGMAX_PARTIALS pairs)
     head_ops: bool = (
         False  # the final norm + lm_head + argmax region runs its ops' kernels, not the fused one
