@@ -54,15 +54,15 @@ def test_router_past_one_workgroup_runs_as_its_ops(device, qwen3moe):
     m = qwen3moe
     ref = Reference(m.program, m.weights)
     base = KernelCaps.from_info(device.info)
-    dispatches = {}
+    dispatches, tokens = {}, {}
     for caps in (base, replace(base, router_one_wg=1)):
         with make_executor("fused", device, m.program, m.weights, caps=caps) as ex:
-            toks, _ = greedy_against_reference(ex, ref, STEPS)
+            tokens[caps.router_one_wg], _ = greedy_against_reference(ex, ref, STEPS)
             router = [
                 s for r, s in zip(ex.regions, ex.region_stats()) if r.rule == "RMS_NORM_MATMUL_MOE_TOPK"
             ]
             dispatches[caps.router_one_wg] = {s["dispatches"] for s in router}
-    assert dispatches == {0: {1}, 1: {3}}
+    assert dispatches == {0: {1}, 1: {3}} and tokens[0] == tokens[1]
 
 
 @pytest.mark.parametrize("mode", MODES)
