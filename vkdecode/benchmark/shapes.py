@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vkdecode.benchmark.shapes_moe import MOE_SHAPES
+from vkdecode.benchmark.shapes_moe import MOE_SHAPES, TINY_DIMS
 from vkdecode.models import build_program
 from vkdecode.models.config import ModelArgs
 from vkdecode.models.gguf_names import expected_shapes
@@ -111,13 +111,7 @@ SHAPES = {
     },
     "tiny": {
         "arch": "llama",
-        "n_layers": 2,
-        "hidden_size": 64,
-        "n_heads": 4,
-        "n_kv_heads": 2,
-        "head_dim": 16,
-        "intermediate_size": 128,
-        "vocab_size": 512,
+        **TINY_DIMS,
         "tie_embeddings": True,
         "rope_theta": 10000.0,
         "rope_layout": "pairs",

@@ -24,19 +24,24 @@ QWEN3_30B_A3B = {
     "norm_topk_prob": True,
 }
 
+# the widths of the dense `tiny` shape (shapes.py), shared by its MoE twin
+TINY_DIMS = {
+    "n_layers": 2,
+    "hidden_size": 64,
+    "n_heads": 4,
+    "n_kv_heads": 2,
+    "head_dim": 16,
+    "intermediate_size": 128,
+    "vocab_size": 512,
+}
+
 MOE_SHAPES = {
     "qwen3-30b-a3b": QWEN3_30B_A3B,
     # 8 experts: llama.cpp's Q4_K_M gives an 8-expert model (Mixtral) its own attention types
     # (shapes.EIGHT_EXPERTS), which this shape exercises; the 128-expert shape does not get them
     "qwen3moe-tiny": {
         **QWEN3_30B_A3B,
-        "n_layers": 2,
-        "hidden_size": 64,
-        "n_heads": 4,
-        "n_kv_heads": 2,
-        "head_dim": 16,
-        "intermediate_size": 128,
-        "vocab_size": 512,
+        **TINY_DIMS,
         "n_experts": 8,
         "n_experts_used": 2,
         "expert_ffn": 32,

@@ -179,6 +179,17 @@ def rms_norm_matmul(p: Program, region: Region, caps: KernelCaps) -> list[Kernel
 # ---------------------------------------------------------------- (RMS_NORM_)MATMUL_SILU_MUL
 
 
+def swiglu_fit(wg: int, rpw: int, caps: KernelCaps) -> tuple[int, int] | None:
+    """(workgroup size, rows a workgroup) of fused_swiglu.glsl within shared memory, or None. Each
+    invocation reduces 2 * rows + 1 floats through shared memory (FMV_NR): lavapipe's 16 rows x 256
+    invocations for Llama-3.1-8B's 4096-wide input take 33 KB, over its 32 KB
+    maxComputeSharedMemorySize (a validation error)."""
+    while wg > caps.subgroup_size and 4 * (2 * rpw + 1) * wg > caps.max_shared:
+        wg //= 2
+        rpw = min(rpw, wg)
+    return None if 4 * (2 * rpw + 1) * wg > caps.max_shared else (wg, rpw)
+
+
 def _swiglu(norm: bool):
     def build(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
         r = region.roles
@@ -197,14 +208,10 @@ def _swiglu(norm: bool):
             wg = wg_size(caps, caps.subgroup_size)
             split_rows = 4 if dtype == "q4_k" and kq_idot(caps) else 2
             rpw = min(caps.matvec_rows or (split_rows if kw_split(k, caps, dtype) else rpw), wg)
-        # each invocation reduces 2 * rows + 1 floats through shared memory (fused_swiglu.glsl
-        # FMV_NR): lavapipe's 16 rows x 256 invocations for Llama-3.1-8B's 4096-wide input take
-        # 33 KB, over its 32 KB maxComputeSharedMemorySize (a validation error)
-        while wg > caps.subgroup_size and 4 * (2 * rpw + 1) * wg > caps.max_shared:
-            wg //= 2
-            rpw = min(rpw, wg)
-        if 4 * (2 * rpw + 1) * wg > caps.max_shared:
+        fit = swiglu_fit(wg, rpw, caps)
+        if fit is None:
             return None
+        wg, rpw = fit
         s = Slots()
         s.add("B_X", Binding(r["x"]))
         if norm:

@@ -25,7 +25,7 @@ from vkdecode.lowering.calls import (
     weight_bindings,
     wg_size,
 )
-from vkdecode.lowering.matvec import Slots, mv_defines
+from vkdecode.lowering.matvec import Slots, mv_defines, swiglu_fit
 
 NARROW = 1 << 30  # matvec_shape's wide_from: never wide K-quant units
 
@@ -148,11 +148,10 @@ def moe_matmul_silu_mul(p: Program, region: Region, caps: KernelCaps) -> list[Ke
     r = region.roles
     _, m, k, dtype = _experts(p, r["w_gate"], caps)
     wg, rpw, wvec = matvec_shape(dtype, k, 2 * m, caps, NARROW)
-    while wg > caps.subgroup_size and 4 * (2 * rpw + 1) * wg > caps.max_shared:  # as matvec._swiglu
-        wg //= 2
-        rpw = min(rpw, wg)
-    if 4 * (2 * rpw + 1) * wg > caps.max_shared:
+    fit = swiglu_fit(wg, rpw, caps)
+    if fit is None:
         return None
+    wg, rpw = fit
     s = Slots()
     s.add("B_X", Binding(r["x"]))
     s.weight(p, r["w_gate"], 0)
