@@ -178,6 +178,13 @@ class Tokenizer:
     def stream(self, skip_special: bool = False) -> StreamDecoder:
         return StreamDecoder(self, skip_special)
 
+    def _compiled_template(self):
+        cached = getattr(self, "_template_cache", None)
+        if cached is None or cached[0] != self.chat_template:  # the template may be set after load
+            cached = (self.chat_template, _compile_template(self.chat_template))
+            self._template_cache = cached
+        return cached[1]
+
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, **kwargs) -> str:
         if not self.chat_template:
             raise ModelError(
@@ -187,21 +194,11 @@ class Tokenizer:
                 "(--prompt)"
             )
         from jinja2 import TemplateError
-        from jinja2.ext import loopcontrols
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-        def raise_exception(msg):
-            raise TemplateError(msg)
-
-        # transformers' settings, so templates written for it render the same here
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-        env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
-        env.globals["raise_exception"] = raise_exception
         name = lambda i: self.tok.id_to_token(i) if i is not None else ""
         eos = min(self.eos_ids) if self.eos_ids else None
         try:
-            template = env.from_string(self.chat_template)
-            return template.render(
+            return self._compiled_template().render(
                 messages=messages,
                 add_generation_prompt=add_generation_prompt,
                 bos_token=name(self.bos_id),
@@ -210,6 +207,22 @@ class Tokenizer:
             )
         except TemplateError as e:
             raise ModelError(f"{self.source}: chat template failed: {e}") from None
+
+
+def _compile_template(text: str):
+    """A chat template compiled in transformers' settings, so templates written for it render the
+    same here. Compiled once per template text (serve formats every chat request with it)."""
+    from jinja2 import TemplateError
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(msg):
+        raise TemplateError(msg)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
+    env.globals["raise_exception"] = raise_exception
+    return env.from_string(text)
 
 
 class StreamDecoder:
