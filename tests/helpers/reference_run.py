@@ -25,3 +25,22 @@ def greedy_against_reference(ex, ref, steps: int, first: int = 7):
         toks.append(nxt)
         tok = nxt
     return toks, logits
+
+
+def replay_host_work(ex, steps: int = 4) -> set[tuple]:
+    """The host's Vulkan calls of each of `steps` steps (descriptor writes, set allocations,
+    recordings, recorded commands, recorded dispatches, submits), as a set: a replayed step's
+    steady state is {(0, 0, 0, 0, 0, 1)}."""
+    for pos in range(steps):
+        ex.step(3, pos)
+    return {
+        (
+            c.descriptor_writes,
+            c.descriptor_set_allocations,
+            c.command_buffer_recordings,
+            c.recorded_commands,
+            c.dispatches,
+            c.submits,
+        )
+        for c in (s.counters for s in ex.token_stats)
+    }
