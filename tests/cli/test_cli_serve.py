@@ -100,3 +100,11 @@ def test_serve_process_answers_and_stops_cleanly_on_sigint(tiny_path):
             proc.kill()
             proc.wait()
     assert rc == 0 and "Traceback" not in err, err
+
+
+def test_serve_limits_malloc_arenas():
+    """serve asks glibc for two heap arenas (cli/serve.py few_malloc_arenas: per-thread arenas
+    grew the server under concurrent long prompts); glibc's mallopt says yes."""
+    from vkdecode.cli.serve import few_malloc_arenas
+
+    assert few_malloc_arenas() is True
