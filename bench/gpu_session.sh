@@ -13,8 +13,8 @@ OUT=${OUT:?set OUT to the results folder}
 LLAMA=/tmp/llama/llama-server
 export VKDECODE_GIT_COMMIT=${VKDECODE_GIT_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 
-llama_server() {   # llama.cpp's Vulkan server from .device/llama-server.tar.xz
-    [ -x "$LLAMA" ] || { tar xJf .device/llama-server.tar.xz -C /tmp && chmod +x "$LLAMA"; }
+llama_server() {   # llama.cpp's Vulkan server from .device/llama/llama.tar.xz (prepare.sh)
+    [ -x "$LLAMA" ] || { tar xJf .device/llama/llama.tar.xz -C /tmp && chmod +x "$LLAMA"; }
 }
 
 case "${1:-}" in
@@ -79,6 +79,22 @@ kquant)
         --out "$OUT/ab-llama3.1-8b-head-blocks.json" | tail -5
     python -m bench.ab_modes fused --shape llama3.1-8b --quant q4_k_m --ctx 1024 \
         --prompt-tokens 16 -n 16 --rounds 2 --detail --out "$OUT/ab-llama3.1-8b-detail.json" | tail -40
+    ;;
+moe)
+    # Qwen3-30B-A3B shape Q4_K_M: the MoE kernels' tests, then decode (per-rule profile) and the
+    # 512-token prompt with the slots grouped by expert and per slot (moe_group=-1, the same run's
+    # A/B), and llama.cpp on the same file
+    llama_server
+    python -m pytest -q -x tests/lowering/test_coop.py tests/lowering/test_ops_moe.py -k "moe" | tail -3
+    python -m bench.shape_gguf --shape qwen3-30b-a3b --quant q4_k_m /tmp/moe.gguf
+    python -m vkdecode bench --model /tmp/moe.gguf --modes fused --copy-mib 256 --reps 3 --no-user-path \
+        --profile --json "$OUT/vk-moe-decode.json" | tail -25
+    for c in "" "moe_group=-1"; do
+        python -m bench.prefill --model /tmp/moe.gguf --lengths 512 2000 --modes fused --token-path-max 0 \
+            --ctx 4096 --reps 2 --caps $c --out "$OUT/vk-moe-prefill${c:+-$c}.json" | tail -4
+    done
+    python -m bench.llama_server_peer --server "$LLAMA" --model /tmp/moe.gguf --lengths 512 2000 \
+        --decode 128 --reps 3 --out "$OUT/llama-moe.json" | tail -6
     ;;
 head)
     # lm_head + argmax: row blocks per workgroup (fewer: more (max, index) pairs for the final pass)

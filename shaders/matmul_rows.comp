@@ -10,6 +10,9 @@
 // Bindings: f32/f16: 0 W, 1 X, 2 Y; quant: 0 q words, 1 scales, 2 X, 3 Y.
 // Spec: 0 wg size (= BM/TM * BN/TN = 2 * BN), 1 K, 2 M (rows bound), 3 T, 4 MTOT (Y row stride), 5 BN.
 // Push: row0 (first output row of a row-split weight).
+// MOE (moe_group.comp's tiles): W is 3-D (experts, M, K); workgroup y is tile y of the groups at
+// binding B_G: its count chunk rows are the slots order[first ..] of one expert, x row slot / XDIV,
+// y row slot (stride M). Spec 6 XDIV, 7 GROUP_ORDER.
 #define NO_WG_REDUCE
 #include "common.glsl"
 
@@ -37,6 +40,7 @@ layout(constant_id = 5) const uint BN = 16;
 layout(push_constant) uniform Push { uint row0; } pc;
 layout(binding = B_X) readonly buffer XB { float x[]; };
 layout(binding = B_Y) writeonly buffer YB { float y[]; };
+#include "moe_rows.glsl"
 
 #ifdef UNITS
 const uint BK = 32;        // a whole quant block: a q4/q5 unit spans its block's two halves
@@ -59,7 +63,8 @@ shared vec4 xs[BK * XS_STRIDE];
 void main() {
     const uint WG = gl_WorkGroupSize.x;
     const uint tid = gl_LocalInvocationID.x;
-    const uint m0 = gl_WorkGroupID.x * BM, n0 = gl_WorkGroupID.y * BN;
+    const uint m0 = gl_WorkGroupID.x * BM, n0 = TILE_N0(BN);
+    if (!moe_tile(gl_WorkGroupID.y)) return;    // MOE: a tile past the expert groups' count
     const uint tm = tid % MSTRIDE, tn = tid / MSTRIDE;
     float acc[TM * TN];
     for (uint i = 0; i < TM * TN; i++) acc[i] = 0.0;
@@ -73,7 +78,7 @@ void main() {
             uint r = e / UPR, u = k0 / UNIT_ELEMS + e % UPR;
             uint m = min(m0 + r, M - 1);    // rows past M decode the last row; never stored
             vec4 w[XU_VEC4];
-            unit_weights(m * ROW_WORDS(K), m * ROW_SCALES(K), u, w);
+            unit_weights(WROW(m) * ROW_WORDS(K), WROW(m) * ROW_SCALES(K), u, w);
             for (uint j = 0; j < XU_VEC4; j++) {
                 uint kk = 4 * unit_vec4(u, j) - k0;
                 for (uint c = 0; c < 4; c++) WS_PUT(kk + c, r, w[j][c]);
@@ -84,13 +89,13 @@ void main() {
         for (uint e = tid; e < BM * BK; e += WG) {
             uint r = e / BK, kk = e % BK;
             uint m = m0 + r, k = k0 + kk;
-            WS_PUT(kk, r, (m < M && k < K) ? dequant_elem(m * ROW_WORDS(K), m * ROW_SCALES(K), k) : 0.0);
+            WS_PUT(kk, r, (m < M && k < K) ? dequant_elem(WROW(m) * ROW_WORDS(K), WROW(m) * ROW_SCALES(K), k) : 0.0);
         }
 #endif
         for (uint e = tid; e < BN * BK; e += WG) {
             uint c = e / BK, kk = e % BK;
             uint n = n0 + c, k = k0 + kk;
-            XS_PUT(kk, c, (n < T && k < K) ? x[n * K + k] : 0.0);
+            XS_PUT(kk, c, (n < TILE_ROWS && k < K) ? x[XROW(n) * K + k] : 0.0);
         }
         barrier();
         for (uint kk = 0; kk < BK; kk++) {
@@ -105,10 +110,10 @@ void main() {
     }
     for (uint j = 0; j < TN; j++) {
         uint n = n0 + tn * TN + j;
-        if (n >= T) continue;
+        if (n >= TILE_ROWS) continue;
         for (uint i = 0; i < TM; i++) {
             uint m = m0 + tm * TM + i;
-            if (m < M) y[n * MTOT + pc.row0 + m] = acc[i * TN + j];
+            if (m < M) y[YROW(n) * MTOT + pc.row0 + m] = acc[i * TN + j];
         }
     }
 }

@@ -18,6 +18,9 @@
 // Bindings: f32/f16: 0 W, 1 X, 2 Y (or P); quant: 0 q words, 1 scales, 2 X, 3 Y (or P).
 // Spec: 0 wg size (LANES SG_M SG_N), 1 K, 2 M (rows bound), 3 T, 4 MTOT (Y row stride), 5 S.
 // Defines: SG_M, SG_N, BLK_M, BLK_N; UNITS (dequant.glsl's unit loads) or QUADS or neither.
+// MOE (moe_rows.glsl): workgroup y is one tile of one expert's slots (up to BN, rows past its
+// count repeat its last row and are not stored); each 16 x 16 result goes through the subgroup's
+// shared staging block to its slots' scattered rows. Spec 6 XDIV, 7 GROUP_ORDER.
 #define NO_WG_REDUCE
 #include "common.glsl"
 
@@ -48,6 +51,7 @@ layout(constant_id = 5) const uint S = 1;
 layout(push_constant) uniform Push { uint row0; } pc;
 layout(binding = B_X) readonly buffer XB4 { vec4 x4[]; };
 layout(binding = B_Y) writeonly buffer YB { float y[]; };
+#include "moe_rows.glsl"
 
 const uint BK = 32;                    // a whole quant block per k step (64: H100 Qwen3 shapes mixed, 242 vs 253 us a layer)
 const uint WG = LANES * SG_M * SG_N;
@@ -59,6 +63,9 @@ const uint BM = 16 * BLK_M * SG_M, BN = 16 * BLK_N * SG_N;
 const uint LDV = (BK + 8) / 4;
 shared uvec2 ws[BM * LDV];             // ws[m * LDV + k / 4]: weight row m of the tile
 shared uvec2 xs[BN * LDV];             // xs[t * LDV + k / 4]: chunk row t of the tile
+#ifdef MOE
+shared float ys[256 * SG_M * SG_N];   // a 16 x 16 result block per subgroup, on its way to scattered rows
+#endif
 #define TILE_AT(row, kk) ((row) * LDV + (kk) / 4)
 #define STORE4(arr, row, kk, v) arr[TILE_AT(row, kk)] = uvec2(packFloat2x16(f16vec2((v).xy)), packFloat2x16(f16vec2((v).zw)))
 
@@ -79,11 +86,11 @@ void fetch(uint m0, uint n0, uint k0, uint tid) {
 #ifdef UNITS
         const uint e = min(tid + i * WG, BM * UPR - 1), r = e / UPR, u = k0 / UNIT_ELEMS + e % UPR;
         vec4 w[XU_VEC4];
-        unit_weights((m0 + r) * ROW_WORDS(K), (m0 + r) * ROW_SCALES(K), u, w);
+        unit_weights(WROW(m0 + r) * ROW_WORDS(K), WROW(m0 + r) * ROW_SCALES(K), u, w);
         for (uint j = 0; j < XU_VEC4; j++) wr[i * XU_VEC4 + j] = w[j];
 #else
         const uint e = min(tid + i * WG, BM * (BK / 4) - 1), r = e / (BK / 4), k = k0 + 4 * (e % (BK / 4));
-        const uint m = m0 + r;
+        const uint m = WROW(m0 + r);
 #ifdef QUADS
         wr[i] = dequant_quad(m * ROW_WORDS(K), m * ROW_SCALES(K), k);
 #else
@@ -93,7 +100,7 @@ void fetch(uint m0, uint n0, uint k0, uint tid) {
     }
     for (uint i = 0; i < NXV; i++) {
         const uint e = min(tid + i * WG, BN * (BK / 4) - 1), c = e / (BK / 4);
-        xr[i] = x4[(n0 + c) * (K / 4) + k0 / 4 + e % (BK / 4)];
+        xr[i] = x4[XROW(min(n0 + c, TILE_ROWS - 1)) * (K / 4) + k0 / 4 + e % (BK / 4)];
     }
 }
 
@@ -121,7 +128,8 @@ void stage(uint k0, uint tid) {
 void main() {
     const uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID;
     const uint sm = sg % SG_M, sn = sg / SG_M;
-    const uint m0 = gl_WorkGroupID.x * BM, n0 = gl_WorkGroupID.y * BN, z = gl_WorkGroupID.z;
+    const uint m0 = gl_WorkGroupID.x * BM, n0 = TILE_N0(BN), z = gl_WorkGroupID.z;
+    if (!moe_tile(gl_WorkGroupID.y)) return;    // MOE: a tile past the expert groups' count
     CM_C acc[BLK_N * BLK_M];
     for (uint i = 0; i < BLK_N * BLK_M; i++) acc[i] = CM_C(0.0);
 
@@ -148,7 +156,14 @@ void main() {
         const uint t = n0 + 16 * (sn * BLK_N + i);
         for (uint j = 0; j < BLK_M; j++) {
             const uint m = m0 + 16 * (sm * BLK_M + j);
-#ifdef SPLITK
+#if defined(MOE)
+            coopMatStore(acc[i * BLK_M + j], ys, 256 * sg, 16, CM_ROW);
+            subgroupBarrier();
+            for (uint e = gl_SubgroupInvocationID; e < 256; e += LANES) {
+                if (t + e / 16 < TILE_ROWS) y[YROW(t + e / 16) * MTOT + m + e % 16] = ys[256 * sg + e];
+            }
+            subgroupBarrier();
+#elif defined(SPLITK)
             coopMatStore(acc[i * BLK_M + j], y, (z * T + t) * M + m, M, CM_ROW);
 #else
             coopMatStore(acc[i * BLK_M + j], y, t * MTOT + pc.row0 + m, MTOT, CM_ROW);

@@ -76,6 +76,10 @@ def test_prompt_chunks_equal_the_token_path(device, qwen3moe, mode):
         dec.set_prefill((16, 8, 3))
         check_against(dec, toks, *want, what=f"qwen3moe {mode}")
         assert [c.width for c in dec.prefill.chunks] == [16, 16, 3]
+        # 16 rows x 2 of 8 experts: grouped by expert; 3 rows: a matvec per slot
+        shaders = {w: {it.call.shader for it in ex.items} for w, ex in dec.prefill.runners.items()}
+        assert {"moe_group", "matmul_rows"} <= shaders[16] and "moe_matmul" not in shaders[16]
+        assert "moe_group" not in shaders[3] and shaders[3] & {"moe_matmul", "matmul_silu_mul"}
 
 
 @pytest.mark.parametrize("mode", ["replay-nofuse", "fused"])

@@ -101,6 +101,45 @@ def test_matmul_rows_coop(device, dtype, rows, out, n_in, tile, splits):
     assert err <= LIMIT, f"coop matmul rows={rows} {dtype} [{out}, {n_in}] {tile}/{splits}: nmse {err:.3g}"
 
 
+# (dtype, experts, rows per expert, in-dim, slots, x rows): gate/up (k slots share an x row) and
+# down (a slot per x row), experts busy enough for several tiles
+MOE_CASES = [
+    ("f16", 8, 64, 64, 70, 35),
+    ("q8_0", 4, 128, 96, 256, 256),
+    ("q4_k", 16, 64, 256, 512, 64),
+    ("q6_k", 3, 192, 256, 40, 5),
+]
+
+
+@pytest.mark.parametrize("dtype,e,m,n_in,slots,xrows", MOE_CASES, ids=[c[0] for c in MOE_CASES])
+def test_moe_matmul_rows_coop(device, dtype, e, m, n_in, slots, xrows):
+    """The grouped expert matmul (lowering/moe.py) on the tensor cores: moe_group, then
+    matmul_rows_coop with MOE scattering each 16 x 16 block to its slots' rows."""
+    caps = caps_of(device)
+    if not caps.coop_matrix:
+        pytest.skip(f"no coop path: {device.info.features.get('coop_reason')} (runs on the H100)")
+    rng = np.random.default_rng(e * m + n_in)
+    p = one_op(
+        "moe_matmul",
+        {
+            "w": ((e, m, n_in), dtype, "weight"),
+            "x": ((xrows * n_in,), "f32", "activation"),
+            "ids": ((slots,), "u32", "activation"),
+        },
+        {"y": ((slots * m,), "f32", "output")},
+    )
+    env = {
+        "w": quantize((0.1 * rng.standard_normal((e * m, n_in))).astype(np.float32), dtype),
+        "x": rng.standard_normal(xrows * n_in).astype(np.float32),
+        "ids": rng.integers(0, e, slots).astype(np.uint32),
+    }
+    caps = replace(caps, moe_group=1)
+    assert [c.shader for c in op_calls(p, 0, caps)] == ["moe_group", "matmul_rows_coop"]
+    got, want = run_and_reference(device, p, env, caps)
+    err = nmse(got["y"], want["y"])
+    assert err <= LIMIT, f"coop moe matmul {dtype} {e}x{m}x{n_in} slots {slots}: nmse {err:.3g}"
+
+
 def test_coop_attention_choice(device):
     from vkdecode.lowering.coop import coop_attention_shape as shape
     from vkdecode.lowering.coop import coop_attention_shared

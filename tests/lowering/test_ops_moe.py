@@ -13,6 +13,7 @@ from tests.helpers.make_models import tiny_hf_model
 from tests.helpers.reference_run import greedy_against_reference
 from tests.lowering.kernel_harness import caps_of, nmse, one_op, run_and_reference
 from vkdecode.executors import make_executor
+from vkdecode.lowering.ops import op_calls
 from vkdecode.models.loader import load_model
 from vkdecode.quant import quantize
 from vkdecode.reference import Reference
@@ -32,14 +33,19 @@ def _weight(rng, e: int, m: int, k: int, dtype: str):
     return quantize((0.3 * rng.standard_normal((e * m, k))).astype(np.float32), dtype)
 
 
-@pytest.mark.parametrize("path", ["sg", "smem"])
+# the grouped matmul has no subgroup reduction: one reduction path covers it
+@pytest.mark.parametrize("path,group", [("sg", "slots"), ("smem", "slots"), ("smem", "grouped")])
 @pytest.mark.parametrize(
     "dtype,e,m,k",
     [("f32", 3, 31, 33), ("f32", 8, 64, 64), ("f16", 5, 33, 34), ("q8_0", 8, 63, 96), ("q4_k", 4, 33, 256)],
 )
-@pytest.mark.parametrize("slots,xrows", [(2, 1), (2, 2), (6, 3), (6, 6)])
-def test_moe_matmul(device, path, dtype, e, m, k, slots, xrows):
+@pytest.mark.parametrize("slots,xrows", [(2, 1), (2, 2), (6, 3), (6, 6), (70, 35), (40, 40)])
+def test_moe_matmul(device, path, group, dtype, e, m, k, slots, xrows):
+    """Per-slot matvecs, and (grouped) moe_group.comp then the chunk matmul with MOE: tiles of up
+    to BN slots of one expert, several tiles for the busy experts of the wide cases."""
     caps = _paths(device).get(path) or pytest.skip("no subgroup arithmetic")
+    # matmul_coop -1: the f32 tiled kernel on GPUs too (tests/lowering/test_coop.py has the coop one)
+    caps = replace(caps, moe_group=1 if group == "grouped" else -1, matmul_coop=-1)
     rng = np.random.default_rng(e * m + k)
     p = one_op(
         "moe_matmul",
@@ -55,6 +61,8 @@ def test_moe_matmul(device, path, dtype, e, m, k, slots, xrows):
         "x": rng.standard_normal(xrows * k).astype(np.float32),
         "ids": rng.integers(0, e, slots).astype(np.uint32),
     }
+    shaders = [c.shader for c in op_calls(p, 0, caps)]
+    assert shaders == (["moe_group", "matmul_rows"] if group == "grouped" else ["moe_matmul"]), shaders
     got, want = run_and_reference(device, p, env, caps)
     assert nmse(got["y"], want["y"]) <= LIMIT
 

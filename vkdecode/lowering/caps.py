@@ -77,6 +77,7 @@ class KernelCaps:
     router_one_wg: int = (
         0  # MoE routers up to this many elements fused in one workgroup (0: lowering/moe.py's bound)
     )
+    moe_group: int = 0  # chunks of this many MoE slots or more group them by expert (0: 2 per expert, < 0: never)
     head_blocks: int = 0  # row blocks per lm_head + argmax workgroup (0: matvec.ARGMAX_PARTIALS pairs)
     head_ops: bool = (
         False  # the final norm + lm_head + argmax region runs its ops' kernels, not the fused one

@@ -111,6 +111,39 @@ def wide_shape(caps: KernelCaps, n: int, rows: int, n_in: int) -> tuple[int, int
     return tile[0], tile[1], max(1, min(splits, -(-n_in // WIDE_BK)))
 
 
+def weight_defines(dtype: str, n_in: int) -> tuple:
+    defines = (dtype_define(dtype),)
+    if n_in % 32 == 0 and dtype in UNIT_DTYPES:  # whole 32-wide k tiles: a unit at a time
+        defines += (("UNITS", "1"),) + ((("WVEC", "1"),) if dtype in FLOAT_TYPES else ())
+    return defines
+
+
+def expert_matmul_call(
+    w: tuple, ins: tuple, out: str, dims: tuple, group: tuple, coop: tuple | None, label: str
+) -> KernelCall:
+    """One expert matmul over a chunk's slots grouped by expert (lowering/moe.py): w = (bindings,
+    dtype) of the whole 3-D weight, ins its x and the groups, dims (K, M rows of one expert, slots),
+    group (BN slots per tile, tiles at most, x rows' divisor, where order[] starts). The tiled
+    matmul_rows, or matmul_rows_coop with coop = its (SG_M, SG_N, BLK_M, BLK_N) tile. Workgroup y
+    is a tile of one expert's slots; tiles past the count written on the GPU return at once."""
+    (wb, dtype), (x, groups), (n_in, m, slots) = w, ins, dims
+    bn, tiles, xdiv, order = group
+    defines = weight_defines(dtype, n_in) + (("MOE", "1"),)
+    b = wb + (Binding(x), Binding(out), Binding(groups))
+    if coop is None:
+        spec = ((MATMUL_BM // 8) * (bn // 4), n_in, m, slots, m, bn, xdiv, order)
+        grid = (-(-m // MATMUL_BM), tiles, 1)
+        return KernelCall("matmul_rows", spec, b, (len(b) - 2,), grid, push=struct.pack("<I", 0), defines=defines, label=label)
+    bm, _, wg = tile_dims(coop)
+    if ("UNITS", "1") not in defines and n_in % 4 == 0:
+        defines += (("QUADS", "1"),)
+    defines += tuple((k, str(v)) for k, v in zip(("SG_M", "SG_N", "BLK_M", "BLK_N"), coop))
+    spec = (wg, n_in, m, slots, m, 1, xdiv, order)
+    return KernelCall(
+        "matmul_rows_coop", spec, b, (len(b) - 2,), (m // bm, tiles, 1), push=struct.pack("<I", 0), defines=defines, label=label
+    )
+
+
 def matmul_calls(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     """A chunk matmul, per row range of its weight: the coop, wide, narrow or tiled kernel."""
     w, x = op.inputs
@@ -120,9 +153,7 @@ def matmul_calls(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     bn = matmul_tile_rows(rows)
     wg = (MATMUL_BM // 8) * (bn // 4)  # 8 x 4 outputs per invocation
     chunks = row_chunks(wv.dtype, n_out, n_in, caps)
-    defines = (dtype_define(wv.dtype),)
-    if n_in % 32 == 0 and wv.dtype in UNIT_DTYPES:  # whole 32-wide k tiles: a unit at a time
-        defines += (("UNITS", "1"),) + ((("WVEC", "1"),) if wv.dtype in FLOAT_TYPES else ())
+    defines = weight_defines(wv.dtype, n_in)
     narrow = narrow_rows(caps, bn)
     calls = []
     for r0, n in chunks:

@@ -6,6 +6,13 @@ Per op: moe_topk (shaders/moe_topk.comp), moe_matmul (moe_matmul.comp, matvec.gl
 moe_sum. Fused: RMS_NORM_MATMUL_MOE_TOPK, MOE_MATMUL_SILU_MUL (fused_swiglu.glsl with MOE),
 MOE_MATMUL_SUM_ADD. Wide K-quant units (kwide) are not used here: their row loops
 (kwide_rows.glsl) have no expert offset yet.
+
+Wide chunks (prompt chunks, the verify step, wide batched steps: at least two slots per expert on
+average) group their slots by expert instead: moe_group.comp sorts the slots on the GPU right after
+top-k, and each expert matmul (matmul_rows, or matmul_rows_coop on tensor cores, with MOE) reads a
+chosen expert's weights once per tile of its slots. Per slot, a 512-row chunk of Qwen3-30B-A3B
+(8 of 128 experts) read each expert's weights ~32 times. The fused MoE regions then run as their
+ops (the grouped matmuls, silu_mul, moe_sum, add).
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from vkdecode.lowering.calls import (
     weight_bindings,
     wg_size,
 )
+from vkdecode.lowering.coop import COOP_BK, coop_usable, tile_dims
+from vkdecode.lowering.matmul_rows import expert_matmul_call
 from vkdecode.lowering.matvec import Slots, mv_defines, swiglu_fit
 
 NARROW = 1 << 30  # matvec_shape's wide_from: never wide K-quant units
@@ -43,6 +52,80 @@ def _norm(attrs: dict) -> tuple:
     return (("NORM", "1"),) if attrs.get("norm") else ()
 
 
+GROUP_TILE_MAX = 64  # slots per grouped tile at most (matmul_rows' widest BN)
+
+
+def group_rows(p: Program, ids: str, e: int, caps: KernelCaps) -> int:
+    """BN, slots per tile of the grouped expert matmuls over `ids` (a power of two near the
+    average slots per expert: at least 16 where the tensor cores may take them, 4 otherwise), or 0:
+    too few slots (caps.moe_group, 0: 2 per expert; < 0 never), each takes its own matvec."""
+    slots = p.values[ids].numel
+    least = caps.moe_group if caps.moe_group > 0 else 2 * e
+    if caps.moe_group < 0 or slots < max(2, least):
+        return 0
+    bn = 16 if coop_usable(caps, str(p.meta.get("arch", ""))) else 4
+    while bn < min(slots // e, GROUP_TILE_MAX):
+        bn *= 2
+    return bn
+
+
+def _group_layout(p: Program, ids: str, e: int, bn: int) -> tuple[str, int, int]:
+    """(scratch name, tiles at most, where order[] starts) of moe_group.comp's output for ids."""
+    tiles = -(-p.values[ids].numel // bn) + e
+    return f"scratch:{ids}.groups", tiles, 1 + 3 * tiles
+
+
+def group_calls(p: Program, ids: str, e: int, caps: KernelCaps) -> list[KernelCall]:
+    """moe_group over ids when the chunk is wide enough to group (else nothing)."""
+    bn = group_rows(p, ids, e, caps)
+    if not bn:
+        return []
+    name, _, order = _group_layout(p, ids, e, bn)
+    slots = p.values[ids].numel
+    return [
+        KernelCall(
+            "moe_group",
+            (wg_size(caps, 256), e, slots, bn),
+            (Binding(ids), Binding(name)),
+            (1,),
+            (1, 1, 1),
+            scratch=((name, 4 * (order + slots)),),
+            label=name,
+        )
+    ]
+
+
+def _grouped_matmul(p: Program, w: str, x: str, ids: str, out: str, caps: KernelCaps) -> list[KernelCall]:
+    """The expert matmul over slots grouped by expert, or [] (too few slots: per-slot matvecs).
+    The groups come from the top-k that chose ids (moe_topk's lowering adds moe_group); ids from
+    elsewhere (an op test) are grouped here first."""
+    e, m, k = p.values[w].shape
+    bn = group_rows(p, ids, e, caps)
+    if not bn:
+        return []
+    wb, _, _, dtype = _experts(p, w, caps)
+    name, tiles, order = _group_layout(p, ids, e, bn)
+    slots = p.values[ids].numel
+    tile = (2, 1, 2, bn // 16)  # 64 weight rows x BN slots: 4 accumulators a subgroup
+    bm, _, wg = tile_dims(tile)
+    shared = 2 * (bm + bn) * (COOP_BK + 8) + 4 * 256 * 2
+    coop = (
+        coop_usable(caps, str(p.meta.get("arch", "")))
+        and caps.matmul_coop >= 0
+        and bn >= 16
+        and m % bm == 0
+        and k % COOP_BK == 0
+        and wg <= caps.max_invocations
+        and shared <= caps.max_shared
+    )
+    xdiv = slots // (p.values[x].numel // k)
+    call = expert_matmul_call(
+        (wb, dtype), (x, name), out, (k, m, slots), (bn, tiles, xdiv, order), tile if coop else None, out
+    )
+    own = [] if any(o.kind == "moe_topk" and ids in o.outputs for o in p.ops) else group_calls(p, ids, e, caps)
+    return own + [call]
+
+
 def moe_topk(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     logits, (ids, weights) = op.inputs[0], op.outputs
     e, k = int(op.attrs["n_experts"]), int(op.attrs["k"])
@@ -53,7 +136,7 @@ def moe_topk(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
         KernelCall(
             "moe_topk", (wg_size(caps, e), e, k), b, (1, 2), flat_groups(rows), defines=defines, label=ids
         )
-    ]
+    ] + group_calls(p, ids, e, caps)
 
 
 def _matvec_call(shader: str, p: Program, w: str, inputs, out: str, layout, caps: KernelCaps) -> KernelCall:
@@ -77,6 +160,9 @@ def _matvec_call(shader: str, p: Program, w: str, inputs, out: str, layout, caps
 
 def moe_matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     w, x, ids = op.inputs
+    grouped = _grouped_matmul(p, w, x, ids, op.outputs[0], caps)
+    if grouped:
+        return grouped
     k = p.values[w].shape[2]
     slots, xrows = p.values[ids].numel, p.values[x].numel // k
     # spec 4 XDIV (slots per x row), 5 BLOCKS, 6 K again; a workgroup per slot and row block
@@ -127,6 +213,8 @@ def rms_norm_matmul_moe_topk(p: Program, region: Region, caps: KernelCaps) -> li
     if e * k > (caps.router_one_wg or ROUTER_ONE_WORKGROUP_MAX):
         return None
     wvec = matvec_shape(v.dtype, k, e, caps, NARROW)[2]
+    if p.values[r["ids"]].numel > int(region.attrs["k"]):  # a chunk: rows are ops (moe_topk per row)
+        return None
     b = (Binding(r["x"]), Binding(r["norm_w"])) + weight_bindings(r["w"], v.dtype, 0, None)
     b += (Binding(r["h"]), Binding(r["ids"]), Binding(r["weights"]))
     spec = (wg_size(caps, 256), k, e, int(region.attrs["k"]), float(region.attrs["eps"]))
@@ -146,6 +234,8 @@ def rms_norm_matmul_moe_topk(p: Program, region: Region, caps: KernelCaps) -> li
 def moe_matmul_silu_mul(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
     """fused_swiglu.glsl with MOE: workgroup g takes slot g / BLOCKS of the chosen experts."""
     r = region.roles
+    if group_rows(p, r["ids"], p.values[r["w_gate"]].shape[0], caps):
+        return None  # wide: the grouped matmuls, then silu_mul
     _, m, k, dtype = _experts(p, r["w_gate"], caps)
     wg, rpw, wvec = matvec_shape(dtype, k, 2 * m, caps, NARROW)
     fit = swiglu_fit(wg, rpw, caps)
@@ -174,6 +264,8 @@ def moe_matmul_silu_mul(p: Program, region: Region, caps: KernelCaps) -> list[Ke
 
 def moe_matmul_sum_add(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
     r = region.roles
+    if group_rows(p, r["ids"], p.values[r["w"]].shape[0], caps):
+        return None  # wide: the grouped matmul, then moe_sum and add
     k = p.values[r["w"]].shape[2]
     slots = p.values[r["ids"]].numel
     inputs = (r["x"], r["ids"], r["sw"], r["r"])
