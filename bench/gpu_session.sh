@@ -96,6 +96,25 @@ moe)
     python -m bench.llama_server_peer --server "$LLAMA" --model /tmp/moe.gguf --lengths 512 2000 \
         --decode 128 --reps 3 --out "$OUT/llama-moe.json" | tail -6
     ;;
+serve)
+    # N streamed chat clients (256-token answers) against vkdecode serve --parallel 64 and
+    # llama-server -np 64 on the same GGUF; each level list runs twice (the first pass warms every
+    # batch width and prompt shape); then one client on serve --parallel 1 (today's one-at-a-time)
+    llama_server
+    python -m pytest -q -x tests/executors/test_batch.py tests/test_generate_batch.py 2>&1 | tail -2
+    for s in "qwen3-0.6b f16" "llama3.1-8b q4_k_m"; do
+        set -- $s
+        f=/tmp/$1-$2.gguf
+        python -m bench.shape_gguf --shape "$1" --quant "$2" "$f"
+        L="1 4 16 64 1 4 16 64"
+        python -m bench.serve_load --serve "$f" --parallel 64 --max-queue 128 --ctx 512 --clients $L \
+            --out "$OUT/serve-vk-$1.json" | cut -c1-330
+        python -m bench.serve_load --llama-model "$f" --llama-server "$LLAMA" --parallel 64 --ctx 512 \
+            --clients $L --out "$OUT/serve-llama-$1.json" | cut -c1-330
+        python -m bench.serve_load --serve "$f" --parallel 1 --ctx 512 --clients 1 1 \
+            --out "$OUT/serve-vk-p1-$1.json" | cut -c1-330
+    done
+    ;;
 head)
     # lm_head + argmax: row blocks per workgroup (fewer: more (max, index) pairs for the final pass)
     for s in "smollm2-135m q4_1" "qwen3-0.6b f16" "llama3.2-1b f16" "llama3.1-8b q4_k_m"; do

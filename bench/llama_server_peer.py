@@ -81,9 +81,10 @@ def offload_check(log: str) -> str:
 
 
 @contextmanager
-def llama_server(server: str, model: str, ctx: int, port: int, log_path: str):
+def llama_server(server: str, model: str, ctx: int, port: int, log_path: str, slots: int = 1):
     """Starts llama-server on `model` with every layer offloaded, waits until it is ready and
-    checks its log (offload_check); yields (url, facts about the run for the JSON); stops it."""
+    checks its log (offload_check); yields (url, facts about the run for the JSON); stops it.
+    slots: -np (parallel sequences; llama.cpp splits ctx among them)."""
     cmd = [
         server,
         "-m",
@@ -101,7 +102,7 @@ def llama_server(server: str, model: str, ctx: int, port: int, log_path: str):
         "--host",
         "127.0.0.1",
         "-np",
-        "1",
+        str(slots),
         "-lv",
         "4",
     ]

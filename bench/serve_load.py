@@ -352,9 +352,13 @@ def main(argv=None) -> int:
     where = ap.add_mutually_exclusive_group(required=True)
     where.add_argument("--url", help="a running server's base URL (http://host:port, without /v1)")
     where.add_argument("--serve", metavar="MODEL", help="start `vkdecode serve MODEL` on a free port")
+    where.add_argument(
+        "--llama-model", metavar="MODEL", help="start llama.cpp's --llama-server on MODEL (-np --parallel)"
+    )
+    ap.add_argument("--llama-server", default="/tmp/llama/llama-server", help="with --llama-model")
     ap.add_argument("--parallel", type=int, default=4, help="with --serve: serve --parallel N")
     ap.add_argument("--max-queue", type=int, default=64, help="with --serve: serve --max-queue")
-    ap.add_argument("--ctx", type=int, default=None, help="with --serve: serve --ctx")
+    ap.add_argument("--ctx", type=int, default=None, help="with --serve: serve --ctx (llama: per slot)")
     ap.add_argument("--mode", default=None, help="with --serve: serve --mode")
     ap.add_argument("--server-pid", type=int, default=None, help="with --url: record this process's RSS")
     ap.add_argument("--model-id", default=None, help="model name to send (default: /v1/models' first)")
@@ -376,6 +380,15 @@ def main(argv=None) -> int:
             url, pid = stack.enter_context(
                 vkdecode_server(a.serve, a.parallel, "--max-queue", a.max_queue, *extra)
             )
+        elif a.llama_model:
+            from bench.llama_server_peer import llama_server
+
+            log_path = (a.out or "serve_load") + ".llama.log"
+            total = (a.ctx or 4096) * a.parallel  # llama.cpp splits -c among its -np slots
+            url, facts = stack.enter_context(
+                llama_server(a.llama_server, a.llama_model, total, 18094, log_path, slots=a.parallel)
+            )
+            pid = None
         else:
             url, pid = a.url.rstrip("/"), a.server_pid
         model_id = a.model_id or first_model_id(url, a.api_key)
@@ -392,6 +405,8 @@ def main(argv=None) -> int:
                 "ctx": a.ctx,
             }
             if a.serve
+            else dict(facts, parallel=a.parallel, ctx_per_slot=a.ctx or 4096)
+            if a.llama_model
             else {"external": url, "pid": pid},
             "model_id": model_id,
             "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),

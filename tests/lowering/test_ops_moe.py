@@ -70,7 +70,9 @@ def test_moe_matmul(device, path, group, dtype, e, m, k, slots, xrows):
 @pytest.mark.parametrize("path", ["sg", "smem"])
 @pytest.mark.parametrize("e,k,rows", [(8, 2, 1), (7, 1, 3), (33, 6, 2), (64, 8, 1), (128, 8, 4)])
 @pytest.mark.parametrize("norm", [False, True])
-def test_moe_topk(device, path, e, k, rows, norm):
+@pytest.mark.parametrize("ties", [False, True])
+def test_moe_topk(device, path, e, k, rows, norm, ties):
+    """ties: whole-number logits, so most picks choose among equal p (the lower index wins)."""
     caps = _paths(device).get(path) or pytest.skip("no subgroup arithmetic")
     p = one_op(
         "moe_topk",
@@ -80,7 +82,8 @@ def test_moe_topk(device, path, e, k, rows, norm):
         n_experts=e,
         norm=norm,
     )
-    env = {"logits": (2.0 * np.random.default_rng(e + k).standard_normal(rows * e)).astype(np.float32)}
+    logits = 2.0 * np.random.default_rng(e + k).standard_normal(rows * e)
+    env = {"logits": (np.round(logits) if ties else logits).astype(np.float32)}
     got, want = run_and_reference(device, p, env, caps)
     np.testing.assert_array_equal(got["ids"], want["ids"])
     assert nmse(got["w"], want["w"]) <= 1e-12

@@ -78,6 +78,7 @@ class KernelCaps:
         0  # MoE routers up to this many elements fused in one workgroup (0: lowering/moe.py's bound)
     )
     moe_group: int = 0  # chunks of this many MoE slots or more group them by expert (0: 2 per expert, < 0: never)
+    moe_tile: int = 0  # slots per tile of a grouped expert matmul, a power of two 4..128 (0: lowering/moe.py chooses)
     head_blocks: int = 0  # row blocks per lm_head + argmax workgroup (0: matvec.ARGMAX_PARTIALS pairs)
     head_ops: bool = (
         False  # the final norm + lm_head + argmax region runs its ops' kernels, not the fused one

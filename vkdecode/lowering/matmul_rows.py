@@ -133,14 +133,30 @@ def expert_matmul_call(
     if coop is None:
         spec = ((MATMUL_BM // 8) * (bn // 4), n_in, m, slots, m, bn, xdiv, order)
         grid = (-(-m // MATMUL_BM), tiles, 1)
-        return KernelCall("matmul_rows", spec, b, (len(b) - 2,), grid, push=struct.pack("<I", 0), defines=defines, label=label)
+        return KernelCall(
+            "matmul_rows",
+            spec,
+            b,
+            (len(b) - 2,),
+            grid,
+            push=struct.pack("<I", 0),
+            defines=defines,
+            label=label,
+        )
     bm, _, wg = tile_dims(coop)
     if ("UNITS", "1") not in defines and n_in % 4 == 0:
         defines += (("QUADS", "1"),)
     defines += tuple((k, str(v)) for k, v in zip(("SG_M", "SG_N", "BLK_M", "BLK_N"), coop))
     spec = (wg, n_in, m, slots, m, 1, xdiv, order)
     return KernelCall(
-        "matmul_rows_coop", spec, b, (len(b) - 2,), (m // bm, tiles, 1), push=struct.pack("<I", 0), defines=defines, label=label
+        "matmul_rows_coop",
+        spec,
+        b,
+        (len(b) - 2,),
+        (m // bm, tiles, 1),
+        push=struct.pack("<I", 0),
+        defines=defines,
+        label=label,
     )
 
 
