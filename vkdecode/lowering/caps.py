@@ -73,7 +73,7 @@ class KernelCaps:
     attn_rows_q: int = (
         0  # chunk attention: rows per attention_rows_gqa workgroup (0: auto, < 0: per-row kernel)
     )
-    batch_matvec: int = 0  # batched decode steps up to this width take the decode matvec over all rows (0: 8 on CPUs, none on GPUs)
+    batch_matvec: int = 0  # batched decode steps up to this width take the decode matvec over all rows (0: 8, < 0: never)
     router_one_wg: int = (
         0  # MoE routers up to this many elements fused in one workgroup (0: lowering/moe.py's bound)
     )

@@ -217,16 +217,19 @@ BUILDERS = {
 
 def batch_matvec(program: Program, op: Op, caps: KernelCaps) -> bool:
     """Whether a batched step's matmul runs as the decode matvec over all its rows (MV_XROWS in
-    shaders/matvec.glsl) instead of the chunk kernels: on CPUs up to 8 rows (caps.batch_matvec),
-    where the tiled kernel's shared-memory tiles cost more than the rows save (lavapipe, SmolLM2
-    Q4_1, a 4-row step's matmuls: 631 ms tiled, 154 ms by the matvec, 131 ms for one row); never
-    where the matvec would take K-quant units through kwide_rows.glsl, which has no row loop.
-    Up to 8 rows: XR * ROWS accumulators per invocation (ROWS 16 on CPUs) must stay compilable."""
-    limit = caps.batch_matvec or (8 if caps.device_cpu else 0)
+    shaders/matvec.glsl) instead of the chunk kernels: up to caps.batch_matvec rows (0: 8; < 0:
+    never). The chunk kernels pay for tiles the few rows do not fill: lavapipe, SmolLM2 Q4_1, a
+    4-row step's matmuls: 631 ms tiled, 154 ms by the matvec, 131 ms for one row; H200, one client
+    on serve --parallel 64: Qwen3-0.6B F16 3.7 ms a token on the chunk kernels against 1.1 by the
+    single-sequence step, Llama-3.1-8B Q4_K_M 27 ms. A one-row step is the decode matvec itself
+    (wide K-quant units included); wider, never where the matvec would take K-quant units through
+    kwide_rows.glsl, which has no row loop. Up to 8 rows: XR * ROWS accumulators per invocation
+    (ROWS 16 on CPUs) must stay compilable."""
+    limit = caps.batch_matvec or 8
     if op.kind != "matmul" or not op.attrs.get("batch") or not 0 < int(op.attrs["rows"]) <= limit:
         return False
     w = program.values[op.inputs[0]]
-    return not (
+    return int(op.attrs["rows"]) == 1 or not (
         w.dtype in KSPLIT_TYPES
         and matvec_shape(w.dtype, w.shape[1], w.shape[0], caps)[2]
         and kw_split(w.shape[1], caps, w.dtype)
