@@ -75,10 +75,15 @@ def test_each_sequence_equals_alone(device, tiny, arch, mode):
     assert got == want
 
 
-@pytest.mark.parametrize("dtype", ["f16", "q8_0", "q4_0", "q4_1", "q5_0"])
+@pytest.mark.parametrize("dtype", ["f16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k"])
 def test_every_weight_dtype(device, models_dir, dtype):
-    path = write_gguf(tiny_hf_model("qwen2", models_dir), models_dir / f"batch-qwen2.{dtype}.gguf", dtype)
+    """Every weight dtype through the batched step's matmuls (the decode matvec over the rows:
+    K-quants in 8-weight units: 256-wide rows, or the file falls back to q5_0) against each
+    sequence alone."""
+    hf = tiny_hf_model("qwen2", models_dir, hidden_size=256, intermediate_size=512)
+    path = write_gguf(hf, models_dir / f"batch-qwen2-256.{dtype}.gguf", dtype)
     m = load_model(path, ctx=CTX)
+    assert dtype in {v.dtype for v in m.program.values.values() if v.kind == "weight"}
     ps = prompts((7, 3, 12))
     with build(device, m, "fused") as dec:
         want = [alone(dec, p, 6) for p in ps]

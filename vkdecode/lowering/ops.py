@@ -70,8 +70,10 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     defines += (("MV_XROWS", str(xr)),) if xr > 1 else ()
     chunks = row_chunks(wv.dtype, n_out, n_in, caps)
     calls = []
+    # several rows: never wide K-quant units (kwide_rows.glsl has no row loop), the 8-weight ones
+    wide_from = {"wide_from": 1 << 30} if xr > 1 else {}
     for r0, rows in chunks:
-        wg, rpw, wvec = matvec_shape(wv.dtype, n_in, rows, caps)
+        wg, rpw, wvec = matvec_shape(wv.dtype, n_in, rows, caps, **wide_from)
         b = weight_bindings(w, wv.dtype, r0, None if len(chunks) == 1 else rows)
         b += (Binding(x), Binding(op.outputs[0]))
         calls.append(

@@ -20,8 +20,6 @@ from vkdecode.lowering.calls import (
     dtype_define,
     flat_groups,
     kv_defines,
-    kw_split,
-    matvec_shape,
     reduce_defines,
     row_chunks,
     weight_bindings,
@@ -29,7 +27,6 @@ from vkdecode.lowering.calls import (
 )
 from vkdecode.lowering.coop import coop_attention_shape
 from vkdecode.lowering.matmul_rows import matmul_calls
-from vkdecode.quant import KSPLIT_TYPES
 
 
 def _batch(op: Op) -> tuple:
@@ -221,19 +218,12 @@ def batch_matvec(program: Program, op: Op, caps: KernelCaps) -> bool:
     never). The chunk kernels pay for tiles the few rows do not fill: lavapipe, SmolLM2 Q4_1, a
     4-row step's matmuls: 631 ms tiled, 154 ms by the matvec, 131 ms for one row; H200, one client
     on serve --parallel 64: Qwen3-0.6B F16 3.7 ms a token on the chunk kernels against 1.1 by the
-    single-sequence step, Llama-3.1-8B Q4_K_M 27 ms. A one-row step is the decode matvec itself
-    (wide K-quant units included); wider, never where the matvec would take K-quant units through
-    kwide_rows.glsl, which has no row loop. Up to 8 rows: XR * ROWS accumulators per invocation
-    (ROWS 16 on CPUs) must stay compilable."""
+    single-sequence step, Llama-3.1-8B Q4_K_M 27 ms (its 2- to 16-row steps 25-41 ms on the chunk
+    kernels). A one-row step is the decode matvec itself; wider ones take K-quants in 8-weight units
+    (ops._matmul: kwide_rows.glsl has no row loop). Up to 8 rows: XR * ROWS accumulators per
+    invocation (ROWS 16 on CPUs) must stay compilable."""
     limit = caps.batch_matvec or 8
-    if op.kind != "matmul" or not op.attrs.get("batch") or not 0 < int(op.attrs["rows"]) <= limit:
-        return False
-    w = program.values[op.inputs[0]]
-    return int(op.attrs["rows"]) == 1 or not (
-        w.dtype in KSPLIT_TYPES
-        and matvec_shape(w.dtype, w.shape[1], w.shape[0], caps)[2]
-        and kw_split(w.shape[1], caps, w.dtype)
-    )
+    return op.kind == "matmul" and bool(op.attrs.get("batch")) and 0 < int(op.attrs["rows"]) <= limit
 
 
 def row_op_calls(program: Program, op: Op, caps: KernelCaps) -> list[KernelCall] | None:
