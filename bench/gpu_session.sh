@@ -115,6 +115,38 @@ serve)
             --out "$OUT/serve-vk-p1-$1.json" | cut -c1-330
     done
     ;;
+batch)
+    # batched decode steps per width against the single-sequence step, the decode matvec over the
+    # rows up to 8 (default) against the chunk kernels (batch_matvec=-1); then the MoE decode
+    for s in "qwen3-0.6b f16" "llama3.1-8b q4_k_m"; do
+        set -- $s
+        f=/tmp/$1-$2.gguf
+        python -m bench.shape_gguf --shape "$1" --quant "$2" "$f"
+        for c in "" "batch_matvec=-1"; do
+            python -m bench.batch_decode --model "$f" --widths 1 2 4 8 16 64 --steps 32 --ctx 512 \
+                --caps $c --out "$OUT/batch-$1${c:+-chunk}.json" | tail -8
+        done
+    done
+    python -m bench.ab_modes fused --shape qwen3-30b-a3b --quant q4_k_m --ctx 1024 --prompt-tokens 16 \
+        -n 16 --rounds 2 --detail --out "$OUT/moe-detail.json" 2>&1 | tail -10
+    ;;
+serve8b)
+    # the 8B after the batched-matvec change: batched steps (decode matvec vs chunk kernels), then
+    # serve --parallel 64 against llama-server -np 64 (a warm pass of each level list first)
+    llama_server
+    f=/tmp/llama3.1-8b-q4_k_m.gguf
+    python -m bench.shape_gguf --shape llama3.1-8b --quant q4_k_m "$f"
+    python -m bench.batch_decode --model "$f" --widths 1 --steps 8 --ctx 512 > /dev/null  # GPU warm-up
+    python -m bench.batch_decode --model "$f" --widths 1 2 4 8 16 64 --steps 32 --ctx 512 \
+        --out "$OUT/batch-llama3.1-8b.json" | tail -7
+    python -m bench.batch_decode --model "$f" --widths 2 8 --steps 16 --ctx 512 --caps batch_matvec=-1 \
+        --out "$OUT/batch-llama3.1-8b-chunk.json" | tail -3
+    L="1 4 16 64 1 4 16 64"
+    python -m bench.serve_load --serve "$f" --parallel 64 --max-queue 128 --ctx 512 --clients $L \
+        --out "$OUT/serve-vk-llama3.1-8b.json" | cut -c1-330
+    python -m bench.serve_load --llama-model "$f" --llama-server "$LLAMA" --parallel 64 --ctx 512 \
+        --clients $L --out "$OUT/serve-llama-llama3.1-8b.json" | cut -c1-330
+    ;;
 head)
     # lm_head + argmax: row blocks per workgroup (fewer: more (max, index) pairs for the final pass)
     for s in "smollm2-135m q4_1" "qwen3-0.6b f16" "llama3.2-1b f16" "llama3.1-8b q4_k_m"; do

@@ -81,7 +81,9 @@ def offload_check(log: str) -> str:
 
 
 @contextmanager
-def llama_server(server: str, model: str, ctx: int, port: int, log_path: str, slots: int = 1):
+def llama_server(
+    server: str, model: str, ctx: int, port: int, log_path: str, slots: int = 1, extra: tuple = ()
+):
     """Starts llama-server on `model` with every layer offloaded, waits until it is ready and
     checks its log (offload_check); yields (url, facts about the run for the JSON); stops it.
     slots: -np (parallel sequences; llama.cpp splits ctx among them)."""
@@ -105,6 +107,7 @@ def llama_server(server: str, model: str, ctx: int, port: int, log_path: str, sl
         str(slots),
         "-lv",
         "4",
+        *extra,
     ]
     url = f"http://127.0.0.1:{port}"
     with open(log_path, "w") as log:

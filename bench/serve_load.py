@@ -134,14 +134,16 @@ def chat(client, model_id: str, content: str, max_tokens: int, stream: bool = Tr
                     if ch.usage:
                         rec["usage"] = ch.usage.model_dump()
                     for c in ch.choices:
-                        if c.delta.content:
+                        # llama-server streams a template's thinking part as reasoning_content
+                        piece = c.delta.content or getattr(c.delta, "reasoning_content", None)
+                        if piece:
                             now = time.perf_counter()
                             if last is None:
                                 rec["ttft_s"] = now - t0
                             else:
                                 rec["gaps_s"].append(now - last)
                             last = now
-                            parts.append(c.delta.content)
+                            parts.append(piece)
                             rec["tokens"] += 1
                         rec["finish"] = c.finish_reason or rec.get("finish")
             rec["text"] = "".join(parts)
@@ -151,6 +153,8 @@ def chat(client, model_id: str, content: str, max_tokens: int, stream: bool = Tr
         rec.update(status=e.status_code, error=_error_body(e.response))
     except openai.APIConnectionError as e:
         rec.update(status="connection", error=repr(e))
+    except openai.APIError as e:  # an error event inside the stream (llama-server's output parser)
+        rec.update(status="stream_error", error=repr(e))
     rec["total_s"] = time.perf_counter() - t0
     return rec
 
@@ -386,7 +390,17 @@ def main(argv=None) -> int:
             log_path = (a.out or "serve_load") + ".llama.log"
             total = (a.ctx or 4096) * a.parallel  # llama.cpp splits -c among its -np slots
             url, facts = stack.enter_context(
-                llama_server(a.llama_server, a.llama_model, total, 18094, log_path, slots=a.parallel)
+                # chatml: the shape files' random output broke llama-server's parser for the GGUF's
+                # own (tool-calling) template mid-stream ("does not match the expected format")
+                llama_server(
+                    a.llama_server,
+                    a.llama_model,
+                    total,
+                    18094,
+                    log_path,
+                    a.parallel,
+                    ("--chat-template", "chatml"),
+                )
             )
             pid = None
         else:
