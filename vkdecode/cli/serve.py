@@ -50,7 +50,7 @@ def add_serve_parser(sub) -> None:
         "--max-queue",
         type=int,
         default=8,
-        help="requests that may wait for the device; more are refused with 503 (default 8)",
+        help="requests that may wait for the device; more are refused with 429 (default 8)",
     )
     p.add_argument(
         "--parallel",

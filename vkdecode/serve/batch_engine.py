@@ -6,7 +6,7 @@ prompt (the other requests wait for that long, as they would behind it one at a 
 the batch with its first token. A request that finishes, hits a stop string or whose client went
 away leaves at once and frees its slot; the next step runs at the narrowest recorded width that
 holds the rest. The queue in front is the same bounded FIFO as the one-at-a-time engine's (a
-full queue is refused with 503).
+full queue is refused with 429 and Retry-After).
 """
 
 from __future__ import annotations
