@@ -9,8 +9,10 @@ KV layout: S fixed slots of ctx rows (fusion/chunk_batch.py says why slots, not 
 joins by running its prompt through the decoder's own prompt path (chunks, then the decode step for
 the last token: its first new token comes from exactly the kernels it would alone) into the
 decoder's KV cache, whose rows are then copied into a free slot (one small recorded copy per join,
-none per step). The prompt cache (prompt_cache.KVPrefix) therefore keeps working: prompts that
-share a prefix with the last one run only their new tokens.
+none per step). The batch's steps touch neither that cache nor the decoder's step buffer, so the
+prompt may run a chunk at a time between them (begin, advance): the live sequences keep stepping.
+The prompt cache (prompt_cache.KVPrefix) therefore keeps working: prompts that share a prefix
+with the last one run only their new tokens.
 
 Per step the host submits and reads B token ids: 0 descriptor writes and 0 recordings (replay
 modes), and no host write at all while the batch's membership stays the same, since the step's
@@ -20,6 +22,7 @@ joins or leaves, the host rewrites the rows of the width that runs next.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 from vkdecode.errors import ContextError, UsageError
@@ -42,6 +45,16 @@ def _check_fits(ex, slots: int) -> None:
             f"{ex.ctx}) beside the model's {fmt(ex.plan.total_bytes)}, but {ex.device.info.name} has "
             f"{fmt(heap)} device-local; use fewer or narrower batch widths or a smaller --ctx"
         )
+
+
+@dataclass
+class Joining:
+    """A prompt on its way into `slot`: the pieces of its prompt not run yet (Decoder.prompt_pieces)."""
+
+    slot: int
+    ids: list  # the prompt: its KV rows are copied into the slot, its length is the first position
+    words: tuple  # its sampling words, as Row.words
+    pieces: deque
 
 
 @dataclass
@@ -78,19 +91,36 @@ class BatchDecode:
             self.close()
             raise
         self.rows: dict[int, Row] = {}  # slot -> its sequence
+        self.joining: Joining | None = None  # the prompt on its way into a slot (begin, advance)
         self._written: tuple | None = None  # (width, slots) the batch step buffer holds
         self.steps: dict[int, int] = dict.fromkeys(self.widths, 0)  # steps run per width
 
     @property
     def free(self) -> list[int]:
-        return [s for s in range(self.slots) if s not in self.rows]
+        taken = set(self.rows) | ({self.joining.slot} if self.joining is not None else set())
+        return [s for s in range(self.slots) if s not in taken]
 
     def join(self, prompt_ids, params, kv=None, should_stop=None) -> tuple[int, int] | None:
         """Run a prompt and give it a free slot: (slot, its first new token), or None when
         should_stop() turned true during the prompt. kv: the decoder's KVPrefix (reused, kept)."""
+        slot = self.begin(prompt_ids, params, kv)
+        while True:
+            if should_stop is not None and should_stop():
+                self.leave(slot)
+                return None
+            joined = self.advance()
+            if joined is not None:
+                return joined
+
+    def begin(self, prompt_ids, params, kv=None) -> int:
+        """Start a prompt on its way into a free slot (returned); advance() runs it a piece at a
+        time, so steps of the live sequences can run in between. One prompt at a time: it runs in
+        the decoder's KV cache. kv: the decoder's KVPrefix (reused, kept)."""
         from vkdecode.sampling import SamplingParams
 
         params = params or SamplingParams()
+        if self.joining is not None:
+            raise UsageError(f"the prompt joining slot {self.joining.slot} has not finished")
         free = self.free
         if not free:
             raise UsageError(f"all {self.slots} batch slots are taken")
@@ -104,17 +134,37 @@ class BatchDecode:
         start = kv.reusable(ids) if kv is not None else 0
         if kv is not None:
             kv.keep(start)
-        first = self.decoder.run_prompt(ids[start:], start, should_stop, kv.wrote if kv is not None else None)
-        if first is None:
-            return None
-        slot = free[0]
-        self._copy_rows(slot, len(ids))
-        self.rows[slot] = Row(first, len(ids), tuple(params.step_words()))
+        pieces = self.decoder.prompt_pieces(ids[start:], start, kv.wrote if kv is not None else None)
+        self.joining = Joining(free[0], ids, tuple(params.step_words()), deque(pieces))
+        return free[0]
+
+    def advance(self, rows: int = 1) -> tuple[int, int] | None:
+        """Run the joining prompt's next pieces: one, then more while they fit in `rows` rows of
+        work (a chunk counts its width, a decode step 1). Once its last piece ran, it joins:
+        (slot, its first new token); else None."""
+        j, first, spent = self.joining, -1, 0
+        if j is None:
+            raise UsageError("no prompt is joining the batch")
+        try:
+            while j.pieces and (spent == 0 or spent + j.pieces[0].rows <= rows):
+                piece = j.pieces.popleft()
+                first, spent = piece.run(), spent + piece.rows
+            if j.pieces:
+                return None
+            self.joining = None
+            self._copy_rows(j.slot, len(j.ids))
+        except BaseException:  # a failed piece or copy: the slot is free again
+            self.joining = None
+            raise
+        self.rows[j.slot] = Row(first, len(j.ids), j.words)
         self._written = None
-        return slot, first
+        return j.slot, first
 
     def leave(self, slot: int) -> None:
-        """The sequence in `slot` is done (finished, or its client gone): the slot is free."""
+        """The sequence in `slot` is done (finished, or its client gone; a joining prompt stops
+        where it is): the slot is free."""
+        if self.joining is not None and self.joining.slot == slot:
+            self.joining = None
         if self.rows.pop(slot, None) is not None:
             self._written = None
 
