@@ -200,6 +200,33 @@ def test_a_joining_prompt_that_leaves_frees_its_slot(device, tiny):
     assert got == want
 
 
+def test_a_sequence_that_leaves_keeps_its_rows_in_the_prompt_cache(device, tiny):
+    """leave() copies the slot's rows back into the decoder's cache: the next turn (the prompt, its
+    answer, more) runs only its new tokens and gives what it gives alone; a sequence that leaves
+    while another prompt joins leaves the cache to that prompt."""
+    from vkdecode.prompt_cache import KVPrefix
+
+    m = tiny["llama"]
+    ids, more = prompts((9, 4), seed=5)
+    with build(device, m, "fused") as dec:
+        answer = alone(dec, ids, 6)
+        turn2 = ids + answer + more
+        want = alone(dec, turn2, 5)
+        kv = KVPrefix()
+        with BatchDecode(dec, (1, 2)) as b:
+            slot, first = b.join(ids, None, kv)
+            got = [first] + [b.step()[slot] for _ in range(5)]
+            b.leave(slot)
+            assert got == answer and kv.ids == ids + answer[:-1]  # the last token was never fed
+            assert kv.reusable(turn2) == len(ids) + 5
+            slot, first = b.join(turn2, None, kv)
+            got = [first] + [b.step()[slot] for _ in range(4)]
+            b.begin(more, None, kv)
+            b.leave(slot)
+            assert kv.ids == [] and b.advance(rows=8) is not None and kv.ids == more
+    assert got == want
+
+
 def test_smollm2_greedy_batch_equals_alone(device):
     m = load_smollm2(ctx=128)
     ps = [list(range(20, 20 + n)) for n in (9, 4, 15)]

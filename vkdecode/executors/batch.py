@@ -11,8 +11,9 @@ the last token: its first new token comes from exactly the kernels it would alon
 decoder's KV cache, whose rows are then copied into a free slot (one small recorded copy per join,
 none per step). The batch's steps touch neither that cache nor the decoder's step buffer, so the
 prompt may run a chunk at a time between them (begin, advance): the live sequences keep stepping.
-The prompt cache (prompt_cache.KVPrefix) therefore keeps working: prompts that share a prefix
-with the last one run only their new tokens.
+A sequence that leaves copies its rows back into the decoder's cache, unless a prompt is joining
+(whose cache it is then). The prompt cache (prompt_cache.KVPrefix) therefore keeps working: a
+prompt that starts with the last sequence (the next turn of its chat) runs only its new tokens.
 
 Per step the host submits and reads B token ids: 0 descriptor writes and 0 recordings (replay
 modes), and no host write at all while the batch's membership stays the same, since the step's
@@ -30,14 +31,20 @@ from vkdecode.errors import ContextError, UsageError
 WIDTHS = (1, 2, 4, 8)
 
 
+def slot_bytes(ex) -> int:
+    """Bytes of one slot's KV caches (ctx rows): those of the decode executor `ex`."""
+    from vkdecode.executors.plan import value_bytes
+
+    return sum(value_bytes(v) for v in ex.program.values.values() if v.kind == "state")
+
+
 def _check_fits(ex, slots: int) -> None:
     """Refuse before allocating when the slots' KV caches cannot fit next to what the decoder
     holds (plan.check_fits' comparison: the device-local heap, not what is free)."""
     from vkdecode.errors import DeviceMemoryError
-    from vkdecode.executors.plan import value_bytes
     from vkdecode.vk.memory import format_bytes as fmt
 
-    kv = sum(value_bytes(v) for v in ex.program.values.values() if v.kind == "state")
+    kv = slot_bytes(ex)
     need, heap = kv * slots + ex.plan.total_bytes, ex.device.info.device_local_bytes
     if heap and need > heap:
         raise DeviceMemoryError(
@@ -64,6 +71,7 @@ class Row:
     token: int
     pos: int
     words: tuple  # sampling words STEP_SEED .. STEP_TOP_P (SamplingParams.step_words)
+    ids: list  # the tokens whose K/V rows its slot holds, rows 0..pos-1
 
 
 class BatchDecode:
@@ -92,6 +100,7 @@ class BatchDecode:
             raise
         self.rows: dict[int, Row] = {}  # slot -> its sequence
         self.joining: Joining | None = None  # the prompt on its way into a slot (begin, advance)
+        self.kv = None  # the decoder's KVPrefix, when a join was given it
         self._written: tuple | None = None  # (width, slots) the batch step buffer holds
         self.steps: dict[int, int] = dict.fromkeys(self.widths, 0)  # steps run per width
 
@@ -134,6 +143,7 @@ class BatchDecode:
         start = kv.reusable(ids) if kv is not None else 0
         if kv is not None:
             kv.keep(start)
+            self.kv = kv
         pieces = self.decoder.prompt_pieces(ids[start:], start, kv.wrote if kv is not None else None)
         self.joining = Joining(free[0], ids, tuple(params.step_words()), deque(pieces))
         return free[0]
@@ -156,17 +166,26 @@ class BatchDecode:
         except BaseException:  # a failed piece or copy: the slot is free again
             self.joining = None
             raise
-        self.rows[j.slot] = Row(first, len(j.ids), j.words)
+        self.rows[j.slot] = Row(first, len(j.ids), j.words, j.ids)
         self._written = None
         return j.slot, first
 
     def leave(self, slot: int) -> None:
         """The sequence in `slot` is done (finished, or its client gone; a joining prompt stops
-        where it is): the slot is free."""
+        where it is): the slot is free. Its rows go back into the decoder's cache (the prompt
+        cache), so its next turn runs only its new tokens, as without a batch; not while a prompt
+        is joining: that cache is the prompt's."""
         if self.joining is not None and self.joining.slot == slot:
             self.joining = None
-        if self.rows.pop(slot, None) is not None:
-            self._written = None
+        row = self.rows.pop(slot, None)
+        if row is None:
+            return
+        self._written = None
+        if self.kv is not None and self.joining is None:
+            self._copy_rows(slot, len(row.ids), back=True)
+            self.kv.keep(0)
+            for pos, t in enumerate(row.ids):
+                self.kv.wrote(t, pos)
 
     def width(self) -> int:
         return next(w for w in self.widths if w >= len(self.rows))
@@ -189,6 +208,7 @@ class BatchDecode:
         out = {}
         for r, s in enumerate(live):
             row = self.rows[s]
+            row.ids.append(row.token)  # its K/V row at row.pos is written now
             row.token, row.pos = int(toks[r]), row.pos + 1  # as advance_rows did on the GPU
             out[s] = row.token
         self.steps[w] += 1
@@ -210,8 +230,9 @@ class BatchDecode:
         s.buffer.write_u32(s.offset // 4, words)
         self._written = (w, tuple(live))
 
-    def _copy_rows(self, slot: int, n: int) -> None:
-        """KV rows 0..n-1 of the decoder's caches into `slot` of the batch caches."""
+    def _copy_rows(self, slot: int, n: int, back: bool = False) -> None:
+        """KV rows 0..n-1 of the decoder's caches into `slot` of the batch caches (back: the
+        other way)."""
         from vkdecode.executors.plan import value_bytes
 
         ex, dev = self.decoder.executor, self.decoder.executor.device
@@ -223,10 +244,14 @@ class BatchDecode:
             for v in ex.program.values.values():
                 if v.kind != "state":
                     continue
-                src, dst = ex.plan.slices[(v.name, "data")], dst_plan.slices[(v.name, "data")]
+                dec, bat = ex.plan.slices[(v.name, "data")], dst_plan.slices[(v.name, "data")]
                 row = value_bytes(v) // v.shape[0]
-                cmd.copy(src.buffer, dst.buffer, n * row, src.offset, dst.offset + slot * self.ctx * row)
-            cmd.barrier()  # the copy before the next step reads the slot
+                at = bat.offset + slot * self.ctx * row
+                if back:
+                    cmd.copy(bat.buffer, dec.buffer, n * row, at, dec.offset)
+                else:
+                    cmd.copy(dec.buffer, bat.buffer, n * row, dec.offset, at)
+            cmd.barrier()  # the copy before the next step reads the rows
             cmd.end()
             dev.submit([cmd])
         finally:
