@@ -196,3 +196,33 @@ def test_a_client_gone_mid_prompt_frees_the_slot(model, monkeypatch):
         short = {"messages": QUESTION, "max_tokens": 3, "temperature": 0}
         answer = http.post(url + "/v1/chat/completions", json=short)
         assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 3
+
+
+def test_a_failed_prompt_chunk_or_step_ends_only_its_requests(model, monkeypatch):
+    """A prompt chunk that raises ends its request with a 500 and frees its slot; a batched step
+    that raises ends the requests in it with a 500 (no rows copied back from the failed slots);
+    each time the server answers the next request as it does alone."""
+    from vkdecode.executors.prefill import Prefill
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("device lost")
+
+    long = {"messages": LONG, "max_tokens": 3, "temperature": 0, "cache_prompt": False}
+    short = {"messages": QUESTION, "max_tokens": 4, "temperature": 0}
+    with serving(model) as (_, url), httpx.Client(timeout=120) as http:
+        alone = http.post(url + "/v1/chat/completions", json=short).json()["choices"][0]["message"]
+    with serving(model, parallel=2) as (engine, url), httpx.Client(timeout=120) as http:
+        with monkeypatch.context() as m:
+            m.setattr(Prefill, "run_chunk", boom)
+            r = http.post(url + "/v1/chat/completions", json=long)
+        assert r.status_code == 500 and r.json()["error"]["code"] == "generation_failed"
+        assert engine.batch.free == [0, 1] and engine.batch.joining is None
+        with monkeypatch.context() as m:
+            for ex in engine.batch.runners.values():
+                m.setattr(ex, "step", boom)
+            r = http.post(url + "/v1/chat/completions", json=short)
+        assert r.status_code == 500 and engine.batch.kv is None and len(model.kv) == 0
+        again = http.post(url + "/v1/chat/completions", json=short).json()
+        m = engine.metrics()
+    assert again["choices"][0]["message"] == alone
+    assert m["requests"]["failed"] == 2 and m["queue"]["running_requests"] == 0

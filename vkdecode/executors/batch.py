@@ -203,7 +203,11 @@ class BatchDecode:
         ex = self.runners[w]
         if self._written != (w, tuple(live)):
             self._write_rows(ex, w, live)
-        ex.step(0, 0)  # the rows are in the batch step buffer: _write_step writes nothing
+        try:
+            ex.step(0, 0)  # the rows are in the batch step buffer: _write_step writes nothing
+        except BaseException:  # the slots may not hold what the rows say: none is copied back
+            self.kv = None
+            raise
         toks = ex.plan.read("next_token", "uint32")
         out = {}
         for r, s in enumerate(live):
