@@ -10,7 +10,7 @@ asserts timings.
     python -m bench.serve_load --serve MODEL.gguf --parallel 4 --soak-minutes 30 --out soak.json
 
 --soak-minutes M repeats waves of the mix tests/reliability/test_serve_batch_stress.py sends (clients
-that disconnect mid-stream, malformed requests, stream and non-stream greedy requests; 503s retried)
+that disconnect mid-stream, malformed requests, stream and non-stream greedy requests; 429s retried)
 for M minutes and records the server's RSS (with --serve or --server-pid) and the errors of each wave.
 
 Tokens are counted from the stream's content chunks (one per token on both servers) and, where the
@@ -103,7 +103,7 @@ def first_model_id(url: str, api_key: str) -> str:
 def openai_client(url: str, api_key: str):
     import openai
 
-    # no retries: a 503 is a result here (the mixed wave retries it itself, counting)
+    # no retries: a 429 (queue full) is a result here (the mixed wave retries it itself, counting)
     return openai.OpenAI(base_url=url + "/v1", api_key=api_key, max_retries=0, timeout=3600)
 
 
@@ -256,8 +256,8 @@ def mixed_wave(
     """`clients` threads at once (seeded arrivals within spread_s): some read a few stream chunks and
     close (disconnect_max_tokens long, so they leave mid-generation), some send a malformed request,
     the rest a greedy request (stream or not) for one of `prompts` prompts, prompt i always with
-    max_tokens 4 + i % 9. A 503 (queue full) is retried after retry_sleep_s until answered.
-    -> one record per client: kind, prompt index, retries_503, and chat()'s or malformed()'s result."""
+    max_tokens 4 + i % 9. A 429 (queue full) is retried after retry_sleep_s until answered.
+    -> one record per client: kind, prompt index, retries_429, and chat()'s or malformed()'s result."""
     rng = random.Random(seed)
     n_disc, n_bad = round(clients * disconnect_share), round(clients * malformed_share)
     plan = ["disconnect"] * n_disc + ["malformed"] * n_bad + ["ok"] * (clients - n_disc - n_bad)
@@ -296,11 +296,11 @@ def mixed_wave(
             else:
                 p = job["prompt"]
                 r = chat(client, model_id, mixed_prompt(p), mixed_max_tokens(p), job["stream"])
-            if r["status"] != 503:
+            if r["status"] != 429:
                 break
             retries += 1
             time.sleep(retry_sleep_s)
-        recs[job["client"]] = dict(job, retries_503=retries, **r)
+        recs[job["client"]] = dict(job, retries_429=retries, **r)
 
     threads = [threading.Thread(target=one, args=(j,)) for j in jobs]
     for t in threads:
@@ -325,7 +325,7 @@ def wave_summary(recs: list[dict]) -> dict:
     return {
         "clients": len(recs),
         "status": by_status,
-        "retried_503": sum(r["retries_503"] for r in recs),
+        "retried_429": sum(r["retries_429"] for r in recs),
         "disconnected": sum(1 for r in recs if "disconnected_after_chunks" in r),
         "generated_tokens": sum(r["tokens"] for r in recs if r["kind"] == "ok" and r["status"] == 200),
     }

@@ -50,3 +50,29 @@ def test_stream_generate_batch_responses(device, tiny_gguf):
         assert [r.finish_reason for r in mine[:-1]] == [None] * (len(mine) - 1)
         assert mine[-1].finish_reason in ("stop", "length")
         assert "".join(r.text for r in mine) == alone[i]
+
+
+def test_batch_generator_runs_a_prompt_a_piece_at_a_time(device, tiny_gguf):
+    """BatchGenerator.start / prefill: a prompt joins a piece per prefill() while next() steps the
+    sequence already in; both texts are generate()'s; remove() mid-prompt frees the slot."""
+    from vkdecode.batch import BatchGenerator
+
+    short, long = PROMPTS[1], " ".join(PROMPTS * 2)
+    with vkdecode.load(tiny_gguf, device=device, ctx=128) as model:
+        want = [model.generate(short, max_tokens=12), model.generate(long, max_tokens=3)]
+        ids = [model.encode_prompt(prompt=p) for p in (short, long)]
+        gen = BatchGenerator(model.batch((1, 2)), model.tokenizer, model.kv)
+        texts, steps = [gen.insert(0, ids[0], 12).text, ""], 0
+        gen.start(1, ids[1], 3)
+        while (r := gen.prefill()) is None:
+            texts[0] += "".join(x.text for x in gen.next())
+            steps += 1
+        texts[1] += r.text
+        while gen.seqs:
+            for x in gen.next():
+                texts[x.index] += x.text
+        gen.start(2, ids[1], 3)
+        assert gen.prefill() is None and gen.free == 1
+        gen.remove(2)
+        assert gen.free == 2 and gen.joining is None and not gen.seqs
+    assert texts == want and steps >= 2

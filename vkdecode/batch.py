@@ -42,13 +42,15 @@ class _Seq:
 class BatchGenerator:
     """Sequences that join and leave a batch between steps (mlx-lm's BatchGenerator in spirit):
     insert() runs a prompt and gives its first token, next() steps every sequence once. A sequence
-    leaves by itself when it finishes; remove() takes one out before (a client gone).
+    leaves by itself when it finishes; remove() takes one out before (a client gone). start() and
+    prefill() are insert() a piece at a time, for a caller that steps the others in between.
 
     batch: an executors.batch.BatchDecode; kv: the decoder's KVPrefix (tracked when given)."""
 
     def __init__(self, batch, tokenizer, kv=None, stop_at_eos: bool = True):
         self.batch, self.tokenizer, self.kv, self.stop_at_eos = batch, tokenizer, kv, stop_at_eos
-        self.seqs: dict[int, _Seq] = {}  # slot -> sequence
+        self.seqs: dict[int, _Seq] = {}  # slot -> sequence (the joining one's slot included)
+        self.joining: int | None = None  # the slot of the sequence whose prompt is running
 
     @property
     def free(self) -> int:
@@ -70,19 +72,49 @@ class BatchGenerator:
         self.seqs[slot] = _Seq(index, self.tokenizer.stream(), max_tokens)
         return self._emit(slot, first)
 
+    def start(self, index: int, prompt_ids, max_tokens: int, sampling=None, reuse: bool = False) -> int:
+        """Begin a sequence's prompt (insert's arguments; one prompt at a time): prefill() runs it
+        on. Returns its slot, taken until it leaves."""
+        if self.kv is not None and not reuse:
+            self.kv.keep(0)
+        slot = self.batch.begin(prompt_ids, sampling, self.kv)
+        self.seqs[slot] = _Seq(index, self.tokenizer.stream(), max_tokens)
+        self.joining = slot
+        return slot
+
+    def prefill(self, rows: int = 1) -> BatchResponse | None:
+        """Run the started prompt on by one piece (a chunk or a decode step), and more while they
+        fit in `rows` rows of work: the response of its first token once it has joined, else None."""
+        slot = self.joining
+        try:
+            joined = self.batch.advance(rows)
+        except BaseException:  # the batch has freed the slot
+            self._drop(slot)
+            raise
+        if joined is None:
+            return None
+        self.joining = None
+        return self._emit(slot, joined[1])
+
     def next(self) -> list[BatchResponse]:
         """One batched step: a response per sequence."""
         return [self._emit(slot, tok) for slot, tok in self.batch.step().items()]
 
     def remove(self, index: int) -> None:
+        """The sequence leaves (joined or still in its prompt): its slot is free."""
         for slot in [s for s, q in self.seqs.items() if q.index == index]:
-            self.batch.leave(slot)
-            del self.seqs[slot]
+            self._drop(slot)
 
     def close(self) -> None:
         """Every sequence leaves: the slots are free for the next user of the batch."""
-        for q in list(self.seqs.values()):
-            self.remove(q.index)
+        for slot in list(self.seqs):
+            self._drop(slot)
+
+    def _drop(self, slot: int) -> None:
+        self.batch.leave(slot)
+        del self.seqs[slot]
+        if self.joining == slot:
+            self.joining = None
 
     def _emit(self, slot: int, tok: int) -> BatchResponse:
         """The response for `tok` of the sequence in slot; a finished sequence leaves."""
@@ -94,7 +126,7 @@ class BatchGenerator:
         text = "" if reason == "stop" else s.stream.add(tok)
         if reason is not None:
             text += s.stream.flush()
-            self.remove(s.index)
+            self._drop(slot)
         return BatchResponse(s.index, text, tok, reason)
 
 

@@ -88,6 +88,7 @@ def test_serve_process_answers_and_stops_cleanly_on_sigint(tiny_path):
             line = proc.stderr.readline()
             assert line, "vkdecode serve exited before listening"
         url = line.split("OpenAI API at ")[1].split()[0]
+        assert "parallel 8 (auto)" in line  # no --parallel: the tiny model's slots fit 8 times over
         r = httpx.post(
             url + "/completions", json={"prompt": "Hello", "max_tokens": 3, "temperature": 0}, timeout=60
         )
@@ -108,3 +109,27 @@ def test_serve_limits_malloc_arenas():
     from vkdecode.cli.serve import few_malloc_arenas
 
     assert few_malloc_arenas() is True
+
+
+def test_default_parallel_from_the_memory_left_and_the_slot_size():
+    from vkdecode.cli.serve import PARALLEL_MOST, PARALLEL_SHARE, default_parallel
+
+    gib = 1 << 30
+    assert PARALLEL_MOST == 8 and PARALLEL_SHARE == 0.5
+    assert default_parallel(64 * gib, gib) == 8  # room for 32 slots: the widest batch, 8
+    assert default_parallel(6 * gib, gib) == 3  # half of what is left
+    assert default_parallel(6 * gib, gib + 1) == 2
+    assert default_parallel(gib, 4 * gib) == 1  # not one slot fits: still one (one at a time)
+    assert default_parallel(-gib, gib) == 1  # more allocated than the heap says (shared memory)
+    assert default_parallel(gib, 0) == 8  # no KV cache at all
+
+
+def test_model_parallel_reads_the_device_and_the_kv_cache(device, tiny_path):
+    import vkdecode
+    from vkdecode.cli.serve import default_parallel, model_parallel
+    from vkdecode.executors.batch import slot_bytes
+
+    with vkdecode.load(tiny_path, device=device, ctx=64) as model:
+        slot = slot_bytes(model.executor)
+        left = device.info.device_local_bytes - device.allocated_bytes
+        assert 0 < slot < left and model_parallel(model) == default_parallel(left, slot)

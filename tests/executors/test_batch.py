@@ -153,6 +153,85 @@ def test_more_joins_than_slots_and_context_end(device, tiny):
         assert set(b.step()) == {1}
 
 
+@pytest.mark.parametrize("mode", ["fused", "unfused"])
+def test_a_prompt_joins_a_piece_at_a_time_while_another_steps(device, tiny, mode):
+    """begin / advance: a 30-token prompt runs as three 8-row chunks and six decode steps, one piece
+    per advance(), with a step of the live sequence after each; both give their tokens alone."""
+    m = tiny["qwen2"]
+    short, long = prompts((5, 30), seed=3)
+    with build(device, m, mode) as dec:
+        want = [alone(dec, short, 14), alone(dec, long, 4)]
+        with BatchDecode(dec, (1, 2)) as b:
+            s0, first = b.join(short, None)
+            got = {s0: [first]}
+            s1 = b.begin(long, None)
+            assert b.free == [] and s1 != s0 and set(b.rows) == {s0}
+            with pytest.raises(UsageError, match="has not finished"):
+                b.begin(short, None)
+            pieces = 0
+            while (joined := b.advance()) is None:
+                pieces += 1
+                got[s0].append(b.step()[s0])  # the live sequence steps while the prompt runs
+            assert pieces == 3 + 6 - 1 and len(got[s0]) == pieces + 1
+            got[s1] = [joined[1]]
+            while len(got[s1]) < 4:
+                for slot, tok in b.step().items():
+                    got[slot].append(tok)
+            while len(got[s0]) < 14:
+                b.leave(s1)
+                got[s0].append(b.step()[s0])
+    assert [got[s0], got[s1]] == want
+
+
+def test_a_joining_prompt_that_leaves_frees_its_slot(device, tiny):
+    """leave() mid-prompt: the slot is free at once; the rows its chunks wrote stay tracked, so the
+    same prompt joining again runs only the rest, and gives its tokens alone."""
+    from vkdecode.prompt_cache import KVPrefix
+
+    m = tiny["llama"]
+    (ids,) = prompts((30,), seed=4)
+    with build(device, m, "fused") as dec:
+        want = alone(dec, ids, 5)
+        kv = KVPrefix()
+        with BatchDecode(dec, (1,)) as b:
+            slot = b.begin(ids, None, kv)
+            assert b.advance(rows=16) is None  # two 8-row chunks in one turn
+            b.leave(slot)
+            assert b.free == [0] and b.joining is None and len(kv) == 16
+            with pytest.raises(UsageError, match="no prompt is joining"):
+                b.advance()
+            slot, first = b.join(ids, None, kv)
+            got = [first] + [b.step()[slot] for _ in range(4)]
+    assert got == want
+
+
+def test_a_sequence_that_leaves_keeps_its_rows_in_the_prompt_cache(device, tiny):
+    """leave() copies the slot's rows back into the decoder's cache: the next turn (the prompt, its
+    answer, more) runs only its new tokens and gives what it gives alone; a sequence that leaves
+    while another prompt joins leaves the cache to that prompt."""
+    from vkdecode.prompt_cache import KVPrefix
+
+    m = tiny["llama"]
+    ids, more = prompts((9, 4), seed=5)
+    with build(device, m, "fused") as dec:
+        answer = alone(dec, ids, 6)
+        turn2 = ids + answer + more
+        want = alone(dec, turn2, 5)
+        kv = KVPrefix()
+        with BatchDecode(dec, (1, 2)) as b:
+            slot, first = b.join(ids, None, kv)
+            got = [first] + [b.step()[slot] for _ in range(5)]
+            b.leave(slot)
+            assert got == answer and kv.ids == ids + answer[:-1]  # the last token was never fed
+            assert kv.reusable(turn2) == len(ids) + 5
+            slot, first = b.join(turn2, None, kv)
+            got = [first] + [b.step()[slot] for _ in range(4)]
+            b.begin(more, None, kv)
+            b.leave(slot)
+            assert kv.ids == [] and b.advance(rows=8) is not None and kv.ids == more
+    assert got == want
+
+
 def test_smollm2_greedy_batch_equals_alone(device):
     m = load_smollm2(ctx=128)
     ps = [list(range(20, 20 + n)) for n in (9, 4, 15)]

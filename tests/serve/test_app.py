@@ -381,18 +381,34 @@ def test_concurrent_clients_served_in_order_or_refused(model):
     with serving(model, max_queue=2) as (engine, url):
         got = _post_all(url, [long] * 8)
         status = [s for _, s, _ in got]
-        assert len(got) == 8 and set(status) <= {200, 503}  # every client answered, none lost
-        assert status.count(503) >= 1 and status.count(200) >= 3  # one running + two waiting at least
+        assert len(got) == 8 and set(status) <= {200, 429}  # every client answered, none lost
+        assert status.count(429) >= 1 and status.count(200) >= 3  # one running + two waiting at least
         for _, s, r in got:
-            if s == 503:
+            if s == 429:
                 assert r["error"]["code"] == "queue_full" and "--max-queue" in r["error"]["message"]
             else:
                 assert r["usage"]["completion_tokens"] == 300
         m = engine.metrics()
         assert m["requests"]["completed"] == status.count(200)
-        assert m["requests"]["rejected_queue_full"] == status.count(503)
+        assert m["requests"]["rejected_queue_full"] == status.count(429)
         assert engine.started_order == sorted(engine.started_order)
         assert httpx.post(url + "/v1/chat/completions", json=body, timeout=60).status_code == 200
+
+
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_a_full_queue_answers_429_with_retry_after(model, parallel):
+    """A queue of 0 places is always full: the refusal the clients see, deterministically."""
+    with serving(model, max_queue=0, parallel=parallel) as (engine, url):
+        r = httpx.post(url + "/v1/chat/completions", json={"messages": QUESTION, "max_tokens": 2}, timeout=60)
+        assert r.status_code == 429 and r.headers["Retry-After"] == "1"
+        err = r.json()["error"]
+        assert err["code"] == "queue_full" and err["type"] == "rate_limit_error"
+        assert err["message"].startswith("too many requests") and "--max-queue" in err["message"]
+        with pytest.raises(openai.RateLimitError):  # the openai package's class for a 429
+            openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0).chat.completions.create(
+                model="tiny", messages=QUESTION, max_tokens=2
+            )
+        assert engine.metrics()["requests"]["rejected_queue_full"] == 2
 
 
 def test_disconnect_mid_stream_frees_the_device(model):

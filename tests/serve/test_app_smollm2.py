@@ -1,7 +1,8 @@
 """`vkdecode serve` on the real default model (SmolLM2-135M-Instruct Q4_1), started as its own process
 with `python -m vkdecode serve`, and the official `openai` client against it: greedy and seeded
 sampling equal to `vkdecode run`, streaming, stop strings, and a second chat turn served from the
-prompt cache with the same answer as without it. Deselect with `-k "not smollm2"`."""
+prompt cache with the same answer as without it, all on the default --parallel (batched). Deselect
+with `-k "not smollm2"`."""
 
 from __future__ import annotations
 
@@ -137,3 +138,6 @@ def test_smollm2_second_turn_from_the_prompt_cache(client, smollm2_server):
     assert m["last_request"]["prompt_tokens_details"]["cached_tokens"] == n
     assert m["last_request"]["prompt_tokens_run"] == cached.usage.prompt_tokens - n
     assert m["tokens"]["prompt_cached"] >= n
+    # no --parallel: the default batches (cli/serve.py default_parallel), and a request that leaves
+    # the batch puts its rows back into the prompt cache (executors/batch.py leave)
+    assert m["queue"]["parallel"] > 1

@@ -1,7 +1,8 @@
 """`vkdecode serve --parallel N` (serve/batch_engine.py) on the tiny model through real HTTP:
 concurrent requests decode together in batched steps and each gets the answer it gets alone
-(greedy and seeded sampling, stop strings, different lengths); a client that goes away frees its
-slot; the bounded queue still refuses with 503."""
+(greedy and seeded sampling, stop strings, different lengths); a long prompt joins a chunk at a
+time while the others decode; a client that goes away (decoding, or mid-prompt) frees its slot;
+the bounded queue still refuses with 429."""
 
 from __future__ import annotations
 
@@ -30,6 +31,10 @@ BODIES = [
     },
     {"messages": QUESTION, "max_tokens": 20, "temperature": 0, "stop": [","]},
 ]
+
+
+# about 560 tokens of the tiny tokenizer: nine turns of 64-row chunks on lavapipe
+LONG = [{"role": "user", "content": " ".join(f"word{i}" for i in range(80))}]
 
 
 def _answers(got):
@@ -74,12 +79,12 @@ def test_disconnect_frees_the_slot_and_the_queue_still_bounds(model):
     with serving(model, max_queue=2, parallel=2) as (engine, url):
         got = _post_all(url, [long] * 8)
         status = [s for _, s, _ in got]
-        assert len(got) == 8 and set(status) <= {200, 503} and status.count(503) >= 1
+        assert len(got) == 8 and set(status) <= {200, 429} and status.count(429) >= 1
         assert status.count(200) >= 4  # two decoding + two waiting at least
         for _, s, r in got:
             if s == 200:
                 assert r["usage"]["completion_tokens"] == 200
-        assert engine.metrics()["requests"]["rejected_queue_full"] == status.count(503)
+        assert engine.metrics()["requests"]["rejected_queue_full"] == status.count(429)
 
 
 def test_a_request_joins_while_another_decodes(model):
@@ -105,3 +110,119 @@ def test_a_request_joins_while_another_decodes(model):
     )
     assert text == alone["choices"][0]["message"]["content"]
     assert m["batch_steps"][2] > 0
+
+
+def _streamed_text(lines) -> str:
+    return "".join(
+        json.loads(x[6:])["choices"][0]["delta"].get("content") or ""
+        for x in lines
+        if x.startswith("data: {") and json.loads(x[6:])["choices"]
+    )
+
+
+def _record_turns(monkeypatch, delay_s: float = 0.0) -> list[tuple]:
+    """The engine's calls of BatchGenerator.prefill and next, in order: ("prefill", the joining
+    request's seq, whether it joined) and ("step", the seqs that got a token). delay_s: each
+    prefill turn waits that long first (a slow prompt, so a test can act in the middle of one)."""
+    from vkdecode.batch import BatchGenerator
+
+    events, prefill, step = [], BatchGenerator.prefill, BatchGenerator.next
+
+    def logged_prefill(self, rows=1):
+        time.sleep(delay_s)
+        seq = self.seqs[self.joining].index
+        r = prefill(self, rows)
+        events.append(("prefill", seq, r is not None))
+        return r
+
+    def logged_step(self):
+        rs = step(self)
+        events.append(("step", {r.index for r in rs}))
+        return rs
+
+    monkeypatch.setattr(BatchGenerator, "prefill", logged_prefill)
+    monkeypatch.setattr(BatchGenerator, "next", logged_step)
+    return events
+
+
+def test_a_long_prompt_joins_a_chunk_at_a_time_while_another_decodes(model, monkeypatch):
+    """The running request (seq 0) gets a token after every turn of the long prompt's (seq 1)
+    chunks, not only once that prompt has run; both answers are the ones they get alone."""
+    running = {"messages": QUESTION, "max_tokens": 150, "temperature": 0, "stream": True}
+    # cache_prompt false: the whole prompt runs, whatever an earlier test left in the KV cache
+    joining = {"messages": LONG, "max_tokens": 6, "temperature": 0, "cache_prompt": False}
+    events = _record_turns(monkeypatch)
+    with serving(model) as (_, url), httpx.Client(timeout=120) as http:
+        alone = [
+            http.post(url + "/v1/chat/completions", json=dict(b, stream=False)).json()
+            for b in (running, joining)
+        ]
+    assert 400 < alone[1]["usage"]["prompt_tokens"] < 1024 - 6, alone[1]
+    with (
+        serving(model, parallel=2) as (_, url),
+        httpx.Client(timeout=120) as http,
+        http.stream("POST", url + "/v1/chat/completions", json=running) as r,
+    ):
+        lines = r.iter_lines()
+        head = [next(lines) for _ in range(4)]
+        joined = http.post(url + "/v1/chat/completions", json=joining).json()
+        rest = list(lines)
+    assert _streamed_text(head + rest) == alone[0]["choices"][0]["message"]["content"]
+    assert joined["choices"][0]["message"]["content"] == alone[1]["choices"][0]["message"]["content"]
+    turns = [i for i, e in enumerate(events) if e[:2] == ("prefill", 1)]
+    assert len(turns) >= 5 and events[turns[-1]][2] and not any(events[i][2] for i in turns[:-1])
+    steps = [e for e in events[turns[0] : turns[-1]] if e[0] == "step" and 0 in e[1]]
+    assert len(steps) == len(turns) - 1  # one token of seq 0 after each turn but the last
+
+
+def test_a_client_gone_mid_prompt_frees_the_slot(model, monkeypatch):
+    """A stream whose client leaves while its long prompt runs (turns slowed to 0.2 s): the prompt
+    stops there, never joins, and its slot is free for the next request."""
+    events = _record_turns(monkeypatch, delay_s=0.2)
+    body = {"messages": LONG, "max_tokens": 6, "temperature": 0, "stream": True, "cache_prompt": False}
+    with serving(model, parallel=2) as (engine, url), httpx.Client(timeout=120) as http:
+        with http.stream("POST", url + "/v1/chat/completions", json=body) as r:
+            next(r.iter_lines())  # the role chunk: the request is in
+            t0 = time.monotonic()
+            while ("prefill", 0, False) not in events:
+                assert time.monotonic() - t0 < 20, "the prompt did not start"
+                time.sleep(0.01)
+        while engine.metrics()["requests"]["cancelled"] < 1:
+            assert time.monotonic() - t0 < 20, "the prompt went on after the client left"
+            time.sleep(0.02)
+        assert ("prefill", 0, True) not in events
+        assert engine.joining is None and engine.batch.free == [0, 1] and not engine.live
+        assert engine.metrics()["queue"]["running_requests"] == 0
+        short = {"messages": QUESTION, "max_tokens": 3, "temperature": 0}
+        answer = http.post(url + "/v1/chat/completions", json=short)
+        assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 3
+
+
+def test_a_failed_prompt_chunk_or_step_ends_only_its_requests(model, monkeypatch):
+    """A prompt chunk that raises ends its request with a 500 and frees its slot; a batched step
+    that raises ends the requests in it with a 500 (no rows copied back from the failed slots);
+    each time the server answers the next request as it does alone."""
+    from vkdecode.executors.prefill import Prefill
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("device lost")
+
+    long = {"messages": LONG, "max_tokens": 3, "temperature": 0, "cache_prompt": False}
+    short = {"messages": QUESTION, "max_tokens": 4, "temperature": 0}
+    with serving(model) as (_, url), httpx.Client(timeout=120) as http:
+        alone = http.post(url + "/v1/chat/completions", json=short).json()["choices"][0]["message"]
+    with serving(model, parallel=2) as (engine, url), httpx.Client(timeout=120) as http:
+        with monkeypatch.context() as m:
+            m.setattr(Prefill, "run_chunk", boom)
+            r = http.post(url + "/v1/chat/completions", json=long)
+        assert r.status_code == 500 and r.json()["error"]["code"] == "generation_failed"
+        assert engine.batch.free == [0, 1] and engine.batch.joining is None
+        with monkeypatch.context() as m:
+            for ex in engine.batch.runners.values():
+                m.setattr(ex, "step", boom)
+            r = http.post(url + "/v1/chat/completions", json=short)
+        assert r.status_code == 500 and engine.batch.kv is None and len(model.kv) == 0
+        again = http.post(url + "/v1/chat/completions", json=short).json()
+        m = engine.metrics()
+    assert again["choices"][0]["message"] == alone
+    assert m["requests"]["failed"] == 2 and m["queue"]["running_requests"] == 0

@@ -13,6 +13,11 @@ from vkdecode.cli.options import decode_options
 from vkdecode.errors import UsageError, VkDecodeError
 
 INSTALL_SERVE = "pip install 'vkdecode[serve]' (starlette and uvicorn)"
+# --parallel's default: each request in the batch reserves a KV slot of --ctx rows; the slots may
+# take this share of the device memory left after the model (the rest for prompt chunks, the other
+# programs' activations and the driver), and no more than PARALLEL_MOST (the widest batch recorded)
+PARALLEL_SHARE = 0.5
+PARALLEL_MOST = 8
 
 
 def add_serve_parser(sub) -> None:
@@ -50,14 +55,16 @@ def add_serve_parser(sub) -> None:
         "--max-queue",
         type=int,
         default=8,
-        help="requests that may wait for the device; more are refused with 503 (default 8)",
+        help="requests that may wait for the device; more are refused with 429 (default 8)",
     )
     p.add_argument(
         "--parallel",
         type=int,
-        default=1,
+        default=None,
         metavar="N",
-        help="requests decoded together in batched steps (default 1: one at a time)",
+        help=f"requests decoded together in batched steps; 1: one at a time (default: as many as have "
+        f"their KV cache of --ctx rows fit in {PARALLEL_SHARE:.0%}% of the device memory the model "
+        f"leaves, at most {PARALLEL_MOST}, at least 1)",
     )
     p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB)")
     p.add_argument(
@@ -79,7 +86,7 @@ def check_args(args) -> None:
         raise UsageError("--port must be 0..65535")
     if args.max_queue < 1:
         raise UsageError("--max-queue must be at least 1")
-    if args.parallel < 1:
+    if args.parallel is not None and args.parallel < 1:
         raise UsageError("--parallel must be at least 1")
     if args.max_body_bytes < 1024:
         raise UsageError("--max-body-bytes must be at least 1024")
@@ -92,6 +99,23 @@ def check_args(args) -> None:
                 f"--allow-origin {origin!r}: give an origin as a browser sends it, "
                 "scheme://host[:port] (e.g. http://localhost:3000), or '*' for any"
             )
+
+
+def default_parallel(left_bytes: int, slot_bytes: int) -> int:
+    """--parallel when not given: the KV slots (slot_bytes each) that fit in PARALLEL_SHARE of the
+    device memory the loaded model left (left_bytes), at most PARALLEL_MOST, at least 1."""
+    if slot_bytes <= 0:
+        return PARALLEL_MOST
+    return max(1, min(PARALLEL_MOST, int(left_bytes * PARALLEL_SHARE) // slot_bytes))
+
+
+def model_parallel(model) -> int:
+    """default_parallel for a loaded model: its device's device-local memory less what is
+    allocated (Vulkan tells no free memory without VK_EXT_memory_budget), its KV slot at --ctx."""
+    from vkdecode.executors.batch import slot_bytes
+
+    dev = model.device
+    return default_parallel(dev.info.device_local_bytes - dev.allocated_bytes, slot_bytes(model.executor))
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
@@ -149,7 +173,8 @@ def cmd_serve(args) -> int:
     except BaseException:
         sock.close()
         raise
-    engine = make_engine(model, args.model_id or default_model_id(path), args.max_queue, args.parallel)
+    parallel = args.parallel or model_parallel(model)
+    engine = make_engine(model, args.model_id or default_model_id(path), args.max_queue, parallel)
     app = create_app(
         engine, api_key=args.api_key, max_body_bytes=args.max_body_bytes, allow_origins=args.allow_origin
     )
@@ -158,7 +183,7 @@ def cmd_serve(args) -> int:
     print(
         f"vkdecode serve: {engine.model_id} ({model.mode}, ctx {model.executor.ctx}) on "
         f"{model.device.info.name}\n  OpenAI API at http://{shown}:{port}/v1  (queue {args.max_queue}, "
-        f"parallel {args.parallel}, "
+        f"parallel {parallel}{'' if args.parallel else ' (auto)'}, "
         f"API key {'required' if args.api_key else 'off'})",
         file=sys.stderr,
         flush=True,

@@ -9,8 +9,11 @@ KV layout: S fixed slots of ctx rows (fusion/chunk_batch.py says why slots, not 
 joins by running its prompt through the decoder's own prompt path (chunks, then the decode step for
 the last token: its first new token comes from exactly the kernels it would alone) into the
 decoder's KV cache, whose rows are then copied into a free slot (one small recorded copy per join,
-none per step). The prompt cache (prompt_cache.KVPrefix) therefore keeps working: prompts that
-share a prefix with the last one run only their new tokens.
+none per step). The batch's steps touch neither that cache nor the decoder's step buffer, so the
+prompt may run a chunk at a time between them (begin, advance): the live sequences keep stepping.
+A sequence that leaves copies its rows back into the decoder's cache, unless a prompt is joining
+(whose cache it is then). The prompt cache (prompt_cache.KVPrefix) therefore keeps working: a
+prompt that starts with the last sequence (the next turn of its chat) runs only its new tokens.
 
 Per step the host submits and reads B token ids: 0 descriptor writes and 0 recordings (replay
 modes), and no host write at all while the batch's membership stays the same, since the step's
@@ -20,6 +23,7 @@ joins or leaves, the host rewrites the rows of the width that runs next.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 from vkdecode.errors import ContextError, UsageError
@@ -27,14 +31,20 @@ from vkdecode.errors import ContextError, UsageError
 WIDTHS = (1, 2, 4, 8)
 
 
+def slot_bytes(ex) -> int:
+    """Bytes of one slot's KV caches (ctx rows): those of the decode executor `ex`."""
+    from vkdecode.executors.plan import value_bytes
+
+    return sum(value_bytes(v) for v in ex.program.values.values() if v.kind == "state")
+
+
 def _check_fits(ex, slots: int) -> None:
     """Refuse before allocating when the slots' KV caches cannot fit next to what the decoder
     holds (plan.check_fits' comparison: the device-local heap, not what is free)."""
     from vkdecode.errors import DeviceMemoryError
-    from vkdecode.executors.plan import value_bytes
     from vkdecode.vk.memory import format_bytes as fmt
 
-    kv = sum(value_bytes(v) for v in ex.program.values.values() if v.kind == "state")
+    kv = slot_bytes(ex)
     need, heap = kv * slots + ex.plan.total_bytes, ex.device.info.device_local_bytes
     if heap and need > heap:
         raise DeviceMemoryError(
@@ -45,12 +55,23 @@ def _check_fits(ex, slots: int) -> None:
 
 
 @dataclass
+class Joining:
+    """A prompt on its way into `slot`: the pieces of its prompt not run yet (Decoder.prompt_pieces)."""
+
+    slot: int
+    ids: list  # the prompt: its KV rows are copied into the slot, its length is the first position
+    words: tuple  # its sampling words, as Row.words
+    pieces: deque
+
+
+@dataclass
 class Row:
     """One live sequence as the host mirrors it: the token its next step is fed, at `pos`."""
 
     token: int
     pos: int
     words: tuple  # sampling words STEP_SEED .. STEP_TOP_P (SamplingParams.step_words)
+    ids: list  # the tokens whose K/V rows its slot holds, rows 0..pos-1
 
 
 class BatchDecode:
@@ -78,19 +99,37 @@ class BatchDecode:
             self.close()
             raise
         self.rows: dict[int, Row] = {}  # slot -> its sequence
+        self.joining: Joining | None = None  # the prompt on its way into a slot (begin, advance)
+        self.kv = None  # the decoder's KVPrefix, when a join was given it
         self._written: tuple | None = None  # (width, slots) the batch step buffer holds
         self.steps: dict[int, int] = dict.fromkeys(self.widths, 0)  # steps run per width
 
     @property
     def free(self) -> list[int]:
-        return [s for s in range(self.slots) if s not in self.rows]
+        taken = set(self.rows) | ({self.joining.slot} if self.joining is not None else set())
+        return [s for s in range(self.slots) if s not in taken]
 
     def join(self, prompt_ids, params, kv=None, should_stop=None) -> tuple[int, int] | None:
         """Run a prompt and give it a free slot: (slot, its first new token), or None when
         should_stop() turned true during the prompt. kv: the decoder's KVPrefix (reused, kept)."""
+        slot = self.begin(prompt_ids, params, kv)
+        while True:
+            if should_stop is not None and should_stop():
+                self.leave(slot)
+                return None
+            joined = self.advance()
+            if joined is not None:
+                return joined
+
+    def begin(self, prompt_ids, params, kv=None) -> int:
+        """Start a prompt on its way into a free slot (returned); advance() runs it a piece at a
+        time, so steps of the live sequences can run in between. One prompt at a time: it runs in
+        the decoder's KV cache. kv: the decoder's KVPrefix (reused, kept)."""
         from vkdecode.sampling import SamplingParams
 
         params = params or SamplingParams()
+        if self.joining is not None:
+            raise UsageError(f"the prompt joining slot {self.joining.slot} has not finished")
         free = self.free
         if not free:
             raise UsageError(f"all {self.slots} batch slots are taken")
@@ -104,19 +143,49 @@ class BatchDecode:
         start = kv.reusable(ids) if kv is not None else 0
         if kv is not None:
             kv.keep(start)
-        first = self.decoder.run_prompt(ids[start:], start, should_stop, kv.wrote if kv is not None else None)
-        if first is None:
-            return None
-        slot = free[0]
-        self._copy_rows(slot, len(ids))
-        self.rows[slot] = Row(first, len(ids), tuple(params.step_words()))
+            self.kv = kv
+        pieces = self.decoder.prompt_pieces(ids[start:], start, kv.wrote if kv is not None else None)
+        self.joining = Joining(free[0], ids, tuple(params.step_words()), deque(pieces))
+        return free[0]
+
+    def advance(self, rows: int = 1) -> tuple[int, int] | None:
+        """Run the joining prompt's next pieces: one, then more while they fit in `rows` rows of
+        work (a chunk counts its width, a decode step 1). Once its last piece ran, it joins:
+        (slot, its first new token); else None."""
+        j, first, spent = self.joining, -1, 0
+        if j is None:
+            raise UsageError("no prompt is joining the batch")
+        try:
+            while j.pieces and (spent == 0 or spent + j.pieces[0].rows <= rows):
+                piece = j.pieces.popleft()
+                first, spent = piece.run(), spent + piece.rows
+            if j.pieces:
+                return None
+            self.joining = None
+            self._copy_rows(j.slot, len(j.ids))
+        except BaseException:  # a failed piece or copy: the slot is free again
+            self.joining = None
+            raise
+        self.rows[j.slot] = Row(first, len(j.ids), j.words, j.ids)
         self._written = None
-        return slot, first
+        return j.slot, first
 
     def leave(self, slot: int) -> None:
-        """The sequence in `slot` is done (finished, or its client gone): the slot is free."""
-        if self.rows.pop(slot, None) is not None:
-            self._written = None
+        """The sequence in `slot` is done (finished, or its client gone; a joining prompt stops
+        where it is): the slot is free. Its rows go back into the decoder's cache (the prompt
+        cache), so its next turn runs only its new tokens, as without a batch; not while a prompt
+        is joining: that cache is the prompt's."""
+        if self.joining is not None and self.joining.slot == slot:
+            self.joining = None
+        row = self.rows.pop(slot, None)
+        if row is None:
+            return
+        self._written = None
+        if self.kv is not None and self.joining is None:
+            self._copy_rows(slot, len(row.ids), back=True)
+            self.kv.keep(0)
+            for pos, t in enumerate(row.ids):
+                self.kv.wrote(t, pos)
 
     def width(self) -> int:
         return next(w for w in self.widths if w >= len(self.rows))
@@ -134,11 +203,16 @@ class BatchDecode:
         ex = self.runners[w]
         if self._written != (w, tuple(live)):
             self._write_rows(ex, w, live)
-        ex.step(0, 0)  # the rows are in the batch step buffer: _write_step writes nothing
+        try:
+            ex.step(0, 0)  # the rows are in the batch step buffer: _write_step writes nothing
+        except BaseException:  # the slots may not hold what the rows say: none is copied back
+            self.kv = None
+            raise
         toks = ex.plan.read("next_token", "uint32")
         out = {}
         for r, s in enumerate(live):
             row = self.rows[s]
+            row.ids.append(row.token)  # its K/V row at row.pos is written now
             row.token, row.pos = int(toks[r]), row.pos + 1  # as advance_rows did on the GPU
             out[s] = row.token
         self.steps[w] += 1
@@ -160,8 +234,9 @@ class BatchDecode:
         s.buffer.write_u32(s.offset // 4, words)
         self._written = (w, tuple(live))
 
-    def _copy_rows(self, slot: int, n: int) -> None:
-        """KV rows 0..n-1 of the decoder's caches into `slot` of the batch caches."""
+    def _copy_rows(self, slot: int, n: int, back: bool = False) -> None:
+        """KV rows 0..n-1 of the decoder's caches into `slot` of the batch caches (back: the
+        other way)."""
         from vkdecode.executors.plan import value_bytes
 
         ex, dev = self.decoder.executor, self.decoder.executor.device
@@ -173,10 +248,14 @@ class BatchDecode:
             for v in ex.program.values.values():
                 if v.kind != "state":
                     continue
-                src, dst = ex.plan.slices[(v.name, "data")], dst_plan.slices[(v.name, "data")]
+                dec, bat = ex.plan.slices[(v.name, "data")], dst_plan.slices[(v.name, "data")]
                 row = value_bytes(v) // v.shape[0]
-                cmd.copy(src.buffer, dst.buffer, n * row, src.offset, dst.offset + slot * self.ctx * row)
-            cmd.barrier()  # the copy before the next step reads the slot
+                at = bat.offset + slot * self.ctx * row
+                if back:
+                    cmd.copy(bat.buffer, dec.buffer, n * row, at, dec.offset)
+                else:
+                    cmd.copy(dec.buffer, bat.buffer, n * row, dec.offset, at)
+            cmd.barrier()  # the copy before the next step reads the rows
             cmd.end()
             dev.submit([cmd])
         finally:

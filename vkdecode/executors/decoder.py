@@ -3,12 +3,24 @@
 weights, KV caches and step buffer; the step executor knows nothing of them.
 
     dec.run_prompt(tokens, pos0) -> next token (chunks, then the last token through the step)
+    dec.prompt_pieces(tokens, pos0) -> the same work, one chunk or step per piece
     dec.decode(token, pos, n, history) -> generator of the next n tokens (verify steps or plain)
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import NamedTuple
+
 from vkdecode.errors import ContextError
+
+
+class PromptPiece(NamedTuple):
+    """One piece of a prompt's work (Decoder.prompt_pieces)."""
+
+    rows: int  # rows of work: a chunk's width, 1 for a decode step
+    run: Callable[[], int]  # runs it; the prompt's last piece returns the next token
 
 
 class Decoder:
@@ -77,29 +89,46 @@ class Decoder:
         chunks (when there are prompt chunks), the last through the decode step. should_stop() is
         checked before each chunk and step; True returns None at once (rows written stay written).
         wrote(token, pos) is called for every KV row known written (prompt_cache.KVPrefix.wrote)."""
-        tokens = list(tokens)
-        if not tokens:
-            raise ContextError("the prompt is empty: nothing to decode from")
-        ex = self.executor
-        if pos0 + len(tokens) > ex.ctx:
-            raise ContextError(
-                f"{len(tokens)} prompt tokens from position {pos0} do not fit the context of {ex.ctx}"
-            )
-        done = 0
-        if self.prefill is not None:
-            done = self.prefill.run(tokens[:-1], pos0, should_stop)
-            if done is None:
-                return None
-        if wrote is not None:
-            for i in range(done):
-                wrote(tokens[i], pos0 + i)
         nxt = -1
-        for i in range(done, len(tokens)):
+        for piece in self.prompt_pieces(tokens, pos0, wrote):
             if should_stop is not None and should_stop():
                 return None
-            nxt = ex.step(tokens[i], pos0 + i)
-            if wrote is not None:
-                wrote(tokens[i], pos0 + i)
+            nxt = piece.run()
+        return nxt
+
+    def prompt_pieces(self, tokens, pos0: int = 0, wrote=None) -> list[PromptPiece]:
+        """run_prompt's work as pieces to run in order, each one chunk or one decode step; the last
+        piece's run() returns the next token. Between two pieces the caller may run other steps
+        (a batch's: executors/batch.py) as long as they leave this decoder's KV cache and step
+        buffer alone."""
+        tokens = [int(t) for t in tokens]
+        if not tokens:
+            raise ContextError("the prompt is empty: nothing to decode from")
+        if pos0 + len(tokens) > self.ctx:
+            raise ContextError(
+                f"{len(tokens)} prompt tokens from position {pos0} do not fit the context of {self.ctx}"
+            )
+        pieces, done = [], 0
+        if self.prefill is not None:
+            for w, n in self.prefill.plan(len(tokens) - 1, pos0):
+                chunk = functools.partial(self._chunk, w, tokens[done : done + n], pos0 + done, wrote)
+                pieces.append(PromptPiece(w, chunk))
+                done += n
+        for i in range(done, len(tokens)):
+            pieces.append(PromptPiece(1, functools.partial(self._prompt_step, tokens[i], pos0 + i, wrote)))
+        return pieces
+
+    def _chunk(self, w: int, tokens: list[int], pos: int, wrote) -> int:
+        self.prefill.run_chunk(w, tokens, pos)
+        if wrote is not None:
+            for i, t in enumerate(tokens):
+                wrote(t, pos + i)
+        return -1
+
+    def _prompt_step(self, token: int, pos: int, wrote) -> int:
+        nxt = self.executor.step(token, pos)
+        if wrote is not None:
+            wrote(token, pos)
         return nxt
 
     def decode(self, token: int, pos: int, max_steps: int, history=()):

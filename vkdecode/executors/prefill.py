@@ -142,25 +142,30 @@ class Prefill:
             raise
         self.chunks: list[ChunkRun] = []  # every chunk run since the caller last cleared it
 
+    def plan(self, n: int, pos0: int) -> list[tuple[int, int]]:
+        """(width, tokens) of the chunks that cover a prefix of n prompt tokens from pos0."""
+        return chunk_plan(n, self.widths, self.decode.ctx - pos0, self.decode.caps)
+
+    def run_chunk(self, w: int, tokens, pos: int) -> None:
+        """One chunk of width w: the KV rows of tokens (at most w) at positions pos.. written."""
+        ex, n = self.runners[w], len(tokens)
+        ids = ex.plan.slices[(TOKENS, "data")]
+        # padding rows repeat the last token: their KV rows (past the prompt's) are written and
+        # later overwritten by the decode steps of those positions before any step reads them
+        ids.buffer.write_u32(ids.offset // 4, [int(t) for t in tokens] + [int(tokens[-1])] * (w - n))
+        ex.step(int(tokens[0]), pos)
+        self.chunks.append(ChunkRun(w, n, ex.token_stats[-1]))
+        ex.token_stats.clear()
+
     def run(self, tokens, pos0: int, should_stop=None) -> int | None:
         """Fill the KV cache for tokens at positions pos0..; returns how many were covered (a
         prefix: the caller runs the rest through the decode step), or None when should_stop()
         turned true before a chunk."""
         done = 0
-        for w, n in chunk_plan(len(tokens), self.widths, self.decode.ctx - pos0, self.decode.caps):
+        for w, n in self.plan(len(tokens), pos0):
             if should_stop is not None and should_stop():
                 return None
-            ex = self.runners[w]
-            ids = ex.plan.slices[(TOKENS, "data")]
-            # padding rows repeat the last token: their KV rows (past the prompt's) are written and
-            # later overwritten by the decode steps of those positions before any step reads them
-            ids.buffer.write_u32(
-                ids.offset // 4,
-                [int(t) for t in tokens[done : done + n]] + [int(tokens[done + n - 1])] * (w - n),
-            )
-            ex.step(int(tokens[done]), pos0 + done)
-            self.chunks.append(ChunkRun(w, n, ex.token_stats[-1]))
-            ex.token_stats.clear()
+            self.run_chunk(w, tokens[done : done + n], pos0 + done)
             done += n
         return done
 

@@ -1,12 +1,15 @@
 """`vkdecode serve --parallel N`: up to N requests decode together, in batched steps (continuous
 batching over executors/batch.py).
 
-Between two batched steps the worker takes waiting requests while a slot is free: each runs its
-prompt (the other requests wait for that long, as they would behind it one at a time) and joins
-the batch with its first token. A request that finishes, hits a stop string or whose client went
-away leaves at once and frees its slot; the next step runs at the narrowest recorded width that
-holds the rest. The queue in front is the same bounded FIFO as the one-at-a-time engine's (a
-full queue is refused with 503).
+Between two batched steps the worker starts a waiting request when a slot is free, and runs its
+prompt a turn at a time: after each batched step of the others, one turn of prompt_rows() rows of
+work (about one widest prompt chunk), until it has its first token and joins the batch. So a long
+prompt delays the running requests' tokens by about one chunk each, not by its whole length. One
+prompt runs at a time (it goes through the decoder's KV cache: executors/batch.py). A request that
+finishes, hits a stop string or whose client went away (while decoding or mid-prompt) leaves at
+once and frees its slot; the next step runs at the narrowest recorded width that holds the rest.
+The queue in front is the same bounded FIFO as the one-at-a-time engine's (a full queue is refused
+with 429 and Retry-After).
 """
 
 from __future__ import annotations
@@ -28,6 +31,13 @@ def parallel_widths(n: int) -> tuple[int, ...]:
     return tuple(out + [n])
 
 
+def prompt_rows(decoder) -> int:
+    """Rows of prompt work a joining request runs between two batched steps: the widest prompt
+    chunk (its prompt's last tokens, decode steps of 1 row each, run together up to as many)."""
+    widths = decoder.prefill.widths if decoder.prefill is not None else ()
+    return max(widths, default=16)
+
+
 def make_engine(
     model, model_id: str, max_queue: int = 8, parallel: int = 1, own_model: bool = True
 ) -> Engine:
@@ -41,21 +51,24 @@ class BatchEngine(Engine):
     def __init__(self, model, model_id: str, max_queue: int = 8, own_model: bool = True, parallel: int = 4):
         self.parallel = parallel
         self.live: dict[int, Progress] = {}  # job.seq -> its generation, while in the batch
+        self.joining: Progress | None = None  # the request whose prompt is running, a piece a step
         self.batch = model.batch(parallel_widths(parallel))  # built and recorded before any request
+        self.prompt_rows = prompt_rows(model.decoder)
         super().__init__(model, model_id, max_queue, own_model)
 
     def metrics(self) -> dict:
         m = super().metrics()
         with self._lock:
-            m["queue"]["running_requests"] = len(self.live)
+            m["queue"]["running_requests"] = len(self.live) + (self.joining is not None)
             m["queue"]["parallel"] = self.parallel
         m["batch_steps"] = dict(self.batch.steps)  # steps run per width
         return m
 
     def close(self, timeout: float = 60.0) -> None:
         with self._lock:
-            for p in self.live.values():
-                p.job.cancel()
+            for p in [*self.live.values(), self.joining]:
+                if p is not None:
+                    p.job.cancel()
         super().close(timeout)
 
     # -- the worker thread ----------------------------------------------------------------------
@@ -65,17 +78,21 @@ class BatchEngine(Engine):
         gen = BatchGenerator(self.batch, self.model.tokenizer, self.model.kv)
         try:
             while self._admit(gen):
+                if self.joining is not None:
+                    self._prefill(gen)
                 if self.live:
                     self._step(gen)
         finally:
             gen.close()
             for seq in list(self.live):
                 self._leave(gen, seq)
+            if self.joining is not None:
+                self._complete(self.joining)  # cancelled by close()
 
     def _admit(self, gen) -> bool:
-        """Take waiting requests while the batch has room (block while nothing runs); False when
-        the engine is closing."""
-        while gen.free:
+        """Start the next waiting request's prompt while none is running and a slot is free (block
+        while nothing runs); False when the engine is closing."""
+        while self.joining is None and gen.free:
             try:
                 job = self._jobs.get(block=not self.live)
             except queue.Empty:
@@ -85,10 +102,10 @@ class BatchEngine(Engine):
             with self._lock:
                 self.waiting -= 1
                 self.started_order = self.started_order[-999:] + [job.seq]
-            self._join(gen, job)
+            self._start(gen, job)
         return True
 
-    def _join(self, gen, job: Job) -> None:
+    def _start(self, gen, job: Job) -> None:
         from vkdecode.sampling import SamplingParams
 
         req = job.req
@@ -103,29 +120,55 @@ class BatchEngine(Engine):
         p = Progress(job, self.model.kv.reusable(req.prompt_ids) if req.cache_prompt else 0)
         params = SamplingParams(req.temp, req.top_k, req.top_p, req.seed)
         try:
-            r = gen.insert(
-                job.seq, req.prompt_ids, req.max_tokens, params, req.cache_prompt, job.cancelled.is_set
-            )
-        except Exception:  # this request's prompt failed: it alone ends with a 500 body (logged)
+            gen.start(job.seq, req.prompt_ids, req.max_tokens, params, req.cache_prompt)
+        except Exception:  # this request's prompt was refused: it alone ends with a 500 body (logged)
             log.exception("generation failed (request %d)", job.seq)
             self._fail([job])
             return
         with self._lock:
-            self.live[job.seq] = p
+            self.joining = p
             self.running = self.running or job
-        if r is None or p.feed(r.text, r.finish_reason):
-            self._leave(gen, job.seq)
+
+    def _prefill(self, gen) -> None:
+        """One turn of the joining request's prompt, between two batched steps of the others."""
+        p = self.joining
+        if p.job.cancelled.is_set():  # its client went away mid-prompt: the slot is free
+            gen.remove(p.job.seq)
+            self._joined(None)
+            self._complete(p)
+            return
+        try:
+            r = gen.prefill(self.prompt_rows)
+        except Exception:  # this request's prompt failed: it alone ends with a 500 body (logged)
+            log.exception("generation failed (request %d)", p.job.seq)
+            self._joined(None)
+            self._fail([p.job])
+            return
+        if r is None:
+            return
+        self._joined(p)
+        if p.feed(r.text, r.finish_reason):
+            self._leave(gen, r.index)
+
+    def _joined(self, p: Progress | None) -> None:
+        """The joining request is in the batch now (p), or gone (None)."""
+        with self._lock:
+            if p is not None:
+                self.live[p.job.seq] = p
+            self.joining = None
+            self._running()
 
     def _step(self, gen) -> None:
         try:
             responses = gen.next()
-        except Exception:  # the batch's step failed: every request in it ends with a 500 body
+        except Exception:  # the batch's step failed: the requests in it and joining it end with a 500
             log.exception("batched step failed (requests %s)", sorted(self.live))
-            jobs = [p.job for p in self.live.values()]
+            jobs = [p.job for p in [*self.live.values(), self.joining] if p is not None]
             gen.close()
             with self._lock:
                 self.live.clear()
-                self.running = None
+                self.joining = None
+                self._running()
             self._fail(jobs)
             return
         for r in responses:
@@ -139,5 +182,10 @@ class BatchEngine(Engine):
         gen.remove(seq)
         with self._lock:
             p = self.live.pop(seq)
-            self.running = next((q.job for q in self.live.values()), None)
+            self._running()
         self._complete(p)
+
+    def _running(self) -> None:
+        """`running` (the one-at-a-time engine's field): a request in the batch or joining it."""
+        ps = [*self.live.values(), self.joining]
+        self.running = next((q.job for q in ps if q is not None), None)

@@ -1,12 +1,13 @@
 """`vkdecode serve`: one model on one device, requests run one at a time in arrival order.
 
 The model is used from one worker thread only (README "Threads": a Device is single-threaded).
-Requests wait in a FIFO of bounded length; a full queue refuses at once (503). Each job streams
-its events to the asyncio side through loop.call_soon_threadsafe; the HTTP side sets job.cancelled
-when the client goes away, and the worker stops that generation at the next token (or the next
-prompt step) and moves on. Every generation reuses the KV cache rows of the previous one that match
-its prompt (prompt cache), unless the request says cache_prompt: false. Requests are tokenized in
-the HTTP side's threads, with `Engine.tokenizer` (it lets the event loop run meanwhile).
+Requests wait in a FIFO of bounded length; a full queue refuses at once (429, Retry-After). Each
+job streams its events to the asyncio side through loop.call_soon_threadsafe; the HTTP side sets
+job.cancelled when the client goes away, and the worker stops that generation at the next token
+(or the next prompt step) and moves on. Every generation reuses the KV cache rows of the previous
+one that match its prompt (prompt cache), unless the request says cache_prompt: false. Requests
+are tokenized in the HTTP side's threads, with `Engine.tokenizer` (it lets the event loop run
+meanwhile).
 """
 
 from __future__ import annotations
@@ -94,11 +95,14 @@ class Engine:
         with self._lock:
             if self.waiting >= self.max_queue:
                 self.counts["rejected_queue_full"] += 1
+                # 429, not 503: the server is up and will answer once the queue drains (503 is for
+                # shutting down); clients such as the openai package retry a 429 after Retry-After
                 raise ApiError(
-                    503,
-                    f"the server is busy: {self.waiting} requests are already waiting for the "
-                    f"device (queue limit {self.max_queue}, --max-queue); retry later",
+                    429,
+                    f"too many requests: {self.waiting} are already waiting for the device (queue "
+                    f"limit {self.max_queue}, --max-queue); retry after a second",
                     code="queue_full",
+                    kind="rate_limit_error",
                 )
             job.seq = next(self._arrivals)
             self.waiting += 1

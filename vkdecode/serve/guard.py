@@ -25,7 +25,8 @@ _JSON_TOKENS = re.compile(rb'"([^"\\]*(?:\\.[^"\\]*)*)"\s*:|"[^"\\]*(?:\\.[^"\\]
 
 
 def error_response(e: ApiError) -> JSONResponse:
-    headers = {"Retry-After": "1"} if e.status == 503 else None
+    # a full queue (429) or a server shutting down (503): when to try again (the same or another)
+    headers = {"Retry-After": "1"} if e.status in (429, 503) else None
     return JSONResponse(e.body(), status_code=e.status, headers=headers)
 
 
