@@ -77,7 +77,8 @@ def test_serve_process_answers_and_stops_cleanly_on_sigint(tiny_path):
 
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "vkdecode", "serve", "--model", tiny_path, "--ctx", "64", "--port", "0"],
+        [sys.executable, "-m", "vkdecode", "serve", "--model", tiny_path, "--ctx", "64", "--port", "0"]
+        + ["--parallel", "auto"],
         stderr=subprocess.PIPE,
         text=True,
         env=env,
@@ -88,7 +89,7 @@ def test_serve_process_answers_and_stops_cleanly_on_sigint(tiny_path):
             line = proc.stderr.readline()
             assert line, "vkdecode serve exited before listening"
         url = line.split("OpenAI API at ")[1].split()[0]
-        assert "parallel 8 (auto)" in line  # no --parallel: the tiny model's slots fit 8 times over
+        assert "parallel 8 (auto)" in line  # the tiny model's slots fit 8 times over
         r = httpx.post(
             url + "/completions", json={"prompt": "Hello", "max_tokens": 3, "temperature": 0}, timeout=60
         )

@@ -59,12 +59,13 @@ def add_serve_parser(sub) -> None:
     )
     p.add_argument(
         "--parallel",
-        type=int,
-        default=None,
-        metavar="N",
-        help=f"requests decoded together in batched steps; 1: one at a time (default: as many as have "
-        f"their KV cache of --ctx rows fit in {PARALLEL_SHARE:.0%}% of the device memory the model "
-        f"leaves, at most {PARALLEL_MOST}, at least 1)",
+        type=_parallel,
+        default=1,
+        metavar="N|auto",
+        help=f"requests decoded together in batched steps (default 1: one at a time, the fastest for a "
+        f"single client until a one-row batched step matches the single-sequence one); auto: as many "
+        f"as have their KV cache of --ctx rows fit in {PARALLEL_SHARE:.0%} of the device memory the "
+        f"model leaves, at most {PARALLEL_MOST}, at least 1",
     )
     p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB)")
     p.add_argument(
@@ -79,6 +80,11 @@ def add_serve_parser(sub) -> None:
 def default_model_id(path: str) -> str:
     name = os.path.basename(os.path.normpath(path))
     return name[:-5] if name.lower().endswith(".gguf") else name
+
+
+def _parallel(text: str) -> int | None:
+    """--parallel N, or auto (None: chosen from memory once the model is loaded)."""
+    return None if text == "auto" else int(text)
 
 
 def check_args(args) -> None:
