@@ -73,12 +73,18 @@ class KernelCaps:
     attn_rows_q: int = (
         0  # chunk attention: rows per attention_rows_gqa workgroup (0: auto, < 0: per-row kernel)
     )
-    batch_matvec: int = 0  # batched decode steps up to this width take the decode matvec over all rows (0: 8, < 0: never)
+    batch_matvec: int = (
+        0  # batched decode steps up to this width take the decode matvec over all rows (0: 8, < 0: never)
+    )
     router_one_wg: int = (
         0  # MoE routers up to this many elements fused in one workgroup (0: lowering/moe.py's bound)
     )
-    moe_group: int = 0  # chunks of this many MoE slots or more group them by expert (0: 2 per expert, < 0: never)
-    moe_tile: int = 0  # slots per tile of a grouped expert matmul, a power of two 4..128 (0: lowering/moe.py chooses)
+    moe_group: int = (
+        0  # chunks of this many MoE slots or more group them by expert (0: 2 per expert, < 0: never)
+    )
+    moe_tile: int = (
+        0  # slots per tile of a grouped expert matmul, a power of two 4..128 (0: lowering/moe.py chooses)
+    )
     head_blocks: int = 0  # row blocks per lm_head + argmax workgroup (0: matvec.ARGMAX_PARTIALS pairs)
     head_ops: bool = (
         False  # the final norm + lm_head + argmax region runs its ops' kernels, not the fused one
