@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+import vkdecode
+
 httpx = pytest.importorskip("httpx", reason="the test extra installs httpx: pip install '.[test]'")
 
 from tests.helpers.serving import serving
@@ -35,6 +37,14 @@ BODIES = [
 
 # about 560 tokens of the tiny tokenizer: nine turns of 64-row chunks on lavapipe
 LONG = [{"role": "user", "content": " ".join(f"word{i}" for i in range(80))}]
+
+
+@pytest.fixture(scope="module")
+def model(device, tiny_path):
+    """conftest's model with 64-row prompt chunks on every device (a GPU's default widest chunk,
+    512 rows, would take LONG in two turns): the turn counts below hold everywhere."""
+    with vkdecode.load(tiny_path, device=device, ctx=1024, sampling=True, prefill=(64,)) as m:
+        yield m
 
 
 def _answers(got):
