@@ -8,6 +8,10 @@
 #   bash bench/gpu_session.sh fold      # q/k/v inside the attention (attn_qkv_in) and the persistent region, A/B
 #   bash bench/gpu_session.sh head      # lm_head + argmax row blocks per workgroup, 4 shapes
 #   bash bench/gpu_session.sh kquant    # K-quant decode (in place vs NIB_OLD/Q6_OLD), lm_head blocks, 8B profile
+#   bash bench/gpu_session.sh moe       # Qwen3-30B-A3B shape: MoE tests, decode profile, prompts grouped vs per slot, llama.cpp
+#   bash bench/gpu_session.sh serve     # serve --parallel 64 vs llama-server -np 64, 1-64 clients, Qwen3-0.6B F16 and 8B Q4_K_M
+#   bash bench/gpu_session.sh batch     # batched steps per width (decode matvec vs chunk kernels), MoE decode detail
+#   bash bench/gpu_session.sh serve8b   # the 8B part of serve, with the batched steps before it
 set -euo pipefail
 OUT=${OUT:?set OUT to the results folder}
 LLAMA=/tmp/llama/llama-server
