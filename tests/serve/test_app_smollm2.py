@@ -138,6 +138,6 @@ def test_smollm2_second_turn_from_the_prompt_cache(client, smollm2_server):
     assert m["last_request"]["prompt_tokens_details"]["cached_tokens"] == n
     assert m["last_request"]["prompt_tokens_run"] == cached.usage.prompt_tokens - n
     assert m["tokens"]["prompt_cached"] >= n
-    # no --parallel: the default batches (cli/serve.py default_parallel), and a request that leaves
-    # the batch puts its rows back into the prompt cache (executors/batch.py leave)
+    # no --parallel: the default batches (cli/serve.py default_parallel); a request alone decodes
+    # solo in the decoder's KV cache, so its rows are the prompt cache (executors/solo.py)
     assert m["queue"]["parallel"] > 1
