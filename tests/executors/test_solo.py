@@ -36,6 +36,29 @@ def test_a_sequence_alone_runs_on_the_decoders_step(device, tiny):
             assert len(dec.executor.token_stats) == 8  # the decoder's step ran them, bounded at 8
             b.leave(slot)
             assert b.solo.slot is None and b.free == [0, 1]
+            slot, _ = b.join(ids, None)
+            b.step()  # closing the batch mid-decode waits for the steps in flight
+        assert alone(dec, ids, 9) == want
+    assert got == want
+
+
+def test_a_failed_move_into_the_slot_leaves_the_sequence_solo(device, tiny, monkeypatch):
+    (ids,) = prompts((7,), seed=1)
+    with build(device, tiny, "fused") as dec:
+        want = alone(dec, ids, 6)
+        with BatchDecode(dec, (1, 2), solo=True) as b:
+            slot, first = b.join(ids, None)
+            got = [first, b.step()[slot]]
+
+            def boom(*args, **kwargs):
+                raise RuntimeError("device lost")
+
+            with monkeypatch.context() as m:
+                m.setattr(b, "_copy_rows", boom)
+                with pytest.raises(RuntimeError):
+                    b.begin(ids, None)
+            assert b.joining is None and b.solo.slot == slot  # its rows: the decoder's cache
+            got += [b.step()[slot] for _ in range(4)]
     assert got == want
 
 

@@ -300,6 +300,8 @@ class BatchDecode:
         }
 
     def close(self) -> None:
+        if getattr(self, "solo", None) is not None:  # its steps in flight use the decoder: wait
+            self.solo.stop()
         for ex in self.runners.values():
             ex.close()
         self.runners = {}

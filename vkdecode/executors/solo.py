@@ -73,7 +73,11 @@ class Solo:
         if slot is None:
             return
         self.stop()
-        self.batch._copy_rows(slot, self.batch.rows[slot].pos)
+        try:
+            self.batch._copy_rows(slot, self.batch.rows[slot].pos)
+        except BaseException:  # its rows are still only in the decoder's cache
+            self.slot = slot
+            raise
         self.batch._written = None
 
     def stop(self) -> None:
