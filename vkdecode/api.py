@@ -108,7 +108,8 @@ class Model:
 
     def batch(self, widths=None):
         """The batched decode steps (executors/batch.py), built on first use; widths: the batch
-        widths to record (default executors.batch.WIDTHS; another set rebuilds them)."""
+        widths to record (default executors.batch.WIDTHS; another set rebuilds them). A sequence
+        alone in it decodes on the plain decode step (solo: executors/solo.py)."""
         from vkdecode.executors.batch import WIDTHS, BatchDecode
 
         want = tuple(sorted(set(widths or WIDTHS)))
@@ -116,7 +117,7 @@ class Model:
             if self._batch is not None:
                 self._batch.close()
                 self._batch = None
-            self._batch = BatchDecode(self.decoder, want)
+            self._batch = BatchDecode(self.decoder, want, solo=True)
         return self._batch
 
     def stream_generate_batch(

@@ -65,7 +65,7 @@ class BatchGenerator:
         decoder's cache holds. index: the caller's name for the sequence, in its responses."""
         if self.kv is not None and not reuse:
             self.kv.keep(0)
-        joined = self.batch.join(prompt_ids, sampling, self.kv, should_stop)
+        joined = self.batch.join(prompt_ids, sampling, self.kv, should_stop, max_tokens - 1)
         if joined is None:
             return None
         slot, first = joined
@@ -77,7 +77,7 @@ class BatchGenerator:
         on. Returns its slot, taken until it leaves."""
         if self.kv is not None and not reuse:
             self.kv.keep(0)
-        slot = self.batch.begin(prompt_ids, sampling, self.kv)
+        slot = self.batch.begin(prompt_ids, sampling, self.kv, max_tokens - 1)
         self.seqs[slot] = _Seq(index, self.tokenizer.stream(), max_tokens)
         self.joining = slot
         return slot

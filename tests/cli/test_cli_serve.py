@@ -77,8 +77,7 @@ def test_serve_process_answers_and_stops_cleanly_on_sigint(tiny_path):
 
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "vkdecode", "serve", "--model", tiny_path, "--ctx", "64", "--port", "0"]
-        + ["--parallel", "auto"],
+        [sys.executable, "-m", "vkdecode", "serve", "--model", tiny_path, "--ctx", "64", "--port", "0"],
         stderr=subprocess.PIPE,
         text=True,
         env=env,
@@ -89,7 +88,7 @@ def test_serve_process_answers_and_stops_cleanly_on_sigint(tiny_path):
             line = proc.stderr.readline()
             assert line, "vkdecode serve exited before listening"
         url = line.split("OpenAI API at ")[1].split()[0]
-        assert "parallel 8 (auto)" in line  # the tiny model's slots fit 8 times over
+        assert "parallel 8 (auto)" in line  # no --parallel: the tiny model's slots fit 8 times over
         r = httpx.post(
             url + "/completions", json={"prompt": "Hello", "max_tokens": 3, "temperature": 0}, timeout=60
         )
@@ -110,6 +109,20 @@ def test_serve_limits_malloc_arenas():
     from vkdecode.cli.serve import few_malloc_arenas
 
     assert few_malloc_arenas() is True
+
+
+def test_parallel_defaults_to_auto_and_the_help_prints(capsys):
+    """No --parallel and `--parallel auto` choose from memory (None until the model is loaded);
+    `--parallel 1` is the one-at-a-time engine. The help names the default (its text goes through
+    argparse's %-formatting: a bare % sign once made `serve --help` raise)."""
+    from vkdecode.cli import build_parser
+
+    parse = lambda *a: build_parser().parse_args(["serve", *a]).parallel
+    assert parse() is None and parse("--parallel", "auto") is None and parse("--parallel", "1") == 1
+    with pytest.raises(SystemExit) as e:
+        main(["serve", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert e.value.code == 0 and "(default auto: as many as" in out and "fit in 50% of" in out
 
 
 def test_default_parallel_from_the_memory_left_and_the_slot_size():

@@ -33,7 +33,7 @@ def smollm2_server():
         if os.environ.get("VKDECODE_VALIDATE") == "1":
             pytest.fail(msg)  # `make test` installs it: its absence in CI is a broken setup
         pytest.skip(msg)
-    # --parallel auto: the batched engine, whose answers must equal the CLI's one-at-a-time ones
+    # --parallel auto (also the default): the batched engine, whose answers must equal the CLI's
     with serve_subprocess("--ctx", CTX, "--mode", MODE, "--parallel", "auto") as url:
         yield url
         import httpx
@@ -139,6 +139,6 @@ def test_smollm2_second_turn_from_the_prompt_cache(client, smollm2_server):
     assert m["last_request"]["prompt_tokens_details"]["cached_tokens"] == n
     assert m["last_request"]["prompt_tokens_run"] == cached.usage.prompt_tokens - n
     assert m["tokens"]["prompt_cached"] >= n
-    # --parallel auto batches (cli/serve.py default_parallel), and a request that leaves the batch
-    # puts its rows back into the prompt cache (executors/batch.py leave)
+    # --parallel auto (the default) batches (cli/serve.py default_parallel); a request alone decodes
+    # solo in the decoder's KV cache, so its rows are the prompt cache (executors/solo.py)
     assert m["queue"]["parallel"] > 1

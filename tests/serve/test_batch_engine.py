@@ -97,14 +97,17 @@ def test_disconnect_frees_the_slot_and_the_queue_still_bounds(model):
         assert engine.metrics()["requests"]["rejected_queue_full"] == status.count(429)
 
 
-def test_a_request_joins_while_another_decodes(model):
+@pytest.mark.parametrize("sampling", [{"temperature": 0}, {"temperature": 0.9, "seed": 5}])
+def test_a_request_joins_while_another_decodes(model, sampling):
     """Continuous batching: a short request sent while a long one streams is answered before the
-    long one ends, and the long one's text is what it is alone."""
-    long = {"messages": QUESTION, "max_tokens": 150, "temperature": 0, "stream": True}
-    short = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 3, "temperature": 0}
+    long one ends, and the long one's text is what it is alone (it decodes solo before and after:
+    it moves into the batch and back out)."""
+    long = {"messages": QUESTION, "max_tokens": 150, "stream": True, **sampling}
+    short = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 3, **sampling}
     with serving(model, parallel=2) as (engine, url):
         with httpx.Client(timeout=120) as http:
             alone = http.post(url + "/v1/chat/completions", json=dict(long, stream=False)).json()
+            m0 = engine.metrics()  # the model's batch (and its counts) outlives a server
             with http.stream("POST", url + "/v1/chat/completions", json=long) as r:
                 lines = r.iter_lines()
                 head = [next(lines) for _ in range(6)]
@@ -119,7 +122,37 @@ def test_a_request_joins_while_another_decodes(model):
         if x.startswith("data: {") and json.loads(x[6:])["choices"]
     )
     assert text == alone["choices"][0]["message"]["content"]
-    assert m["batch_steps"][2] > 0
+    assert m["batch_steps"][2] > m0["batch_steps"][2]
+    assert 0 < m["solo_steps"] - m0["solo_steps"] < 149  # solo before the short one and after it
+
+
+def test_a_request_alone_decodes_on_the_decoders_step_and_keeps_its_cache(model):
+    """Solo: one request on --parallel 2 runs no batched step (its tokens after the first come
+    from the decoder's own pipelined step), and its second turn reuses the KV rows of the first,
+    as on the one-at-a-time engine."""
+    body = {"messages": QUESTION, "max_tokens": 9, "temperature": 0}
+
+    def two_turns(url, http):
+        first = http.post(url + "/v1/chat/completions", json=body).json()
+        answer = first["choices"][0]["message"]["content"]
+        turn2 = QUESTION + [
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": "Hello, world"},
+        ]
+        return first, http.post(url + "/v1/chat/completions", json=dict(body, messages=turn2)).json()
+
+    with serving(model) as (_, url), httpx.Client(timeout=120) as http:
+        want = two_turns(url, http)
+    with serving(model, parallel=2) as (engine, url), httpx.Client(timeout=120) as http:
+        m0 = engine.metrics()  # the model's batch (and its counts) outlives a server
+        got = two_turns(url, http)
+        m = engine.metrics()
+    assert [r["choices"][0]["message"]["content"] for r in got] == [
+        r["choices"][0]["message"]["content"] for r in want
+    ]
+    assert m["batch_steps"] == m0["batch_steps"] and m["solo_steps"] - m0["solo_steps"] == 2 * 8
+    cached = [r["usage"]["prompt_tokens_details"]["cached_tokens"] for r in (want[1], got[1])]
+    assert want[0]["usage"]["prompt_tokens"] <= cached[0] == cached[1] < got[1]["usage"]["prompt_tokens"]
 
 
 def _streamed_text(lines) -> str:
@@ -209,8 +242,9 @@ def test_a_client_gone_mid_prompt_frees_the_slot(model, monkeypatch):
 
 
 def test_a_failed_prompt_chunk_or_step_ends_only_its_requests(model, monkeypatch):
-    """A prompt chunk that raises ends its request with a 500 and frees its slot; a batched step
-    that raises ends the requests in it with a 500 (no rows copied back from the failed slots);
+    """A prompt chunk that raises ends its request with a 500 and frees its slot; a request alone
+    whose decode (solo, on the decoder's step) raises ends with a 500; a batched step that raises
+    ends the requests in it and joining it with a 500 (no rows copied back from the failed slots);
     each time the server answers the next request as it does alone."""
     from vkdecode.executors.prefill import Prefill
 
@@ -228,11 +262,17 @@ def test_a_failed_prompt_chunk_or_step_ends_only_its_requests(model, monkeypatch
         assert r.status_code == 500 and r.json()["error"]["code"] == "generation_failed"
         assert engine.batch.free == [0, 1] and engine.batch.joining is None
         with monkeypatch.context() as m:
-            for ex in engine.batch.runners.values():
-                m.setattr(ex, "step", boom)
+            m.setattr(model.decoder, "decode", boom)
             r = http.post(url + "/v1/chat/completions", json=short)
         assert r.status_code == 500 and engine.batch.kv is None and len(model.kv) == 0
+        assert engine.batch.solo.slot is None and engine.batch.free == [0, 1]
+        with monkeypatch.context() as m:
+            for ex in engine.batch.runners.values():
+                m.setattr(ex, "step", boom)
+            # the second arrives while the first decodes (solo): the first goes into the batch
+            got = _post_all(url, [dict(short, max_tokens=200), short])
+        assert [s for _, s, _ in got] == [500, 500] and engine.batch.kv is None and len(model.kv) == 0
         again = http.post(url + "/v1/chat/completions", json=short).json()
         m = engine.metrics()
     assert again["choices"][0]["message"] == alone
-    assert m["requests"]["failed"] == 2 and m["queue"]["running_requests"] == 0
+    assert m["requests"]["failed"] == 4 and m["queue"]["running_requests"] == 0

@@ -60,12 +60,13 @@ def add_serve_parser(sub) -> None:
     p.add_argument(
         "--parallel",
         type=_parallel,
-        default=1,
+        default=None,
         metavar="N|auto",
-        help=f"requests decoded together in batched steps (default 1: one at a time, the fastest for a "
-        f"single client until a one-row batched step matches the single-sequence one); auto: as many "
-        f"as have their KV cache of --ctx rows fit in {PARALLEL_SHARE:.0%} of the device memory the "
-        f"model leaves, at most {PARALLEL_MOST}, at least 1",
+        # argparse %-formats help: the share's % sign is doubled
+        help=f"requests decoded together in batched steps (default auto: as many as have their KV "
+        f"cache of --ctx rows fit in {PARALLEL_SHARE:.0%}% of the device memory the model leaves, at "
+        f"most {PARALLEL_MOST}, at least 1; a request alone decodes on the single-sequence step all "
+        f"the same); 1: one at a time",
     )
     p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB)")
     p.add_argument(

@@ -15,6 +15,11 @@ A sequence that leaves copies its rows back into the decoder's cache, unless a p
 (whose cache it is then). The prompt cache (prompt_cache.KVPrefix) therefore keeps working: a
 prompt that starts with the last sequence (the next turn of its chat) runs only its new tokens.
 
+With solo=True, one live sequence with no prompt joining decodes on the decoder's own step in the
+decoder's cache (executors/solo.py): it joins without the copy into its slot, its rows go into
+the slot when the next prompt begins, and a batch that drains to one copies that one's rows back
+(the prompt cache is then that sequence's, as it is anyway once it leaves last).
+
 Per step the host submits and reads B token ids: 0 descriptor writes and 0 recordings (replay
 modes), and no host write at all while the batch's membership stays the same, since the step's
 last dispatch (advance_rows) feeds every live row its token at its next position. When a sequence
@@ -60,8 +65,9 @@ class Joining:
 
     slot: int
     ids: list  # the prompt: its KV rows are copied into the slot, its length is the first position
-    words: tuple  # its sampling words, as Row.words
+    params: object  # its SamplingParams
     pieces: deque
+    left: int | None  # as Row.left, once it has joined
 
 
 @dataclass
@@ -70,14 +76,27 @@ class Row:
 
     token: int
     pos: int
-    words: tuple  # sampling words STEP_SEED .. STEP_TOP_P (SamplingParams.step_words)
+    params: object  # its SamplingParams (step words STEP_SEED .. STEP_TOP_P)
     ids: list  # the tokens whose K/V rows its slot holds, rows 0..pos-1
+    left: int | None = None  # decode steps it runs at most (None: to the end of the context)
+
+
+def _stepped(row: Row, tok: int) -> int:
+    """The row after a step fed its token: the token's K/V row at row.pos is written now."""
+    row.ids.append(row.token)
+    row.token, row.pos = tok, row.pos + 1
+    if row.left is not None:
+        row.left -= 1
+    return tok
 
 
 class BatchDecode:
-    def __init__(self, decoder, widths=WIDTHS):
+    def __init__(self, decoder, widths=WIDTHS, solo: bool = False):
+        """solo: one live sequence decodes on the decoder's own step (module doc); off, every step
+        is a batched one (the per-width figures of `vkdecode stats` and bench/batch_decode.py)."""
         from fusion.chunk_batch import batch_program
         from vkdecode.executors.prefill import chunk_executor
+        from vkdecode.executors.solo import Solo
 
         ex = decoder.executor
         self.decoder = decoder
@@ -103,16 +122,17 @@ class BatchDecode:
         self.kv = None  # the decoder's KVPrefix, when a join was given it
         self._written: tuple | None = None  # (width, slots) the batch step buffer holds
         self.steps: dict[int, int] = dict.fromkeys(self.widths, 0)  # steps run per width
+        self.solo = Solo(self) if solo else None
 
     @property
     def free(self) -> list[int]:
         taken = set(self.rows) | ({self.joining.slot} if self.joining is not None else set())
         return [s for s in range(self.slots) if s not in taken]
 
-    def join(self, prompt_ids, params, kv=None, should_stop=None) -> tuple[int, int] | None:
+    def join(self, prompt_ids, params, kv=None, should_stop=None, max_steps=None) -> tuple[int, int] | None:
         """Run a prompt and give it a free slot: (slot, its first new token), or None when
         should_stop() turned true during the prompt. kv: the decoder's KVPrefix (reused, kept)."""
-        slot = self.begin(prompt_ids, params, kv)
+        slot = self.begin(prompt_ids, params, kv, max_steps)
         while True:
             if should_stop is not None and should_stop():
                 self.leave(slot)
@@ -121,10 +141,11 @@ class BatchDecode:
             if joined is not None:
                 return joined
 
-    def begin(self, prompt_ids, params, kv=None) -> int:
+    def begin(self, prompt_ids, params, kv=None, max_steps=None) -> int:
         """Start a prompt on its way into a free slot (returned); advance() runs it a piece at a
         time, so steps of the live sequences can run in between. One prompt at a time: it runs in
-        the decoder's KV cache. kv: the decoder's KVPrefix (reused, kept)."""
+        the decoder's KV cache (a solo sequence moves into its slot first). kv: the decoder's
+        KVPrefix (reused, kept). max_steps: the decode steps it will run at most (Row.left)."""
         from vkdecode.sampling import SamplingParams
 
         params = params or SamplingParams()
@@ -139,13 +160,15 @@ class BatchDecode:
             raise UsageError(f"a prompt token id is outside the model's vocabulary 0..{vocab - 1}")
         if len(ids) > self.ctx:
             raise ContextError(f"the prompt has {len(ids)} tokens but the context holds {self.ctx}")
+        if self.solo is not None:
+            self.solo.to_slot()
         self.decoder.executor.set_sampling(params)
         start = kv.reusable(ids) if kv is not None else 0
         if kv is not None:
             kv.keep(start)
             self.kv = kv
         pieces = self.decoder.prompt_pieces(ids[start:], start, kv.wrote if kv is not None else None)
-        self.joining = Joining(free[0], ids, tuple(params.step_words()), deque(pieces))
+        self.joining = Joining(free[0], ids, params, deque(pieces), max_steps)
         return free[0]
 
     def advance(self, rows: int = 1) -> tuple[int, int] | None:
@@ -162,12 +185,16 @@ class BatchDecode:
             if j.pieces:
                 return None
             self.joining = None
-            self._copy_rows(j.slot, len(j.ids))
+            alone = self.solo is not None and not self.rows
+            if not alone:  # a solo sequence's rows stay in the decoder's cache
+                self._copy_rows(j.slot, len(j.ids))
         except BaseException:  # a failed piece or copy: the slot is free again
             self.joining = None
             raise
-        self.rows[j.slot] = Row(first, len(j.ids), j.words, j.ids)
+        self.rows[j.slot] = Row(first, len(j.ids), j.params, j.ids, j.left)
         self._written = None
+        if alone:
+            self.solo.at(j.slot)
         return j.slot, first
 
     def leave(self, slot: int) -> None:
@@ -181,6 +208,9 @@ class BatchDecode:
         if row is None:
             return
         self._written = None
+        if self.solo is not None and self.solo.slot == slot:  # its rows are in the decoder's cache
+            self.solo.stop()
+            return
         if self.kv is not None and self.joining is None:
             self._copy_rows(slot, len(row.ids), back=True)
             self.kv.keep(0)
@@ -199,6 +229,8 @@ class BatchDecode:
         full = [s for s in live if self.rows[s].pos >= self.ctx]
         if full:
             raise ContextError(f"slot {full[0]} is at the end of the context ({self.ctx}): it must leave")
+        if self.solo is not None and len(live) == 1 and self.joining is None:
+            return {live[0]: _stepped(self.rows[live[0]], self.solo.step(live[0]))}
         w = self.width()
         ex = self.runners[w]
         if self._written != (w, tuple(live)):
@@ -211,10 +243,7 @@ class BatchDecode:
         toks = ex.plan.read("next_token", "uint32")
         out = {}
         for r, s in enumerate(live):
-            row = self.rows[s]
-            row.ids.append(row.token)  # its K/V row at row.pos is written now
-            row.token, row.pos = int(toks[r]), row.pos + 1  # as advance_rows did on the GPU
-            out[s] = row.token
+            out[s] = _stepped(self.rows[s], int(toks[r]))  # as advance_rows did on the GPU
         self.steps[w] += 1
         if len(ex.token_stats) > 1024:  # a server runs steps without end: keep the recent ones
             del ex.token_stats[:-256]
@@ -227,7 +256,7 @@ class BatchDecode:
         for r in range(w):
             if r < len(live):
                 row = self.rows[live[r]]
-                words += [row.token, row.pos, *row.words, live[r], 1]
+                words += [row.token, row.pos, *row.params.step_words(), live[r], 1]
             else:  # padding: the padding slot at positions 0, 1, ...; greedy; never advanced
                 words += [0, r - len(live), 0, 0, 0, 0, self.slots, 0]
         s = ex.plan.slices[(BATCH_STEP, "data")]
@@ -271,6 +300,8 @@ class BatchDecode:
         }
 
     def close(self) -> None:
+        if getattr(self, "solo", None) is not None:  # its steps in flight use the decoder: wait
+            self.solo.stop()
         for ex in self.runners.values():
             ex.close()
         self.runners = {}

@@ -9,7 +9,9 @@ prompt runs at a time (it goes through the decoder's KV cache: executors/batch.p
 finishes, hits a stop string or whose client went away (while decoding or mid-prompt) leaves at
 once and frees its slot; the next step runs at the narrowest recorded width that holds the rest.
 The queue in front is the same bounded FIFO as the one-at-a-time engine's (a full queue is refused
-with 429 and Retry-After).
+with 429 and Retry-After). A request alone (none other live, none joining) decodes on the plain
+decode step, as fast as the one-at-a-time engine (executors/solo.py); it moves into the batch when
+the next request's prompt starts, and the last one left of a batch moves back out.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ class BatchEngine(Engine):
             m["queue"]["running_requests"] = len(self.live) + (self.joining is not None)
             m["queue"]["parallel"] = self.parallel
         m["batch_steps"] = dict(self.batch.steps)  # steps run per width
+        m["solo_steps"] = self.batch.solo.steps  # tokens of a request alone, on the plain step
         return m
 
     def close(self, timeout: float = 60.0) -> None:
