@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from tests.lowering.kernel_harness import caps_of, nmse, one_op, run_and_reference
+from tests.lowering.test_ops_moe import moe_matmul_case
 from vkdecode.lowering.coop import coop_shape, parse_tile
 from vkdecode.lowering.ops import op_calls
 from vkdecode.quant import quantize
@@ -118,21 +119,7 @@ def test_moe_matmul_rows_coop(device, dtype, e, m, n_in, slots, xrows):
     caps = caps_of(device)
     if not caps.coop_matrix:
         pytest.skip(f"no coop path: {device.info.features.get('coop_reason')} (runs on the H100)")
-    rng = np.random.default_rng(e * m + n_in)
-    p = one_op(
-        "moe_matmul",
-        {
-            "w": ((e, m, n_in), dtype, "weight"),
-            "x": ((xrows * n_in,), "f32", "activation"),
-            "ids": ((slots,), "u32", "activation"),
-        },
-        {"y": ((slots * m,), "f32", "output")},
-    )
-    env = {
-        "w": quantize((0.1 * rng.standard_normal((e * m, n_in))).astype(np.float32), dtype),
-        "x": rng.standard_normal(xrows * n_in).astype(np.float32),
-        "ids": rng.integers(0, e, slots).astype(np.uint32),
-    }
+    p, env = moe_matmul_case(dtype, e, m, n_in, slots, xrows, scale=0.1)
     caps = replace(caps, moe_group=1)
     assert [c.shader for c in op_calls(p, 0, caps)] == ["moe_group", "matmul_rows_coop"]
     got, want = run_and_reference(device, p, env, caps)

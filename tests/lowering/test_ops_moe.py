@@ -29,8 +29,25 @@ def _paths(device):
     return out
 
 
-def _weight(rng, e: int, m: int, k: int, dtype: str):
-    return quantize((0.3 * rng.standard_normal((e * m, k))).astype(np.float32), dtype)
+def moe_matmul_case(dtype: str, e: int, m: int, k: int, slots: int, xrows: int, scale: float = 0.3):
+    """One moe_matmul op over e experts of m x k `dtype` weights, slots chosen at random over xrows
+    x rows -> (program, inputs)."""
+    rng = np.random.default_rng(e * m + k)
+    p = one_op(
+        "moe_matmul",
+        {
+            "w": ((e, m, k), dtype, "weight"),
+            "x": ((xrows * k,), "f32", "activation"),
+            "ids": ((slots,), "u32", "activation"),
+        },
+        {"y": ((slots * m,), "f32", "output")},
+    )
+    env = {
+        "w": quantize((scale * rng.standard_normal((e * m, k))).astype(np.float32), dtype),
+        "x": rng.standard_normal(xrows * k).astype(np.float32),
+        "ids": rng.integers(0, e, slots).astype(np.uint32),
+    }
+    return p, env
 
 
 # the grouped matmul has no subgroup reduction: one reduction path covers it
@@ -46,21 +63,7 @@ def test_moe_matmul(device, path, group, dtype, e, m, k, slots, xrows):
     caps = _paths(device).get(path) or pytest.skip("no subgroup arithmetic")
     # matmul_coop -1: the f32 tiled kernel on GPUs too (tests/lowering/test_coop.py has the coop one)
     caps = replace(caps, moe_group=1 if group == "grouped" else -1, matmul_coop=-1)
-    rng = np.random.default_rng(e * m + k)
-    p = one_op(
-        "moe_matmul",
-        {
-            "w": ((e, m, k), dtype, "weight"),
-            "x": ((xrows * k,), "f32", "activation"),
-            "ids": ((slots,), "u32", "activation"),
-        },
-        {"y": ((slots * m,), "f32", "output")},
-    )
-    env = {
-        "w": _weight(rng, e, m, k, dtype),
-        "x": rng.standard_normal(xrows * k).astype(np.float32),
-        "ids": rng.integers(0, e, slots).astype(np.uint32),
-    }
+    p, env = moe_matmul_case(dtype, e, m, k, slots, xrows)
     shaders = [c.shader for c in op_calls(p, 0, caps)]
     assert shaders == (["moe_group", "matmul_rows"] if group == "grouped" else ["moe_matmul"]), shaders
     got, want = run_and_reference(device, p, env, caps)
