@@ -62,10 +62,11 @@ class BatchGenerator:
     ) -> BatchResponse | None:
         """Run the prompt, join, and give the response of its first token (None: should_stop()
         turned true during the prompt). reuse: skip the leading prompt tokens whose K/V rows the
-        decoder's cache holds. index: the caller's name for the sequence, in its responses."""
+        decoder's cache or a free slot holds. index: the caller's name for the sequence, in its
+        responses."""
         if self.kv is not None and not reuse:
             self.kv.keep(0)
-        joined = self.batch.join(prompt_ids, sampling, self.kv, should_stop, max_tokens - 1)
+        joined = self.batch.join(prompt_ids, sampling, self.kv, should_stop, max_tokens - 1, reuse)
         if joined is None:
             return None
         slot, first = joined
@@ -74,10 +75,10 @@ class BatchGenerator:
 
     def start(self, index: int, prompt_ids, max_tokens: int, sampling=None, reuse: bool = False) -> int:
         """Begin a sequence's prompt (insert's arguments; one prompt at a time): prefill() runs it
-        on. Returns its slot, taken until it leaves."""
+        on. Returns its slot, taken until it leaves; batch.joining.cached: the prompt tokens reused."""
         if self.kv is not None and not reuse:
             self.kv.keep(0)
-        slot = self.batch.begin(prompt_ids, sampling, self.kv, max_tokens - 1)
+        slot = self.batch.begin(prompt_ids, sampling, self.kv, max_tokens - 1, reuse)
         self.seqs[slot] = _Seq(index, self.tokenizer.stream(), max_tokens)
         self.joining = slot
         return slot

@@ -35,6 +35,10 @@ class KVPrefix:
             raise AssertionError(f"KV row {pos} written while {len(self.ids)} rows are tracked")
         self.ids.append(int(token))
 
+    def reset(self, ids: list[int]) -> None:
+        """Rows 0..len(ids)-1 hold ids now (copied there from a batch slot)."""
+        self.ids = [int(t) for t in ids]
+
     def clear(self) -> None:
         self.ids.clear()
 

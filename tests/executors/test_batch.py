@@ -1,7 +1,7 @@
 """Batched decode (executors/batch.py): every sequence of a batch gives the tokens it gives alone
 (greedy and sampled, every architecture, prompts of different lengths, sequences leaving early and
 the width shrinking), and per width the replayed step costs 0 descriptor writes, 0 recordings and
-1 submit."""
+1 submit; each slot keeps the rows of the chat that left it for that chat's next turn."""
 
 from __future__ import annotations
 
@@ -252,3 +252,42 @@ def test_slots_that_cannot_fit_are_refused(device, tiny, monkeypatch):
         monkeypatch.setattr(type(device.info), "device_local_bytes", property(lambda self: need + 1))
         with pytest.raises(DeviceMemoryError, match="a batch of 8 sequences needs"):
             BatchDecode(dec, (1, 8))
+
+
+@pytest.mark.parametrize("solo", [False, True])
+def test_each_slot_keeps_its_chat_for_the_next_turn(device, tiny, solo):
+    """Two chats interleaved: each leaves its rows in its slot, so each second turn takes that slot
+    and runs only its new tokens (the decoder's cache held the other chat), giving the tokens it
+    gives alone; a third prompt unrelated to both takes the empty slot, evicting neither."""
+    from vkdecode.prompt_cache import KVPrefix
+
+    m = tiny["llama"]
+    a, b_ids, more, other = prompts((9, 7, 4, 6), seed=6)
+    with build(device, m, "fused") as dec:
+        answers = [alone(dec, ids, 6) for ids in (a, b_ids)]
+        turn2 = [ids + ans + more for ids, ans in zip((a, b_ids), answers)]
+        want = [alone(dec, t, 4) for t in turn2]
+        kv = KVPrefix()
+        with BatchDecode(dec, (1, 2, 4), solo=solo) as b:
+            firsts = [b.join(ids, None, kv) for ids in (a, b_ids)]
+            got = {s: [t] for s, t in firsts}
+            for _ in range(5):
+                for s, t in b.step().items():
+                    got[s].append(t)
+            for s, _ in firsts:
+                b.leave(s)
+            assert [got[s] for s, _ in firsts] == answers
+            slot, _ = b.join(other, None, kv)
+            assert slot not in (firsts[0][0], firsts[1][0]) and b.joining is None
+            b.leave(slot)
+            out = {}
+            for i, t in enumerate(turn2):
+                s = b.begin(t, None, kv)
+                assert s == firsts[i][0] and b.joining.cached == len(t) - len(more) - 1
+                while (joined := b.advance(rows=8)) is None:
+                    pass
+                out[s] = [joined[1]]
+            for _ in range(3):
+                for s, t in b.step().items():
+                    out[s].append(t)
+    assert [out[s] for s, _ in firsts] == want

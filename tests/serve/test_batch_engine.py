@@ -2,7 +2,7 @@
 concurrent requests decode together in batched steps and each gets the answer it gets alone
 (greedy and seeded sampling, stop strings, different lengths); a long prompt joins a chunk at a
 time while the others decode; a client that goes away (decoding, or mid-prompt) frees its slot;
-the bounded queue still refuses with 429."""
+the bounded queue still refuses with 429; interleaved chats each reuse their slot's rows."""
 
 from __future__ import annotations
 
@@ -276,3 +276,47 @@ def test_a_failed_prompt_chunk_or_step_ends_only_its_requests(model, monkeypatch
         m = engine.metrics()
     assert again["choices"][0]["message"] == alone
     assert m["requests"]["failed"] == 4 and m["queue"]["running_requests"] == 0
+
+
+def test_two_interleaved_chats_each_reuse_their_slot(model):
+    """Clients A and B chat two turns each, their turns concurrent (A1 with B1, then A2 with B2), and
+    an unrelated request in between: each second turn reports cached_tokens covering its first turn,
+    as many as right after it on the one-at-a-time engine (its slot kept its rows: --parallel 3
+    leaves the unrelated one an empty slot), and answers as with cache_prompt false."""
+    chats = [QUESTION, [{"role": "user", "content": "Hello, world"}]]
+    first = [{"messages": c, "max_tokens": 8, "temperature": 0} for c in chats]
+    unrelated = {"messages": [{"role": "user", "content": "x y z"}], "max_tokens": 5, "temperature": 0}
+    with serving(model, parallel=3) as (engine, url), httpx.Client(timeout=120) as http:
+        turn1 = _by_client(_post_all(url, first))
+        second = [
+            dict(
+                first[i],
+                messages=chats[i] + [{"role": "assistant", "content": _content(turn1[i])}, chats[1 - i][0]],
+            )
+            for i in (0, 1)
+        ]
+        assert http.post(url + "/v1/chat/completions", json=unrelated).status_code == 200
+        assert len(engine.batch.cache.ids) == 3  # the unrelated request took the empty slot
+        turn2 = _by_client(_post_all(url, second))
+        fresh = _by_client(_post_all(url, [dict(b, cache_prompt=False) for b in second]))
+    with serving(model) as (_, url), httpx.Client(timeout=120) as http:
+        back_to_back = []
+        for i in (0, 1):
+            http.post(url + "/v1/chat/completions", json=first[i])
+            r = http.post(url + "/v1/chat/completions", json=second[i]).json()
+            back_to_back.append(r["usage"]["prompt_tokens_details"]["cached_tokens"])
+    for i in (0, 1):
+        assert turn2[i]["usage"]["prompt_tokens_details"]["cached_tokens"] == back_to_back[i]
+        cached = turn2[i]["usage"]["prompt_tokens_details"]["cached_tokens"]
+        assert turn1[i]["usage"]["prompt_tokens"] <= cached < turn2[i]["usage"]["prompt_tokens"]
+        assert fresh[i]["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        assert _content(turn2[i]) == _content(fresh[i])
+
+
+def _by_client(got) -> dict:
+    assert sorted((i, s) for i, s, _ in got) == [(0, 200), (1, 200)]
+    return {i: r for i, _, r in got}
+
+
+def _content(r) -> str:
+    return r["choices"][0]["message"]["content"]

@@ -14,6 +14,8 @@ prompt may run a chunk at a time between them (begin, advance): the live sequenc
 A sequence that leaves copies its rows back into the decoder's cache, unless a prompt is joining
 (whose cache it is then). The prompt cache (prompt_cache.KVPrefix) therefore keeps working: a
 prompt that starts with the last sequence (the next turn of its chat) runs only its new tokens.
+The slot a sequence leaves keeps its rows too (executors/slot_cache.py says how a joining prompt
+picks a slot and which rows it reuses), so interleaved chats each keep their previous turn.
 
 With solo=True, one live sequence with no prompt joining decodes on the decoder's own step in the
 decoder's cache (executors/solo.py): it joins without the copy into its slot, its rows go into
@@ -68,6 +70,7 @@ class Joining:
     params: object  # its SamplingParams
     pieces: deque
     left: int | None  # as Row.left, once it has joined
+    cached: int = 0  # leading prompt tokens whose rows were reused (not run)
 
 
 @dataclass
@@ -79,6 +82,7 @@ class Row:
     params: object  # its SamplingParams (step words STEP_SEED .. STEP_TOP_P)
     ids: list  # the tokens whose K/V rows its slot holds, rows 0..pos-1
     left: int | None = None  # decode steps it runs at most (None: to the end of the context)
+    kept: bool = True  # its rows are known to hold ids: its slot may cache them when it leaves
 
 
 def _stepped(row: Row, tok: int) -> int:
@@ -96,6 +100,7 @@ class BatchDecode:
         is a batched one (the per-width figures of `vkdecode stats` and bench/batch_decode.py)."""
         from fusion.chunk_batch import batch_program
         from vkdecode.executors.prefill import chunk_executor
+        from vkdecode.executors.slot_cache import SlotCache
         from vkdecode.executors.solo import Solo
 
         ex = decoder.executor
@@ -123,16 +128,19 @@ class BatchDecode:
         self._written: tuple | None = None  # (width, slots) the batch step buffer holds
         self.steps: dict[int, int] = dict.fromkeys(self.widths, 0)  # steps run per width
         self.solo = Solo(self) if solo else None
+        self.cache = SlotCache(self.slots)  # what the free slots' rows hold
 
     @property
     def free(self) -> list[int]:
         taken = set(self.rows) | ({self.joining.slot} if self.joining is not None else set())
         return [s for s in range(self.slots) if s not in taken]
 
-    def join(self, prompt_ids, params, kv=None, should_stop=None, max_steps=None) -> tuple[int, int] | None:
+    def join(
+        self, prompt_ids, params, kv=None, should_stop=None, max_steps=None, reuse: bool = True
+    ) -> tuple[int, int] | None:
         """Run a prompt and give it a free slot: (slot, its first new token), or None when
         should_stop() turned true during the prompt. kv: the decoder's KVPrefix (reused, kept)."""
-        slot = self.begin(prompt_ids, params, kv, max_steps)
+        slot = self.begin(prompt_ids, params, kv, max_steps, reuse)
         while True:
             if should_stop is not None and should_stop():
                 self.leave(slot)
@@ -141,11 +149,11 @@ class BatchDecode:
             if joined is not None:
                 return joined
 
-    def begin(self, prompt_ids, params, kv=None, max_steps=None) -> int:
+    def begin(self, prompt_ids, params, kv=None, max_steps=None, reuse: bool = True) -> int:
         """Start a prompt on its way into a free slot (returned); advance() runs it a piece at a
         time, so steps of the live sequences can run in between. One prompt at a time: it runs in
-        the decoder's KV cache (a solo sequence moves into its slot first). kv: the decoder's
-        KVPrefix (reused, kept). max_steps: the decode steps it will run at most (Row.left)."""
+        the decoder's KV cache (a solo sequence moves into its slot first). kv: the decoder's KVPrefix
+        (reused, kept); reuse: a free slot's rows too. max_steps: decode steps it runs at most."""
         from vkdecode.sampling import SamplingParams
 
         params = params or SamplingParams()
@@ -163,13 +171,20 @@ class BatchDecode:
         if self.solo is not None:
             self.solo.to_slot()
         self.decoder.executor.set_sampling(params)
+        slot, held = self.cache.pick(free, ids, reuse and kv is not None)
+        self.cache.forget(slot)  # taken: its rows get overwritten
         start = kv.reusable(ids) if kv is not None else 0
         if kv is not None:
+            if held > start:  # the slot holds more of the prompt: its rows go where the pieces run
+                kv.keep(0)
+                self._copy_rows(slot, held, back=True)
+                kv.reset(ids[:held])
+                start = held
             kv.keep(start)
             self.kv = kv
         pieces = self.decoder.prompt_pieces(ids[start:], start, kv.wrote if kv is not None else None)
-        self.joining = Joining(free[0], ids, params, deque(pieces), max_steps)
-        return free[0]
+        self.joining = Joining(slot, ids, params, deque(pieces), max_steps, start)
+        return slot
 
     def advance(self, rows: int = 1) -> tuple[int, int] | None:
         """Run the joining prompt's next pieces: one, then more while they fit in `rows` rows of
@@ -201,21 +216,21 @@ class BatchDecode:
         """The sequence in `slot` is done (finished, or its client gone; a joining prompt stops
         where it is): the slot is free. Its rows go back into the decoder's cache (the prompt
         cache), so its next turn runs only its new tokens, as without a batch; not while a prompt
-        is joining: that cache is the prompt's."""
+        is joining: that cache is the prompt's. The slot keeps them too (its prompt cache)."""
         if self.joining is not None and self.joining.slot == slot:
             self.joining = None
         row = self.rows.pop(slot, None)
         if row is None:
             return
         self._written = None
-        if self.solo is not None and self.solo.slot == slot:  # its rows are in the decoder's cache
-            self.solo.stop()
-            return
-        if self.kv is not None and self.joining is None:
+        kept = row.kept and self.kv is not None  # rows known to hold row.ids
+        solo = self.solo is not None and self.solo.slot == slot  # its rows: the decoder's cache
+        if solo:
+            self.solo.leave(row, kept)
+        self.cache.remember(slot, row.ids if kept else [])
+        if self.kv is not None and self.joining is None and not solo:
             self._copy_rows(slot, len(row.ids), back=True)
-            self.kv.keep(0)
-            for pos, t in enumerate(row.ids):
-                self.kv.wrote(t, pos)
+            self.kv.reset(row.ids)
 
     def width(self) -> int:
         return next(w for w in self.widths if w >= len(self.rows))
@@ -237,8 +252,10 @@ class BatchDecode:
             self._write_rows(ex, w, live)
         try:
             ex.step(0, 0)  # the rows are in the batch step buffer: _write_step writes nothing
-        except BaseException:  # the slots may not hold what the rows say: none is copied back
+        except BaseException:  # the slots may not hold what the rows say: none is copied back or kept
             self.kv = None
+            for s in live:
+                self.rows[s].kept = False
             raise
         toks = ex.plan.read("next_token", "uint32")
         out = {}

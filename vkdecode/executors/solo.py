@@ -25,9 +25,7 @@ class Solo:
         self.slot = slot
         kv, ids = self.batch.kv, self.batch.rows[slot].ids
         if kv is not None and kv.ids != ids:  # the prompt cache tracks what the cache holds
-            kv.keep(0)
-            for pos, t in enumerate(ids):
-                kv.wrote(t, pos)
+            kv.reset(ids)
 
     def step(self, slot: int) -> int:
         """The token after the row's (at its position), from the running decode, started at the
@@ -41,6 +39,7 @@ class Solo:
         except BaseException:  # the decoder's cache may not hold what the rows say: none is kept
             self.stop()
             self.batch.kv = None
+            row.kept = False
             raise
         if self.batch.kv is not None:
             self.batch.kv.wrote(row.token, row.pos)  # the step fed row.token has completed
@@ -79,6 +78,14 @@ class Solo:
             self.slot = slot
             raise
         self.batch._written = None
+
+    def leave(self, row, kept: bool) -> None:
+        """The solo sequence is done: its decode stops. kept (its rows are known): they go into its
+        slot too, whose prompt cache they become (the decoder's cache is the next prompt's)."""
+        slot = self.slot
+        self.stop()
+        if kept:
+            self.batch._copy_rows(slot, len(row.ids))
 
     def stop(self) -> None:
         """Stop the decode (waits for the steps in flight: their tokens are dropped, their KV rows

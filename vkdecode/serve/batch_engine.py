@@ -5,7 +5,9 @@ Between two batched steps the worker starts a waiting request when a slot is fre
 prompt a turn at a time: after each batched step of the others, one turn of prompt_rows() rows of
 work (about one widest prompt chunk), until it has its first token and joins the batch. So a long
 prompt delays the running requests' tokens by about one chunk each, not by its whole length. One
-prompt runs at a time (it goes through the decoder's KV cache: executors/batch.py). A request that
+prompt runs at a time (it goes through the decoder's KV cache: executors/batch.py). Each slot keeps
+the rows of the request that left it (executors/slot_cache.py), so a chat's next turn reuses its
+rows whatever ran between; cached_tokens counts them. A request that
 finishes, hits a stop string or whose client went away (while decoding or mid-prompt) leaves at
 once and frees its slot; the next step runs at the narrowest recorded width that holds the rest.
 The queue in front is the same bounded FIFO as the one-at-a-time engine's (a full queue is refused
@@ -120,7 +122,6 @@ class BatchEngine(Engine):
         if job.cancelled.is_set():
             self._count("cancelled")
             return
-        p = Progress(job, self.model.kv.reusable(req.prompt_ids) if req.cache_prompt else 0)
         params = SamplingParams(req.temp, req.top_k, req.top_p, req.seed)
         try:
             gen.start(job.seq, req.prompt_ids, req.max_tokens, params, req.cache_prompt)
@@ -128,6 +129,7 @@ class BatchEngine(Engine):
             log.exception("generation failed (request %d)", job.seq)
             self._fail([job])
             return
+        p = Progress(job, self.batch.joining.cached)  # from its slot's cache or the decoder's
         with self._lock:
             self.joining = p
             self.running = self.running or job
