@@ -12,6 +12,7 @@
 #   bash bench/gpu_session.sh serve     # serve --parallel 64 vs llama-server -np 64, 1-64 clients, Qwen3-0.6B F16 and 8B Q4_K_M
 #   bash bench/gpu_session.sh batch     # batched steps per width (decode matvec vs chunk kernels), MoE decode detail
 #   bash bench/gpu_session.sh serve8b   # the 8B part of serve, with the batched steps before it
+#   bash bench/gpu_session.sh narrow    # batched steps of 16-64 rows on the tensor cores' narrow tiles
 set -euo pipefail
 OUT=${OUT:?set OUT to the results folder}
 LLAMA=/tmp/llama/llama-server
@@ -150,6 +151,21 @@ serve8b)
         --out "$OUT/serve-vk-llama3.1-8b.json" | cut -c1-330
     python -m bench.serve_load --llama-model "$f" --llama-server "$LLAMA" --parallel 64 --ctx 512 \
         --clients $L --out "$OUT/serve-llama-llama3.1-8b.json" | cut -c1-330
+    ;;
+narrow)
+    # batched steps of 16 to 64 rows: the tensor cores' narrow tiles (the default since) against the
+    # narrow / wide f32 chunk kernels (matmul_coop=64, the default before), one process each, alternating
+    python -m pytest -q tests/lowering/test_coop.py 2>&1 | tail -2 || true
+    for s in "llama3.1-8b q4_k_m" "qwen3-0.6b f16"; do
+        set -- $s
+        f=/tmp/$1-$2.gguf
+        python -m bench.shape_gguf --shape "$1" --quant "$2" "$f"
+        python -m bench.batch_decode --model "$f" --widths 1 --steps 8 --ctx 512 > /dev/null  # GPU warm-up
+        for c in "matmul_coop=64" "" "matmul_coop=64" ""; do
+            python -m bench.batch_decode --model "$f" --widths 16 32 64 --steps 32 --ctx 512 \
+                --caps $c --out "$OUT/batch-$1${c:+-coop64}.json" | tail -4
+        done
+    done
     ;;
 head)
     # lm_head + argmax: row blocks per workgroup (fewer: more (max, index) pairs for the final pass)

@@ -99,7 +99,7 @@ def test_chunk_matmul_and_matvec_rows_agree(device, tiny, batch_matvec, narrow, 
     narrow kernel with matmul_narrow 16, as on GPUs) and a CPU's the decode matvec over all rows
     (forced on at 8): the same tokens every way."""
     m = tiny["llama"]
-    caps = KernelCaps.from_info(device.info, batch_matvec=batch_matvec, matmul_narrow=narrow)
+    caps = KernelCaps.from_info(device.info, batch_matvec=batch_matvec, matmul_narrow=narrow, matmul_coop=-1)
     ps = prompts((5, 9, 4))
     with build(device, m, "fused", caps) as dec:
         want = [alone(dec, p, n) for p, n in zip(ps, (7, 3, 5))]

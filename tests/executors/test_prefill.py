@@ -100,7 +100,7 @@ def test_prefill_with_the_gpu_narrow_matmul(device, tiny, mode):
     m = tiny["qwen3"]
     toks = prompt(30, seed=3)
     want = reference_path(m, toks)
-    caps = exact(device, matmul_narrow=16)
+    caps = exact(device, matmul_narrow=16, matmul_coop=-1)
     with Decoder(make_executor(mode, device, m.program, m.weights, caps=caps)) as dec:
         dec.set_prefill((16, 8, 3))
         check_against(dec, toks, *want, what=f"narrow {mode}")

@@ -48,7 +48,15 @@ def test_coop_shape_choice(device):
     assert coop_shape(gpu, "qwen3", 576, 64, 576) == (2, 2, 2, 2, 8)  # 9 x 1: at most 8 splits
     assert coop_shape(replace(gpu, matmul_groups=64), "qwen3", 2048, 512, 1024) == (2, 2, 2, 4, 1)
     assert coop_shape(gpu, "qwen3", 100, 512, 1024) is None  # 100 rows: no tile divides
-    assert coop_shape(gpu, "qwen3", 1024, 48, 1024) is None  # under 64 chunk rows
+    assert coop_shape(gpu, "qwen3", 1024, 40, 1024) is None  # not whole 16-row tiles
+    narrow = gpu  # narrow tiles where no COOP_TILES entry divides the rows
+    assert coop_shape(narrow, "llama", 14336, 16, 4096) == (2, 1, 2, 1, 1)  # 64 x 16: 224 x 1
+    assert coop_shape(narrow, "llama", 4096, 16, 4096) == (2, 1, 2, 1, 3)  # 64 x 1: 3 splits
+    assert coop_shape(narrow, "llama", 14336, 32, 4096) == (2, 1, 2, 2, 1)  # 64 x 32
+    assert coop_shape(narrow, "llama", 4096, 96, 4096) == (2, 1, 2, 2, 1)  # 96 rows: 32-row tiles, 64 x 3
+    assert coop_shape(narrow, "llama", 4096, 64, 4096) == (2, 2, 2, 2, 3)  # 64 rows: the usual tiles
+    assert coop_shape(narrow, "qwen3", 1024, 8, 1024) is None  # under 16 chunk rows
+    assert coop_shape(replace(gpu, matmul_coop=64), "qwen3", 1024, 48, 1024) is None  # under matmul_coop
     assert coop_shape(gpu, "qwen3", 1024, 512, 1000) is None  # k not whole 32-wide steps
     assert coop_shape(gpu, "gemma3", 1024, 512, 1024) is None  # activations overflow f16
     assert coop_shape(replace(gpu, matmul_coop=-1), "qwen3", 1024, 512, 1024) is None
@@ -74,6 +82,8 @@ SHAPES = [
     (128, 128, 256, "2x2:4x4", 1),
     (64, 256, 512, "2x2:4x2", 2),
     (256, 64, 256, "2x2:2x4", 1),
+    (16, 128, 256, "4x1:2x1", 2),  # the narrow tiles (batched steps of 16 and 32 rows)
+    (32, 64, 512, "2x1:2x2", 1),
 ]
 CASES = [(dt,) + s for dt in DTYPES for s in SHAPES if not dt.endswith("_k") or s[2] % 256 == 0]
 
@@ -82,9 +92,14 @@ CASES = [(dt,) + s for dt in DTYPES for s in SHAPES if not dt.endswith("_k") or 
     "dtype,rows,out,n_in,tile,splits", CASES, ids=[f"{d}-T{t}-{o}x{i}-{m}-s{s}" for d, t, o, i, m, s in CASES]
 )
 def test_matmul_rows_coop(device, dtype, rows, out, n_in, tile, splits):
+    check_coop_matmul(device, dtype, (rows, out, n_in), tile, splits)
+
+
+def check_coop_matmul(device, dtype, dims, tile, splits):
     caps = caps_of(device)
     if not caps.coop_matrix:
         pytest.skip(f"no coop path: {device.info.features.get('coop_reason')} (runs on the H100)")
+    rows, out, n_in = dims
     rng = np.random.default_rng(rows * 1000 + out * 7 + n_in)
     w = quantize((rng.standard_normal((out, n_in)) * 0.1).astype(np.float32), dtype)
     x = rng.standard_normal(rows * n_in).astype(np.float32)
@@ -94,7 +109,7 @@ def test_matmul_rows_coop(device, dtype, rows, out, n_in, tile, splits):
         {"y": ((rows * out,), "f32", "output")},
         rows=rows,
     )
-    caps = replace(caps, coop_tile=tile, matmul_splitk=splits)
+    caps = replace(caps, coop_tile=tile, matmul_splitk=splits, matmul_coop=16)
     calls = op_calls(p, 0, caps)
     assert [c.shader for c in calls] == ["matmul_rows_coop"] + (["matmul_rows_splitk"] if splits > 1 else [])
     got, want = run_and_reference(device, p, {"w": w, "x": x}, caps)

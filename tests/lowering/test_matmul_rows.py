@@ -85,7 +85,7 @@ def test_matmul_rows_narrow(device, dtype, rows, out, n_in):
         {"y": ((rows * out,), "f32", "output")},
         rows=rows,
     )
-    caps = caps_of(device, matmul_narrow=16)
+    caps = caps_of(device, matmul_narrow=16, matmul_coop=-1)
     assert [c.shader for c in op_calls(p, 0, caps)] == ["matmul_rows_narrow"]
     got, want = run_and_reference(device, p, {"w": w, "x": x}, caps)
     err = nmse(got["y"], want["y"])
@@ -108,7 +108,7 @@ def test_matmul_rows_narrow_lanes(device, dtype, lanes):
         {"y": ((9 * 70,), "f32", "output")},
         rows=9,
     )
-    caps = caps_of(device, matmul_narrow=16, narrow_lanes=lanes)
+    caps = caps_of(device, matmul_narrow=16, narrow_lanes=lanes, matmul_coop=-1)
     assert [c.shader for c in op_calls(p, 0, caps)] == ["matmul_rows_narrow"]
     got, want = run_and_reference(device, p, {"w": w, "x": x}, caps)
     assert nmse(got["y"], want["y"]) <= LIMIT
@@ -133,7 +133,7 @@ def test_matmul_rows_narrow_element_path(device, dtype):
         {"y": ((9 * 70,), "f32", "output")},
         rows=9,
     )
-    got, want = run_and_reference(device, p, {"w": w, "x": x}, caps_of(device, matmul_narrow=16))
+    got, want = run_and_reference(device, p, {"w": w, "x": x}, caps_of(device, matmul_narrow=16, matmul_coop=-1))
     assert nmse(got["y"], want["y"]) <= LIMIT
 
 

@@ -56,7 +56,7 @@ class KernelCaps:
         0  # matmul_rows_narrow invocations per weight row (0: auto, up to 32; < 0: the tile width)
     )
     matmul_wide: int = 0  # chunk widths from this take matmul_rows_wide (0: 17, < 0: never)
-    matmul_coop: int = 0  # chunk widths from this take matmul_rows_coop where coop_matrix (0: 64, < 0: never)
+    matmul_coop: int = 0  # chunk widths from this take matmul_rows_coop where coop_matrix (0: 16, < 0: never)
     coop_tile: str = ""  # its subgroups x 16x16 blocks, "SG_MxSG_N:BLK_MxBLK_N" ("": coop.py chooses)
     matmul_tile: str = ""  # its TMxTN micro-tile ("8x8", "8x4", "4x8", "4x4"; "": matmul_rows.py chooses)
     matmul_splitk: int = 0  # its k splits (0: enough for matmul_groups workgroups, 1: none)

@@ -14,7 +14,10 @@ from vkdecode.models import ARCHITECTURES
 
 COOP_BK = 32  # the kernel's k step
 COOP_LANES = 32  # lanes per subgroup (shaders/coopmat.glsl REQUIRED_SUBGROUP_SIZE, vk/coopmat.LANES)
-COOP_START = 64  # default narrowest chunk: under it the f32 kernels' tiles fit as well
+# Default narrowest chunk. 16 (was 64, with the narrow tiles below): H200, batched steps of
+# Llama-3.1-8B Q4_K_M, 16 rows 41 -> 17 ms, 32 rows 60 -> 23 ms; Qwen3-0.6B F16 16 rows 3.7k -> 4.1k
+# tok/s, 32 rows 4.6k -> 6.6k (bench/results/nvidia-h200/2026-11-27-narrow-coop)
+COOP_START = 16
 # (SG_M, SG_N, BLK_M, BLK_N): subgroups along weight rows x chunk rows, 16x16 blocks per subgroup
 # In order of preference. 64 x 128 first: H200, 512-row chunks, every matmul on one tile, Llama-3.1-8B
 # Q4_K_M 53.9 ms of matmuls (2x4) vs 69.4 (4x2) vs 66.5 (2x2), Llama-3.2-1B F16 4.56 vs 4.70 vs 9.77.
@@ -22,6 +25,9 @@ COOP_START = 64  # default narrowest chunk: under it the f32 kernels' tiles fit 
 # at a third of the rate of its other matmuls on it (1.9 ms each; bench/results/nvidia-h200/
 # 2026-11-27-coop-tiles); coop_tile="2x2:4x4" still forces it.
 COOP_TILES = ((2, 2, 2, 4), (2, 2, 4, 2), (2, 2, 2, 2))
+# Chunks of 16 to 63 rows (batched steps of 16 or 32 users, narrow prompt chunks) that no tile above
+# divides: one subgroup column, 128 or 64 weight rows x 32 or 16 chunk rows, the same preference.
+COOP_NARROW_TILES = ((4, 1, 2, 2), (2, 1, 2, 2), (4, 1, 2, 1), (2, 1, 2, 1))
 COOP_MAX_SPLITS = 8
 COOP_GROUPS = 132  # default workgroups to reach: one per SM of an H100 (a tile is 4-8 warps of MMAs)
 # architectures whose activations overflow f16, which the kernels round their inputs to (Gemma 3)
@@ -56,17 +62,23 @@ def coop_shape(caps: KernelCaps, arch: str, n: int, rows: int, n_in: int) -> tup
     """(SG_M, SG_N, BLK_M, BLK_N, k splits) of matmul_rows_coop for n weight rows x `rows` chunk
     rows over n_in, or None. Auto: the first COOP_TILES entry dividing both whose grid reaches
     caps.matmul_groups workgroups (COOP_GROUPS by default), else the smallest dividing tile,
-    split over k until it does."""
+    split over k until it does; COOP_NARROW_TILES likewise where no COOP_TILES entry divides."""
     start = COOP_START if caps.matmul_coop == 0 else caps.matmul_coop
     if not coop_usable(caps, arch) or caps.matmul_coop < 0 or rows < start or n_in % COOP_BK:
         return None
-    tiles = [parse_tile(caps.coop_tile)] if caps.coop_tile else list(COOP_TILES)
-    fits = []
-    for t in tiles:
-        bm, bn, wg = tile_dims(t)
-        shared = 2 * (bm + bn) * (COOP_BK + 8)
-        if n % bm == 0 and rows % bn == 0 and wg <= caps.max_invocations and shared <= caps.max_shared:
-            fits.append(t)
+
+    def fitting(tiles):
+        fits = []
+        for t in tiles:
+            bm, bn, wg = tile_dims(t)
+            shared = 2 * (bm + bn) * (COOP_BK + 8)
+            if n % bm == 0 and rows % bn == 0 and wg <= caps.max_invocations and shared <= caps.max_shared:
+                fits.append(t)
+        return fits
+
+    fits = fitting([parse_tile(caps.coop_tile)] if caps.coop_tile else COOP_TILES)
+    if not fits and not caps.coop_tile:
+        fits = fitting(COOP_NARROW_TILES)
     if not fits:
         return None
     target = caps.matmul_groups or COOP_GROUPS

@@ -175,7 +175,8 @@ def matmul_calls(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     for r0, n in chunks:
         b = weight_bindings(w, wv.dtype, r0, None if len(chunks) == 1 else n)
         label = op.outputs[0] + (f"[{r0}:]" if len(chunks) > 1 else "")
-        coop = None if narrow else coop_shape(caps, str(p.meta.get("arch", "")), n, rows, n_in)
+        # tensor cores first at any width they take (coop_shape: from caps.matmul_coop rows)
+        coop = coop_shape(caps, str(p.meta.get("arch", "")), n, rows, n_in)
         if coop is not None:
             calls += _coop_calls(
                 op.outputs[0], b + (Binding(x),), coop, (n_in, n, rows, n_out), r0, defines, label, caps
