@@ -47,10 +47,12 @@ void fmv_rows_gate_up(uint first, uint base) {
 #define KW_PAIR 1
 #define KW_ACC(i) fmv_acc[i]
 #define KW_M M
+#define KW_BASE base
 #include "kwide_rows.glsl"
 #undef KW_PAIR
 #undef KW_ACC
 #undef KW_M
+#undef KW_BASE
 #else
         vec4 xv[XU_VEC4];
         load_x_0(u, xv);

@@ -3,12 +3,24 @@
 // code: KW_ACC(i) += row first + i's dot with x over unit u, for i < ROWS (rows past KW_M - 1
 // re-read row KW_M - 1; their sums are dropped by the caller). With KW_PAIR (gate/up) the rows
 // are those of weight slots 0 and 1 (fused_wslot.glsl), the second's in KW_ACC(ROWS + i).
+// Optional: KW_BASE, a row offset added to every row read (the chosen expert's first row in a 3-D
+// MoE weight: matvec.glsl's MV_ROW_BASE, fused_swiglu.glsl's FSW_BASE; default 0), and KW_WEIGHT,
+// a factor on every unit's dot (matvec.glsl's MV_SLOT_WEIGHT, the router weight of a MoE slot).
 //
 // Every row's weight words are loaded first, then x in two halves (the low nibbles' 16
 // activations, then the high ones'), so only half of the unit's x is live with them: H100, q4_k
 // 14336x4096 24.2 vs 26.6 µs, 28672x4096 39.9 vs 44.5 (4 rows a workgroup of 64 against the
 // unsplit unit's best, 2), bench/results/nvidia-h100-80gb-hbm3/2026-11-25-kwide-split/.
 {
+#ifndef KW_BASE
+#define KW_BASE 0u
+#define KW_BASE_OWN
+#endif
+#ifdef KW_WEIGHT
+#define KW_TERM(v) (KW_WEIGHT * (v))
+#else
+#define KW_TERM(v) (v)
+#endif
 #ifdef KW_PAIR
 #define KW_N (2 * ROWS)
 #else
@@ -16,7 +28,7 @@
 #endif
     uvec4 kq[KW_N], kaux[KW_N];
     for (uint i = 0; i < ROWS; i++) {
-        const uint r = min(first + i, KW_M - 1);
+        const uint r = min(first + i, KW_M - 1) + KW_BASE;
 #ifdef KW_PAIR
         kw_load_0(r * ROW_WORDS(K), r * ROW_SCALES(K), u, kq[i], kaux[i]);
         kw_load_1(r * ROW_WORDS(K), r * ROW_SCALES(K), u, kq[ROWS + i], kaux[ROWS + i]);
@@ -43,15 +55,20 @@
     kinv = kw_planes(kx, kp);
 #endif
     for (uint i = 0; i < ROWS; i++) {
-        const uint rs = min(first + i, KW_M - 1) * ROW_SCALES(K);
+        const uint rs = (min(first + i, KW_M - 1) + KW_BASE) * ROW_SCALES(K);
 #ifdef KW_PAIR
-        KW_ACC(i) += kw_scaled_0(rs, kaux[i], u, ka0[i], kw_half(kq[i], kaux[i], 1u, KW_XH), kxs0, kxs1);
-        KW_ACC(ROWS + i) += kw_scaled_1(rs, kaux[ROWS + i], u, ka0[ROWS + i],
-                                        kw_half(kq[ROWS + i], kaux[ROWS + i], 1u, KW_XH), kxs0, kxs1);
+        KW_ACC(i) += KW_TERM(kw_scaled_0(rs, kaux[i], u, ka0[i], kw_half(kq[i], kaux[i], 1u, KW_XH), kxs0, kxs1));
+        KW_ACC(ROWS + i) += KW_TERM(kw_scaled_1(rs, kaux[ROWS + i], u, ka0[ROWS + i],
+                                                kw_half(kq[ROWS + i], kaux[ROWS + i], 1u, KW_XH), kxs0, kxs1));
 #else
-        KW_ACC(i) += kw_scaled(rs, kaux[i], u, ka0[i], kw_half(kq[i], kaux[i], 1u, KW_XH), kxs0, kxs1);
+        KW_ACC(i) += KW_TERM(kw_scaled(rs, kaux[i], u, ka0[i], kw_half(kq[i], kaux[i], 1u, KW_XH), kxs0, kxs1));
 #endif
     }
 #undef KW_N
 #undef KW_XH
+#undef KW_TERM
+#ifdef KW_BASE_OWN
+#undef KW_BASE
+#undef KW_BASE_OWN
+#endif
 }

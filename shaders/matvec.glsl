@@ -101,9 +101,13 @@ void matvec_main() {
 #ifdef KW_SPLIT
 #define KW_ACC(i) acc[0][i]
 #define KW_M M
+#define KW_BASE base
+#define KW_WEIGHT sw
 #include "kwide_rows.glsl"
 #undef KW_ACC
 #undef KW_M
+#undef KW_BASE
+#undef KW_WEIGHT
 #else
         for (uint b = 0; b < XR; b++) {
             vec4 xv[XU_VEC4];

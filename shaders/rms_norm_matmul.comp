@@ -6,6 +6,8 @@
 // Bindings (numbers from fused_matvec.py, as defines): B_X x, B_NW norm_w, and per projection p:
 // WB_p (data or q), SB_p (scales, quant dtypes), BB_p (bias, when BIAS_p), YB_p (y_p).
 // Spec: 0 wg size, 1 K, 2 ROWS, 3 EPS, 4..7 M_0..M_3 (rows of each projection).
+// B_H (a MoE router, lowering/moe.py): the normed x is written too, each workgroup a share of it
+// (the experts read it; the router's logits are the one projection).
 #define NO_WG_REDUCE
 #include "common.glsl"
 #define NORM 1
@@ -50,9 +52,16 @@ layout(binding = BB_3) readonly buffer Bi3 { float b_3[]; };
 #endif
 #endif
 
+#ifdef B_H
+layout(binding = B_H) writeonly buffer HB { float h_out[]; };
+#endif
+
 void main() {
     const uint t = gl_LocalInvocationID.x;
     uint g = flat_group_id();
+#ifdef B_H
+    const uint g0 = g;
+#endif
     // which projection this workgroup's rows belong to (uniform over the workgroup)
     uint p = 0, m = M_0, gp = (M_0 + ROWS - 1) / ROWS;
 #if NW > 1
@@ -80,6 +89,14 @@ void main() {
 #endif
     fmv_acc[ROWS] = fmv_ss_total();
     fmv_reduce();
+#ifdef B_H
+    const float inv = fmv_inv_rms(fmv_total(ROWS));
+    // X1 is x * norm_w (or NORM_PRE's stored x * norm_w); its sum of squares is already taken.
+    // Stride: the workgroups holding rows (a 2-D grid's padding ones left above).
+    const uint n_groups = (M_0 + ROWS - 1) / ROWS + (M_1 + ROWS - 1) / ROWS + (M_2 + ROWS - 1) / ROWS
+                          + (M_3 + ROWS - 1) / ROWS;
+    for (uint i = g0 * gl_WorkGroupSize.x + t; i < K; i += n_groups * gl_WorkGroupSize.x) h_out[i] = X1(i) * inv;
+#endif
     if (t >= ROWS || first + t >= m) return;
     const uint row = first + t;
     float v = fmv_total(t) * fmv_inv_rms(fmv_total(ROWS));

@@ -43,26 +43,42 @@ def test_modes_match_reference(device, models_dir, qwen3moe, kv_dtype):
         np.testing.assert_array_equal(a, b)
 
 
-def test_router_past_one_workgroup_runs_as_its_ops(device, qwen3moe):
+ROUTER_CASES = {  # caps over the device's -> (router dispatches, their shaders)
+    "one-wg": ({}, ("rms_norm_matmul_moe_topk",)),
+    "two": ({"router_one_wg": 1, "matvec_rows": 1}, ("rms_norm_matmul", "moe_topk")),
+    "two-norm-pre": ({"router_one_wg": 1, "norm_pre": 1}, ("rms_norm_matmul", "moe_topk")),
+    "ops": ({"router_one_wg": 1, "router_ops": True}, ("rms_norm", "matmul", "moe_topk")),
+}
+
+
+@pytest.mark.parametrize("case", ROUTER_CASES)
+def test_router_past_one_workgroup(device, qwen3moe, case):
     """A router too big for the one-workgroup fused kernel (router_one_wg=1 makes every router so)
-    runs as the norm, the multi-workgroup matvec and top-k: the same tokens as the reference, and
-    the region's three ops as three dispatches instead of one."""
+    runs as rms_norm_matmul writing the normed h and the logits, then top-k (two dispatches; with
+    norm_pre the o-projection before it hands it x * norm_w and partial sums), or with
+    caps.router_ops as its three ops: the same tokens as the reference, and every layer's h, expert
+    ids and weights of the last step equal to the reference's."""
     from dataclasses import replace
 
     from vkdecode.lowering.caps import KernelCaps
 
+    over, shaders = ROUTER_CASES[case]
     m = qwen3moe
     ref = Reference(m.program, m.weights)
-    base = KernelCaps.from_info(device.info)
-    dispatches, tokens = {}, {}
-    for caps in (base, replace(base, router_one_wg=1)):
-        with make_executor("fused", device, m.program, m.weights, caps=caps) as ex:
-            tokens[caps.router_one_wg], _ = greedy_against_reference(ex, ref, STEPS)
-            router = [
-                s for r, s in zip(ex.regions, ex.region_stats()) if r.rule == "RMS_NORM_MATMUL_MOE_TOPK"
-            ]
-            dispatches[caps.router_one_wg] = {s["dispatches"] for s in router}
-    assert dispatches == {0: {1}, 1: {3}} and tokens[0] == tokens[1]
+    caps = replace(KernelCaps.from_info(device.info), **over)
+    with make_executor("fused", device, m.program, m.weights, caps=caps) as ex:
+        greedy_against_reference(ex, ref, 8)
+        routers = [ri for ri, r in enumerate(ex.regions) if r.rule == "RMS_NORM_MATMUL_MOE_TOPK"]
+        assert routers
+        for ri in routers:
+            assert tuple(it.call.shader for it in ex.items if it.region == ri) == shaders
+            roles = ex.regions[ri].roles
+            np.testing.assert_array_equal(ex.plan.read(roles["ids"], "uint32"), ref.values[roles["ids"]])
+            for v in ("weights", "h"):
+                np.testing.assert_allclose(ex.plan.read(roles[v]), ref.values[roles[v]], rtol=1e-4, atol=1e-5)
+        if case == "two-norm-pre":
+            pre = [it.call for it in ex.items if it.region in routers and it.call.shader == "rms_norm_matmul"]
+            assert all(("NORM_PRE", "1") in c.defines for c in pre), [c.defines for c in pre]
 
 
 @pytest.mark.parametrize("mode", MODES)

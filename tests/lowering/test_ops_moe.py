@@ -128,3 +128,72 @@ def test_fused_moe_regions(device, models_dir, path):
         shaders = {it.call.shader for it in ex.items}
         assert {"rms_norm_matmul_moe_topk", "moe_matmul_sum_add", "matmul_silu_mul"} <= shaders
         greedy_against_reference(ex, Reference(m.program, m.weights), 16)
+
+
+def _split_caps(device, idot: int, **over):
+    """Wide q4_k / q6_k units split (kwide_rows.glsl), as GPUs take them: kwide, kw_split and kq_idot
+    forced (lavapipe's defaults are whole units in 16-lane workgroups), the GPU launch shapes."""
+    caps = caps_of(device, kwide=1, kw_split=1, kq_idot=idot, matvec_wg=0, matvec_rows=0, **over)
+    if idot > 0 and not caps.integer_dot:
+        pytest.skip("no shaderIntegerDotProduct on this device")
+    return caps
+
+
+@pytest.mark.parametrize("idot", [-1, 1])
+@pytest.mark.parametrize("dtype", ["q4_k", "q6_k"])
+@pytest.mark.parametrize("k", [256, 768])  # 768: 24 wide units a row, 3 superblocks
+def test_moe_matmul_split_wide_units(device, dtype, k, idot):
+    """Per-slot expert matvecs in split wide units: each slot reads its own expert's rows (KW_BASE);
+    5 experts of 33 rows, so a wrong or missing offset reads another expert's rows."""
+    caps = replace(_split_caps(device, idot), moe_group=-1)
+    p, env = moe_matmul_case(dtype, 5, 33, k, 6, 3)
+    (call,) = op_calls(p, 0, caps)
+    d = dict(call.defines)
+    assert "WVEC" in d and "KW_JOINT" not in d and ("KQ_IDOT" in d) == (idot > 0), d
+    got, want = run_and_reference(device, p, env, caps)
+    assert nmse(got["y"], want["y"]) <= LIMIT
+
+
+@pytest.mark.parametrize("idot", [-1, 1])
+@pytest.mark.parametrize("dtype", ["q4_k", "q6_k"])
+def test_fused_moe_regions_split_wide_units(device, models_dir, dtype, idot):
+    """The fused expert kernels (matmul_silu_mul with MOE, moe_matmul_sum_add) in split wide units
+    with their expert offsets and slot weights: a GGUF qwen3moe with q4_k / q6_k experts, hidden 256,
+    experts 768 wide (the down's 24 wide units a row), decodes as the reference."""
+    from tests.helpers.make_models import write_gguf
+
+    caps = _split_caps(device, idot)
+    over = {"norm_topk_prob": True, "hidden_size": 256, "moe_intermediate_size": 768, "num_hidden_layers": 1}
+    d = tiny_hf_model("qwen3moe", models_dir, **over)
+    m = load_model(write_gguf(d, models_dir / f"qwen3moe-h256-e768.{dtype}.gguf", dtype), ctx=16)
+    assert m.weights["layers.0.exp_down"].dtype == dtype
+    with make_executor("fused", device, m.program, m.weights, caps=caps) as ex:
+        experts = [it.call for it in ex.items if it.call.shader in ("matmul_silu_mul", "moe_matmul_sum_add")]
+        assert {c.shader for c in experts} == {"matmul_silu_mul", "moe_matmul_sum_add"}
+        assert all("WVEC" in dict(c.defines) and "KW_JOINT" not in dict(c.defines) for c in experts)
+        greedy_against_reference(ex, Reference(m.program, m.weights), 6)
+
+
+def test_qwen3_30b_a3b_decode_calls_on_a_gpu():
+    """No GPU: Qwen3-30B-A3B Q4_K_M's MoE layer with an H100's caps (32-lane subgroups, accelerated
+    integer dot products). The router (128 x 2048, past the one-workgroup kernel) is rms_norm_matmul
+    writing h, then top-k; gate/up take the dense gate/up's shape at one expert's 768 rows (one
+    subgroup, 4 rows of each weight, split wide units on integer dot products: 192 row blocks a
+    slot); the 768-wide down stays in 8-element units (under KWIDE_MIN_IN), 128 lanes x 2 rows."""
+    from fusion.partition import partition
+    from vkdecode.benchmark.shapes import shape_args, weight_dtypes
+    from vkdecode.lowering.caps import KernelCaps
+    from vkdecode.lowering.regions import region_calls
+    from vkdecode.models import build_program
+
+    args = shape_args("qwen3-30b-a3b", max_position=256, n_layers=1)
+    p = build_program(args, 256, weight_dtypes(args, "q4_k_m"))
+    caps = KernelCaps(32, True, (1 << 32) - 1, 1024, 49152, 16, integer_dot=True, integer_dot_fast=True)
+    calls = {r.rule: region_calls(p, r, caps) for r in partition(p) if r.rule and "MOE" in r.rule}
+    assert [c.shader for c in calls["RMS_NORM_MATMUL_MOE_TOPK"]] == ["rms_norm_matmul", "moe_topk"]
+    assert "B_H" in dict(calls["RMS_NORM_MATMUL_MOE_TOPK"][0].defines)
+    (gu,) = calls["MOE_MATMUL_SILU_MUL"]
+    assert gu.spec[:3] == (32, 2048, 4) and gu.spec[4:] == (768, 192) and gu.groups[0] == 8 * 192
+    assert {"WVEC", "KQ_IDOT"} <= dict(gu.defines).keys() and "KW_JOINT" not in dict(gu.defines)
+    (down,) = calls["MOE_MATMUL_SUM_ADD"]
+    assert down.spec[:4] == (128, 768, 2048, 2) and "WVEC" not in dict(down.defines)

@@ -79,6 +79,8 @@ class KernelCaps:
     router_one_wg: int = (
         0  # MoE routers up to this many elements fused in one workgroup (0: lowering/moe.py's bound)
     )
+    router_ops: bool = False  # larger routers run as their three ops (norm, matvec, top-k), not as
+    # rms_norm_matmul writing the normed x and the logits, then top-k (A/B: lowering/moe.py)
     moe_group: int = (
         0  # chunks of this many MoE slots or more group them by expert (0: 2 per expert, < 0: never)
     )

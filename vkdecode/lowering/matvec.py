@@ -107,7 +107,10 @@ def matmul_add(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall]
 # ---------------------------------------------------------------- RMS_NORM_MATMUL
 
 
-def _norm_matmul_call(p: Program, region: Region, idx: list[int], caps: KernelCaps) -> KernelCall:
+def norm_matmul_call(
+    p: Program, region: Region, idx: list[int], caps: KernelCaps, normed: str | None = None
+) -> KernelCall:
+    """rms_norm_matmul over projections idx; normed: a value taking the normed x too (the MoE router's h)."""
     r = region.roles
     ws = [r["weights"][i] for i in idx]
     dtypes = [p.values[w].dtype for w in ws]
@@ -142,6 +145,8 @@ def _norm_matmul_call(p: Program, region: Region, idx: list[int], caps: KernelCa
             s.add(f"BB_{slot}", Binding(r["biases"][i]))
             s.defines.append((f"BIAS_{slot}", "1"))
         writes.append(s.add(f"YB_{slot}", Binding(r["outs"][i])))
+    if normed is not None:
+        writes.append(s.add("B_H", Binding(normed)))
     groups = sum(-(-m // rpw) for m in rows)
     m_spec = tuple(rows) + (0,) * (MAX_SLOTS - len(rows))
     return KernelCall(
@@ -172,7 +177,7 @@ def rms_norm_matmul(p: Program, region: Region, caps: KernelCaps) -> list[Kernel
     calls = []
     for idx in groups.values():
         for j in range(0, len(idx), MAX_SLOTS):
-            calls.append(_norm_matmul_call(p, region, idx[j : j + MAX_SLOTS], caps))
+            calls.append(norm_matmul_call(p, region, idx[j : j + MAX_SLOTS], caps))
     return calls
 
 
@@ -190,28 +195,33 @@ def swiglu_fit(wg: int, rpw: int, caps: KernelCaps) -> tuple[int, int] | None:
     return None if 4 * (2 * rpw + 1) * wg > caps.max_shared else (wg, rpw)
 
 
+def swiglu_shape(dtype: str, k: int, m: int, caps: KernelCaps) -> tuple[int, int, bool] | None:
+    """(workgroup size, rows of each weight a workgroup, wide units) of fused_swiglu.glsl over m rows
+    of gate and of up, k wide, or None (no fit in shared memory); the MoE gate/up take it per expert."""
+    wg, rpw, wvec = matvec_shape(dtype, k, 2 * m, caps, KWIDE_FFN_MIN_IN)
+    if kwide(dtype, k, caps, KWIDE_FFN_MIN_IN) and not caps.matvec_wg:
+        # one subgroup a workgroup in wide K-quant units (H100, Llama-3.1-8B Q4_K_M's gate/up,
+        # profiled step: 1638 vs 1686 µs with 64 lanes, 1755 with 128: ab-8b-mv-detail.json), 2
+        # rows of each weight when split (kwide_rows.glsl: 1479 vs 1955 µs with 4; 64 lanes 1470:
+        # bench/results/nvidia-h100-80gb-hbm3/2026-11-25-kwide-split/sweep-split2.json); 4 on integer dot
+        # products, whose x conversion the rows share (1113 vs 1164 µs with 2: 2026-11-25-session-h/)
+        wg = wg_size(caps, caps.subgroup_size)
+        split_rows = 4 if dtype == "q4_k" and kq_idot(caps) else 2
+        rpw = min(caps.matvec_rows or (split_rows if kw_split(k, caps, dtype) else rpw), wg)
+    fit = swiglu_fit(wg, rpw, caps)
+    return None if fit is None else (*fit, wvec)
+
+
 def _swiglu(norm: bool):
     def build(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
         r = region.roles
         wgate, wup = r["w_gate"], r["w_up"]
         dtype = p.values[wgate].dtype
         m, k = p.values[wgate].shape
-        if not binds_whole(p, wgate, caps):
+        shape = swiglu_shape(dtype, k, m, caps) if binds_whole(p, wgate, caps) else None
+        if shape is None:
             return None
-        wg, rpw, wvec = matvec_shape(dtype, k, 2 * m, caps, KWIDE_FFN_MIN_IN)
-        if kwide(dtype, k, caps, KWIDE_FFN_MIN_IN) and not caps.matvec_wg:
-            # one subgroup a workgroup in wide K-quant units (H100, Llama-3.1-8B Q4_K_M's gate/up,
-            # profiled step: 1638 vs 1686 µs with 64 lanes, 1755 with 128: ab-8b-mv-detail.json), 2
-            # rows of each weight when split (kwide_rows.glsl: 1479 vs 1955 µs with 4; 64 lanes 1470:
-            # bench/results/nvidia-h100-80gb-hbm3/2026-11-25-kwide-split/sweep-split2.json); 4 on integer dot
-            # products, whose x conversion the rows share (1113 vs 1164 µs with 2: 2026-11-25-session-h/)
-            wg = wg_size(caps, caps.subgroup_size)
-            split_rows = 4 if dtype == "q4_k" and kq_idot(caps) else 2
-            rpw = min(caps.matvec_rows or (split_rows if kw_split(k, caps, dtype) else rpw), wg)
-        fit = swiglu_fit(wg, rpw, caps)
-        if fit is None:
-            return None
-        wg, rpw = fit
+        wg, rpw, wvec = shape
         s = Slots()
         s.add("B_X", Binding(r["x"]))
         if norm:

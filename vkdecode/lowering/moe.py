@@ -4,8 +4,9 @@ in a call depends on which experts a token picks (the step is recorded once).
 
 Per op: moe_topk (shaders/moe_topk.comp), moe_matmul (moe_matmul.comp, matvec.glsl's slot hooks),
 moe_sum. Fused: RMS_NORM_MATMUL_MOE_TOPK, MOE_MATMUL_SILU_MUL (fused_swiglu.glsl with MOE),
-MOE_MATMUL_SUM_ADD. Wide K-quant units (kwide) are not used here: their row loops
-(kwide_rows.glsl) have no expert offset yet.
+MOE_MATMUL_SUM_ADD. The expert matvecs take the dense ones' shapes and wide K-quant units (kwide,
+the split loop of kwide_rows.glsl with the expert's row base as KW_BASE): gate/up as the dense
+gate/up (matvec.swiglu_shape) at one expert's rows, down as any other matvec.
 
 Wide chunks (prompt chunks, the verify step, wide batched steps: at least two slots per expert on
 average) group their slots by expert instead: moe_group.comp sorts the slots on the GPU right after
@@ -34,9 +35,7 @@ from vkdecode.lowering.calls import (
 )
 from vkdecode.lowering.coop import COOP_BK, coop_usable, tile_dims
 from vkdecode.lowering.matmul_rows import expert_matmul_call
-from vkdecode.lowering.matvec import Slots, mv_defines, swiglu_fit
-
-NARROW = 1 << 30  # matvec_shape's wide_from: never wide K-quant units
+from vkdecode.lowering.matvec import Slots, mv_defines, norm_matmul_call, swiglu_shape
 
 
 def _experts(p: Program, w: str, caps: KernelCaps) -> tuple[tuple[Binding, ...], int, int, str]:
@@ -153,7 +152,7 @@ def _matvec_call(shader: str, p: Program, w: str, inputs, out: str, layout, caps
     """A matvec over a 3-D expert weight: bindings weight, inputs, out; spec (wg, K, M, ROWS, *tail)
     and its workgroups from layout(blocks of one expert's rows) -> (tail, workgroups)."""
     wb, m, k, dtype = _experts(p, w, caps)
-    wg, rpw, wvec = matvec_shape(dtype, k, m, caps, NARROW)
+    wg, rpw, wvec = matvec_shape(dtype, k, m, caps)
     b = wb + tuple(Binding(v) for v in inputs) + (Binding(out),)
     tail, groups = layout(-(-m // rpw))
     return KernelCall(
@@ -209,22 +208,39 @@ def sigmoid_scale(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
 
 # The fused router is one workgroup that reads the whole E x K router matrix: right for small
 # routers, but Qwen3-30B-A3B's 128 x 2048 took 87 us a layer that way on the H200 (4.2 of the
-# step's 7.5 ms). Above this many elements the region runs as its ops (None: regions.py lowers them
-# one by one): the norm, the router on the multi-workgroup matvec, top-k; three short dispatches.
+# step's 7.5 ms). Above this many elements the router runs on the multi-workgroup rms_norm_matmul
+# (which also writes the normed h), then top-k: two dispatches (caps.router_ops: the region's
+# three ops, norm in one workgroup, matvec, top-k, as before).
 ROUTER_ONE_WORKGROUP_MAX = 1 << 15
+
+
+def _router_two_calls(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall]:
+    """rms_norm_matmul writing h and the logits (the region's matmul output), then moe_topk's call."""
+    r = region.roles
+    mm, topk = (p.ops[i] for i in region.ops if p.ops[i].kind in ("matmul", "moe_topk"))
+    dense = Region(
+        region.name,
+        region.rule,
+        region.ops,
+        region.inputs,
+        region.outputs,
+        {"x": r["x"], "norm_w": r["norm_w"], "weights": [r["w"]], "biases": [None], "outs": [mm.outputs[0]]},
+        {"eps": region.attrs["eps"]},
+    )
+    return [norm_matmul_call(p, dense, [0], caps, normed=r["h"])] + moe_topk(p, topk, caps)
 
 
 def rms_norm_matmul_moe_topk(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
     r = region.roles
     v = p.values[r["w"]]
     e, k = v.shape
-    if len(row_chunks(v.dtype, e, k, caps)) > 1 or 4 * e > caps.max_shared // 2:
-        return None
-    if e * k > (caps.router_one_wg or ROUTER_ONE_WORKGROUP_MAX):
-        return None
-    wvec = matvec_shape(v.dtype, k, e, caps, NARROW)[2]
     if p.values[r["ids"]].numel > int(region.attrs["k"]):  # a chunk: rows are ops (moe_topk per row)
         return None
+    if len(row_chunks(v.dtype, e, k, caps)) > 1:
+        return None
+    if e * k > (caps.router_one_wg or ROUTER_ONE_WORKGROUP_MAX) or 4 * e > caps.max_shared // 2:
+        return None if caps.router_ops else _router_two_calls(p, region, caps)
+    wvec = matvec_shape(v.dtype, k, e, caps)[2]
     b = (Binding(r["x"]), Binding(r["norm_w"])) + weight_bindings(r["w"], v.dtype, 0, None)
     b += (Binding(r["h"]), Binding(r["ids"]), Binding(r["weights"]))
     spec = (wg_size(caps, 256), k, e, int(region.attrs["k"]), float(region.attrs["eps"]))
@@ -247,11 +263,10 @@ def moe_matmul_silu_mul(p: Program, region: Region, caps: KernelCaps) -> list[Ke
     if group_rows(p, r["ids"], p.values[r["w_gate"]].shape[0], caps):
         return None  # wide: the grouped matmuls, then silu_mul
     _, m, k, dtype = _experts(p, r["w_gate"], caps)
-    wg, rpw, wvec = matvec_shape(dtype, k, 2 * m, caps, NARROW)
-    fit = swiglu_fit(wg, rpw, caps)
-    if fit is None:
+    shape = swiglu_shape(dtype, k, m, caps)
+    if shape is None:
         return None
-    wg, rpw = fit
+    wg, rpw, wvec = shape
     s = Slots()
     s.add("B_X", Binding(r["x"]))
     s.weight(p, r["w_gate"], 0)
