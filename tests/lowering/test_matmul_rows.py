@@ -133,7 +133,9 @@ def test_matmul_rows_narrow_element_path(device, dtype):
         {"y": ((9 * 70,), "f32", "output")},
         rows=9,
     )
-    got, want = run_and_reference(device, p, {"w": w, "x": x}, caps_of(device, matmul_narrow=16, matmul_coop=-1))
+    got, want = run_and_reference(
+        device, p, {"w": w, "x": x}, caps_of(device, matmul_narrow=16, matmul_coop=-1)
+    )
     assert nmse(got["y"], want["y"]) <= LIMIT
 
 
