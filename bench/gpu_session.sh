@@ -167,6 +167,20 @@ narrow)
         done
     done
     ;;
+moe2)
+    # MoE decode after the wide expert units and the two-kernel router: GPU tests, the same-run A/B
+    # against the base checkout carried in bench/out/base (made here with git archive), the router's
+    # three ops against two (router_ops), the per-rule detail, llama.cpp's decode on the same file
+    llama_server
+    python -m pytest -q tests/lowering/test_ops_moe.py tests/executors/test_executors_moe.py 2>&1 | tail -2 || true
+    python -m bench.shape_gguf --shape qwen3-30b-a3b --quant q4_k_m /tmp/moe.gguf
+    python -m bench.ab_commits --base-dir bench/out/base --rounds 2 --out "$OUT/ab-moe-decode.json" \
+        "vkdecode bench --model /tmp/moe.gguf --modes fused --reps 3 --no-user-path" 2>&1 | tail -4
+    python -m bench.ab_modes fused fused:router_ops=1 --shape qwen3-30b-a3b --quant q4_k_m --ctx 1024 \
+        --prompt-tokens 16 -n 16 --rounds 2 --detail --out "$OUT/moe-detail.json" 2>&1 | tail -6
+    python -m bench.llama_server_peer --server "$LLAMA" --model /tmp/moe.gguf --lengths 512 \
+        --decode 128 --reps 3 --out "$OUT/llama-moe.json" | tail -4
+    ;;
 head)
     # lm_head + argmax: row blocks per workgroup (fewer: more (max, index) pairs for the final pass)
     for s in "smollm2-135m q4_1" "qwen3-0.6b f16" "llama3.2-1b f16" "llama3.1-8b q4_k_m"; do
