@@ -24,22 +24,21 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from dataclasses import fields, replace
+from dataclasses import replace
 
 from vkdecode import benchmark as bench
 from vkdecode.lowering.calls import KernelCaps
+from vkdecode.lowering.caps import parse_tuning
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
+    """'fused:router_ops=1,kwide=1' -> ('fused', {...}) through caps.parse_tuning (the --caps
+    parser: bools take 1/true, and an unknown field is refused)."""
     mode, _, knobs = text.split("#")[0].partition(":")
-    names = {f.name: f.type for f in fields(KernelCaps)}
-    tuning = {}
-    for kv in filter(None, knobs.split(",")):
-        k, _, v = kv.partition("=")
-        if k not in names:
-            raise SystemExit(f"{text}: {k} is no KernelCaps field")
-        tuning[k] = v if names[k] == "str" else (v.lower() == "true" if names[k] == "bool" else int(v))
-    return mode, tuning
+    try:
+        return mode, parse_tuning(list(filter(None, knobs.split(","))))
+    except ValueError as e:
+        raise SystemExit(f"{text}: {e}") from None
 
 
 def quantile(xs: list[float], q: float) -> float:

@@ -142,10 +142,8 @@ serve8b)
     f=/tmp/llama3.1-8b-q4_k_m.gguf
     python -m bench.shape_gguf --shape llama3.1-8b --quant q4_k_m "$f"
     python -m bench.batch_decode --model "$f" --widths 1 --steps 8 --ctx 512 > /dev/null  # GPU warm-up
-    python -m bench.batch_decode --model "$f" --widths 1 2 4 8 16 64 --steps 32 --ctx 512 \
+    python -m bench.batch_decode --model "$f" --widths 1 2 4 8 16 32 64 --steps 16 --ctx 512 \
         --out "$OUT/batch-llama3.1-8b.json" | tail -7
-    python -m bench.batch_decode --model "$f" --widths 2 8 --steps 16 --ctx 512 --caps batch_matvec=-1 \
-        --out "$OUT/batch-llama3.1-8b-chunk.json" | tail -3
     L="1 4 16 64 1 4 16 64"
     python -m bench.serve_load --serve "$f" --parallel 64 --max-queue 128 --ctx 512 --clients $L \
         --out "$OUT/serve-vk-llama3.1-8b.json" | cut -c1-330

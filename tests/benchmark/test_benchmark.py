@@ -324,6 +324,10 @@ def test_ab_modes_json(tmp_path):
         "fused",
         {"matvec_wg": 0, "attn_kernel": "wg"},
     )
+    # a bool knob takes 1 as the --caps parser does (it once read "1" as False: the A/B row was the base)
+    assert parse_variant("fused:router_ops=1") == ("fused", {"router_ops": True})
+    with pytest.raises(SystemExit, match="no field"):
+        parse_variant("fused:no_such_knob=1")
     out = tmp_path / "ab.json"
     assert (
         main(
