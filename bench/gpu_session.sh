@@ -179,6 +179,16 @@ moe2)
     python -m bench.llama_server_peer --server "$LLAMA" --model /tmp/moe.gguf --lengths 512 \
         --decode 128 --reps 3 --out "$OUT/llama-moe.json" | tail -4
     ;;
+prof)
+    # where a chunk's time goes on the tensor cores (8B Q4_K_M, 16 and 512 rows), and the MoE step
+    # with wide units everywhere (kwide=1: the experts' 768-wide downs too) and the old router
+    for w in 512 16; do
+        python -m bench.prefill_profile --shape llama3.1-8b --quant q4_k_m --width $w --reps 3 \
+            --out "$OUT/prof-8b-$w.json" | tail -12
+    done
+    python -m bench.ab_modes fused fused:kwide=1 fused:router_ops=1 --shape qwen3-30b-a3b --quant q4_k_m \
+        --ctx 1024 --prompt-tokens 16 -n 16 --rounds 2 --detail --out "$OUT/moe-ab.json" 2>&1 | tail -14
+    ;;
 head)
     # lm_head + argmax: row blocks per workgroup (fewer: more (max, index) pairs for the final pass)
     for s in "smollm2-135m q4_1" "qwen3-0.6b f16" "llama3.2-1b f16" "llama3.1-8b q4_k_m"; do
