@@ -87,22 +87,23 @@ def random_parts(dtype: str, out: int, n_in: int, rng) -> dict[str, np.ndarray]:
     return random_weight(dtype, (out, n_in), rng).parts  # valid blocks, every quant dtype
 
 
-def _program(dtype, out, n_in) -> Program:
+def _program(dtype, out, n_in, xrows: int = 1) -> Program:
+    """One matmul; xrows > 1: a batched decode step's (rows=xrows, batch: MV_XROWS)."""
     p = Program("bench")
     p.value("w", (out, n_in), dtype, "weight")
-    p.value("x", (n_in,), "f32", "state")
-    p.value("y", (out,), "f32", "output")
-    p.op("matmul", ["w", "x"], ["y"])
+    p.value("x", (xrows * n_in,), "f32", "state")
+    p.value("y", (xrows * out,), "f32", "output")
+    p.op("matmul", ["w", "x"], ["y"], **({"rows": xrows, "batch": True} if xrows > 1 else {}))
     return p
 
 
 class Case:
     """Weight copies (enough to exceed L2), x and y of one shape, reused across workgroup shapes."""
 
-    def __init__(self, dev, dtype: str, out: int, n_in: int, copies: int = 0):
+    def __init__(self, dev, dtype: str, out: int, n_in: int, copies: int = 0, xrows: int = 1):
         rng = np.random.default_rng(0)
         parts = random_parts(dtype, out, n_in, rng)
-        self.dev, self.dtype, self.out, self.n_in = dev, dtype, out, n_in
+        self.dev, self.dtype, self.out, self.n_in, self.xrows = dev, dtype, out, n_in, xrows
         self.wbytes = sum(a.nbytes for a in parts.values())
         self.copies = copies or max(1, min(64, COPY_SET_BYTES // self.wbytes))
         self.bufs = []
@@ -110,10 +111,10 @@ class Case:
             self.bufs.append({k: dev.buffer(a.nbytes) for k, a in parts.items()})
             for k, a in parts.items():
                 self.bufs[-1][k].write(a)
-        self.parts, self.x_host = parts, rng.standard_normal(n_in).astype(np.float32)
-        self.x = dev.buffer(n_in * 4)
+        self.parts, self.x_host = parts, rng.standard_normal(xrows * n_in).astype(np.float32)
+        self.x = dev.buffer(xrows * n_in * 4)
         self.x.write(self.x_host)
-        self.y = dev.buffer(out * 4)
+        self.y = dev.buffer(xrows * out * 4)
 
     def close(self) -> None:
         for o in [self.x, self.y] + [b for c in self.bufs for b in c.values()]:
@@ -188,7 +189,7 @@ def measure(
     from vkdecode.vk.descriptors import write_descriptor_set
 
     dev, dtype, x = case.dev, case.dtype, case.x
-    (call,) = op_calls(_program(dtype, case.out, case.n_in), 0, caps)  # one binding on real GPUs
+    (call,) = op_calls(_program(dtype, case.out, case.n_in, case.xrows), 0, caps)  # one binding on real GPUs
     pipe = dev.pipeline(
         call.shader,
         spec=call.spec,
@@ -221,6 +222,7 @@ def measure(
         "in": case.n_in,
         "wg": call.spec[0],
         "rows": call.spec[3],
+        "xrows": case.xrows,
         "barrier": barrier,
         "copies": case.copies,
         "weight_bytes": case.wbytes,
@@ -280,6 +282,9 @@ def main(argv=None) -> int:
         help="DEFINE[,DEFINE2..]: also time each tuning with each -DDEFINE "
         "(caps:KNOB=V: a KernelCaps knob), alternating A, B, A, B",
     )
+    ap.add_argument(
+        "--xrows", type=int, default=1, help="rows of x: a batched decode step's matmul (MV_XROWS)"
+    )
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
     from vkdecode.vk import Device
@@ -301,7 +306,7 @@ def main(argv=None) -> int:
     for dtype, out, n_in, what in PRESETS[a.preset]:
         if a.only not in f"{dtype}-{out}x{n_in}":
             continue
-        case = Case(dev, dtype, out, n_in, a.copies)
+        case = Case(dev, dtype, out, n_in, a.copies, a.xrows)
         # untimed: on the H100 the first measurements of fresh buffers ran ~1.6x slow (first touch)
         measure(case, caps, a.reps, a.barrier)
         runs = [(t, d) for t in tunings for d in _variants(a.ab) * (2 if a.ab else 1)]
@@ -317,7 +322,7 @@ def main(argv=None) -> int:
             r.update(what=what, auto=not t, defines=d)
             res["rows"].append(r)
             print(
-                f"{dtype:6s} {out:6d}x{n_in:<5d} {what:8s} wg {r['wg']:3d} rows {r['rows']} "
+                f"{dtype:6s} {out:6d}x{n_in:<5d} {what:8s} x{case.xrows} wg {r['wg']:3d} rows {r['rows']} "
                 f"{r['us']:8.2f} us {r['GBps']:7.0f} GB/s {r['Gweights_per_s']:7.0f} Gw/s"
                 f"{'  (auto)' if not t else ''} {' '.join(d)}{_stats_text(r['pipeline_stats'])}",
                 flush=True,

@@ -99,12 +99,23 @@ void matvec_main() {
     const float sw = MV_SLOT_WEIGHT(j);
     for (uint u = t; u < units; u += WG) {
 #ifdef KW_SPLIT
+#ifdef MV_XROWS
+// every x row through the unit's weight words, loaded once (kwide_rows.glsl KW_XROWS)
+#define KW_XROWS XR
+#define KW_XROW(b) mv_xrow = (b)
+#define KW_ACC(i) acc[kw_b][i]
+#else
 #define KW_ACC(i) acc[0][i]
+#endif
 #define KW_M M
 #define KW_BASE base
 #define KW_WEIGHT sw
 #include "kwide_rows.glsl"
 #undef KW_ACC
+#ifdef MV_XROWS
+#undef KW_XROWS
+#undef KW_XROW
+#endif
 #undef KW_M
 #undef KW_BASE
 #undef KW_WEIGHT

@@ -91,6 +91,23 @@ def test_every_weight_dtype(device, models_dir, dtype):
             assert batched(b, ps, [6] * 3) == want
 
 
+@pytest.mark.parametrize("dtype", ["q4_k", "q6_k"])
+def test_split_wide_units(device, models_dir, dtype):
+    """A GPU's wide K-quant units in the batched step's matvecs (kwide, kw_split forced, the GPU
+    launch shapes: kwide_rows.glsl's x-row loop) give each sequence's tokens alone."""
+    caps = KernelCaps.from_info(device.info, kwide=1, kw_split=1, kq_idot=-1, matvec_wg=0, matvec_rows=0)
+    hf = tiny_hf_model("qwen2", models_dir, hidden_size=256, intermediate_size=512)
+    m = load_model(write_gguf(hf, models_dir / f"batch-qwen2-256.{dtype}.gguf", dtype), ctx=CTX)
+    ps = prompts((7, 3, 12, 5, 9))
+    with build(device, m, "fused", caps) as dec:
+        want = [alone(dec, p, 5) for p in ps]
+        with BatchDecode(dec, (8,)) as b:
+            calls = [it.call for it in b.runners[8].items if it.call.shader == "matmul"]
+            assert calls and all("KW_JOINT" not in dict(c.defines) for c in calls)
+            assert any({"WVEC", "MV_XROWS"} <= dict(c.defines).keys() for c in calls)
+            assert batched(b, ps, [5] * 5) == want
+
+
 @pytest.mark.parametrize(
     "batch_matvec,narrow,shader", [(-1, -1, "matmul_rows"), (-1, 16, "matmul_rows_narrow"), (8, -1, "matmul")]
 )

@@ -156,8 +156,6 @@ def test_prefill_with_the_gpu_wide_matmul(device, tiny, models_dir, src, mode, s
             assert ("matmul_rows_wide" in shaders) == (w == 32 or setting != "gpu"), (w, shaders)
 
 
-
-
 @pytest.mark.parametrize("src", ["hf", "q4_1", "q4_k"])
 def test_prefill_with_the_tensor_core_matmul(device, models_dir, src):
     """Chunks of 64 rows through matmul_rows_coop and attention_rows_coop (where the device has the

@@ -76,6 +76,8 @@ class KernelCaps:
     batch_matvec: int = (
         0  # batched decode steps up to this width take the decode matvec over all rows (0: 8, < 0: never)
     )
+    batch_acc: int = 0  # their matvec's x rows x rows per workgroup at most where the rows are
+    # automatic (ops.batch_rows; 0: ops.XR_ACC)
     router_one_wg: int = (
         0  # MoE routers up to this many elements fused in one workgroup (0: lowering/moe.py's bound)
     )

@@ -70,10 +70,11 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     defines += (("MV_XROWS", str(xr)),) if xr > 1 else ()
     chunks = row_chunks(wv.dtype, n_out, n_in, caps)
     calls = []
-    # several rows: never wide K-quant units (kwide_rows.glsl has no row loop), the 8-weight ones
-    wide_from = {"wide_from": 1 << 30} if xr > 1 else {}
     for r0, rows in chunks:
-        wg, rpw, wvec = matvec_shape(wv.dtype, n_in, rows, caps, **wide_from)
+        # several x rows take the units one row would, wide K-quant ones (split too: kwide_rows.glsl
+        # loops over the x rows with the weight words held), with fewer rows a workgroup
+        wg, rpw, wvec = matvec_shape(wv.dtype, n_in, rows, caps)
+        rpw = batch_rows(rpw, xr, caps)
         b = weight_bindings(w, wv.dtype, r0, None if len(chunks) == 1 else rows)
         b += (Binding(x), Binding(op.outputs[0]))
         calls.append(
@@ -89,6 +90,26 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
             )
         )
     return calls
+
+
+# Accumulators (x rows x weight rows) a batched step's matvec invocation holds at most where the
+# rows per workgroup are automatic (caps.batch_acc 0). matvec_shape picks them for one x row (q4_k
+# split: 4, or 8 on rows past 4096 in floats); XR x rows hold XR * ROWS sums beside the ROWS rows'
+# weight words (kwide_rows.glsl), so 8-row steps take 4 rows a workgroup, not 8 (~150 registers, estimated).
+# Not fewer: each workgroup reads all XR rows of x for its ROWS weight rows, so the x loads (XR * 128
+# bytes a wide unit, against 32 of each weight row's words) grow as ROWS shrinks; 2 rows of 8 x rows
+# would read ~0.9 GB of x from L1 for a 14336x4096 q4_k against its 33 MB of weights. Not measured
+# on a GPU yet: A/B with caps batch_acc=16 (2 rows at XR 8) or 64.
+XR_ACC = 32
+
+
+def batch_rows(rows: int, xr: int, caps: KernelCaps) -> int:
+    """Rows per workgroup of a matvec over xr rows of x (MV_XROWS) where matvec_shape chose `rows`
+    for one: at most (caps.batch_acc or XR_ACC) // xr, unless caps.matvec_rows set them (lavapipe's
+    16 rows a workgroup, kept as they were)."""
+    if xr <= 1 or caps.matvec_rows:
+        return rows
+    return max(1, min(rows, (caps.batch_acc or XR_ACC) // xr))
 
 
 def _elementwise(shader: str):

@@ -219,9 +219,10 @@ def batch_matvec(program: Program, op: Op, caps: KernelCaps) -> bool:
     4-row step's matmuls: 631 ms tiled, 154 ms by the matvec, 131 ms for one row; H200, one client
     on serve --parallel 64: Qwen3-0.6B F16 3.7 ms a token on the chunk kernels against 1.1 by the
     single-sequence step, Llama-3.1-8B Q4_K_M 27 ms (its 2- to 16-row steps 25-41 ms on the chunk
-    kernels). A one-row step is the decode matvec itself; wider ones take K-quants in 8-weight units
-    (ops._matmul: kwide_rows.glsl has no row loop). Up to 8 rows: XR * ROWS accumulators per
-    invocation (ROWS 16 on CPUs) must stay compilable."""
+    kernels). A one-row step is the decode matvec itself; wider ones take the same units (wide
+    K-quant ones decoded once for all x rows, kwide_rows.glsl KW_XROWS) with fewer rows a workgroup
+    (ops.batch_rows). Up to 8 rows: XR * ROWS accumulators per invocation (ROWS 16 on CPUs) must
+    stay compilable."""
     limit = caps.batch_matvec or 8
     return op.kind == "matmul" and bool(op.attrs.get("batch")) and 0 < int(op.attrs["rows"]) <= limit
 
