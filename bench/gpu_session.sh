@@ -189,6 +189,25 @@ prof)
     python -m bench.ab_modes fused fused:kwide=1 fused:router_ops=1 --shape qwen3-30b-a3b --quant q4_k_m \
         --ctx 1024 --prompt-tokens 16 -n 16 --rounds 2 --detail --out "$OUT/moe-ab.json" 2>&1 | tail -14
     ;;
+xrows)
+    # batched steps of 2-8 rows in wide K-quant units (kwide_rows.glsl KW_XROWS) against the base
+    # checkout in bench/out/base (8-weight units), alternating; then serve at 1-16 clients vs llama
+    llama_server
+    python -m pytest -q tests/lowering/test_ops_matmul_batch.py tests/executors/test_batch.py 2>&1 | tail -2 || true
+    f=/tmp/llama3.1-8b-q4_k_m.gguf
+    python -m bench.shape_gguf --shape llama3.1-8b --quant q4_k_m "$f"
+    python -m bench.batch_decode --model "$f" --widths 1 --steps 8 --ctx 512 > /dev/null  # GPU warm-up
+    for r in 1 2; do for side in base head; do
+        d=$(pwd); [ $side = base ] && d=$(pwd)/bench/out/base
+        (cd "$d" && PYTHONPATH=/tmp/site:$d python -m bench.batch_decode --model "$f" --widths 1 2 4 8 \
+            --steps 16 --ctx 512 --out "$OUT/batch-$side-$r.json" | tail -4 | sed "s/^/$side /")
+    done; done
+    L="1 4 8 16 1 4 8 16"
+    python -m bench.serve_load --serve "$f" --parallel 64 --max-queue 128 --ctx 512 --clients $L \
+        --out "$OUT/serve-vk-llama3.1-8b.json" | cut -c1-120
+    python -m bench.serve_load --llama-model "$f" --llama-server "$LLAMA" --parallel 64 --ctx 512 \
+        --clients $L --out "$OUT/serve-llama-llama3.1-8b.json" | cut -c1-120
+    ;;
 head)
     # lm_head + argmax: row blocks per workgroup (fewer: more (max, index) pairs for the final pass)
     for s in "smollm2-135m q4_1" "qwen3-0.6b f16" "llama3.2-1b f16" "llama3.1-8b q4_k_m"; do
