@@ -30,6 +30,15 @@ from vkdecode.options import DecodeOptions
 from vkdecode.vk import Device
 
 
+def by_kernel(ex) -> dict[str, float]:
+    """GPU µs of the last step by kernel (the shaders of each region joined by +)."""
+    out: dict[str, float] = {}
+    for ri, us in enumerate(ex.region_times_us()):
+        name = "+".join(sorted({it.call.shader for it in ex.items if it.region == ri}))
+        out[name] = out.get(name, 0.0) + us
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None, help="GGUF or HF dir (default: SmolLM2-135M Q4_1)")
@@ -39,6 +48,7 @@ def main(argv=None) -> int:
     ap.add_argument("--mode", default="fused")
     ap.add_argument("--caps", nargs="*", default=[], metavar="KEY=VALUE", help="KernelCaps overrides")
     ap.add_argument("--out", default=None, help="JSON file (default: stdout)")
+    ap.add_argument("--profile", action="store_true", help="also GPU µs per kernel of each width's last step")
     a = ap.parse_args(argv)
     path = resolve_model(a.model)
     m = load_model(path, ctx=a.ctx)
@@ -56,7 +66,7 @@ def main(argv=None) -> int:
             t = time.perf_counter()
             n = len(list(dec.decode(first, len(ids), a.steps)))
             out["single_sequence_tok_s"] = n / (time.perf_counter() - t)
-            with BatchDecode(dec, a.widths) as b:
+            with BatchDecode(dec, a.widths, profile=a.profile) as b:
                 for w in b.widths:
                     for _ in range(w):
                         b.join(ids, None)
@@ -75,6 +85,10 @@ def main(argv=None) -> int:
                         f"B={w}: {w * a.steps / dt:.1f} tok/s, {dt * 1e3 / a.steps:.0f} ms/step",
                         file=sys.stderr,
                     )
+                    if a.profile:
+                        out["widths"][w]["kernel_us"] = by_kernel(b.runners[w])
+                        top = sorted(out["widths"][w]["kernel_us"].items(), key=lambda kv: -kv[1])[:6]
+                        print("   ", ", ".join(f"{k} {us:.0f}" for k, us in top), file=sys.stderr)
                     for slot in list(b.rows):
                         b.leave(slot)
     if a.out:

@@ -95,9 +95,10 @@ def _stepped(row: Row, tok: int) -> int:
 
 
 class BatchDecode:
-    def __init__(self, decoder, widths=WIDTHS, solo: bool = False):
+    def __init__(self, decoder, widths=WIDTHS, solo: bool = False, profile: bool = False):
         """solo: one live sequence decodes on the decoder's own step (module doc); off, every step
-        is a batched one (the per-width figures of `vkdecode stats` and bench/batch_decode.py)."""
+        is a batched one (the per-width figures of `vkdecode stats` and bench/batch_decode.py).
+        profile: GPU timestamps per region of each width's step (bench/batch_decode.py --profile)."""
         from fusion.chunk_batch import batch_program
         from vkdecode.executors.prefill import chunk_executor
         from vkdecode.executors.slot_cache import SlotCache
@@ -116,7 +117,7 @@ class BatchDecode:
         try:
             for w in reversed(self.widths):
                 prog = batch_program(ex.program, w, self.slots)
-                self.runners[w] = chunk_executor(ex.mode, ex.device, prog, ex.caps, share)
+                self.runners[w] = chunk_executor(ex.mode, ex.device, prog, ex.caps, share, profile)
                 if len(share) == 1:
                     share = [ex.plan, self.runners[w].plan]
         except BaseException:

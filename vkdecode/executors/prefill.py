@@ -109,16 +109,16 @@ class ChunkRun(NamedTuple):
     stats: object  # its TokenStats
 
 
-def chunk_executor(mode: str, device, program, caps, share):
+def chunk_executor(mode: str, device, program, caps, share, profile: bool = False):
     """An executor of a chunk program in `mode`, every slice it can share taken from `share`.
-    Every mode runs the chunk's per-op kernels; replay modes record them once. The decode rules
-    are never applied to a chunk: their kernels are matvecs."""
+    Every mode runs the chunk's per-op kernels; replay modes record them once (with profile, GPU
+    timestamps per region). The decode rules are never applied to a chunk: their kernels are matvecs."""
     from vkdecode.executors.replay import ReplayExecutor
     from vkdecode.executors.unfused import UnfusedExecutor
 
     if mode == "unfused":
         return UnfusedExecutor(device, program, {}, caps, share=share)
-    ex = ReplayExecutor(device, program, {}, caps, fuse=False, share=share)
+    ex = ReplayExecutor(device, program, {}, caps, fuse=False, share=share, profile=profile)
     ex.mode = mode
     return ex
 
