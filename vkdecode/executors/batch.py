@@ -97,8 +97,7 @@ def _stepped(row: Row, tok: int) -> int:
 class BatchDecode:
     def __init__(self, decoder, widths=WIDTHS, solo: bool = False, profile: bool = False):
         """solo: one live sequence decodes on the decoder's own step (module doc); off, every step
-        is a batched one (the per-width figures of `vkdecode stats` and bench/batch_decode.py).
-        profile: GPU timestamps per region of each width's step (bench/batch_decode.py --profile)."""
+        is a batched one (`vkdecode stats`, bench/batch_decode.py; profile: its GPU µs per region)."""
         from fusion.chunk_batch import batch_program
         from vkdecode.executors.prefill import chunk_executor
         from vkdecode.executors.slot_cache import SlotCache
