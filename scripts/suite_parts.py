@@ -59,7 +59,9 @@ def split(files: list[str], parts: int) -> list[list[str]]:
 
 def run_part(files: list[str], extra: list[str]) -> dict:
     cmd = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", *extra, *files]
-    r = subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True)
+    # a wide terminal: pytest cuts each short-summary line (node id - reason) to the terminal width
+    env = dict(os.environ, COLUMNS="400")
+    r = subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True, env=env)
     tail = r.stdout.strip().splitlines()
     counts: dict[str, int] = {}
     for n, what in OUTCOME.findall(tail[-1] if tail else ""):
