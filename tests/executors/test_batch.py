@@ -308,3 +308,21 @@ def test_each_slot_keeps_its_chat_for_the_next_turn(device, tiny, solo):
                 for s, t in b.step().items():
                     out[s].append(t)
     assert [out[s] for s, _ in firsts] == want
+
+
+@pytest.mark.parametrize("solo", [False, True])
+def test_joins_keep_the_decoders_stats_to_one_prompt(device, tiny, solo):
+    """A server joins prompts without end (issue 34's soak crept ~0.5 MiB a minute): the decoder's
+    per-chunk and per-step stats hold the last prompt's (as Decoder.clear_stats keeps them to one
+    generation's), not a record of every prompt that ever joined."""
+    m = tiny["llama"]
+    (ids,) = prompts((20,), seed=7)  # two 8-row chunks and three decode steps on lavapipe
+    with build(device, m, "fused") as dec, BatchDecode(dec, (1, 2), solo=solo) as b:
+        chunks = sum(p.rows > 1 for p in dec.prompt_pieces(ids))
+        assert chunks >= 2
+        for _ in range(40):
+            slot, _ = b.join(ids, None)
+            b.step()
+            b.leave(slot)
+        assert len(dec.prefill.chunks) == chunks
+        assert len(dec.executor.token_stats) <= len(ids) + 2

@@ -170,6 +170,7 @@ class BatchDecode:
             raise ContextError(f"the prompt has {len(ids)} tokens but the context holds {self.ctx}")
         if self.solo is not None:
             self.solo.to_slot()
+        self.decoder.clear_stats()  # this prompt's chunks and steps only: a server joins without end
         self.decoder.executor.set_sampling(params)
         slot, held = self.cache.pick(free, ids, reuse and kv is not None)
         self.cache.forget(slot)  # taken: its rows get overwritten
@@ -281,8 +282,7 @@ class BatchDecode:
         self._written = (w, tuple(live))
 
     def _copy_rows(self, slot: int, n: int, back: bool = False) -> None:
-        """KV rows 0..n-1 of the decoder's caches into `slot` of the batch caches (back: the
-        other way)."""
+        """KV rows 0..n-1 of the decoder's caches into `slot` of the batch caches (back: the other way)."""
         from vkdecode.executors.plan import value_bytes
 
         ex, dev = self.decoder.executor, self.decoder.executor.device
