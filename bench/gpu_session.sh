@@ -13,6 +13,7 @@
 #   bash bench/gpu_session.sh batch     # batched steps per width (decode matvec vs chunk kernels), MoE decode detail
 #   bash bench/gpu_session.sh serve8b   # the 8B part of serve, with the batched steps before it
 #   bash bench/gpu_session.sh narrow    # batched steps of 16-64 rows on the tensor cores' narrow tiles
+#   bash bench/gpu_session.sh suite     # the whole test suite in 6 parts under validation, with a summary
 set -euo pipefail
 OUT=${OUT:?set OUT to the results folder}
 LLAMA=/tmp/llama/llama-server
@@ -207,6 +208,15 @@ xrows)
         --out "$OUT/serve-vk-llama3.1-8b.json" | cut -c1-120
     python -m bench.serve_load --llama-model "$f" --llama-server "$LLAMA" --parallel 64 --ctx 512 \
         --clients $L --out "$OUT/serve-llama-llama3.1-8b.json" | cut -c1-120
+    ;;
+suite)
+    # the whole suite under the validation layer in 6 parts (each under 150 s on the H200 so far),
+    # every failure's reason kept; then the summary. Carry the validation-layer deb (prepare.sh).
+    export VKDECODE_VALIDATE=1
+    for p in 1 2 3 4 5 6; do
+        timeout 150 python scripts/suite_parts.py --parts 6 --part $p --out "$OUT/part$p.json" | tail -3 || true
+    done
+    python scripts/suite_parts.py --summary "$OUT"/part*.json || true
     ;;
 head)
     # lm_head + argmax: row blocks per workgroup (fewer: more (max, index) pairs for the final pass)
