@@ -23,6 +23,15 @@ llama_server() {   # llama.cpp's Vulkan server from .device/llama/llama.tar.xz (
     [ -x "$LLAMA" ] || { tar xJf .device/llama/llama.tar.xz -C /tmp && chmod +x "$LLAMA"; }
 }
 
+serve_pair() {   # serve_pair GGUF NAME LEVELS...: serve --parallel 64, then llama-server -np 64
+    local f=$1 name=$2
+    shift 2
+    python -m bench.serve_load --serve "$f" --parallel 64 --max-queue 128 --ctx 512 --clients "$@" \
+        --out "$OUT/serve-vk-$name.json" | cut -c1-200
+    python -m bench.serve_load --llama-model "$f" --llama-server "$LLAMA" --parallel 64 --ctx 512 \
+        --clients "$@" --out "$OUT/serve-llama-$name.json" | cut -c1-200
+}
+
 case "${1:-}" in
 decode)
     llama_server
@@ -145,11 +154,7 @@ serve8b)
     python -m bench.batch_decode --model "$f" --widths 1 --steps 8 --ctx 512 > /dev/null  # GPU warm-up
     python -m bench.batch_decode --model "$f" --widths 1 2 4 8 16 32 64 --steps 16 --ctx 512 \
         --out "$OUT/batch-llama3.1-8b.json" | tail -7
-    L="1 4 16 64 1 4 16 64"
-    python -m bench.serve_load --serve "$f" --parallel 64 --max-queue 128 --ctx 512 --clients $L \
-        --out "$OUT/serve-vk-llama3.1-8b.json" | cut -c1-330
-    python -m bench.serve_load --llama-model "$f" --llama-server "$LLAMA" --parallel 64 --ctx 512 \
-        --clients $L --out "$OUT/serve-llama-llama3.1-8b.json" | cut -c1-330
+    serve_pair "$f" llama3.1-8b 1 4 16 64 1 4 16 64
     ;;
 narrow)
     # batched steps of 16 to 64 rows: the tensor cores' narrow tiles (the default since) against the
@@ -203,11 +208,7 @@ xrows)
         (cd "$d" && PYTHONPATH=/tmp/site:$d python -m bench.batch_decode --model "$f" --widths 1 2 4 8 \
             --steps 16 --ctx 512 --out "$OUT/batch-$side-$r.json" | tail -4 | sed "s/^/$side /")
     done; done
-    L="1 4 8 16 1 4 8 16"
-    python -m bench.serve_load --serve "$f" --parallel 64 --max-queue 128 --ctx 512 --clients $L \
-        --out "$OUT/serve-vk-llama3.1-8b.json" | cut -c1-120
-    python -m bench.serve_load --llama-model "$f" --llama-server "$LLAMA" --parallel 64 --ctx 512 \
-        --clients $L --out "$OUT/serve-llama-llama3.1-8b.json" | cut -c1-120
+    serve_pair "$f" llama3.1-8b 1 4 8 16 1 4 8 16
     ;;
 suite)
     # the whole suite under the validation layer in 6 parts (each under 150 s on the H200 so far),
