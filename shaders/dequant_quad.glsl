@@ -68,3 +68,51 @@ vec4 dequant_quad(uint rw, uint rs, uint i) {
 #endif
 #endif
 }
+
+#if defined(QUAD_RAW) && (defined(DT_Q4_K) || defined(DT_Q5_K) || defined(DT_Q6_K))
+// QUAD_RAW (KernelCaps.coop_raw): dequant_quad in two halves for the tensor-core tile loader,
+// which loads the next k step's quads before this step's multiplies and decodes them after: with
+// the decode inside the fetch, each warp waited out the loads' latency before its multiplies
+// (the K-quant chunk matmuls ran at ~12% of the H200's f16 rate). quad_load reads the quad's
+// words (quant word, Q5_K's high-bit word or Q6_K's, and the scales it needs); quad_decode does
+// dequant_quad's arithmetic on them, element for element, so the results are identical.
+struct QuadRaw { uvec4 s; uvec2 q; };
+QuadRaw quad_load(uint rw, uint rs, uint i) {
+    QuadRaw r;
+    const uint b = i / 256, e = i % 256;
+#if defined(DT_Q6_K)
+    const uint n = e / 128, l = (e % 128) % 64, sc = 8 * n + (e % 128) / 16;
+    r.q = uvec2(w_u[rw + 48 * b + 16 * n + l / 4], w_u[rw + 48 * b + 32 + 8 * n + (l % 32) / 4]);
+    r.s = uvec4(w_s[rs + 5 * b + sc / 4], w_s[rs + 5 * b + 4], 0u, 0u);
+#else
+    const uint c = e / 64, l = e % 32;
+    r.s = w_s4[rs / 4 + b];
+#if defined(DT_Q5_K)
+    r.q = uvec2(w_u[rw + 40 * b + 8 * c + l / 4], w_u[rw + 40 * b + 32 + l / 4]);
+#else
+    r.q = uvec2(w_u[rw + 32 * b + 8 * c + l / 4], 0u);
+#endif
+#endif
+    return r;
+}
+vec4 quad_decode(QuadRaw r, uint i) {
+    const uint e = i % 256;
+#if defined(DT_Q6_K)
+    const uint rr = e % 128, l = rr % 64, hi = rr / 64, sc = 8 * (e / 128) + rr / 16;
+    const uvec4 q = bytebits(r.q.x, 4 * hi, 0xFu), h = bytebits(r.q.y, 2 * (l / 32) + 4 * hi, 3u);
+    const float d = unpackHalf2x16(r.s.y).x;
+    return d * float(bitfieldExtract(int(r.s.x), int(8 * (sc % 4)), 8)) * (vec4(q | (h << 4)) - 32.0);
+#else
+    const uint c = e / 64, hi = (e % 64) / 32;
+    const vec2 dm = unpackHalf2x16(r.s.x);
+    const uvec2 scm = k4_scale_min(r.s, c) >> (8 * hi);
+#if defined(DT_Q5_K)
+    const uvec4 q = bytebits(r.q.x, 4 * hi, 0xFu) | (bytebits(r.q.y, 2 * c + hi, 1u) << 4);
+#else
+    const uvec4 q = bytebits(r.q.x, 4 * hi, 0xFu);
+#endif
+    return dm.x * float(scm.x & 0xFFu) * vec4(q) - dm.y * float(scm.y & 0xFFu);
+#endif
+}
+#define QUAD_SPLIT 1
+#endif
