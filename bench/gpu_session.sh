@@ -14,6 +14,7 @@
 #   bash bench/gpu_session.sh serve8b   # the 8B part of serve, with the batched steps before it
 #   bash bench/gpu_session.sh narrow    # batched steps of 16-64 rows on the tensor cores' narrow tiles
 #   bash bench/gpu_session.sh loader    # the coop tile loader (coop_raw, coop_xf16) on 8B prompts, llama.cpp
+#   bash bench/gpu_session.sh coopstats # the 8B's matmuls per coop tile and loader variant, with registers
 #   bash bench/gpu_session.sh suite     # the whole test suite in 6 parts under validation, with a summary
 set -euo pipefail
 OUT=${OUT:?set OUT to the results folder}
@@ -167,6 +168,16 @@ loader)
     done
     python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 --reps 3 \
         --out "$OUT/llama-8b.json" | tail -4
+    ;;
+coopstats)
+    # the 8B's q4_k matmuls at 512 and 16 rows on the tensor cores, per tile, with the driver's
+    # register counts: the loader variants and tiles; the 8B's 512-row chunk by kernel; coop tests
+    python -m pytest -q -p no:cacheprovider tests/lowering/test_coop.py | tail -2
+    for c in "" "coop_raw=-1" "coop_xf16=1"; do
+        python -m bench.matmul_rows_bench --preset llama8b --widths 512 16 --variants coop --coop-sweep \
+            --reps 10 --caps $c --out "$OUT/mm-8b$(echo " $c" | tr ' =' '_-').json" | grep -v "^best" | tail -40
+    done
+    python -m bench.prefill_profile --shape llama3.1-8b --quant q4_k_m --width 512 --out "$OUT/prefill-profile-8b.json" | tail -30
     ;;
 serve8b)
     # the 8B after the batched-matvec change: batched steps (decode matvec vs chunk kernels), then

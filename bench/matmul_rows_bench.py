@@ -29,6 +29,7 @@ from bench.matvec_bench import random_parts
 from fusion.ir import Program
 from vkdecode.cli.bench import write_json
 from vkdecode.lowering.calls import KernelCaps
+from vkdecode.lowering.caps import parse_tuning
 from vkdecode.lowering.coop import COOP_TILES
 from vkdecode.lowering.matmul_rows import WIDE_TILES
 from vkdecode.lowering.ops import op_calls
@@ -48,6 +49,13 @@ PRESETS = {
         ("f16", 1024, 2048, "wo"),
         ("f16", 3072, 1024, "gate/up"),
         ("f16", 1024, 3072, "down"),
+    ],
+    "llama8b": [  # Llama-3.1-8B Q4_K_M's q4_k matmuls (its down and v are q6_k in some layers)
+        ("q4_k", 4096, 4096, "wq"),
+        ("q4_k", 1024, 4096, "wk/wv"),
+        ("q4_k", 4096, 4096, "wo"),
+        ("q4_k", 14336, 4096, "gate/up"),
+        ("q4_k", 4096, 14336, "down"),
     ],
 }
 # how many times each shape runs per layer (q, k, v, o, gate, up, down)
@@ -119,6 +127,7 @@ def time_calls(dev, p: Program, calls, arrays: dict, reps: int) -> dict:
             dev, d, [(bufs[(b.value, b.part)], 0, bufs[(b.value, b.part)].size) for b in c.bindings]
         )
         pipes.append((c, pipe, d))
+    stats = [pipe.stats for _, pipe, _ in pipes]  # registers, shared bytes, ... where the driver says
     ts = dev.timestamp_pool(2)
     cmd = dev.command_buffer()
     cmd.begin(one_time=False)
@@ -147,6 +156,7 @@ def time_calls(dev, p: Program, calls, arrays: dict, reps: int) -> dict:
         "calls": [{"shader": c.shader, "groups": list(c.groups), "defines": dict(c.defines)} for c in calls],
         "us": med / 1e3,
         "us_min": min(times) / 1e3,
+        "pipeline_stats": stats,
     }
 
 
@@ -164,12 +174,13 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--groups", type=int, default=0, help="KernelCaps.matmul_groups for the auto wide choice")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--caps", nargs="*", default=[], metavar="KEY=VALUE", help="KernelCaps overrides")
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
     from vkdecode.vk import Device
 
     dev = Device()
-    base = KernelCaps.from_info(dev.info, matmul_groups=a.groups)
+    base = KernelCaps.from_info(dev.info, matmul_groups=a.groups, **parse_tuning(a.caps))
     res = {"device": dev.info.name, "date": time.strftime("%Y-%m-%d"), "caps": base.__dict__, "rows": []}
     tunings = [(v, VARIANTS[v]) for v in a.variants]
     if a.sweep:
@@ -206,7 +217,8 @@ def main(argv=None) -> int:
                 sums[key] = sums.get(key, 0.0) + PER_LAYER.get(what, 1) * r["us"]
                 print(
                     f"{dtype:5s} {out:5d}x{n_in:<5d} {what:8s} T {rows:4d} {name:16s} {r['us']:9.1f} us "
-                    f"{r['GFLOPs']:8.0f} GFLOP/s  {[c['groups'] for c in r['calls']]}",
+                    f"{r['GFLOPs']:8.0f} GFLOP/s  {[c['groups'] for c in r['calls']]} "
+                    f"regs {[st.get('Register Count', '?') for st in r['pipeline_stats']]}",
                     flush=True,
                 )
     # per layer of the preset's model (q, k, v, o, gate, up, down), summed per variant and width
