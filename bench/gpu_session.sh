@@ -13,7 +13,6 @@
 #   bash bench/gpu_session.sh batch     # batched steps per width (decode matvec vs chunk kernels), MoE decode detail
 #   bash bench/gpu_session.sh serve8b   # the 8B part of serve, with the batched steps before it
 #   bash bench/gpu_session.sh narrow    # batched steps of 16-64 rows on the tensor cores' narrow tiles
-#   bash bench/gpu_session.sh loader    # the coop tile loader (coop_raw, coop_xf16) on 8B prompts, llama.cpp
 #   bash bench/gpu_session.sh coopstats # the 8B's matmuls per coop tile and loader variant, with registers
 #   bash bench/gpu_session.sh suite     # the whole test suite in 6 parts under validation, with a summary
 set -euo pipefail
@@ -147,33 +146,11 @@ batch)
     python -m bench.ab_modes fused --shape qwen3-30b-a3b --quant q4_k_m --ctx 1024 --prompt-tokens 16 \
         -n 16 --rounds 2 --detail --out "$OUT/moe-detail.json" 2>&1 | tail -10
     ;;
-loader)
-    # the tensor-core tile loader: K-quant quads loaded before a k step's multiplies and decoded
-    # after them (coop_raw, the default) or with their loads (coop_raw=-1), and x rounded to f16 once
-    # per matmul (coop_xf16=ROWS); 8B prompts and batched steps, the MoE prompt, llama.cpp on the 8B
-    llama_server
-    VKDECODE_VALIDATE=1 python -m pytest -q -p no:cacheprovider tests/lowering/test_coop.py | tail -2
-    f=/tmp/llama3.1-8b-q4_k_m.gguf
-    python -m bench.shape_gguf --shape llama3.1-8b --quant q4_k_m "$f"
-    python -m bench.batch_decode --model "$f" --widths 1 --steps 8 --ctx 512 > /dev/null  # GPU warm-up
-    for r in 1 2; do
-        for c in "coop_raw=-1" "" "coop_xf16=128" "coop_raw=-1 coop_xf16=128"; do
-            python -m bench.prefill --model "$f" --lengths 512 2000 --modes fused --token-path-max 0 \
-                --ctx 4096 --reps 2 --caps $c --out "$OUT/8b-prefill-r$r$(echo " $c" | tr ' =' '_-').json" | tail -2
-        done
-    done
-    for c in "coop_raw=-1" ""; do
-        python -m bench.batch_decode --model "$f" --widths 16 32 --steps 16 --ctx 512 --caps $c \
-            --out "$OUT/8b-batch$(echo " $c" | tr ' =' '_-').json" | tail -3
-    done
-    python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 --reps 3 \
-        --out "$OUT/llama-8b.json" | tail -4
-    ;;
 coopstats)
-    # the 8B's q4_k matmuls at 512 and 16 rows on the tensor cores, per tile, with the driver's
-    # register counts: the loader variants and tiles; the 8B's 512-row chunk by kernel; coop tests
+    # the 8B's q4_k matmuls at 512 and 16 rows on the tensor cores, per tile (with the driver's
+    # register counts where it reports them); the 8B's 512-row chunk by kernel; the coop tests
     python -m pytest -q -p no:cacheprovider tests/lowering/test_coop.py | tail -2
-    for c in "" "coop_raw=-1" "coop_xf16=1"; do
+    for c in ""; do
         python -m bench.matmul_rows_bench --preset llama8b --widths 512 16 --variants coop --coop-sweep \
             --reps 10 --caps $c --out "$OUT/mm-8b$(echo " $c" | tr ' =' '_-').json" | grep -v "^best" | tail -40
     done

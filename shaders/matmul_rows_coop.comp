@@ -17,8 +17,7 @@
 // SPLITK: workgroup z sums k tiles z, z+S, ... into P[z][t][m]; matmul_rows_splitk adds them.
 // Bindings: f32/f16: 0 W, 1 X, 2 Y (or P); quant: 0 q words, 1 scales, 2 X, 3 Y (or P).
 // Spec: 0 wg size (LANES SG_M SG_N), 1 K, 2 M (rows bound), 3 T, 4 MTOT (Y row stride), 5 S.
-// Defines: SG_M, SG_N, BLK_M, BLK_N; UNITS (dequant.glsl's unit loads) or QUADS or neither;
-// QUAD_RAW (K-quant QUADS: dequant_quad.glsl's load / decode split); XF16 (X as f16, f16_rows.comp).
+// Defines: SG_M, SG_N, BLK_M, BLK_N; UNITS (dequant.glsl's unit loads) or QUADS or neither.
 // MOE (moe_rows.glsl): workgroup y is one tile of one expert's slots (up to BN, rows past its
 // count repeat its last row and are not stored); each 16 x 16 result goes through the subgroup's
 // shared staging block to its slots' scattered rows. Spec 6 XDIV, 7 GROUP_ORDER.
@@ -50,11 +49,7 @@ layout(constant_id = 3) const uint T = 1;
 layout(constant_id = 4) const uint MTOT = 1;
 layout(constant_id = 5) const uint S = 1;
 layout(push_constant) uniform Push { uint row0; } pc;
-#ifdef XF16
-layout(binding = B_X) readonly buffer XB2 { uvec2 x2[]; };    // 4 halves each (f16_rows.comp)
-#else
 layout(binding = B_X) readonly buffer XB4 { vec4 x4[]; };
-#endif
 layout(binding = B_Y) writeonly buffer YB { float y[]; };
 #include "moe_rows.glsl"
 
@@ -83,16 +78,7 @@ const uint NWU = (BM * (BK / 4) + WG - 1) / WG;    // weight quads per invocatio
 #define WR_VEC4 1
 #endif
 const uint NXV = (BN * (BK / 4) + WG - 1) / WG;    // activation vec4s per invocation
-#ifdef QUAD_SPLIT
-QuadRaw wq[NWU];                                   // the next k step's quads, decoded by stage()
-#else
-vec4 wr[NWU * WR_VEC4];
-#endif
-#ifdef XF16
-uvec2 xr[NXV];
-#else
-vec4 xr[NXV];
-#endif
+vec4 wr[NWU * WR_VEC4], xr[NXV];
 
 // Fetch the k tile at k0 into registers (wr, xr).
 void fetch(uint m0, uint n0, uint k0, uint tid) {
@@ -105,9 +91,7 @@ void fetch(uint m0, uint n0, uint k0, uint tid) {
 #else
         const uint e = min(tid + i * WG, BM * (BK / 4) - 1), r = e / (BK / 4), k = k0 + 4 * (e % (BK / 4));
         const uint m = WROW(m0 + r);
-#if defined(QUAD_SPLIT)
-        wq[i] = quad_load(m * ROW_WORDS(K), m * ROW_SCALES(K), k);
-#elif defined(QUADS)
+#ifdef QUADS
         wr[i] = dequant_quad(m * ROW_WORDS(K), m * ROW_SCALES(K), k);
 #else
         for (uint c = 0; c < 4; c++) wr[i][c] = dequant_elem(m * ROW_WORDS(K), m * ROW_SCALES(K), k + c);
@@ -116,16 +100,11 @@ void fetch(uint m0, uint n0, uint k0, uint tid) {
     }
     for (uint i = 0; i < NXV; i++) {
         const uint e = min(tid + i * WG, BN * (BK / 4) - 1), c = e / (BK / 4);
-#ifdef XF16
-        xr[i] = x2[XROW(min(n0 + c, TILE_ROWS - 1)) * (K / 4) + k0 / 4 + e % (BK / 4)];
-#else
         xr[i] = x4[XROW(min(n0 + c, TILE_ROWS - 1)) * (K / 4) + k0 / 4 + e % (BK / 4)];
-#endif
     }
 }
 
-// Store the registers into the shared tiles as f16 (QUAD_SPLIT: the weights decoded here, after
-// the multiplies that their loads overlapped) (an index clamped by fetch stores a duplicate
+// Store the registers into the shared tiles as f16 (an index clamped by fetch stores a duplicate
 // of the last element's value onto itself: harmless).
 void stage(uint k0, uint tid) {
     for (uint i = 0; i < NWU; i++) {
@@ -137,20 +116,12 @@ void stage(uint k0, uint tid) {
         }
 #else
         const uint e = min(tid + i * WG, BM * (BK / 4) - 1), r = e / (BK / 4), kk = 4 * (e % (BK / 4));
-#ifdef QUAD_SPLIT
-        STORE4(ws, r, kk, quad_decode(wq[i], k0 + kk));
-#else
         STORE4(ws, r, kk, wr[i]);
-#endif
 #endif
     }
     for (uint i = 0; i < NXV; i++) {
         const uint e = min(tid + i * WG, BN * (BK / 4) - 1), c = e / (BK / 4), kk = 4 * (e % (BK / 4));
-#ifdef XF16
-        xs[TILE_AT(c, kk)] = xr[i];
-#else
         STORE4(xs, c, kk, xr[i]);
-#endif
     }
 }
 

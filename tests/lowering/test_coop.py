@@ -117,55 +117,6 @@ def check_coop_matmul(device, dtype, dims, tile, splits):
     assert err <= LIMIT, f"coop matmul rows={rows} {dtype} [{out}, {n_in}] {tile}/{splits}: nmse {err:.3g}"
 
 
-@pytest.mark.parametrize("dtype", ["q4_k", "q5_k", "q6_k"])
-def test_coop_raw_quads_change_no_bit(device, dtype):
-    """QUAD_RAW (caps.coop_raw) only moves the K-quant decode after the multiplies: the same sums."""
-    caps = caps_of(device)
-    if not caps.coop_matrix:
-        pytest.skip(f"no coop path: {device.info.features.get('coop_reason')} (runs on the H100)")
-    rng = np.random.default_rng(5)
-    w = quantize((rng.standard_normal((128, 512)) * 0.1).astype(np.float32), dtype)
-    x = rng.standard_normal(64 * 512).astype(np.float32)
-    p = one_op(
-        "matmul",
-        {"w": ((128, 512), dtype, "weight"), "x": ((64 * 512,), "f32", "activation")},
-        {"y": ((64 * 128,), "f32", "output")},
-        rows=64,
-    )
-    got = {}
-    for raw in (0, -1):
-        c = replace(caps, coop_tile="2x2:2x2", matmul_splitk=2, matmul_coop=16, coop_raw=raw)
-        assert (("QUAD_RAW", "1") in op_calls(p, 0, c)[0].defines) == (raw == 0)
-        got[raw] = run_and_reference(device, p, {"w": w, "x": x}, c)[0]["y"]
-    assert np.array_equal(got[0], got[-1])
-
-
-@pytest.mark.parametrize("dtype,splits", [("f16", 1), ("q4_k", 2), ("q6_k", 1)])
-def test_coop_xf16_loads_x_converted_once(device, dtype, splits):
-    """caps.coop_xf16: f16_rows rounds the chunk's x to f16 once and the loader reads halves."""
-    caps = caps_of(device)
-    if not caps.coop_matrix:
-        pytest.skip(f"no coop path: {device.info.features.get('coop_reason')} (runs on the H100)")
-    rows, out, n_in = 64, 192, 512
-    rng = np.random.default_rng(9)
-    w = quantize((rng.standard_normal((out, n_in)) * 0.1).astype(np.float32), dtype)
-    x = rng.standard_normal(rows * n_in).astype(np.float32)
-    p = one_op(
-        "matmul",
-        {"w": ((out, n_in), dtype, "weight"), "x": ((rows * n_in,), "f32", "activation")},
-        {"y": ((rows * out,), "f32", "output")},
-        rows=rows,
-    )
-    caps = replace(caps, coop_tile="2x2:2x2", matmul_splitk=splits, matmul_coop=16, coop_xf16=rows)
-    calls = op_calls(p, 0, caps)
-    assert [c.shader for c in calls][:2] == ["f16_rows", "matmul_rows_coop"]
-    assert ("XF16", "1") in calls[1].defines
-    assert op_calls(p, 0, replace(caps, coop_xf16=rows + 1))[0].shader == "matmul_rows_coop"
-    got, want = run_and_reference(device, p, {"w": w, "x": x}, caps)
-    err = nmse(got["y"], want["y"])
-    assert err <= LIMIT, f"coop matmul with f16 x, {dtype}: nmse {err:.3g}"
-
-
 # (dtype, experts, rows per expert, in-dim, slots, x rows): gate/up (k slots share an x row) and
 # down (a slot per x row), experts busy enough for several tiles
 MOE_CASES = [

@@ -57,10 +57,6 @@ class KernelCaps:
     )
     matmul_wide: int = 0  # chunk widths from this take matmul_rows_wide (0: 17, < 0: never)
     matmul_coop: int = 0  # chunk widths from this take matmul_rows_coop where coop_matrix (0: 16, < 0: never)
-    coop_raw: int = 0  # its K-quant tiles' loads before a k step's multiplies, decoded after
-    # (dequant_quad.glsl QUAD_RAW; 0: yes, < 0: loaded and decoded together before them)
-    coop_xf16: int = 0  # chunks of at least this many rows convert x to f16 once (f16_rows.comp)
-    # for the tensor-core loader, which reads half the bytes then (0 or < 0: never)
     coop_tile: str = ""  # its subgroups x 16x16 blocks, "SG_MxSG_N:BLK_MxBLK_N" ("": coop.py chooses)
     matmul_tile: str = ""  # its TMxTN micro-tile ("8x8", "8x4", "4x8", "4x4"; "": matmul_rows.py chooses)
     matmul_splitk: int = 0  # its k splits (0: enough for matmul_groups workgroups, 1: none)

@@ -118,32 +118,8 @@ def weight_defines(dtype: str, n_in: int) -> tuple:
     return defines
 
 
-# K-quant quads that the tensor-core loader may load and decode in two halves (QUAD_RAW)
-QUAD_RAW_DTYPES = ("q4_k", "q5_k", "q6_k")
-
-
-def quad_defines(defines: tuple, n_in: int, kernel: str, caps: KernelCaps) -> tuple:
-    """QUADS (dequant_quad.glsl) where the weight has no unit loads; for the tensor cores'
-    K-quant tiles QUAD_RAW too unless caps.coop_raw < 0: their loads are issued before a k step's
-    multiplies and decoded after them (H200, Llama-3.1-8B Q4_K_M: see matmul_rows_coop.comp)."""
-    if ("UNITS", "1") in defines or n_in % 4:
-        return defines
-    defines += (("QUADS", "1"),)
-    raw = {dtype_define(d) for d in QUAD_RAW_DTYPES}
-    if kernel == "matmul_rows_coop" and caps.coop_raw >= 0 and raw & set(defines):
-        defines += (("QUAD_RAW", "1"),)
-    return defines
-
-
 def expert_matmul_call(
-    w: tuple,
-    ins: tuple,
-    out: str,
-    dims: tuple,
-    group: tuple,
-    coop: tuple | None,
-    label: str,
-    caps: KernelCaps,
+    w: tuple, ins: tuple, out: str, dims: tuple, group: tuple, coop: tuple | None, label: str
 ) -> KernelCall:
     """One expert matmul over a chunk's slots grouped by expert (lowering/moe.py): w = (bindings,
     dtype) of the whole 3-D weight, ins its x and the groups, dims (K, M rows of one expert, slots),
@@ -168,7 +144,8 @@ def expert_matmul_call(
             label=label,
         )
     bm, _, wg = tile_dims(coop)
-    defines = quad_defines(defines, n_in, "matmul_rows_coop", caps)
+    if ("UNITS", "1") not in defines and n_in % 4 == 0:
+        defines += (("QUADS", "1"),)
     defines += tuple((k, str(v)) for k, v in zip(("SG_M", "SG_N", "BLK_M", "BLK_N"), coop))
     spec = (wg, n_in, m, slots, m, 1, xdiv, order)
     return KernelCall(
@@ -194,21 +171,15 @@ def matmul_calls(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     chunks = row_chunks(wv.dtype, n_out, n_in, caps)
     defines = weight_defines(wv.dtype, n_in)
     narrow = narrow_rows(caps, bn)
-    calls, xh = [], None
+    calls = []
     for r0, n in chunks:
         b = weight_bindings(w, wv.dtype, r0, None if len(chunks) == 1 else n)
         label = op.outputs[0] + (f"[{r0}:]" if len(chunks) > 1 else "")
         # tensor cores first at any width they take (coop_shape: from caps.matmul_coop rows)
         coop = coop_shape(caps, str(p.meta.get("arch", "")), n, rows, n_in)
         if coop is not None:
-            cd = defines
-            if 0 < caps.coop_xf16 <= rows:  # x as f16 once, for every row range
-                if xh is None:
-                    calls.append(f16_rows_call(x, rows * n_in, caps, op.outputs[0]))
-                    xh = calls[-1].bindings[1]
-                cd += (("XF16", "1"),)
             calls += _coop_calls(
-                op.outputs[0], b + (xh or Binding(x),), coop, (n_in, n, rows, n_out), r0, cd, label, caps
+                op.outputs[0], b + (Binding(x),), coop, (n_in, n, rows, n_out), r0, defines, label, caps
             )
             continue
         wide = None if narrow else wide_shape(caps, n, rows, n_in)
@@ -231,21 +202,6 @@ def matmul_calls(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
             )
         )
     return calls
-
-
-def f16_rows_call(x: str, numel: int, caps: KernelCaps, label: str) -> KernelCall:
-    """x rounded to f16 into a scratch for the tensor-core loader's XF16 (caps.coop_xf16). One
-    scratch for every matmul, like the split-k partials: the calls run one after another."""
-    part, n4, wg = "scratch:matmul_rows.xf16", numel // 4, wg_size(caps, 256)
-    return KernelCall(
-        "f16_rows",
-        (wg, n4),
-        (Binding(x), Binding(part)),
-        (1,),
-        flat_groups(-(-n4 // wg)),
-        scratch=((part, numel * 2),),
-        label=label + "[f16]",
-    )
 
 
 def _wide_calls(
@@ -287,7 +243,8 @@ def _tiled_calls(
     one after another, so the largest split set is all that is ever live."""
     n_in, n, rows, n_out = dims
     s = grid[2]
-    defines = quad_defines(defines, n_in, kernel, caps)
+    if ("UNITS", "1") not in defines and n_in % 4 == 0:
+        defines += (("QUADS", "1"),)
     push = struct.pack("<I", r0)
     spec = (wg, n_in, n, rows, n_out, s)
     if s == 1:

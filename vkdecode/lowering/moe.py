@@ -127,14 +127,7 @@ def _grouped_matmul(p: Program, w: str, x: str, ids: str, out: str, caps: Kernel
     )
     xdiv = slots // (p.values[x].numel // k)
     call = expert_matmul_call(
-        (wb, dtype),
-        (x, name),
-        out,
-        (k, m, slots),
-        (bn, tiles, xdiv, order),
-        tile if coop else None,
-        out,
-        caps,
+        (wb, dtype), (x, name), out, (k, m, slots), (bn, tiles, xdiv, order), tile if coop else None, out
     )
     own = (
         [] if any(o.kind == "moe_topk" and ids in o.outputs for o in p.ops) else group_calls(p, ids, e, caps)
