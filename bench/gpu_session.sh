@@ -13,6 +13,7 @@
 #   bash bench/gpu_session.sh batch     # batched steps per width (decode matvec vs chunk kernels), MoE decode detail
 #   bash bench/gpu_session.sh serve8b   # the 8B part of serve, with the batched steps before it
 #   bash bench/gpu_session.sh narrow    # batched steps of 16-64 rows on the tensor cores' narrow tiles
+#   bash bench/gpu_session.sh tiles     # the 8B's prompts on forced 8-subgroup tensor-core tiles
 #   bash bench/gpu_session.sh coopstats # the 8B's matmuls per coop tile and loader variant, with registers
 #   bash bench/gpu_session.sh suite     # the whole test suite in 6 parts under validation, with a summary
 set -euo pipefail
@@ -145,6 +146,22 @@ batch)
     done
     python -m bench.ab_modes fused --shape qwen3-30b-a3b --quant q4_k_m --ctx 1024 --prompt-tokens 16 \
         -n 16 --rounds 2 --detail --out "$OUT/moe-detail.json" 2>&1 | tail -10
+    ;;
+tiles)
+    # the 8B's 512- and 2000-token prompts with every matmul on one forced tensor-core tile: the
+    # automatic choice (64 x 128, 4 subgroups) against 8-subgroup tiles, where each decoded weight
+    # element feeds more chunk rows (the tile loader's decode competes with the multiplies for issue)
+    f=/tmp/llama3.1-8b-q4_k_m.gguf
+    python -m bench.shape_gguf --shape llama3.1-8b --quant q4_k_m "$f"
+    python -m bench.batch_decode --model "$f" --widths 1 --steps 8 --ctx 512 > /dev/null  # GPU warm-up
+    for r in 1 2; do
+        for c in "" "coop_tile=2x4:2x4" "coop_tile=2x4:4x2" "coop_tile=4x2:2x4" "coop_tile=4x4:2x2" "coop_tile=2x8:2x2"; do
+            python -m bench.prefill --model "$f" --lengths 512 2000 --modes fused --token-path-max 0 \
+                --ctx 4096 --reps 2 --caps $c --out "$OUT/8b-prefill-r$r$(echo " $c" | tr ' =:' '_--').json" \
+                | grep -o "tokens: TTFT *[0-9.]* ms" | tr '\n' ' '
+            echo " $c"
+        done
+    done
     ;;
 coopstats)
     # the 8B's q4_k matmuls at 512 and 16 rows on the tensor cores, per tile (with the driver's
