@@ -156,9 +156,9 @@ tiles)
     python -m bench.batch_decode --model "$f" --widths 1 --steps 8 --ctx 512 > /dev/null  # GPU warm-up
     for r in 1 2; do
         for c in "" "coop_tile=2x4:2x4" "coop_tile=2x4:4x2" "coop_tile=4x2:2x4" "coop_tile=4x4:2x2" "coop_tile=2x8:2x2"; do
-            python -m bench.prefill --model "$f" --lengths 512 2000 --modes fused --token-path-max 0 \
+            { python -m bench.prefill --model "$f" --lengths 512 2000 --modes fused --token-path-max 0 \
                 --ctx 4096 --reps 2 --caps $c --out "$OUT/8b-prefill-r$r$(echo " $c" | tr ' =:' '__x').json" \
-                | grep -o "tokens: TTFT *[0-9.]* ms" | tr '\n' ' '
+                2>&1 || true; } | { grep -o "tokens: TTFT *[0-9.]* ms" || true; } | tr '\n' ' '
             echo " $c"
         done
     done
