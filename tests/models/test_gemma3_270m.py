@@ -25,6 +25,19 @@ MORE_TEXT = [
     "<start_of_turn>user\nHi<end_of_turn>",
 ]
 NEW_TOKENS = 8
+# 700 tokens: past the local layers' 512-token sliding window, so the prompt chunks' and the
+# step's windowed attention (and the global layers' full attention) are both on the line
+TOPICS = ["history", "botany", "astronomy", "poetry", "chemistry", "music", "law", "cooking", "geology"]
+TOPICS += ["medicine", "philosophy", "sailing", "weaving", "mathematics", "architecture"]
+ORDERS = ["author", "year", "title", "colour of the spine", "height"]
+LONG_PROMPT = (
+    "Here is a list of the rooms in the old library and what each one holds.\n"
+    + "".join(
+        f"Room {i + 1}: the shelves hold {TOPICS[(7 * i) % len(TOPICS)]} books, sorted by {ORDERS[i % 5]}.\n"
+        for i in range(40)
+    )
+    + "The maps are kept in Room 41. Question: which room keeps the maps, and which holds the poetry? Answer:"
+)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +59,8 @@ def hf(gguf_path):
     from tests.helpers.gemma_oracle import oracle
     from vkdecode.vk.shaders import cache_dir
 
-    question = {"texts": PROMPTS + MORE_TEXT, "prompts": PROMPTS, "new_tokens": NEW_TOKENS}
+    question = {"texts": PROMPTS + MORE_TEXT + [LONG_PROMPT], "prompts": PROMPTS + [LONG_PROMPT]}
+    question["new_tokens"] = NEW_TOKENS
     return oracle(gguf_path, question, cache_dir() / "test-oracles")
 
 
@@ -91,3 +105,15 @@ def test_greedy_ids_match_transformers(device, model, hf, mode):
                 if pos + 1 >= len(toks):
                     toks.append(nxt)
             assert toks[n:] == want[p], f"{mode}: {p!r}"
+
+
+def test_long_prompt_past_the_sliding_window_matches_transformers(gguf_path, hf):
+    """The user's path (vkdecode.load + stream_generate, fused, f16 KV cache): the 700-token prompt
+    runs as prompt chunks, then the decode steps; transformers' ids in, its greedy ids out."""
+    import vkdecode
+
+    ids = hf["ids"][LONG_PROMPT]
+    assert len(ids) > 512, len(ids)
+    with vkdecode.load(gguf_path, mode="fused", ctx=1024) as m:
+        got = [r.token for r in m.stream_generate(prompt_ids=ids, max_tokens=NEW_TOKENS)]
+    assert got == hf["greedy"][LONG_PROMPT]
