@@ -111,6 +111,7 @@ class Model:
         widths to record (default executors.batch.WIDTHS; another set rebuilds them). A sequence
         alone in it decodes on the plain decode step (solo: executors/solo.py)."""
         from vkdecode.executors.batch import WIDTHS, BatchDecode
+        from vkdecode.executors.batch_pick import calibrate
 
         want = tuple(sorted(set(widths or WIDTHS)))
         if self._batch is None or self._batch.widths != want:
@@ -118,6 +119,8 @@ class Model:
                 self._batch.close()
                 self._batch = None
             self._batch = BatchDecode(self.decoder, want, solo=True)
+            if not self.decoder.executor.caps.device_cpu:  # a GPU: time the widths (batch_pick.py)
+                calibrate(self._batch)
         return self._batch
 
     def stream_generate_batch(

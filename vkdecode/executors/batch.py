@@ -23,10 +23,9 @@ the slot when the next prompt begins, and a batch that drains to one copies that
 (the prompt cache is then that sequence's, as it is anyway once it leaves last).
 
 Per step the host submits and reads B token ids: 0 descriptor writes and 0 recordings (replay
-modes), and no host write at all while the batch's membership stays the same, since the step's
-last dispatch (advance_rows) feeds every live row its token at its next position. When a sequence
-joins or leaves, the host rewrites the rows of the width that runs next.
-"""
+modes), and no host write while the membership stays the same (the step's advance_rows feeds every
+live row its token at its next position); a join or leave rewrites the rows of the next width.
+Which width runs n sequences: executors/batch_pick.py."""
 
 from __future__ import annotations
 
@@ -46,8 +45,7 @@ def slot_bytes(ex) -> int:
 
 
 def _check_fits(ex, slots: int) -> None:
-    """Refuse before allocating when the slots' KV caches cannot fit next to what the decoder
-    holds (plan.check_fits' comparison: the device-local heap, not what is free)."""
+    """Refuse before allocating when the slots' KV caches cannot fit next to what the decoder holds."""
     from vkdecode.errors import DeviceMemoryError
     from vkdecode.vk.memory import format_bytes as fmt
 
@@ -96,8 +94,8 @@ def _stepped(row: Row, tok: int) -> int:
 
 class BatchDecode:
     def __init__(self, decoder, widths=WIDTHS, solo: bool = False, profile: bool = False):
-        """solo: one live sequence decodes on the decoder's own step (module doc); off, every step
-        is a batched one (`vkdecode stats`, bench/batch_decode.py; profile: its GPU µs per region)."""
+        """solo: one live sequence decodes on the decoder's own step (module doc); off, every step is
+        a batched one (`vkdecode stats`, bench/batch_decode.py; profile: GPU µs per region)."""
         from fusion.chunk_batch import batch_program
         from vkdecode.executors.prefill import chunk_executor
         from vkdecode.executors.slot_cache import SlotCache
@@ -125,7 +123,8 @@ class BatchDecode:
         self.rows: dict[int, Row] = {}  # slot -> its sequence
         self.joining: Joining | None = None  # the prompt on its way into a slot (begin, advance)
         self.kv = None  # the decoder's KVPrefix, when a join was given it
-        self._written: tuple | None = None  # (width, slots) the batch step buffer holds
+        self.written: tuple | None = None  # (width, slots) the batch step buffer holds
+        self.pick: dict[int, int] | None = None  # live sequences -> width (batch_pick.calibrate)
         self.steps: dict[int, int] = dict.fromkeys(self.widths, 0)  # steps run per width
         self.solo = Solo(self) if solo else None
         self.cache = SlotCache(self.slots)  # what the free slots' rows hold
@@ -208,7 +207,7 @@ class BatchDecode:
             self.joining = None
             raise
         self.rows[j.slot] = Row(first, len(j.ids), j.params, j.ids, j.left)
-        self._written = None
+        self.written = None
         if alone:
             self.solo.at(j.slot)
         return j.slot, first
@@ -223,7 +222,7 @@ class BatchDecode:
         row = self.rows.pop(slot, None)
         if row is None:
             return
-        self._written = None
+        self.written = None
         kept = row.kept and self.kv is not None  # rows known to hold row.ids
         solo = self.solo is not None and self.solo.slot == slot  # its rows: the decoder's cache
         if solo:
@@ -233,8 +232,8 @@ class BatchDecode:
             self._copy_rows(slot, len(row.ids), back=True)
             self.kv.reset(row.ids)
 
-    def width(self) -> int:
-        return next(w for w in self.widths if w >= len(self.rows))
+    def width(self) -> int:  # the narrowest holding the live sequences, or batch_pick's choice
+        return self.pick[len(self.rows)] if self.pick else next(w for w in self.widths if w >= len(self.rows))
 
     def step(self) -> dict[int, int]:
         """One batched step of every live sequence: slot -> the token it chose. A sequence whose
@@ -249,8 +248,8 @@ class BatchDecode:
             return {live[0]: _stepped(self.rows[live[0]], self.solo.step(live[0]))}
         w = self.width()
         ex = self.runners[w]
-        if self._written != (w, tuple(live)):
-            self._write_rows(ex, w, live)
+        if self.written != (w, tuple(live)):
+            self.write_rows(ex, w, live)
         try:
             ex.step(0, 0)  # the rows are in the batch step buffer: _write_step writes nothing
         except BaseException:  # the slots may not hold what the rows say: none is copied back or kept
@@ -267,7 +266,7 @@ class BatchDecode:
             del ex.token_stats[:-256]
         return out
 
-    def _write_rows(self, ex, w: int, live: list[int]) -> None:
+    def write_rows(self, ex, w: int, live: list[int]) -> None:
         from fusion.chunk_batch import BATCH_STEP
 
         words: list[int] = []
@@ -279,7 +278,7 @@ class BatchDecode:
                 words += [0, r - len(live), 0, 0, 0, 0, self.slots, 0]
         s = ex.plan.slices[(BATCH_STEP, "data")]
         s.buffer.write_u32(s.offset // 4, words)
-        self._written = (w, tuple(live))
+        self.written = (w, tuple(live))
 
     def _copy_rows(self, slot: int, n: int, back: bool = False) -> None:
         """KV rows 0..n-1 of the decoder's caches into `slot` of the batch caches (back: the other way)."""

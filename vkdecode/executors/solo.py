@@ -77,7 +77,7 @@ class Solo:
         except BaseException:  # its rows are still only in the decoder's cache
             self.slot = slot
             raise
-        self.batch._written = None
+        self.batch.written = None
 
     def leave(self, row, kept: bool) -> None:
         """The solo sequence is done: its decode stops. kept (its rows are known): they go into its

@@ -66,6 +66,8 @@ class BatchEngine(Engine):
             m["queue"]["running_requests"] = len(self.live) + (self.joining is not None)
             m["queue"]["parallel"] = self.parallel
         m["batch_steps"] = dict(self.batch.steps)  # steps run per width
+        if self.batch.pick:  # a GPU's calibrated choice: sequences -> width (executors/batch_pick.py)
+            m["batch_width_for"] = dict(self.batch.pick)
         m["solo_steps"] = self.batch.solo.steps  # tokens of a request alone, on the plain step
         return m
 

@@ -1,0 +1,60 @@
+"""Which recorded batch width runs n live sequences (executors/batch.py).
+
+By default the narrowest width that holds them. On a GPU a wider step can cost less than a
+narrower one, because its matmuls take other kernels: on the H200, Llama-3.1-8B Q4_K_M's 8-row
+step (the decode matvec over 8 rows) took 20.8 ms and its 16-row step (the tensor cores' narrow
+tiles) 17 ms (bench/results/nvidia-h200/2026-11-27-batch-wide, 2026-11-27-narrow-coop), so 5-8
+sequences ran faster in the 16-wide step. `calibrate` times one step of every width once, its rows
+all padding, and maps each count of sequences to the cheapest width that holds them; a wider width
+must save WIDER_MARGIN of the narrowest one's time, so timing noise keeps the narrow choice.
+"""
+
+from __future__ import annotations
+
+import time
+
+WIDER_MARGIN = 0.1  # a wider width is picked only when it is at least this much cheaper
+REPS = 3  # timed steps per width (median), after one untimed
+
+
+def fastest_widths(cost: dict[int, float]) -> dict[int, int]:
+    """{n: width} for n = 1 .. the widest: the width >= n of least cost, the narrowest such one
+    unless a wider one costs WIDER_MARGIN less."""
+    widths = sorted(cost)
+    pick = {}
+    for n in range(1, widths[-1] + 1):
+        fits = [w for w in widths if w >= n]
+        best = fits[0]
+        for w in fits[1:]:
+            if cost[w] < cost[best] * (1.0 - WIDER_MARGIN):
+                best = w
+        pick[n] = best
+    return pick
+
+
+def step_seconds(batch) -> dict[int, float]:
+    """Wall seconds of one step per width (median of REPS), every row padding: the padding slot's
+    rows are written, no sequence's. Call with no sequence live; the step buffer is rewritten at
+    the next step, and the runners' step records of these steps are dropped."""
+    if batch.rows or batch.joining is not None:
+        raise RuntimeError("step_seconds needs an empty batch")
+    cost = {}
+    for w, ex in batch.runners.items():
+        batch.write_rows(ex, w, [])
+        times = []
+        for i in range(REPS + 1):
+            t = time.perf_counter()
+            ex.step(0, 0)
+            ex.plan.read("next_token", "uint32")
+            if i:
+                times.append(time.perf_counter() - t)
+        del ex.token_stats[:]
+        cost[w] = sorted(times)[len(times) // 2]
+    batch.written = None
+    return cost
+
+
+def calibrate(batch) -> dict[int, int]:
+    """Time the batch's widths and let it run each count of sequences at the cheapest."""
+    batch.pick = fastest_widths(step_seconds(batch))
+    return batch.pick
