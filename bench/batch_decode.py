@@ -48,6 +48,7 @@ def main(argv=None) -> int:
     ap.add_argument("--mode", default="fused")
     ap.add_argument("--caps", nargs="*", default=[], metavar="KEY=VALUE", help="KernelCaps overrides")
     ap.add_argument("--out", default=None, help="JSON file (default: stdout)")
+    ap.add_argument("--ahead", action="store_true", help="send each step's next one ahead (serve's way)")
     ap.add_argument("--profile", action="store_true", help="also GPU µs per kernel of each width's last step")
     a = ap.parse_args(argv)
     path = resolve_model(a.model)
@@ -66,7 +67,7 @@ def main(argv=None) -> int:
             t = time.perf_counter()
             n = len(list(dec.decode(first, len(ids), a.steps)))
             out["single_sequence_tok_s"] = n / (time.perf_counter() - t)
-            with BatchDecode(dec, a.widths, profile=a.profile) as b:
+            with BatchDecode(dec, a.widths, profile=a.profile, pipelined=a.ahead) as b:
                 for w in b.widths:
                     for _ in range(w):
                         b.join(ids, None)

@@ -32,6 +32,9 @@ from fusion.chunk import FLAT_KINDS, ChunkError
 from fusion.ir import STEP_WORDS, Program
 
 BATCH_STEP = "batch_step"
+# u32[2 * rows]: each live row's token by the parity of its position (shaders/advance_rows.comp), so
+# a step's tokens survive the next step in flight (executors/batch_ahead.py)
+BATCH_RING = "batch_ring"
 # ops that read the step (a record per row), and matmuls (attr batch: their rows are independent
 # sequences, so a kernel may take them as several vectors rather than as a matrix)
 BATCH_KINDS = {"embed", "rope", "kv_write", "attention", "sample", "matmul"}
@@ -57,6 +60,7 @@ def batch_program(decode: Program, rows: int, slots: int) -> Program:
             p.value(v.name, (slots * v.shape[0] + slots,) + v.shape[1:], v.dtype, v.kind)
         else:
             p.value(v.name, v.shape, v.dtype, v.kind)
+    p.value(BATCH_RING, (2 * rows,), "u32", "output")
     p.constants = dict(getattr(decode, "constants", {}) or {})
     for i, op in enumerate(decode.ops):
         ins = [BATCH_STEP if n == "step" else n for n in op.inputs]

@@ -118,7 +118,7 @@ class Model:
             if self._batch is not None:
                 self._batch.close()
                 self._batch = None
-            self._batch = BatchDecode(self.decoder, want, solo=True)
+            self._batch = BatchDecode(self.decoder, want, solo=True, pipelined=True)
             if not self.decoder.executor.caps.device_cpu:  # a GPU: time the widths (batch_pick.py)
                 calibrate(self._batch)
         return self._batch

@@ -60,19 +60,24 @@ def tiny(models_dir):
     }
 
 
-@pytest.mark.parametrize("mode", ["fused", "unfused"])
+@pytest.mark.parametrize("mode", ["fused", "unfused", "fused-ahead"])
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3"])
 def test_each_sequence_equals_alone(device, tiny, arch, mode):
+    """fused-ahead: each step sends the next one ahead (batch_ahead.py), whose results are dropped
+    whenever a sequence leaves before it is collected."""
+    mode, ahead = mode.removesuffix("-ahead"), mode.endswith("-ahead")
     m = tiny[arch]
     ps = prompts()
     counts = [12, 4, 9, 2, 7, 1]  # sequences leave early, one right after its prompt
     with build(device, m, mode) as dec:
         want = [alone(dec, p, n) for p, n in zip(ps, counts)]
-        with BatchDecode(dec, (1, 2, 4, 8)) as b:
+        with BatchDecode(dec, (1, 2, 4, 8), pipelined=ahead) as b:
             got = batched(b, ps, counts)
             # 5 live -> width 8 with 3 padding rows, then 4, 2, 1 as sequences leave
             assert all(b.steps[w] > 0 for w in (8, 4, 2, 1)), b.steps
     assert got == want
+    # closed: every step sent ahead was either used or dropped
+    assert (b.ahead.collected > 0) == ahead and b.ahead.collected + b.ahead.dropped == b.ahead.submits
 
 
 @pytest.mark.parametrize("dtype", ["f16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k"])
@@ -144,19 +149,22 @@ def test_replay_steps_make_no_descriptor_writes_or_recordings(device, tiny):
             }, (w, stats[w])
 
 
-def test_sampled_rows_equal_alone(device, models_dir):
+@pytest.mark.parametrize("ahead", [False, True])
+def test_sampled_rows_equal_alone(device, models_dir, ahead):
     m = load_model(tiny_hf_model("qwen2", models_dir), ctx=CTX, sampling=True)
     ps = prompts((6, 9, 4))
     params = [SamplingParams(0.9, 0, 1.0, 7), SamplingParams(0.0), SamplingParams(1.3, 20, 0.9, 123)]
     with build(device, m, "fused") as dec:
         want = [alone(dec, p, 8, q) for p, q in zip(ps, params)]
-        with BatchDecode(dec, (4,)) as b:
+        with BatchDecode(dec, (4,), pipelined=ahead) as b:
             assert batched(b, ps, [8] * 3, params) == want
 
 
-def test_more_joins_than_slots_and_context_end(device, tiny):
+@pytest.mark.parametrize("ahead", [False, True])
+def test_more_joins_than_slots_and_context_end(device, tiny, ahead):
+    """pipelined: no step is sent ahead past the last context row (it would write another slot's)."""
     m = tiny["qwen3"]
-    with build(device, m, "fused") as dec, BatchDecode(dec, (1, 2)) as b:
+    with build(device, m, "fused") as dec, BatchDecode(dec, (1, 2), pipelined=ahead) as b:
         for ids in prompts((3, 4)):
             b.join(ids, None)
         with pytest.raises(UsageError, match="slots are taken"):
@@ -170,16 +178,17 @@ def test_more_joins_than_slots_and_context_end(device, tiny):
         assert set(b.step()) == {1}
 
 
-@pytest.mark.parametrize("mode", ["fused", "unfused"])
+@pytest.mark.parametrize("mode", ["fused", "unfused", "fused-ahead"])
 def test_a_prompt_joins_a_piece_at_a_time_while_another_steps(device, tiny, mode):
     """begin / advance: a 30-token prompt runs as its pieces (lavapipe: three 8-row chunks and six
     decode steps; GPUs pad the tail into a fourth chunk), one piece per advance(), with a step of
     the live sequence after each; both give their tokens alone."""
     m = tiny["qwen2"]
     short, long = prompts((5, 30), seed=3)
+    mode, ahead = mode.removesuffix("-ahead"), mode.endswith("-ahead")
     with build(device, m, mode) as dec:
         want = [alone(dec, short, 14), alone(dec, long, 4)]
-        with BatchDecode(dec, (1, 2)) as b:
+        with BatchDecode(dec, (1, 2), pipelined=ahead) as b:
             s0, first = b.join(short, None)
             got = {s0: [first]}
             s1 = b.begin(long, None)
@@ -271,8 +280,8 @@ def test_slots_that_cannot_fit_are_refused(device, tiny, monkeypatch):
             BatchDecode(dec, (1, 8))
 
 
-@pytest.mark.parametrize("solo", [False, True])
-def test_each_slot_keeps_its_chat_for_the_next_turn(device, tiny, solo):
+@pytest.mark.parametrize("solo,ahead", [(False, False), (True, False), (True, True)])
+def test_each_slot_keeps_its_chat_for_the_next_turn(device, tiny, solo, ahead):
     """Two chats interleaved: each leaves its rows in its slot, so each second turn takes that slot
     and runs only its new tokens (the decoder's cache held the other chat), giving the tokens it
     gives alone; a third prompt unrelated to both takes the empty slot, evicting neither."""
@@ -285,7 +294,7 @@ def test_each_slot_keeps_its_chat_for_the_next_turn(device, tiny, solo):
         turn2 = [ids + ans + more for ids, ans in zip((a, b_ids), answers)]
         want = [alone(dec, t, 4) for t in turn2]
         kv = KVPrefix()
-        with BatchDecode(dec, (1, 2, 4), solo=solo) as b:
+        with BatchDecode(dec, (1, 2, 4), solo=solo, pipelined=ahead) as b:
             firsts = [b.join(ids, None, kv) for ids in (a, b_ids)]
             got = {s: [t] for s, t in firsts}
             for _ in range(5):

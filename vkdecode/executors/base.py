@@ -79,9 +79,10 @@ class Executor:
         # a batched step (fusion/chunk_batch.py) hands each row its own
         self.batch_rows = self.program.meta.get("batch_rows", 0)
         if self.batch_rows:
-            from fusion.chunk_batch import BATCH_STEP
+            from fusion.chunk_batch import BATCH_RING, BATCH_STEP
 
-            calls, owners = calls + [advance_rows_call(self.batch_rows, BATCH_STEP)], owners + owners[-1:]
+            calls += [advance_rows_call(self.batch_rows, BATCH_STEP, BATCH_RING)]
+            owners += owners[-1:]
         elif "chunk_rows" not in self.program.meta:
             calls, added = with_advance(calls, len(self.grids))
             if added:

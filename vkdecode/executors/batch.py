@@ -30,9 +30,9 @@ Which width runs n sequences: executors/batch_pick.py."""
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 
 from vkdecode.errors import ContextError, UsageError
+from vkdecode.executors.batch_rows import Joining, Row, stepped
 
 WIDTHS = (1, 2, 4, 8)
 
@@ -59,44 +59,13 @@ def _check_fits(ex, slots: int) -> None:
         )
 
 
-@dataclass
-class Joining:
-    """A prompt on its way into `slot`: the pieces of its prompt not run yet (Decoder.prompt_pieces)."""
-
-    slot: int
-    ids: list  # the prompt: its KV rows are copied into the slot, its length is the first position
-    params: object  # its SamplingParams
-    pieces: deque
-    left: int | None  # as Row.left, once it has joined
-    cached: int = 0  # leading prompt tokens whose rows were reused (not run)
-
-
-@dataclass
-class Row:
-    """One live sequence as the host mirrors it: the token its next step is fed, at `pos`."""
-
-    token: int
-    pos: int
-    params: object  # its SamplingParams (step words STEP_SEED .. STEP_TOP_P)
-    ids: list  # the tokens whose K/V rows its slot holds, rows 0..pos-1
-    left: int | None = None  # decode steps it runs at most (None: to the end of the context)
-    kept: bool = True  # its rows are known to hold ids: its slot may cache them when it leaves
-
-
-def _stepped(row: Row, tok: int) -> int:
-    """The row after a step fed its token: the token's K/V row at row.pos is written now."""
-    row.ids.append(row.token)
-    row.token, row.pos = tok, row.pos + 1
-    if row.left is not None:
-        row.left -= 1
-    return tok
-
-
 class BatchDecode:
-    def __init__(self, decoder, widths=WIDTHS, solo: bool = False, profile: bool = False):
+    def __init__(self, decoder, widths=WIDTHS, solo: bool = False, profile: bool = False, pipelined=False):
         """solo: one live sequence decodes on the decoder's own step (module doc); off, every step is
-        a batched one (`vkdecode stats`, bench/batch_decode.py; profile: GPU µs per region)."""
+        a batched one (`vkdecode stats`, bench/batch_decode.py; profile: GPU µs per region).
+        pipelined: each step sends the next one ahead (executors/batch_ahead.py)."""
         from fusion.chunk_batch import batch_program
+        from vkdecode.executors.batch_ahead import Ahead
         from vkdecode.executors.prefill import chunk_executor
         from vkdecode.executors.slot_cache import SlotCache
         from vkdecode.executors.solo import Solo
@@ -127,6 +96,7 @@ class BatchDecode:
         self.pick: dict[int, int] | None = None  # live sequences -> width (batch_pick.calibrate)
         self.steps: dict[int, int] = dict.fromkeys(self.widths, 0)  # steps run per width
         self.solo = Solo(self) if solo else None
+        self.ahead, self.pipelined = Ahead(self), pipelined
         self.cache = SlotCache(self.slots)  # what the free slots' rows hold
 
     @property
@@ -244,24 +214,31 @@ class BatchDecode:
         full = [s for s in live if self.rows[s].pos >= self.ctx]
         if full:
             raise ContextError(f"slot {full[0]} is at the end of the context ({self.ctx}): it must leave")
-        if self.solo is not None and len(live) == 1 and self.joining is None:
-            return {live[0]: _stepped(self.rows[live[0]], self.solo.step(live[0]))}
         w = self.width()
-        ex = self.runners[w]
-        if self.written != (w, tuple(live)):
-            self.write_rows(ex, w, live)
+        ex, ahead = self.runners[w], self.ahead
+        solo = self.solo is not None and len(live) == 1 and self.joining is None
+        sent = not solo and ahead.current(w, live) and self.written == (w, tuple(live))
         try:
-            ex.step(0, 0)  # the rows are in the batch step buffer: _write_step writes nothing
+            if not sent:  # a step sent ahead for other rows is dropped (batch_ahead.py)
+                ahead.drop()
+            if solo:
+                return {live[0]: stepped(self.rows[live[0]], self.solo.step(live[0]))}
+            if sent:
+                toks = ahead.collect()
+            else:
+                if self.written != (w, tuple(live)):
+                    self.write_rows(ex, w, live)
+                ex.step(0, 0)  # the rows are in the batch step buffer: _write_step writes nothing
+                toks = ex.plan.read("next_token", "uint32")
         except BaseException:  # the slots may not hold what the rows say: none is copied back or kept
             self.kv = None
             for s in live:
                 self.rows[s].kept = False
             raise
-        toks = ex.plan.read("next_token", "uint32")
-        out = {}
-        for r, s in enumerate(live):
-            out[s] = _stepped(self.rows[s], int(toks[r]))  # as advance_rows did on the GPU
+        out = {s: stepped(self.rows[s], int(toks[r])) for r, s in enumerate(live)}  # as advance_rows
         self.steps[w] += 1
+        if self.pipelined and ahead.usable(ex) and all(self.rows[s].pos < self.ctx for s in live):
+            ahead.submit(w, live)  # the next step, while the caller hands these tokens out
         if len(ex.token_stats) > 1024:  # a server runs steps without end: keep the recent ones
             del ex.token_stats[:-256]
         return out
@@ -318,6 +295,8 @@ class BatchDecode:
     def close(self) -> None:
         if getattr(self, "solo", None) is not None:  # its steps in flight use the decoder: wait
             self.solo.stop()
+        if getattr(self, "ahead", None) is not None:
+            self.ahead.drop()
         for ex in self.runners.values():
             ex.close()
         self.runners = {}

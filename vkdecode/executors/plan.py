@@ -74,10 +74,11 @@ def advance_call(n_grids: int = 0) -> KernelCall:
     return _with_grid_args(call, n_grids)
 
 
-def advance_rows_call(rows: int, step: str) -> KernelCall:
-    """Appended to a batched decode step (fusion/chunk_batch.py): feeds each live row its token."""
-    b = (Binding("next_token"), Binding(step))
-    return KernelCall("advance_rows", (32, rows), b, (1,), (-(-rows // 32), 1, 1), label="advance_rows")
+def advance_rows_call(rows: int, step: str, ring: str) -> KernelCall:
+    """Appended to a batched decode step (fusion/chunk_batch.py): feeds each live row its token,
+    and keeps it in the ring by the parity of the row's position (executors/batch_ahead.py)."""
+    b = (Binding("next_token"), Binding(step), Binding(ring))
+    return KernelCall("advance_rows", (32, rows), b, (1, 2), (-(-rows // 32), 1, 1), label="advance_rows")
 
 
 def _with_grid_args(call: KernelCall, n_grids: int) -> KernelCall:
