@@ -13,6 +13,7 @@
 #   bash bench/gpu_session.sh batch     # batched steps per width (decode matvec vs chunk kernels), MoE decode detail
 #   bash bench/gpu_session.sh serve8b   # the 8B part of serve, with the batched steps before it
 #   bash bench/gpu_session.sh narrow    # batched steps of 16-64 rows on the tensor cores' narrow tiles
+#   bash bench/gpu_session.sh serveahead # batched steps ahead + calibrated widths: 8B serve vs llama-server
 #   bash bench/gpu_session.sh tiles     # the 8B's prompts on forced 8-subgroup tensor-core tiles
 #   bash bench/gpu_session.sh coopstats # the 8B's matmuls per coop tile and loader variant, with registers
 #   bash bench/gpu_session.sh suite     # the whole test suite in 6 parts under validation, with a summary
@@ -146,6 +147,22 @@ batch)
     done
     python -m bench.ab_modes fused --shape qwen3-30b-a3b --quant q4_k_m --ctx 1024 --prompt-tokens 16 \
         -n 16 --rounds 2 --detail --out "$OUT/moe-detail.json" 2>&1 | tail -10
+    ;;
+serveahead)
+    # batched steps sent ahead and the width picked by calibration: the batch tests, the 8B's
+    # batched steps with and without a step ahead, then serve --parallel 64 against llama-server
+    # -np 64 at 1-64 clients (each level list twice: the first pass warms every width and shape)
+    llama_server
+    python -m pytest -q -x -p no:cacheprovider tests/executors/test_batch.py tests/executors/test_batch_pick.py \
+        tests/test_generate_batch.py 2>&1 | tail -2
+    f=/tmp/llama3.1-8b-q4_k_m.gguf
+    python -m bench.shape_gguf --shape llama3.1-8b --quant q4_k_m "$f"
+    python -m bench.batch_decode --model "$f" --widths 1 --steps 8 --ctx 512 > /dev/null  # GPU warm-up
+    for c in "" "--ahead"; do
+        python -m bench.batch_decode --model "$f" --widths 2 4 8 16 --steps 16 --ctx 512 $c \
+            --out "$OUT/batch-8b${c:+-ahead}.json" 2>&1 | tail -4
+    done
+    serve_pair "$f" llama3.1-8b 1 4 8 16 64 1 4 8 16 64
     ;;
 tiles)
     # the 8B's 512- and 2000-token prompts with every matmul on one forced tensor-core tile: the
