@@ -80,4 +80,6 @@ def test_batch_generator_runs_a_prompt_a_piece_at_a_time(device, tiny_gguf):
         assert gen.prefill() is None and gen.free == 1
         gen.remove(2)
         assert gen.free == 2 and gen.joining is None and not gen.seqs
-    assert texts == want and steps >= 2
+    # steps between pieces: lavapipe runs this prompt as chunks of exact widths and decode steps
+    # (several pieces), a GPU as fewer padded chunks (two pieces on the H200: one step between)
+    assert texts == want and steps >= 1
