@@ -16,7 +16,7 @@ NO_PACKAGES = "VKDECODE_TESTS_NO_MODEL_PACKAGES"
 def missing_model_package(msg: str):
     """Skip or fail the calling test (never returns): msg says what is missing and how to install it."""
     if os.environ.get(NO_PACKAGES) == "1":
-        pytest.skip(f"{msg} [{NO_PACKAGES}=1: this machine cannot have the model packages]")
+        pytest.skip(f"{NO_PACKAGES}=1 (this machine cannot have the model packages): {msg}")
     if os.environ.get("VKDECODE_VALIDATE") == "1":
         pytest.fail(msg)
     pytest.skip(msg)
