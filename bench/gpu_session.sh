@@ -219,6 +219,9 @@ suite)
     # fail when missing). Carry .device: the validation layer's deb, the pytest-xdist wheels.
     export VKDECODE_VALIDATE=1 VKDECODE_TESTS_NO_MODEL_PACKAGES=1
     k=${3:-1} n=${2:-1}
+    # without the layer every GPU test errors (VKDECODE_VALIDATE=1): stop before spending the call
+    ls /usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json >/dev/null 2>&1 ||
+        { echo "suite: no Khronos validation layer: carry .device/debs/vulkan-validationlayers_*.deb" >&2; exit 1; }
     # what the serve tests import: missing, they skip (importorskip) or fail; say so up front
     python -c 'import importlib.util as u; m = [n for n in ("xdist", "openai", "pydantic", "starlette",
 "uvicorn", "httpx") if not u.find_spec(n)]; print("suite: NOT INSTALLED here:", *m) if m else None'
