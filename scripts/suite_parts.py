@@ -3,10 +3,15 @@ minutes a call). Each part is a fixed set of test files, balanced by their durat
 (DURATIONS below; new files count as the median), so every machine splits the same way.
 
     python scripts/suite_parts.py --parts 4 --part 1 --out part1.json   # run part 1 of 4
+    python scripts/suite_parts.py --parts 1 --part 1 --workers 8 --timeout-s 480 --out all.json  # all
     python scripts/suite_parts.py --summary part*.json                  # one summary of all parts
 
 A part runs pytest in a child process (VKDECODE_VALIDATE passed through) and writes its counts
 and every failure's node id and last line; --summary adds them up and exits 1 on any failure.
+--log keeps pytest's whole output (tracebacks, captured output). --workers N runs the part's
+files on N pytest-xdist processes, a whole file per process (module fixtures stay in one
+process), slowest files first. --timeout-s stops pytest as Ctrl-C would (it still prints what
+failed so far) and marks the part as timed out.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -22,22 +28,30 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Seconds per file on lavapipe (2 cores, `pytest --durations=0` summed by file), the slow ones;
-# the rest count as the median of these. Only a balance: a stale figure makes a part longer, not wrong.
+# Seconds per file on lavapipe (2 cores, `pytest -n 2 --durations=0` summed by file, 2026-11-27), the
+# slow ones; the rest count as the median of these. Only a balance, and the order in which --workers
+# hands files out (slowest first): a stale figure makes a part longer, not wrong.
 DURATIONS = {
-    "tests/models/test_gemma3_270m.py": 75,
-    "tests/models/test_config_property.py": 60,
-    "tests/executors/test_executors.py": 60,
-    "tests/executors/test_prefill.py": 50,
-    "tests/test_reference_models.py": 45,
-    "tests/reliability/test_soak.py": 40,
-    "tests/serve/test_app.py": 30,
-    "tests/lowering/test_ops.py": 30,
-    "tests/executors/test_speculative.py": 25,
-    "tests/test_api.py": 20,
+    "tests/models/test_gemma3_270m.py": 142,
+    "tests/serve/test_app_smollm2.py": 79,
+    "tests/lowering/test_regions.py": 74,
+    "tests/scripts/test_doc_tables.py": 59,
+    "tests/reliability/test_fuzz_loaders.py": 37,
+    "tests/test_reference.py": 34,
+    "tests/executors/test_batch.py": 27,
+    "tests/reliability/test_serve_batch_stress.py": 22,
     "tests/cli/test_cli.py": 20,
+    "tests/reliability/test_soak.py": 20,
+    "tests/lowering/test_ops_matmul.py": 19,
+    "tests/lowering/test_ops_moe.py": 17,
+    "tests/models/test_config_property.py": 14,
+    "tests/executors/test_executors_moe.py": 14,
+    "tests/reliability/test_cli_errors.py": 13,
+    "tests/serve/test_batch_engine.py": 12,
 }
 OUTCOME = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)")
+# pytest's closing line ("3 failed, 9 passed in 5.1s"; framed in = after a Ctrl-C)
+CLOSING = re.compile(r"^=*\s*(\d+ \w+|no tests ran)\b.* in [\d.]+s\b")
 
 
 def test_files() -> list[str]:
@@ -57,22 +71,59 @@ def split(files: list[str], parts: int) -> list[list[str]]:
     return groups
 
 
-def run_part(files: list[str], extra: list[str]) -> dict:
-    cmd = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", *extra, *files]
+def worker_args(workers: int) -> list[str]:
+    """pytest-xdist's options for N processes, one test file at a time each (module- and
+    session-scoped fixtures then live in one process, as they do without workers)."""
+    if workers <= 1:
+        return []
+    import importlib.util
+
+    if importlib.util.find_spec("xdist") is None:
+        raise SystemExit("--workers needs pytest-xdist: pip install pytest-xdist")
+    return ["-n", str(workers), "--dist", "loadfile"]
+
+
+def run_part(
+    files: list[str],
+    extra: list[str],
+    workers: int = 0,
+    timeout_s: float | None = None,
+    log: str | None = None,
+) -> dict:
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider"]
+    cmd += [*worker_args(workers), *extra, *files]
     # a wide terminal: pytest cuts each short-summary line (node id - reason) to the terminal width
     env = dict(os.environ, COLUMNS="400")
-    r = subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True, env=env)
-    tail = r.stdout.strip().splitlines()
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    timed_out = False
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        # SIGINT: pytest (and xdist's workers) stop as on Ctrl-C and still print the failures so far
+        timed_out = True
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+    if log:  # the whole output: every failure's traceback and captured output, beyond the short lines
+        Path(log).write_text(out)
+    tail = out.strip().splitlines()
+    summary = [line for line in tail if CLOSING.match(line)]
     counts: dict[str, int] = {}
-    for n, what in OUTCOME.findall(tail[-1] if tail else ""):
+    for n, what in OUTCOME.findall(summary[-1] if summary else ""):
         counts["errors" if what.startswith("error") else what] = int(n)
     failures = [line for line in tail if line.startswith(("FAILED ", "ERROR "))]
     return {
         "files": files,
-        "rc": r.returncode,
+        "rc": "timeout" if timed_out else proc.returncode,
         "counts": counts,
         "failures": failures,
-        "last_line": tail[-1:],
+        "last_line": summary[-1:] or tail[-1:],
+        "workers": workers,
     }
 
 
@@ -84,7 +135,9 @@ def summary(paths: list[str]) -> int:
         for k, n in part["counts"].items():
             total[k] = total.get(k, 0) + n
         failures += part["failures"]
-        if part["rc"] not in (0, 1):  # 1 = tests failed; anything else: the run itself broke
+        if part["rc"] == "timeout":
+            failures.append(f"{p}: stopped at --timeout-s, the counts are of the tests run by then")
+        elif part["rc"] not in (0, 1):  # 1 = tests failed; anything else: the run itself broke
             failures.append(f"{p}: pytest exited {part['rc']}: {part['last_line']}")
     print(", ".join(f"{n} {k}" for k, n in sorted(total.items())), f"({len(paths)} parts)")
     for f in failures:
@@ -99,6 +152,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="JSON of the part's result")
     ap.add_argument("--list", action="store_true", help="print the parts' files")
     ap.add_argument("--summary", nargs="+", metavar="PART_JSON")
+    ap.add_argument("--workers", type=int, default=0, help="pytest-xdist processes (0: none)")
+    ap.add_argument("--timeout-s", type=float, help="stop pytest (as Ctrl-C) after this many seconds")
+    ap.add_argument("--log", help="file for pytest's whole output (tracebacks, captured output)")
     args, extra = ap.parse_known_args(argv)
     if args.summary:
         return summary(args.summary)
@@ -109,7 +165,7 @@ def main(argv=None) -> int:
         return 0
     if not args.part or not 1 <= args.part <= args.parts:
         ap.error(f"--part takes 1..{args.parts}")
-    res = run_part(groups[args.part - 1], extra)
+    res = run_part(groups[args.part - 1], extra, args.workers, args.timeout_s, args.log)
     res["validate"] = os.environ.get("VKDECODE_VALIDATE") == "1"
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1) + "\n")

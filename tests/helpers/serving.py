@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -13,6 +14,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+START_S = 60  # uvicorn's start in a thread: a few ms alone, longer beside 8 busy xdist workers
 
 
 @contextlib.contextmanager
@@ -31,12 +33,28 @@ def serving(
     app = create_app(engine, api_key=api_key, close_engine=False, **app_kw)
     sock = listen_socket("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    ended: list[BaseException] = []  # what ended the server's thread, for the failure message
+
+    def run():
+        try:
+            server.run(sockets=[sock])
+        except BaseException as e:  # SystemExit too: uvicorn exits on a startup failure
+            ended.append(e)
+            raise
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + START_S
         while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "the test server did not start"
+            if not thread.is_alive():
+                why = (
+                    f"{type(ended[0]).__name__}: {ended[0]}"
+                    if ended
+                    else "no exception (uvicorn's log says why)"
+                )
+                raise AssertionError(f"the test server's thread ended before it started: {why}")
+            assert time.monotonic() < deadline, f"the test server did not start in {START_S} s"
             time.sleep(0.02)
         yield engine, f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
@@ -47,36 +65,70 @@ def serving(
         assert not thread.is_alive(), "the test server did not stop"
 
 
+class ServeProcess:
+    """`python -m vkdecode serve --port 0 ARGV...`, started and listening: .url (base, no /v1), .banner
+    (its "OpenAI API at" line). A thread reads its stderr into .lines, so the server never blocks on
+    a full pipe and every failure here shows what it said."""
+
+    def __init__(self, *argv, timeout: float = 240):
+        env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "vkdecode", "serve", "--port", "0", *map(str, argv)],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+        self.lines: list[str] = []
+        self.banner = ""
+        listening = threading.Event()
+        self._reader = threading.Thread(target=self._read, args=(listening,), daemon=True)
+        self._reader.start()
+        if not listening.wait(timeout):
+            self.kill()
+            raise AssertionError(
+                f"vkdecode serve printed no 'OpenAI API at' line in {timeout:.0f} s; {self.log()}"
+            )
+        m = re.search(r"OpenAI API at (http://\S+)/v1", self.banner)
+        if m is None:
+            raise AssertionError(f"vkdecode serve exited ({self.proc.wait()}) before listening; {self.log()}")
+        self.url = m.group(1)
+
+    def _read(self, listening: threading.Event) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            if not self.banner and "OpenAI API at" in line:
+                self.banner = line
+                listening.set()
+        listening.set()  # end of stderr: the server exited
+
+    def log(self) -> str:
+        return "its stderr:\n" + "".join(self.lines)
+
+    def stop(self, sig=signal.SIGTERM, timeout: float = 30) -> int | None:
+        """Send sig and wait: its exit code, or None when it had to be killed after timeout s."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+        self._reader.join(10)  # the rest of stderr
+        return rc
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._reader.join(10)
+
+
 @contextlib.contextmanager
 def serve_subprocess(*argv, timeout: float = 240):
     """`python -m vkdecode serve --port 0 ARGV...` -> base URL; stops it (SIGTERM) at the end."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "vkdecode", "serve", "--port", "0", *map(str, argv)],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env=env,
-    )
-    lines = []
+    server = ServeProcess(*argv, timeout=timeout)
     try:
-        deadline = time.monotonic() + timeout
-        url = None
-        while url is None:
-            line = proc.stderr.readline()
-            if not line:
-                raise AssertionError(f"vkdecode serve exited ({proc.wait()}):\n" + "".join(lines))
-            lines.append(line)
-            m = re.search(r"OpenAI API at (http://\S+)/v1", line)
-            url = m.group(1) if m else None
-            assert time.monotonic() < deadline, "vkdecode serve did not start:\n" + "".join(lines)
-        # keep reading stderr so the server never blocks on a full pipe
-        threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
-        yield url
+        yield server.url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        server.stop()

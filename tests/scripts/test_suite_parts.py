@@ -43,3 +43,23 @@ def test_part_result_and_summary(tmp_path, capsys):
     assert suite_parts.summary([str(p) for p in paths]) == 1
     out = capsys.readouterr().out
     assert "3 passed" in out and "1 failed" in out and "test_a" in out
+
+
+def test_workers_and_a_timeout_keep_what_failed_so_far(tmp_path, capsys):
+    """--workers: pytest-xdist, a whole file per process; --timeout-s: pytest stopped as by Ctrl-C,
+    the failures so far kept, the part marked as timed out (and the summary says so)."""
+    assert suite_parts.worker_args(0) == [] and suite_parts.worker_args(1) == []
+    assert suite_parts.worker_args(3) == ["-n", "3", "--dist", "loadfile"]
+    bad = tmp_path / "test_bad.py"
+    bad.write_text("def test_c():\n    assert 1 == 2\n")
+    slow = tmp_path / "test_slow.py"
+    slow.write_text("import time\n\ndef test_a():\n    pass\n\ndef test_b():\n    time.sleep(600)\n")
+    log = tmp_path / "log.txt"
+    part = suite_parts.run_part([str(bad), str(slow)], [], workers=2, timeout_s=8, log=str(log))
+    assert part["rc"] == "timeout" and part["workers"] == 2
+    assert part["counts"] == {"failed": 1, "passed": 1}, part
+    assert len(part["failures"]) == 1 and "test_bad.py::test_c - assert 1 == 2" in part["failures"][0]
+    assert "KeyboardInterrupt" in log.read_text()
+    (tmp_path / "part.json").write_text(json.dumps(part))
+    assert suite_parts.summary([str(tmp_path / "part.json")]) == 1
+    assert "stopped at --timeout-s" in capsys.readouterr().out

@@ -226,10 +226,12 @@ def test_a_client_gone_mid_prompt_frees_the_slot(model, monkeypatch):
     with serving(model, parallel=2) as (engine, url), httpx.Client(timeout=120) as http:
         with http.stream("POST", url + "/v1/chat/completions", json=body) as r:
             next(r.iter_lines())  # the role chunk: the request is in
+            # ~1 s alone; over 20 s once on lavapipe beside another suite run (-n 2)
             t0 = time.monotonic()
             while ("prefill", 0, False) not in events:
-                assert time.monotonic() - t0 < 20, "the prompt did not start"
+                assert time.monotonic() - t0 < 60, "the prompt did not start"
                 time.sleep(0.01)
+        t0 = time.monotonic()
         while engine.metrics()["requests"]["cancelled"] < 1:
             assert time.monotonic() - t0 < 20, "the prompt went on after the client left"
             time.sleep(0.02)

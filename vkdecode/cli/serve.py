@@ -13,6 +13,7 @@ from vkdecode.cli.options import decode_options
 from vkdecode.errors import UsageError, VkDecodeError
 
 INSTALL_SERVE = "pip install 'vkdecode[serve]' (starlette and uvicorn)"
+BACKLOG = 2048  # uvicorn's default (it listens again on the same socket with its own)
 # --parallel's default: each request in the batch reserves a KV slot of --ctx rows; the slots may
 # take this share of the device memory left after the model (the rest for prompt chunks, the other
 # programs' activations and the driver), and no more than PARALLEL_MOST (the widest batch recorded)
@@ -186,6 +187,9 @@ def cmd_serve(args) -> int:
         engine, api_key=args.api_key, max_body_bytes=args.max_body_bytes, allow_origins=args.allow_origin
     )
     host, port = sock.getsockname()[:2]
+    # listening before the banner names the address: a client that connects at once then waits in
+    # the backlog until uvicorn accepts; it was refused before (tests/cli/test_cli_serve.py)
+    sock.listen(BACKLOG)
     shown = f"[{host}]" if ":" in host else host
     print(
         f"vkdecode serve: {engine.model_id} ({model.mode}, ctx {model.executor.ctx}) on "
