@@ -215,21 +215,19 @@ class BatchDecode:
         if full:
             raise ContextError(f"slot {full[0]} is at the end of the context ({self.ctx}): it must leave")
         w = self.width()
-        ex, ahead = self.runners[w], self.ahead
-        solo = self.solo is not None and len(live) == 1 and self.joining is None
-        sent = not solo and ahead.current(w, live) and self.written == (w, tuple(live))
+        ex = self.runners[w]
         try:
-            if not sent:  # a step sent ahead for other rows is dropped (batch_ahead.py)
-                ahead.drop()
-            if solo:
+            if self.ahead.flight is not None:  # the step sent ahead (batch_ahead.py): its tokens
+                out = self.ahead.collect()  # for the rows still as they were when it was sent
+                if out:
+                    self.send_ahead()
+                    return out
+            if self.solo is not None and len(live) == 1 and self.joining is None:
                 return {live[0]: stepped(self.rows[live[0]], self.solo.step(live[0]))}
-            if sent:
-                toks = ahead.collect()
-            else:
-                if self.written != (w, tuple(live)):
-                    self.write_rows(ex, w, live)
-                ex.step(0, 0)  # the rows are in the batch step buffer: _write_step writes nothing
-                toks = ex.plan.read("next_token", "uint32")
+            if self.written != (w, tuple(live)):
+                self.write_rows(ex, w, live)
+            ex.step(0, 0)  # the rows are in the batch step buffer: _write_step writes nothing
+            toks = ex.plan.read("next_token", "uint32")
         except BaseException:  # the slots may not hold what the rows say: none is copied back or kept
             self.kv = None
             for s in live:
@@ -237,11 +235,23 @@ class BatchDecode:
             raise
         out = {s: stepped(self.rows[s], int(toks[r])) for r, s in enumerate(live)}  # as advance_rows
         self.steps[w] += 1
-        if self.pipelined and ahead.usable(ex) and all(self.rows[s].pos < self.ctx for s in live):
-            ahead.submit(w, live)  # the next step, while the caller hands these tokens out
+        self.send_ahead()
         if len(ex.token_stats) > 1024:  # a server runs steps without end: keep the recent ones
             del ex.token_stats[:-256]
         return out
+
+    def send_ahead(self) -> None:
+        """pipelined: submit the next step of the live rows now (batch_ahead.py), unless it would be
+        solo's or would run past the context."""
+        live = sorted(self.rows)
+        solo = self.solo is not None and len(live) == 1 and self.joining is None
+        if not self.pipelined or not live or solo or any(self.rows[s].pos >= self.ctx for s in live):
+            return
+        w = self.width()
+        if self.ahead.usable(self.runners[w]):
+            if self.written != (w, tuple(live)):
+                self.write_rows(self.runners[w], w, live)
+            self.ahead.submit(w, live)
 
     def write_rows(self, ex, w: int, live: list[int]) -> None:
         from fusion.chunk_batch import BATCH_STEP

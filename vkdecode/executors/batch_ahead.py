@@ -9,11 +9,13 @@ flight that work overlaps the GPU's. The next step needs no host write while the
 after a step's tokens are read; advance_rows keeps each row's token by the parity of its position,
 so reading step t's tokens after step t + 1 was submitted is safe.
 
-When the membership changes before that step is collected (a sequence joined or left, the batch
-went solo), its results are dropped: it wrote each live row's K/V row at the position the host
-still holds, which the next step rewrites with the same token, so nothing is lost but its time. A
-step is only sent ahead while every row stays inside the context. Replay modes only: the unfused
-executor re-records every step and keeps the plain synchronous step.
+When the membership changes before that step is collected (a sequence joined or left), its
+tokens still count for the rows that were in it and still are; a row that left gets nothing (its
+K/V row past its tokens is never read), one that joined steps from the next call on. (Dropping the
+whole step instead cost a step per join or leave: on the H200 the 8B served 64 clients at 1,190
+tok/s that way against 1,465 without steps ahead.) A step is only sent ahead while every row stays
+inside the context and the next step is not solo's. Replay modes only: the unfused executor
+re-records every step and keeps the plain synchronous step.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 from fusion.chunk_batch import BATCH_RING
 from vkdecode.executors.base import TokenStats
+from vkdecode.executors.batch_rows import stepped
 
 
 @dataclass
@@ -41,6 +44,7 @@ class Ahead:
         self.flight: Flight | None = None
         self.submits = 0  # alternates the runners' two identical recordings
         self.collected = 0  # steps sent ahead whose tokens were used
+        self.partial = 0  # of which some rows had joined or left since they were sent
         self.dropped = 0  # steps sent ahead whose results were dropped
 
     @staticmethod
@@ -60,28 +64,29 @@ class Ahead:
         self.flight = Flight(fence, w, rows, ex.ts_pools[j], host_us, dev.counters.snapshot() - before)
         self.submits += 1
 
-    def current(self, w: int, live: list[int]) -> bool:
-        """The step in flight is the one the batch would run now: same width, same sequences."""
-        f, rows = self.flight, self.batch.rows
-        return (
-            f is not None
-            and f.width == w
-            and [s for s, _, _ in f.rows] == live
-            and all(rows.get(s) is row and row.pos == pos for s, row, pos in f.rows)
-        )
-
-    def collect(self) -> list[int]:
-        """Wait for the step in flight: its token per row, in row order."""
-        f, self.flight = self.flight, None
-        ex = self.batch.runners[f.width]
-        self.collected += 1
+    def collect(self) -> dict[int, int]:
+        """Wait for the step in flight: {slot: token} of its rows still as they were when it was
+        sent (moved on by the token: batch_rows.stepped), {} if none is. A sequence that left
+        since gets nothing, one that joined was not in it; either way the batch step buffer is
+        written again before the next step (the GPU moved on rows the host no longer has)."""
+        f, self.flight, b = self.flight, None, self.batch
+        ex = b.runners[f.width]
         t0 = time.perf_counter()
         ex.device.wait_fence(f.fence)
         ring = ex.plan.read(BATCH_RING, "uint32")
         ns = f.pool.read_ns(0, 2)
         wall_us = f.host_us + (time.perf_counter() - t0) * 1e6
         ex.token_stats.append(TokenStats(f.counters, f.host_us, (ns[1] - ns[0]) / 1e3, wall_us))
-        return [int(ring[(pos % 2) * f.width + r]) for r, (_, _, pos) in enumerate(f.rows)]
+        out = {}
+        for r, (s, row, pos) in enumerate(f.rows):
+            if b.rows.get(s) is row and row.pos == pos:
+                out[s] = stepped(row, int(ring[(pos % 2) * f.width + r]))
+        if len(out) != len(b.rows) or len(out) != len(f.rows):
+            b.written = None
+            self.partial += 1
+        self.collected += 1
+        b.steps[f.width] += 1
+        return out
 
     def drop(self) -> None:
         """Wait for the step in flight, if any, and forget it: the batch step buffer must be
