@@ -8,6 +8,15 @@ float kw_xsum16(vec4 x[4]) {
     const vec4 s = (x[0] + x[1]) + (x[2] + x[3]);
     return (s.x + s.y) + (s.z + s.w);
 }
+// the same adds where x was just computed (rms_norm.comp / silu_mul.comp XPLANES): precise, so
+// its products do not fuse into them (lavapipe's did, changing the sum's bits); x loaded from
+// memory, as the matvecs and xplanes.comp take it, has nothing to fuse. Not in kw_xsum16: the
+// single-row fused kernels (x normed in registers) keep their code.
+float kw_xsum16_exact(vec4 x[4]) {
+    precise const vec4 s = (x[0] + x[1]) + (x[2] + x[3]);
+    precise const float r = (s.x + s.y) + (s.z + s.w);
+    return r;
+}
 // x's 16 activations as three byte planes p[0..2] (word i, byte k: element k of x[i], as the q
 // words pair them); returns 2^-s. x 2^s + 1.5 2^23 puts 2^22 + xi, rounded to nearest even, in
 // the float's 23 mantissa bits (bit 23, the exponent's lowest, is 0): bytes 0 and 1 of it are

@@ -1,5 +1,5 @@
-"""x planes of a batched step (lowering/xplanes.py, caps.xplanes): where they apply, one xplanes
-call after each producer whose value a matvec reads as planes, and a whole batched step's logits
+"""x planes of a batched step (lowering/xplanes.py, caps.xplanes): where they apply, written once
+by each producer whose value a matvec reads as planes, and a whole batched step's logits
 bit-identical with and without them (split wide units on integer dot products forced on lavapipe,
 which has them). The matvec itself against numpy: test_ops_matmul_batch.py."""
 
@@ -43,7 +43,7 @@ def _steps(device, m, caps, ps, n):
     the widest runner's calls."""
     logits = []
     with build(device, m, "fused", caps) as dec, BatchDecode(dec, (1, 2, 4, 8)) as b:
-        calls = [it.call for it in b.runners[8].items]
+        calls, prog = [it.call for it in b.runners[8].items], b.runners[8].program
         slots = [b.join(ids, None)[0] for ids in ps]
         for k in range(n + len(ps)):
             for s in slots[: max(0, k - n + 1)]:  # one leaves each step past n: widths 8 .. 1
@@ -54,7 +54,7 @@ def _steps(device, m, caps, ps, n):
             b.step()
             logits.append(b.runners[b.width()].read_logits().copy())
         assert all(b.steps[w] > 0 for w in (8, 4, 2, 1)), b.steps
-    return logits, calls
+    return logits, calls, prog
 
 
 @pytest.mark.parametrize("dtype", ["q4_k", "q6_k"])
@@ -64,14 +64,22 @@ def test_batched_step_logits_bit_identical(device, models_dir, dtype):
     on = KernelCaps.from_info(device.info, kwide=1, kw_split=1, kq_idot=1, matvec_wg=0, matvec_rows=0)
     if not on.integer_dot:
         pytest.skip("no shaderIntegerDotProduct on this device")
-    hf = tiny_hf_model("qwen2", models_dir, hidden_size=256, intermediate_size=512)
-    m = load_model(write_gguf(hf, models_dir / f"batch-qwen2-256.{dtype}.gguf", dtype), ctx=CTX)
+    # 16 heads of 16: the o projection's rows are 256 wide, whole superblocks (not q5_0's fallback)
+    hf = tiny_hf_model("qwen2", models_dir, hidden_size=256, intermediate_size=512, num_attention_heads=16)
+    m = load_model(write_gguf(hf, models_dir / f"xplanes-qwen2-256.{dtype}.gguf", dtype), ctx=CTX)
+    assert {v.dtype for v in m.program.values.values() if v.kind == "weight" and len(v.shape) == 2} >= {dtype}
     ps = prompts((7, 3, 12, 5, 9))
-    got, calls = _steps(device, m, on, ps, 3)
-    want, plain = _steps(device, m, replace(on, xplanes=-1), ps, 3)
-    # one planes call after each producer read as planes (norms, attention, silu_mul), none without
+    got, calls, prog = _steps(device, m, on, ps, 3)
+    want, plain, _ = _steps(device, m, replace(on, xplanes=-1), ps, 3)
+    # each x read as planes written once: by its norm or silu_mul (XPLANES), the attention output's
+    # by an xplanes call; none without
     mm = [c for c in calls if c.shader == "matmul"]
     xs = {c.bindings[2].value for c in mm if "KW_XPLANES" in dict(c.defines)}
-    planes = [c.bindings[0].value for c in calls if c.shader == "xplanes"]
-    assert xs and sorted(planes) == sorted(xs) and not any(c.shader == "xplanes" for c in plain)
+    folded = [c for c in calls if "XPLANES" in dict(c.defines)]
+    apart = [c.bindings[0].value for c in calls if c.shader == "xplanes"]
+    assert sorted(apart + [c.bindings[2].value for c in folded]) == sorted(xs)
+    assert {c.shader for c in folded} == {"rms_norm", "silu_mul"}
+    made_by = {out: op.kind for op in prog.ops for out in op.outputs}
+    assert apart and {made_by[x] for x in apart} == {"attention"}
+    assert not any(c.shader == "xplanes" or "XPLANES" in dict(c.defines) for c in plain)
     assert len(got) == len(want) and all(np.array_equal(g, w) for g, w in zip(got, want))
