@@ -9,10 +9,11 @@
 // KW_XROWS (matvec.glsl's MV_XROWS, a batched decode step): the rows' words are loaded once, then
 // dotted with each of KW_XROWS rows of x in turn: KW_XROW(kw_b) selects x row kw_b for kw_x (the
 // includer's X4) and KW_ACC(i) names row i's accumulator of x row kw_b. Without it (one x row)
-// the code is that of the single-row matvec.
-// KW_XP(g, p, inv, xs) (matmul.comp KW_XPLANES, with KW_IDOT): loads the planes, 2^-s and sum of
-// x's 16-element group g (of the row KW_XROW chose) in place of kw_x + kw_xsum + kw_planes. H200, Llama-3.1-8B Q4_K_M batched step in 8-weight
+// the code is that of the single-row matvec. H200, Llama-3.1-8B Q4_K_M batched step in 8-weight
 // units, the weights decoded again for every x row: 3 ms for 1 row, 7 for 2, 10 for 4, 21 for 8.
+// KW_XP(g, p, inv, xs) (matmul.comp KW_XPLANES, with KW_IDOT): loads the planes, 2^-s and sum of
+// x's 16-element group g (of the row KW_XROW chose), made once a step (lowering/xplanes.py), in
+// place of kw_x + kw_xsum + kw_planes in every workgroup.
 //
 // Every row's weight words are loaded first, then x in two halves (the low nibbles' 16
 // activations, then the high ones'), so only half of the unit's x is live with them: H100, q4_k
