@@ -7,7 +7,9 @@ JSON; never asserts timings.
     python -m bench.batch_decode --caps batch_matvec=-1    # A/B: the chunk matmuls on a CPU too
 
 Each width runs full (that many sequences of the same 16-token prompt), so a step's tokens are
-width tokens; tok/s = width * steps / wall seconds of the steps (prompts not counted).
+width tokens; tok/s = width * steps / wall seconds of the steps (prompts not counted). The JSON
+keeps each width's tokens (row 0's, and whether every row chose the same) and the single
+sequence's, so an A/B by --caps can show its tokens did not change.
 """
 
 from __future__ import annotations
@@ -65,22 +67,28 @@ def main(argv=None) -> int:
             first = dec.run_prompt(ids, 0)
             list(dec.decode(first, len(ids), 2))
             t = time.perf_counter()
-            n = len(list(dec.decode(first, len(ids), a.steps)))
-            out["single_sequence_tok_s"] = n / (time.perf_counter() - t)
+            alone = list(dec.decode(first, len(ids), a.steps))
+            out["single_sequence_tok_s"] = len(alone) / (time.perf_counter() - t)
+            out["single_sequence_tokens"] = [first] + alone
             with BatchDecode(dec, a.widths, profile=a.profile, pipelined=a.ahead) as b:
                 for w in b.widths:
-                    for _ in range(w):
-                        b.join(ids, None)
-                    b.step()  # the rows are written; then steady state
+                    toks = [[b.join(ids, None)[1]] for _ in range(w)]
+                    for r, tok in enumerate(b.step().values()):  # the rows are written; then steady state
+                        toks[r].append(tok)
                     t = time.perf_counter()
-                    for _ in range(a.steps):
-                        b.step()
+                    steps = [b.step() for _ in range(a.steps)]
                     dt = time.perf_counter() - t
+                    for step in steps:
+                        for r, tok in enumerate(step.values()):
+                            toks[r].append(tok)
                     gpu = sum(s.gpu_us for s in b.runners[w].token_stats[-a.steps :]) / a.steps
                     out["widths"][w] = {
                         "tok_s": w * a.steps / dt,
                         "ms_per_step": dt * 1e3 / a.steps,
                         "gpu_us": gpu,
+                        # every row's greedy tokens (the same prompt): diff them across --caps A/B runs
+                        "tokens": toks[0],
+                        "rows_agree": all(r == toks[0] for r in toks),
                     }
                     print(
                         f"B={w}: {w * a.steps / dt:.1f} tok/s, {dt * 1e3 / a.steps:.0f} ms/step",

@@ -11,6 +11,9 @@
 // includer's X4) and KW_ACC(i) names row i's accumulator of x row kw_b. Without it (one x row)
 // the code is that of the single-row matvec. H200, Llama-3.1-8B Q4_K_M batched step in 8-weight
 // units, the weights decoded again for every x row: 3 ms for 1 row, 7 for 2, 10 for 4, 21 for 8.
+// KW_XP(g, p, inv, xs) (matmul.comp KW_XPLANES, with KW_IDOT): loads the planes, 2^-s and sum of
+// x's 16-element group g (of the row KW_XROW chose), made once a step (lowering/xplanes.py), in
+// place of kw_x + kw_xsum + kw_planes in every workgroup.
 //
 // Every row's weight words are loaded first, then x in two halves (the low nibbles' 16
 // activations, then the high ones'), so only half of the unit's x is live with them: H100, q4_k
@@ -45,8 +48,21 @@
     for (uint kw_b = 0; kw_b < KW_XROWS; kw_b++) {
     KW_XROW(kw_b);
 #endif
-    vec4 kx[4];
     float ka0[KW_N];
+#ifdef KW_XP
+#ifndef KW_IDOT
+#error "KW_XP: x planes are read only where split units take integer dot products (KQ_IDOT)"
+#endif
+    // x's halves as the byte planes, factor and sum xplanes.comp made once a step (the group of
+    // 16 activations of half h is vec4s kq_xv(4u) + h KQ_XHI.. of x)
+    uvec4 kp[3];
+    float kinv, kxs0, kxs1;
+    KW_XP(kq_xv(4 * u) / 4, kp, kinv, kxs0);
+#define KW_XH kp, kinv
+    for (uint i = 0; i < KW_N; i++) ka0[i] = kw_half(kq[i], kaux[i], 0u, KW_XH);
+    KW_XP((kq_xv(4 * u) + KQ_XHI) / 4, kp, kinv, kxs1);
+#else
+    vec4 kx[4];
     kw_x(u, 0u, kx);
     const float kxs0 = kw_xsum(kx);
 #ifdef KW_IDOT
@@ -62,6 +78,7 @@
     const float kxs1 = kw_xsum(kx);
 #ifdef KW_IDOT
     kinv = kw_planes(kx, kp);
+#endif
 #endif
     for (uint i = 0; i < ROWS; i++) {
         const uint rs = (min(first + i, KW_M - 1) + KW_BASE) * ROW_SCALES(K);

@@ -1,7 +1,7 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // matmul (matvec): y = W @ x, W of any weight dtype (define DT_*), math in f32.
-// Bindings: f32/f16: 0 W data, 1 x, 2 y; quant: 0 q words, 1 scales, 2 x, 3 y.
+// Bindings: f32/f16: 0 W data, 1 x, 2 y; quant: 0 q words, 1 scales, 2 x, 3 y, 4 x planes (KW_XPLANES).
 #define NO_WG_REDUCE
 #include "common.glsl"
 
@@ -28,6 +28,26 @@ uint mv_xrow = 0u;
 #define X1(i) x1[i]
 #define X4(i) x4[i]
 #define MV_STORE(row, v) y[row] = (v)
+#endif
+
+#ifdef KW_XPLANES
+// x as xplanes.comp wrote it once for the step (split wide units on integer dot products,
+// kwide_rows.glsl KW_XP): group g of x row r is planes xp4[(3r + k) G + g], k < 3, and
+// (2^-s, sum) xpf[6 XR G + r G + g], G = K / 16 groups a row
+layout(binding = B_Y + 1) readonly buffer XPB { uvec4 xp4[]; };
+layout(binding = B_Y + 1) readonly buffer XFB { vec2 xpf[]; };
+#ifdef MV_XROWS
+#define XP_ROW mv_xrow
+#else
+#define XP_ROW 0u
+#endif
+#define KW_XP(g, p, inv, xs) { \
+    const uint xp_g = K / 16u, xp_i = XP_ROW * xp_g + (g); \
+    for (uint k = 0; k < 3; k++) p[k] = xp4[(3u * XP_ROW + k) * xp_g + (g)]; \
+    const vec2 xp_f = xpf[6u * XR * xp_g + xp_i]; \
+    inv = xp_f.x; \
+    xs = xp_f.y; \
+}
 #endif
 
 #include "dequant.glsl"

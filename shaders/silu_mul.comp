@@ -2,6 +2,8 @@
 #extension GL_GOOGLE_include_directive : require
 // silu_mul: y = g * sigmoid(g) * u, one invocation per element.
 // Bindings: 0 g, 1 u, 2 y. Spec: 0 wg size, 1 N.
+// XPLANES (lowering/xplanes.py): one invocation per group of 16 elements, also writing y's planes
+// as xplanes.comp does, binding 3, for rows of DIM (spec 2): no extra dispatch.
 #define NO_WG_REDUCE
 #include "common.glsl"
 
@@ -9,7 +11,29 @@ layout(constant_id = 1) const uint N = 1;
 layout(binding = 0) readonly buffer GB { float g[]; };
 layout(binding = 1) readonly buffer UB { float u[]; };
 layout(binding = 2) writeonly buffer YB { float y[]; };
+#ifdef XPLANES
+#include "kw_planes.glsl"
+layout(constant_id = 2) const uint DIM = 16;
+layout(binding = 3) writeonly buffer PB { uvec4 p4[]; };
+layout(binding = 3) writeonly buffer FB { vec2 pf[]; };
 
+void main() {
+    const uint G = DIM / 16, n = flat_group_id() * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
+    if (n >= N / 16) return;
+    vec4 x[4];
+    for (uint j = 0; j < 16; j++) {
+        const uint i = 16 * n + j;
+        float v = g[i];
+        x[j / 4][j % 4] = v / (1.0 + exp(-v)) * u[i];   // the bits of the plain kernel's y
+        y[i] = x[j / 4][j % 4];
+    }
+    uvec4 p[3];
+    const float inv = kw_planes(x, p);
+    const uint r = n / G;
+    for (uint k = 0; k < 3; k++) p4[(3 * r + k) * G + n % G] = p[k];
+    pf[6 * (N / 16) + n] = vec2(inv, kw_xsum16_exact(x));
+}
+#else
 void main() {
     uint i = flat_group_id() * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
     if (i < N) {
@@ -17,3 +41,4 @@ void main() {
         y[i] = v / (1.0 + exp(-v)) * u[i];
     }
 }
+#endif

@@ -35,25 +35,30 @@ def _case(dtype, xr, out, n_in, lazy=False):
     return p, {"w": w, "x": x}
 
 
-def _split_caps(device, idot: int):
+def _split_caps(device, idot: int, xplanes: int = 0):
     """Split wide units as GPUs take them (test_ops_moe.py): kwide, kw_split, kq_idot forced, the
     automatic launch shapes (lavapipe's are 16 lanes x 16 rows)."""
-    caps = caps_of(device, kwide=1, kw_split=1, kq_idot=idot, matvec_wg=0, matvec_rows=0)
+    caps = caps_of(device, kwide=1, kw_split=1, kq_idot=idot, matvec_wg=0, matvec_rows=0, xplanes=xplanes)
     if idot > 0 and not caps.integer_dot:
         pytest.skip("no shaderIntegerDotProduct on this device")
     return caps
 
 
-def _run(device, caps, dtype, xr, out, n_in, want_defines):
+def _run(device, caps, dtype, xr, out, n_in, want_defines, planes=False):
+    """The op's calls (with planes: xplanes.comp first, lowering/xplanes.py) against the reference;
+    returns the GPU's y."""
     p, env = _case(dtype, xr, out, n_in)
-    for call in op_calls(p, 0, caps):
+    calls = op_calls(p, 0, caps)
+    assert [c.shader for c in calls] == ["xplanes"] * planes + ["matmul"] * (len(calls) - planes)
+    for call in calls[planes:]:
         d = dict(call.defines)
-        assert call.shader == "matmul" and d.get("MV_XROWS") == str(xr), (call.shader, d)
+        assert d.get("MV_XROWS") == str(xr) and ("KW_XPLANES" in d) == planes, d
         for k, v in want_defines.items():
             assert (k in d) == v, (k, d)
     got, want = run_and_reference(device, p, env, caps)
     err = nmse(got["y"], want["y"])
     assert err <= LIMIT, f"xr {xr} {dtype} [{out}, {n_in}]: nmse {err:.3g}"
+    return got["y"]
 
 
 SPLIT = [(xr, o, i) for xr in (2, 4, 8) for o, i in ((37, 256), (19, 768))] + [(4, 9, 4096)]
@@ -67,7 +72,10 @@ def test_batch_matvec_split_wide_units(device, dtype, xr, out, n_in, idot):
     workgroup's tail rows clamp; 768: 24 units a row, 3 superblocks)."""
     caps = _split_caps(device, idot)
     want = {"WVEC": True, "KW_JOINT": False, "KQ_IDOT": idot > 0}
-    _run(device, caps, dtype, xr, out, n_in, want)
+    y = _run(device, caps, dtype, xr, out, n_in, want, planes=idot > 0)
+    if idot > 0:  # x planes made once (caps.xplanes 0) or per unit (< 0): the same bits
+        alone = _run(device, _split_caps(device, idot, -1), dtype, xr, out, n_in, want)
+        assert np.array_equal(y, alone)
 
 
 @pytest.mark.parametrize("dtype", ["q4_k", "q6_k"])
@@ -117,7 +125,13 @@ def test_llama8b_batch_calls_on_a_gpu(xr):
     caps = KernelCaps(32, True, (1 << 32) - 1, 1024, 49152, 16, integer_dot=True, integer_dot_fast=True)
     for dtype, out, n_in in LLAMA8B:
         (one,) = op_calls(_case(dtype, 1, out, n_in, lazy=True)[0], 0, caps)
-        (call,) = op_calls(_case(dtype, xr, out, n_in, lazy=True)[0], 0, caps)
+        planes, call = op_calls(_case(dtype, xr, out, n_in, lazy=True)[0], 0, caps)
         d = dict(call.defines)
-        assert {"WVEC", "KQ_IDOT"} <= d.keys() and "KW_JOINT" not in d and d["MV_XROWS"] == str(xr)
+        assert (
+            {"WVEC", "KQ_IDOT", "KW_XPLANES"} <= d.keys() and "KW_JOINT" not in d and d["MV_XROWS"] == str(xr)
+        )
         assert call.spec[0] == one.spec[0] and call.spec[3] == min(one.spec[3], XR_ACC // xr)
+        # x's planes: written by xplanes.comp (one lane a group of 16), read at binding 4
+        assert planes.shader == "xplanes" and planes.spec[1:] == (n_in, xr)
+        assert planes.bindings[1] == call.bindings[4] and call.writes == (3,)
+        assert planes.groups[0] * planes.spec[0] >= xr * n_in // 16

@@ -78,6 +78,8 @@ class KernelCaps:
     )
     batch_acc: int = 0  # their matvec's x rows x rows per workgroup at most where the rows are
     # automatic (ops.batch_rows; 0: ops.XR_ACC)
+    xplanes: int = 0  # their split K-quant matvecs on integer dot products read x as byte planes
+    # made once a step (lowering/xplanes.py; 0: every width, > 0: widths from this, < 0: never)
     router_one_wg: int = (
         0  # MoE routers up to this many elements fused in one workgroup (0: lowering/moe.py's bound)
     )

@@ -30,6 +30,7 @@ from vkdecode.lowering.calls import (
     wvec_defines,
 )
 from vkdecode.lowering.rows import row_op_calls  # prompt chunks (fusion/chunk.py)
+from vkdecode.lowering.xplanes import planes_bytes, planes_name, reads_planes, with_planes
 
 # ---------------------------------------------------------------- per op kind
 
@@ -68,6 +69,10 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     xr = int(op.attrs.get("rows", 1))
     xrows = (n_out, n_in) if xr > 1 else ()
     defines += (("MV_XROWS", str(xr)),) if xr > 1 else ()
+    # x as the planes made once a step (lowering/xplanes.py), bound after y
+    planes = reads_planes(p, op, caps)
+    defines += (("KW_XPLANES", "1"),) if planes else ()
+    xp = ((planes_name(x), planes_bytes(xr, n_in)),) if planes else ()
     chunks = row_chunks(wv.dtype, n_out, n_in, caps)
     calls = []
     for r0, rows in chunks:
@@ -76,16 +81,17 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
         wg, rpw, wvec = matvec_shape(wv.dtype, n_in, rows, caps)
         rpw = batch_rows(rpw, xr, caps)
         b = weight_bindings(w, wv.dtype, r0, None if len(chunks) == 1 else rows)
-        b += (Binding(x), Binding(op.outputs[0]))
+        b += (Binding(x), Binding(op.outputs[0])) + tuple(Binding(n) for n, _ in xp)
         calls.append(
             KernelCall(
                 "matmul",
                 (wg, n_in, rows, rpw) + xrows,
                 b,
-                (len(b) - 1,),
+                (len(b) - 1 - len(xp),),
                 flat_groups(-(-rows // rpw)),
                 push=struct.pack("<I", r0),
                 defines=defines + wvec_defines(wvec, caps, n_in, wv.dtype),
+                scratch=xp,
                 label=op.outputs[0] + (f"[{r0}:]" if len(chunks) > 1 else ""),
             )
         )
@@ -284,11 +290,11 @@ def op_calls(program: Program, op_index: int, caps: KernelCaps) -> list[KernelCa
     """The kernel calls that run op #op_index, in order; a later call that reads what an earlier one
     wrote lists it among its bindings, and the executor puts a barrier between them."""
     op = program.ops[op_index]
-    rows = row_op_calls(program, op, caps)
-    if rows is not None:
-        return rows
-    try:
-        build = BUILDERS[op.kind]
-    except KeyError:
-        raise ValueError(f"op #{op_index} {op.kind}: no kernel for this op kind") from None
-    return build(program, op, caps)
+    calls = row_op_calls(program, op, caps)
+    if calls is None:
+        try:
+            build = BUILDERS[op.kind]
+        except KeyError:
+            raise ValueError(f"op #{op_index} {op.kind}: no kernel for this op kind") from None
+        calls = build(program, op, caps)
+    return with_planes(program, op_index, calls, caps)  # a batched step's x planes (caps.xplanes)

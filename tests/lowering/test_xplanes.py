@@ -1,0 +1,85 @@
+"""x planes of a batched step (lowering/xplanes.py, caps.xplanes): where they apply, written once
+by each producer whose value a matvec reads as planes, and a whole batched step's logits
+bit-identical with and without them (split wide units on integer dot products forced on lavapipe,
+which has them). The matvec itself against numpy: test_ops_matmul_batch.py."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from tests.executors.test_batch import CTX, build, prompts
+from tests.helpers.make_models import tiny_hf_model, write_gguf
+from tests.lowering.test_ops_matmul_batch import _case
+from vkdecode.executors.batch import BatchDecode
+from vkdecode.lowering.caps import KernelCaps
+from vkdecode.lowering.ops import op_calls
+from vkdecode.models.loader import load_model
+
+GPU = KernelCaps(32, True, (1 << 32) - 1, 1024, 49152, 16, integer_dot=True, integer_dot_fast=True)
+
+
+def _shaders(caps, xr, dtype="q4_k"):
+    return [c.shader for c in op_calls(_case(dtype, xr, 4096, 4096, lazy=True)[0], 0, caps)]
+
+
+def test_knob_and_where_it_applies():
+    """caps.xplanes: 0 every batched width, > 0 widths from it, < 0 none; never the single-row
+    decode's matmul, whole wide units (a CPU's default) or float kernels (kq_idot < 0)."""
+    assert _shaders(GPU, 1) == ["matmul"]  # no attr batch: the decode step's
+    assert _shaders(GPU, 2) == _shaders(GPU, 8, "q6_k") == ["xplanes", "matmul"]
+    assert _shaders(replace(GPU, xplanes=-1), 4) == ["matmul"]
+    assert _shaders(replace(GPU, xplanes=4), 2) == ["matmul"]
+    assert _shaders(replace(GPU, xplanes=4), 4) == ["xplanes", "matmul"]
+    assert _shaders(replace(GPU, kq_idot=-1), 4) == _shaders(replace(GPU, kw_split=-1), 4) == ["matmul"]
+    assert _shaders(replace(GPU, kq_idot_q6=-1), 4, "q6_k") == ["matmul"]
+    assert _shaders(replace(GPU, batch_matvec=-1), 4)[0] != "xplanes"  # the chunk kernels
+
+
+def _steps(device, m, caps, ps, n):
+    """Each step's logits (all rows) of a batch of ps, every sequence leaving after n tokens, and
+    the widest runner's calls."""
+    logits = []
+    with build(device, m, "fused", caps) as dec, BatchDecode(dec, (1, 2, 4, 8)) as b:
+        calls, prog = [it.call for it in b.runners[8].items], b.runners[8].program
+        slots = [b.join(ids, None)[0] for ids in ps]
+        for k in range(n + len(ps)):
+            for s in slots[: max(0, k - n + 1)]:  # one leaves each step past n: widths 8 .. 1
+                if s in b.rows:
+                    b.leave(s)
+            if not b.rows:
+                break
+            b.step()
+            logits.append(b.runners[b.width()].read_logits().copy())
+        assert all(b.steps[w] > 0 for w in (8, 4, 2, 1)), b.steps
+    return logits, calls, prog
+
+
+@pytest.mark.parametrize("dtype", ["q4_k", "q6_k"])
+def test_batched_step_logits_bit_identical(device, models_dir, dtype):
+    """A batched step's logits at widths 8, 4, 2 and 1 with x planes made once a step (xplanes 0)
+    and per unit (< 0) are the same bits: the same kw_planes / kw_xsum arithmetic."""
+    on = KernelCaps.from_info(device.info, kwide=1, kw_split=1, kq_idot=1, matvec_wg=0, matvec_rows=0)
+    if not on.integer_dot:
+        pytest.skip("no shaderIntegerDotProduct on this device")
+    # 16 heads of 16: the o projection's rows are 256 wide, whole superblocks (not q5_0's fallback)
+    hf = tiny_hf_model("qwen2", models_dir, hidden_size=256, intermediate_size=512, num_attention_heads=16)
+    m = load_model(write_gguf(hf, models_dir / f"xplanes-qwen2-256.{dtype}.gguf", dtype), ctx=CTX)
+    assert {v.dtype for v in m.program.values.values() if v.kind == "weight" and len(v.shape) == 2} >= {dtype}
+    ps = prompts((7, 3, 12, 5, 9))
+    got, calls, prog = _steps(device, m, on, ps, 3)
+    want, plain, _ = _steps(device, m, replace(on, xplanes=-1), ps, 3)
+    # each x read as planes written once: by its norm or silu_mul (XPLANES), the attention output's
+    # by an xplanes call; none without
+    mm = [c for c in calls if c.shader == "matmul"]
+    xs = {c.bindings[2].value for c in mm if "KW_XPLANES" in dict(c.defines)}
+    folded = [c for c in calls if "XPLANES" in dict(c.defines)]
+    apart = [c.bindings[0].value for c in calls if c.shader == "xplanes"]
+    assert sorted(apart + [c.bindings[2].value for c in folded]) == sorted(xs)
+    assert {c.shader for c in folded} == {"rms_norm", "silu_mul"}
+    made_by = {out: op.kind for op in prog.ops for out in op.outputs}
+    assert apart and {made_by[x] for x in apart} == {"attention"}
+    assert not any(c.shader == "xplanes" or "XPLANES" in dict(c.defines) for c in plain)
+    assert len(got) == len(want) and all(np.array_equal(g, w) for g, w in zip(got, want))
