@@ -13,6 +13,7 @@
 #   bash bench/gpu_session.sh batch     # batched steps per width (decode matvec vs chunk kernels), MoE decode detail
 #   bash bench/gpu_session.sh serve8b   # the 8B part of serve, with the batched steps before it
 #   bash bench/gpu_session.sh narrow    # batched steps of 16-64 rows on the tensor cores' narrow tiles
+#   bash bench/gpu_session.sh final     # x planes A/B, 8B serve vs llama-server at 4/8/64, then the suite
 #   bash bench/gpu_session.sh serveahead # batched steps ahead + calibrated widths: 8B serve vs llama-server
 #   bash bench/gpu_session.sh tiles     # the 8B's prompts on forced 8-subgroup tensor-core tiles
 #   bash bench/gpu_session.sh coopstats # the 8B's matmuls per coop tile and loader variant, with registers
@@ -147,6 +148,23 @@ batch)
     done
     python -m bench.ab_modes fused --shape qwen3-30b-a3b --quant q4_k_m --ctx 1024 --prompt-tokens 16 \
         -n 16 --rounds 2 --detail --out "$OUT/moe-detail.json" 2>&1 | tail -10
+    ;;
+final)
+    # the session's last call: x planes A/B on the 8B's batched steps (tokens compared), serve
+    # --parallel 64 against llama-server -np 64 at 4, 8 and 64 clients (twice: the first pass
+    # warms), then as much of the suite under validation as the call has left
+    llama_server
+    f=/tmp/llama3.1-8b-q4_k_m.gguf
+    python -m bench.shape_gguf --shape llama3.1-8b --quant q4_k_m "$f"
+    python -m bench.batch_decode --model "$f" --widths 1 --steps 8 --ctx 512 > /dev/null  # GPU warm-up
+    for c in "xplanes=-1" ""; do
+        python -m bench.batch_decode --model "$f" --widths 2 4 8 --steps 32 --ctx 512 --caps $c \
+            --out "$OUT/batch-8b${c:+-$c}.json" 2>&1 | tail -3
+    done
+    python -c "import json; a, b = (json.load(open('$OUT/batch-8b' + s + '.json')) for s in ('', '-xplanes=-1'))
+print('x planes: same tokens per width', {w: a['widths'][w]['tokens'] == b['widths'][w]['tokens'] for w in a['widths']})"
+    serve_pair "$f" llama3.1-8b 4 8 64 4 8 64
+    bash "$0" suite
     ;;
 serveahead)
     # batched steps sent ahead and the width picked by calibration: the batch tests, the 8B's
