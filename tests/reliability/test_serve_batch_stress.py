@@ -31,7 +31,7 @@ from bench.serve_load import (
     vkdecode_server,
     wave_summary,
 )
-from tests.serve.conftest import tiny_path  # noqa: F401 (the fixture)
+from tests.helpers.serve_case import tiny_serve_gguf
 
 CLIENTS, PARALLEL, MAX_QUEUE, CTX, PROMPTS, WAVES = 64, 4, 4, 512, 12, 3
 LONG_WORDS = 200  # about 1000 tokens: past the context of 512
@@ -94,8 +94,13 @@ def check_wave(recs: list[dict], alone: dict[int, dict]) -> None:
     }
 
 
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    return tiny_serve_gguf(tmp_path_factory)
+
+
 @pytest.mark.timeout(240)
-def test_serve_parallel_storm(tiny_path):  # noqa: F811
+def test_serve_parallel_storm(tiny_path):
     t0 = time.perf_counter()
     with vkdecode_server(
         tiny_path, PARALLEL, "--max-queue", MAX_QUEUE, "--ctx", CTX, "--model-id", "tiny"

@@ -18,8 +18,8 @@ openai = pytest.importorskip("openai", reason="the test extra installs openai: p
 httpx = pytest.importorskip("httpx", reason="the test extra installs httpx: pip install '.[test]'")
 
 import vkdecode
+from tests.helpers.serve_case import QUESTION, post_all
 from tests.helpers.serving import serving
-from tests.serve.conftest import QUESTION
 
 
 @pytest.fixture(scope="module")
@@ -350,36 +350,17 @@ def test_api_key_checked_on_every_request(model):
         )
 
 
-def _post_all(url, bodies, timeout=120):
-    """Posts every body from its own thread at once; -> [(index, status, json)] in completion order."""
-    out, lock = [], threading.Lock()
-
-    def one(i, body):
-        r = httpx.post(url + "/v1/chat/completions", json=body, timeout=timeout)
-        with lock:
-            out.append((i, r.status_code, r.json()))
-
-    threads = [threading.Thread(target=one, args=(i, b)) for i, b in enumerate(bodies)]
-    for t in threads:
-        t.start()
-        time.sleep(0.01)  # distinct arrival times
-    for t in threads:
-        t.join(timeout + 10)
-    assert not any(t.is_alive() for t in threads), "a client hung"
-    return out
-
-
 def test_concurrent_clients_served_in_order_or_refused(model):
     body = {"messages": QUESTION, "max_tokens": 6, "temperature": 0}
     with serving(model, max_queue=8) as (engine, url):
-        got = _post_all(url, [body] * 6)
+        got = post_all(url, [body] * 6)
         assert sorted(s for _, s, _ in got) == [200] * 6
         texts = {r["choices"][0]["message"]["content"] for _, _, r in got}
         assert len(texts) == 1  # same prompt, same greedy answer
         assert engine.started_order == sorted(engine.started_order)  # run in arrival order
     long = {"messages": QUESTION, "max_tokens": 300, "temperature": 0}
     with serving(model, max_queue=2) as (engine, url):
-        got = _post_all(url, [long] * 8)
+        got = post_all(url, [long] * 8)
         status = [s for _, s, _ in got]
         assert len(got) == 8 and set(status) <= {200, 429}  # every client answered, none lost
         assert status.count(429) >= 1 and status.count(200) >= 3  # one running + two waiting at least

@@ -15,9 +15,8 @@ import vkdecode
 
 httpx = pytest.importorskip("httpx", reason="the test extra installs httpx: pip install '.[test]'")
 
+from tests.helpers.serve_case import QUESTION, post_all
 from tests.helpers.serving import serving
-from tests.serve.conftest import QUESTION
-from tests.serve.test_app import _post_all
 from vkdecode.serve.batch_engine import parallel_widths
 
 BODIES = [
@@ -59,9 +58,9 @@ def test_parallel_widths():
 
 def test_concurrent_requests_equal_one_at_a_time(model):
     with serving(model) as (_, url):
-        alone = _answers(_post_all(url, BODIES))
+        alone = _answers(post_all(url, BODIES))
     with serving(model, parallel=4) as (engine, url):
-        together = _answers(_post_all(url, BODIES))
+        together = _answers(post_all(url, BODIES))
         m = engine.metrics()
     assert together == alone
     assert all(s == 200 for s, _, _ in together.values())
@@ -87,7 +86,7 @@ def test_disconnect_frees_the_slot_and_the_queue_still_bounds(model):
         assert m["requests"]["cancelled"] == 1 and m["last_request"]["cancelled_after_tokens"] < 500
     long = {"messages": QUESTION, "max_tokens": 200, "temperature": 0}
     with serving(model, max_queue=2, parallel=2) as (engine, url):
-        got = _post_all(url, [long] * 8)
+        got = post_all(url, [long] * 8)
         status = [s for _, s, _ in got]
         assert len(got) == 8 and set(status) <= {200, 429} and status.count(429) >= 1
         assert status.count(200) >= 4  # two decoding + two waiting at least
@@ -272,7 +271,7 @@ def test_a_failed_prompt_chunk_or_step_ends_only_its_requests(model, monkeypatch
             for ex in engine.batch.runners.values():
                 m.setattr(ex, "step", boom)
             # the second arrives while the first decodes (solo): the first goes into the batch
-            got = _post_all(url, [dict(short, max_tokens=200), short])
+            got = post_all(url, [dict(short, max_tokens=200), short])
         assert [s for _, s, _ in got] == [500, 500] and engine.batch.kv is None and len(model.kv) == 0
         again = http.post(url + "/v1/chat/completions", json=short).json()
         m = engine.metrics()
@@ -289,7 +288,7 @@ def test_two_interleaved_chats_each_reuse_their_slot(model):
     first = [{"messages": c, "max_tokens": 8, "temperature": 0} for c in chats]
     unrelated = {"messages": [{"role": "user", "content": "x y z"}], "max_tokens": 5, "temperature": 0}
     with serving(model, parallel=3) as (engine, url), httpx.Client(timeout=120) as http:
-        turn1 = _by_client(_post_all(url, first))
+        turn1 = _by_client(post_all(url, first))
         second = [
             dict(
                 first[i],
@@ -299,8 +298,8 @@ def test_two_interleaved_chats_each_reuse_their_slot(model):
         ]
         assert http.post(url + "/v1/chat/completions", json=unrelated).status_code == 200
         assert len(engine.batch.cache.ids) == 3  # the unrelated request took the empty slot
-        turn2 = _by_client(_post_all(url, second))
-        fresh = _by_client(_post_all(url, [dict(b, cache_prompt=False) for b in second]))
+        turn2 = _by_client(post_all(url, second))
+        fresh = _by_client(post_all(url, [dict(b, cache_prompt=False) for b in second]))
     with serving(model) as (_, url), httpx.Client(timeout=120) as http:
         back_to_back = []
         for i in (0, 1):

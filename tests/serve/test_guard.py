@@ -11,8 +11,8 @@ import pytest
 httpx = pytest.importorskip("httpx", reason="the test extra installs httpx: pip install '.[test]'")
 pytest.importorskip("starlette", reason="the serve extra installs starlette: pip install '.[serve]'")
 
+from tests.helpers.serve_case import QUESTION
 from tests.helpers.serving import serving
-from tests.serve.conftest import QUESTION
 from vkdecode.serve.guard import MAX_DEPTH, check_json, decode_json
 from vkdecode.serve.requests import ApiError
 
