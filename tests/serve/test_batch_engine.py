@@ -69,6 +69,26 @@ def test_concurrent_requests_equal_one_at_a_time(model):
     assert any(n > 0 for w, n in m["batch_steps"].items() if w > 1)  # requests did share steps
 
 
+def test_calibrated_widths_answer_the_same_and_show_in_metrics(model):
+    """batch_pick.calibrate (what Model.batch does on GPUs), then every count of requests at the
+    widest width: the same answers, and /metrics names the choice."""
+    from vkdecode.executors.batch_pick import calibrate
+
+    with serving(model) as (_, url):
+        alone = _answers(post_all(url, BODIES))
+    with serving(model, parallel=4) as (engine, url):
+        try:
+            assert sorted(calibrate(engine.batch)) == [1, 2, 3, 4]
+            engine.batch.pick = dict.fromkeys(range(1, 5), 4)  # padding rows in every step
+            together = _answers(post_all(url, BODIES))
+            m = engine.metrics()
+        finally:
+            engine.batch.pick = None  # the model's batch is shared by this module's other tests
+    assert together == alone
+    assert m["batch_width_for"] == dict.fromkeys(range(1, 5), 4)
+    assert m["batch_steps"][4] > 0 and m["batch_steps"][2] == 0
+
+
 def test_disconnect_frees_the_slot_and_the_queue_still_bounds(model):
     body = {"messages": QUESTION, "max_tokens": 1000, "temperature": 0, "stream": True}
     with serving(model, parallel=2) as (engine, url):
