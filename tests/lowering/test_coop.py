@@ -14,6 +14,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from fusion.vocab import WEIGHT_DTYPES
 from tests.lowering.kernel_harness import caps_of, nmse, one_op, run_and_reference
 from tests.lowering.test_ops_moe import moe_matmul_case
 from vkdecode.lowering.coop import coop_shape, parse_tile
@@ -74,21 +75,7 @@ def test_coop_shape_choice(device):
         assert coop_shape(caps_of(device), "qwen3", 1024, 512, 1024) is None
 
 
-DTYPES = (
-    "f32",
-    "f16",
-    "q8_0",
-    "q4_0",
-    "q4_1",
-    "q5_0",
-    "q5_1",
-    "iq4_nl",
-    "q2_k",
-    "q3_k",
-    "q4_k",
-    "q5_k",
-    "q6_k",
-)
+DTYPES = WEIGHT_DTYPES  # every weight dtype the tile loader decodes
 # (rows T, out, in, tile, splits): every tile, uneven splits (3 of 5 k tiles), in-dims of 4-element
 # quads only (K-quants: whole 256-element superblocks)
 SHAPES = [
