@@ -444,6 +444,10 @@ def test_one_access_line_per_request_with_its_tokens(server):
         ) as s:
             assert s.status_code == 200 and list(s.iter_lines())
         assert httpx.post(url + "/v1/completions", json={"prompt": 5}, timeout=60).status_code == 400
+        # the server thread writes a line once the response has gone out: the client may be first
+        deadline = time.monotonic() + 10
+        while len(records) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
     finally:
         log.removeHandler(handler)
         log.setLevel(old_level)

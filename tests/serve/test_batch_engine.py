@@ -77,6 +77,7 @@ def test_calibrated_widths_answer_the_same_and_show_in_metrics(model):
     with serving(model) as (_, url):
         alone = _answers(post_all(url, BODIES))
     with serving(model, parallel=4) as (engine, url):
+        before = dict(engine.batch.steps)  # the module's other tests share the model's batch
         try:
             assert sorted(calibrate(engine.batch)) == [1, 2, 3, 4]
             engine.batch.pick = dict.fromkeys(range(1, 5), 4)  # padding rows in every step
@@ -86,7 +87,7 @@ def test_calibrated_widths_answer_the_same_and_show_in_metrics(model):
             engine.batch.pick = None  # the model's batch is shared by this module's other tests
     assert together == alone
     assert m["batch_width_for"] == dict.fromkeys(range(1, 5), 4)
-    assert m["batch_steps"][4] > 0 and m["batch_steps"][2] == 0
+    assert m["batch_steps"][4] > before[4] and m["batch_steps"][2] == before[2]
 
 
 def test_disconnect_frees_the_slot_and_the_queue_still_bounds(model):
