@@ -337,3 +337,24 @@ def test_joins_keep_the_decoders_stats_to_one_prompt(device, tiny, solo):
             b.leave(slot)
         assert len(dec.prefill.chunks) == chunks
         assert len(dec.executor.token_stats) <= len(ids) + 2
+
+
+def test_steps_ahead_keep_the_step_records_bounded(device, tiny):
+    """A server steps without end, its sequences joining and leaving at different times, so every
+    step after the first is collected ahead: their records are trimmed like the others (a 10-minute
+    lavapipe soak grew ~2.7 MiB a minute while they were not)."""
+    m = tiny["llama"]
+    ps = prompts((4, 5, 6, 3), seed=2)
+    with build(device, m, "fused") as dec, BatchDecode(dec, (4,), pipelined=True) as b:
+        for p in ps[:3]:  # staggered: the rows reach the end of the context at different steps
+            b.join(p, None)
+            for _ in range(9):
+                b.step()
+        n = 0
+        while b.ahead.collected < 1100:
+            b.step()
+            for s in [s for s in b.rows if b.rows[s].pos >= CTX - 2]:  # before the end: sent ahead
+                b.leave(s)
+                b.join(ps[n % 4], None)
+                n += 1
+        assert b.ahead.partial > 10 and len(b.runners[4].token_stats) <= 1024

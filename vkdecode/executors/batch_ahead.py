@@ -77,6 +77,8 @@ class Ahead:
         ns = f.pool.read_ns(0, 2)
         wall_us = f.host_us + (time.perf_counter() - t0) * 1e6
         ex.token_stats.append(TokenStats(f.counters, f.host_us, (ns[1] - ns[0]) / 1e3, wall_us))
+        if len(ex.token_stats) > 1024:  # a server runs steps without end: keep the recent ones
+            del ex.token_stats[:-256]
         out = {}
         for r, (s, row, pos) in enumerate(f.rows):
             if b.rows.get(s) is row and row.pos == pos:
