@@ -37,4 +37,14 @@ float kw_planes(vec4 x[4], out uvec4 p[3]) {
     // 2^(e - 147); NaN where x holds an inf or a NaN, which the float kernel would pass on too
     return e < 255u ? uintBitsToFloat((e - 20u) << 23) : uintBitsToFloat(0x7FC00000u);
 }
+// Store group g of row r (G groups a row, R rows) of x's planes, as matmul.comp's KW_XP reads
+// them: uvec4 planes p4[(3 r + k) G + g], k < 3, then vec2 (2^-s, xsum) pf[6 R G + r G + g], in the
+// includer's buffers p4 / pf (one binding, two views). The one writer of the layout: xplanes.comp,
+// rms_norm.comp and silu_mul.comp (XPLANES).
+#define KW_PLANES_STORE(x, r, g, G, R, xsum) { \
+    uvec4 kw_p[3]; \
+    const float kw_inv = kw_planes(x, kw_p); \
+    for (uint kw_k = 0; kw_k < 3; kw_k++) p4[(3u * (r) + kw_k) * (G) + (g)] = kw_p[kw_k]; \
+    pf[6u * (R) * (G) + (r) * (G) + (g)] = vec2(kw_inv, xsum); \
+}
 #endif

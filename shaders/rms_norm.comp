@@ -34,10 +34,7 @@ void main() {
             v[j / 4][j % 4] = x[base + i] * r * w[i];   // the bits of y below
             y[base + i] = v[j / 4][j % 4];
         }
-        uvec4 p[3];
-        const float inv = kw_planes(v, p);
-        for (uint k = 0; k < 3; k++) p4[(3 * row + k) * G + g] = p[k];
-        pf[6 * R * G + row * G + g] = vec2(inv, kw_xsum16_exact(v));
+        KW_PLANES_STORE(v, row, g, G, R, kw_xsum16_exact(v));
     }
 #else
     for (uint i = t; i < D; i += gl_WorkGroupSize.x) y[base + i] = x[base + i] * r * w[i];

@@ -27,11 +27,7 @@ void main() {
         x[j / 4][j % 4] = v / (1.0 + exp(-v)) * u[i];   // the bits of the plain kernel's y
         y[i] = x[j / 4][j % 4];
     }
-    uvec4 p[3];
-    const float inv = kw_planes(x, p);
-    const uint r = n / G;
-    for (uint k = 0; k < 3; k++) p4[(3 * r + k) * G + n % G] = p[k];
-    pf[6 * (N / 16) + n] = vec2(inv, kw_xsum16_exact(x));
+    KW_PLANES_STORE(x, n / G, n % G, G, N / DIM, kw_xsum16_exact(x));
 }
 #else
 void main() {

@@ -24,8 +24,5 @@ void main() {
     const uint r = i / G, g = i % G;
     vec4 x[4];
     for (uint j = 0; j < 4; j++) x[j] = x4[4 * i + j];   // row r's group g: vec4s 4i.. of x
-    uvec4 p[3];
-    const float inv = kw_planes(x, p);
-    for (uint k = 0; k < 3; k++) p4[(3 * r + k) * G + g] = p[k];
-    pf[6 * R * G + i] = vec2(inv, kw_xsum16(x));
+    KW_PLANES_STORE(x, r, g, G, R, kw_xsum16(x));
 }
