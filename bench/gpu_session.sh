@@ -204,10 +204,8 @@ coopstats)
     # the 8B's q4_k matmuls at 512 and 16 rows on the tensor cores, per tile (with the driver's
     # register counts where it reports them); the 8B's 512-row chunk by kernel; the coop tests
     python -m pytest -q -p no:cacheprovider tests/lowering/test_coop.py | tail -2
-    for c in ""; do
-        python -m bench.matmul_rows_bench --preset llama8b --widths 512 16 --variants coop --coop-sweep \
-            --reps 10 --caps $c --out "$OUT/mm-8b$(echo " $c" | tr ' =' '_-').json" | grep -v "^best" | tail -40
-    done
+    python -m bench.matmul_rows_bench --preset llama8b --widths 512 16 --variants coop --coop-sweep \
+        --reps 10 --out "$OUT/mm-8b.json" | grep -v "^best" | tail -40
     python -m bench.prefill_profile --shape llama3.1-8b --quant q4_k_m --width 512 --out "$OUT/prefill-profile-8b.json" | tail -30
     ;;
 serve8b)

@@ -220,9 +220,9 @@ class BatchDecode:
             if self.ahead.flight is not None:  # the step sent ahead (batch_ahead.py): its tokens
                 out = self.ahead.collect()  # for the rows still as they were when it was sent
                 if out:
-                    self.send_ahead()
+                    self.send_ahead(live)
                     return out
-            if self.solo is not None and len(live) == 1 and self.joining is None:
+            if self._solo_next(live):
                 return {live[0]: stepped(self.rows[live[0]], self.solo.step(live[0]))}
             if self.written != (w, tuple(live)):
                 self.write_rows(ex, w, live)
@@ -235,23 +235,24 @@ class BatchDecode:
             raise
         out = {s: stepped(self.rows[s], int(toks[r])) for r, s in enumerate(live)}  # as advance_rows
         self.steps[w] += 1
-        self.send_ahead()
+        self.send_ahead(live)
         if len(ex.token_stats) > 1024:  # a server runs steps without end: keep the recent ones
             del ex.token_stats[:-256]
         return out
 
-    def send_ahead(self) -> None:
-        """pipelined: submit the next step of the live rows now (batch_ahead.py), unless it would be
-        solo's or would run past the context."""
-        live = sorted(self.rows)
-        solo = self.solo is not None and len(live) == 1 and self.joining is None
-        if not self.pipelined or not live or solo or any(self.rows[s].pos >= self.ctx for s in live):
+    def send_ahead(self, live: list[int]) -> None:
+        """pipelined: submit the next step of the live rows (sorted slots) now (batch_ahead.py),
+        unless it would be solo's or would run past the context."""
+        if not self.pipelined or not live or self._solo_next(live):
             return
         w = self.width()
-        if self.ahead.usable(self.runners[w]):
+        if self.ahead.usable(self.runners[w]) and all(self.rows[s].pos < self.ctx for s in live):
             if self.written != (w, tuple(live)):
                 self.write_rows(self.runners[w], w, live)
             self.ahead.submit(w, live)
+
+    def _solo_next(self, live: list[int]) -> bool:  # the next step is solo's (executors/solo.py)
+        return self.solo is not None and len(live) == 1 and self.joining is None
 
     def write_rows(self, ex, w: int, live: list[int]) -> None:
         from fusion.chunk_batch import BATCH_STEP
