@@ -17,6 +17,8 @@
 #   bash bench/gpu_session.sh serveahead # batched steps ahead + calibrated widths: 8B serve vs llama-server
 #   bash bench/gpu_session.sh tiles     # the 8B's prompts on forced 8-subgroup tensor-core tiles
 #   bash bench/gpu_session.sh coopstats # the 8B's matmuls per coop tile and loader variant, with registers
+#   bash bench/gpu_session.sh batchrows # the 8B's 2-8-row batched steps by weight rows per workgroup (caps batch_rows)
+#   bash bench/gpu_session.sh ceiling   # the tensor-core matmul's pieces alone: multiplies, fragment loads, tile stores
 #   bash bench/gpu_session.sh suite     # the whole suite under validation on 8 xdist workers, with a summary
 set -euo pipefail
 OUT=${OUT:?set OUT to the results folder}
@@ -272,6 +274,23 @@ xrows)
             --steps 16 --ctx 512 --out "$OUT/batch-$side-$r.json" | tail -4 | sed "s/^/$side /")
     done; done
     serve_pair "$f" llama3.1-8b 1 4 8 16 1 4 8 16
+    ;;
+batchrows)
+    # a batched step's K-quant matvecs read every x row's planes for each workgroup's weight rows
+    # (4 at 8 x rows): more rows a workgroup share those loads (ops.batch_rows); two rounds
+    f=/tmp/llama3.1-8b-q4_k_m.gguf
+    python -m bench.shape_gguf --shape llama3.1-8b --quant q4_k_m "$f"
+    python -m bench.batch_decode --model "$f" --widths 1 --steps 8 --ctx 512 > /dev/null  # GPU warm-up
+    for r in 1 2; do for c in "" batch_rows=8 batch_rows=16 batch_rows=2; do
+        python -m bench.batch_decode --model "$f" --widths 2 4 8 --steps 16 --ctx 512 --caps $c \
+            --out "$OUT/batchrows-r$r-${c:-auto}.json" | tail -3 | tr '\n' ' '
+        echo " ${c:-auto}"
+    done; done
+    ;;
+ceiling)
+    # the rate of each piece of the tensor-core matmul, per tile and shared element type (no
+    # global memory): what bounds the kernel's ~12% of the f16 peak
+    python -m bench.coop_ceiling --out "$OUT/coop-ceiling.json"
     ;;
 suite)
     # the whole suite under the validation layer on 8 pytest-xdist workers (one GPU shared, a whole

@@ -78,6 +78,17 @@ def test_batch_matvec_split_wide_units(device, dtype, xr, out, n_in, idot):
         assert np.array_equal(y, alone)
 
 
+@pytest.mark.parametrize("rows", [8, 16])
+@pytest.mark.parametrize("dtype", ["q4_k", "q6_k"])
+def test_batch_matvec_set_rows_per_workgroup(device, dtype, rows):
+    """caps.batch_rows (A/B: more weight rows share each workgroup's x loads): 37 rows end in a
+    partial workgroup."""
+    caps = replace(_split_caps(device, 1), batch_rows=rows)
+    (call,) = op_calls(_case(dtype, 8, 37, 768, lazy=True)[0], 0, replace(caps, xplanes=-1))
+    assert call.spec[3] == rows, call.spec
+    _run(device, caps, dtype, 8, 37, 768, {"WVEC": True, "KQ_IDOT": True}, planes=True)
+
+
 @pytest.mark.parametrize("dtype", ["q4_k", "q6_k"])
 @pytest.mark.parametrize("xr", [2, 8])
 def test_batch_matvec_whole_wide_units(device, dtype, xr):
@@ -94,14 +105,15 @@ def test_batch_matvec_q4_1(device, xr):
 
 def test_batch_rows_bounds_accumulators():
     """Automatic rows per workgroup shrink to XR_ACC (or caps.batch_acc) // XR accumulators; set
-    ones (caps.matvec_rows, lavapipe's 16) stay."""
+    ones (caps.matvec_rows, lavapipe's 16) stay; caps.batch_rows sets them, within the workgroup."""
     from vkdecode.lowering.caps import KernelCaps
 
     gpu = KernelCaps(32, True, (1 << 32) - 1, 1024, 49152, 16)
-    assert [batch_rows(8, xr, gpu) for xr in (1, 2, 4, 8)] == [8] + [min(8, XR_ACC // x) for x in (2, 4, 8)]
-    assert [batch_rows(8, xr, replace(gpu, batch_acc=16)) for xr in (2, 4, 8)] == [8, 4, 2]
-    assert batch_rows(2, 8, replace(gpu, batch_acc=8)) == 1
-    assert batch_rows(16, 8, replace(gpu, matvec_rows=16)) == 16
+    assert [batch_rows(8, xr, gpu, 64) for xr in (1, 2, 4, 8)] == [8] + [min(8, XR_ACC // x) for x in (2, 4, 8)]
+    assert [batch_rows(8, xr, replace(gpu, batch_acc=16), 64) for xr in (2, 4, 8)] == [8, 4, 2]
+    assert batch_rows(2, 8, replace(gpu, batch_acc=8), 64) == 1
+    assert batch_rows(16, 8, replace(gpu, matvec_rows=16), 64) == 16
+    assert [batch_rows(4, 8, replace(gpu, batch_rows=r), 32) for r in (8, 16, 64)] == [8, 16, 32]
 
 
 LLAMA8B = [  # (dtype, out, in): Q4_K_M's q/o, k, v, gate/up, downs, head

@@ -26,6 +26,22 @@ def test_parts_cover_every_file_once_and_balance():
     assert len({next(i for i, g in enumerate(groups) if f in g) for f in slow}) == 2
 
 
+def test_arguments_keep_each_directory_together():
+    """pytest 9.1 drops a nested conftest's fixtures when its files interleave with the parent's."""
+    files = ["tests/serve/test_a.py", "tests/test_top.py", "tests/serve/test_b.py", "tests/vk/test_c.py"]
+    assert suite_parts.by_directory(files) == [
+        "tests/serve/test_a.py",
+        "tests/serve/test_b.py",
+        "tests/test_top.py",
+        "tests/vk/test_c.py",
+    ]
+    every = suite_parts.split(suite_parts.test_files(), 1)[0]
+    ordered = suite_parts.by_directory(every)
+    assert sorted(ordered) == sorted(every)
+    dirs = [f.rsplit("/", 1)[0] for f in ordered]
+    assert all(d not in dirs[: i - 1] or dirs[i - 1] == d for i, d in enumerate(dirs) if i)
+
+
 def test_part_result_and_summary(tmp_path, capsys):
     good = tmp_path / "test_passes.py"
     good.write_text("def test_a():\n    pass\n\ndef test_b():\n    pass\n")

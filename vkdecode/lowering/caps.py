@@ -78,6 +78,7 @@ class KernelCaps:
     )
     batch_acc: int = 0  # their matvec's x rows x rows per workgroup at most where the rows are
     # automatic (ops.batch_rows; 0: ops.XR_ACC)
+    batch_rows: int = 0  # their matvec's rows per workgroup, past one row's choice too (0: auto)
     xplanes: int = 0  # their split K-quant matvecs on integer dot products read x as byte planes
     # made once a step (lowering/xplanes.py; 0: every width, > 0: widths from this, < 0: never)
     router_one_wg: int = (

@@ -79,7 +79,7 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
         # several x rows take the units one row would, wide K-quant ones (split too: kwide_rows.glsl
         # loops over the x rows with the weight words held), with fewer rows a workgroup
         wg, rpw, wvec = matvec_shape(wv.dtype, n_in, rows, caps)
-        rpw = batch_rows(rpw, xr, caps)
+        rpw = batch_rows(rpw, xr, caps, wg)
         b = weight_bindings(w, wv.dtype, r0, None if len(chunks) == 1 else rows)
         b += (Binding(x), Binding(op.outputs[0])) + tuple(Binding(n) for n, _ in xp)
         calls.append(
@@ -109,12 +109,15 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
 XR_ACC = 32
 
 
-def batch_rows(rows: int, xr: int, caps: KernelCaps) -> int:
+def batch_rows(rows: int, xr: int, caps: KernelCaps, wg: int) -> int:
     """Rows per workgroup of a matvec over xr rows of x (MV_XROWS) where matvec_shape chose `rows`
     for one: at most (caps.batch_acc or XR_ACC) // xr, unless caps.matvec_rows set them (lavapipe's
-    16 rows a workgroup, kept as they were)."""
+    16 rows a workgroup, kept as they were); caps.batch_rows (A/B) sets them, up to the workgroup's
+    invocations (each stores one row)."""
     if xr <= 1 or caps.matvec_rows:
         return rows
+    if caps.batch_rows:
+        return min(caps.batch_rows, wg)
     return max(1, min(rows, (caps.batch_acc or XR_ACC) // xr))
 
 
