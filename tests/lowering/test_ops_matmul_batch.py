@@ -109,11 +109,14 @@ def test_batch_rows_bounds_accumulators():
     from vkdecode.lowering.caps import KernelCaps
 
     gpu = KernelCaps(32, True, (1 << 32) - 1, 1024, 49152, 16)
-    assert [batch_rows(8, xr, gpu, 64) for xr in (1, 2, 4, 8)] == [8] + [min(8, XR_ACC // x) for x in (2, 4, 8)]
+    assert [batch_rows(8, xr, gpu, 64) for xr in (1, 2, 4, 8)] == [8] + [
+        min(8, XR_ACC // x) for x in (2, 4, 8)
+    ]
     assert [batch_rows(8, xr, replace(gpu, batch_acc=16), 64) for xr in (2, 4, 8)] == [8, 4, 2]
     assert batch_rows(2, 8, replace(gpu, batch_acc=8), 64) == 1
     assert batch_rows(16, 8, replace(gpu, matvec_rows=16), 64) == 16
     assert [batch_rows(4, 8, replace(gpu, batch_rows=r), 32) for r in (8, 16, 64)] == [8, 16, 32]
+    assert batch_rows(4, 8, replace(gpu, batch_rows=8), 224) == 6  # 49152 bytes of shared memory
 
 
 LLAMA8B = [  # (dtype, out, in): Q4_K_M's q/o, k, v, gate/up, downs, head

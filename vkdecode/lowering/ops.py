@@ -113,11 +113,12 @@ def batch_rows(rows: int, xr: int, caps: KernelCaps, wg: int) -> int:
     """Rows per workgroup of a matvec over xr rows of x (MV_XROWS) where matvec_shape chose `rows`
     for one: at most (caps.batch_acc or XR_ACC) // xr, unless caps.matvec_rows set them (lavapipe's
     16 rows a workgroup, kept as they were); caps.batch_rows (A/B) sets them, up to the workgroup's
-    invocations (each stores one row)."""
+    invocations (each stores one row) and to what its reduction's xr * rows * wg floats of shared
+    memory allow (the 8B's q6_k down, 224 invocations, at 8 rows: 56 KiB lost the H200 device)."""
     if xr <= 1 or caps.matvec_rows:
         return rows
     if caps.batch_rows:
-        return min(caps.batch_rows, wg)
+        return max(1, min(caps.batch_rows, wg, caps.max_shared // (4 * xr * wg)))
     return max(1, min(rows, (caps.batch_acc or XR_ACC) // xr))
 
 
