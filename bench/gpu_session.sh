@@ -18,6 +18,8 @@
 #   bash bench/gpu_session.sh tiles     # the 8B's prompts on forced 8-subgroup tensor-core tiles
 #   bash bench/gpu_session.sh coopstats # the 8B's matmuls per coop tile and loader variant, with registers
 #   bash bench/gpu_session.sh batchrows # the 8B's 2-8-row batched steps by weight rows per workgroup (caps batch_rows)
+#   bash bench/gpu_session.sh serve34   # the 8B's batched rows per workgroup A/B, then serve vs llama-server at 1-64 clients
+#   bash bench/gpu_session.sh serveqwen # Qwen3-0.6B F16 serve vs llama-server at 1-64 clients
 #   bash bench/gpu_session.sh ceiling   # the tensor-core matmul's pieces alone: multiplies, fragment loads, tile stores
 #   bash bench/gpu_session.sh suite     # the whole suite under validation on 8 xdist workers, with a summary
 set -euo pipefail
@@ -286,6 +288,28 @@ batchrows)
             --out "$OUT/batchrows-r$r-${c:-auto}.json" | tail -3 | tr '\n' ' '
         echo " ${c:-auto}"
     done; done
+    ;;
+serve34)
+    # the 8B's batched steps at the automatic rows a workgroup (XR_ACC 16: 2 at 8 x rows) against
+    # batch_acc=32 (4, the former default), two rounds; then serve --parallel 64 against
+    # llama-server -np 64 at 1-64 clients (each level list twice: the first pass warms)
+    llama_server
+    f=/tmp/llama3.1-8b-q4_k_m.gguf
+    python -m bench.shape_gguf --shape llama3.1-8b --quant q4_k_m "$f"
+    python -m bench.batch_decode --model "$f" --widths 1 --steps 8 --ctx 512 > /dev/null  # GPU warm-up
+    for r in 1 2; do for c in "" batch_acc=32; do
+        python -m bench.batch_decode --model "$f" --widths 2 4 8 --steps 16 --ctx 512 --caps $c \
+            --out "$OUT/batch-8b-r$r${c:+-acc32}.json" | tail -3 | tr '\n' ' '
+        echo " ${c:-auto}"
+    done; done
+    serve_pair "$f" llama3.1-8b 1 4 8 16 64 1 4 8 16 64
+    ;;
+serveqwen)
+    # Qwen3-0.6B F16: serve --parallel 64 against llama-server -np 64 at 1-64 clients, twice
+    llama_server
+    f=/tmp/qwen3-0.6b-f16.gguf
+    python -m bench.shape_gguf --shape qwen3-0.6b --quant f16 "$f"
+    serve_pair "$f" qwen3-0.6b-f16 1 4 16 64 1 4 16 64
     ;;
 ceiling)
     # the rate of each piece of the tensor-core matmul, per tile and shared element type (no

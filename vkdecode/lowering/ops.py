@@ -101,12 +101,11 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
 # Accumulators (x rows x weight rows) a batched step's matvec invocation holds at most where the
 # rows per workgroup are automatic (caps.batch_acc 0). matvec_shape picks them for one x row (q4_k
 # split: 4, or 8 on rows past 4096 in floats); XR x rows hold XR * ROWS sums beside the ROWS rows'
-# weight words (kwide_rows.glsl), so 8-row steps take 4 rows a workgroup, not 8 (~150 registers, estimated).
-# Not fewer: each workgroup reads all XR rows of x for its ROWS weight rows, so the x loads (XR * 128
-# bytes a wide unit, against 32 of each weight row's words) grow as ROWS shrinks; 2 rows of 8 x rows
-# would read ~0.9 GB of x from L1 for a 14336x4096 q4_k against its 33 MB of weights. Not measured
-# on a GPU yet: A/B with caps batch_acc=16 (2 rows at XR 8) or 64.
-XR_ACC = 32
+# weight words (kwide_rows.glsl). Fewer rows mean more workgroups, each reading all XR rows of x
+# for its ROWS weight rows; measured, the parallelism wins: H200, Llama-3.1-8B Q4_K_M, 8-row step
+# 14.4 ms at 4 rows a workgroup (XR_ACC 32), 12.6 at 2, 21 at 8, 37 at 16 (caps.batch_rows; 4-row
+# step 7.0 ms at 4 rows, 7.4 at 2), bench/results/nvidia-h200/2026-11-27-batch-rows/.
+XR_ACC = 16
 
 
 def batch_rows(rows: int, xr: int, caps: KernelCaps, wg: int) -> int:
