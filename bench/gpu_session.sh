@@ -20,6 +20,7 @@
 #   bash bench/gpu_session.sh batchrows # the 8B's 2-8-row batched steps by weight rows per workgroup (caps batch_rows)
 #   bash bench/gpu_session.sh serve34   # the 8B's batched rows per workgroup A/B, then serve vs llama-server at 1-64 clients
 #   bash bench/gpu_session.sh serveqwen # Qwen3-0.6B F16 serve vs llama-server at 1-64 clients
+#   bash bench/gpu_session.sh batchfuse # batched steps with the residual add + norm fused vs apart (Qwen3-0.6B, 8B)
 #   bash bench/gpu_session.sh ceiling   # the tensor-core matmul's pieces alone: multiplies, fragment loads, tile stores
 #   bash bench/gpu_session.sh suite     # the whole suite under validation on 8 xdist workers, with a summary
 set -euo pipefail
@@ -310,6 +311,21 @@ serveqwen)
     f=/tmp/qwen3-0.6b-f16.gguf
     python -m bench.shape_gguf --shape qwen3-0.6b --quant f16 "$f"
     serve_pair "$f" qwen3-0.6b-f16 1 4 16 64 1 4 16 64
+    ;;
+batchfuse)
+    # batched steps with each residual add and the next norm in one kernel (fusion.rules.BATCH_RULES,
+    # --mode fused) against them apart (replay-nofuse: the batched runners as they were), two rounds
+    for s in "qwen3-0.6b f16" "llama3.1-8b q4_k_m"; do
+        set -- $s
+        f=/tmp/$1-$2.gguf
+        python -m bench.shape_gguf --shape "$1" --quant "$2" "$f" > /dev/null
+        python -m bench.batch_decode --model "$f" --widths 1 --steps 4 --ctx 512 > /dev/null  # warm-up
+        for r in 1 2; do for m in fused replay-nofuse; do
+            python -m bench.batch_decode --model "$f" --widths 2 4 8 --steps 16 --ctx 512 --mode $m \
+                --out "$OUT/batchfuse-$1-$2-$m-r$r.json" | tail -3 | tr '\n' ' '
+            echo " $1 $m"
+        done; done
+    done
     ;;
 ceiling)
     # the rate of each piece of the tensor-core matmul, per tile and shared element type (no

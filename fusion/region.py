@@ -65,6 +65,12 @@ def whole_norm(o, p: Program) -> bool:
     return shape_of(p, o.inputs[1])[0] == shape_of(p, o.inputs[0])[0]
 
 
+def row_norm(o, p: Program) -> bool:
+    """rms_norm over each of a batched step's rows (x several weight lengths long; fusion/chunk_batch.py)."""
+    x, w = shape_of(p, o.inputs[0])[0], shape_of(p, o.inputs[1])[0]
+    return x % w == 0 and bool(p.meta.get("batch_rows"))
+
+
 def same_weights(m: Match, p: Program, a: str, b: str) -> bool:
     wa, wb = p.values[m.captures[a]], p.values[m.captures[b]]
     return wa.dtype == wb.dtype and wa.shape == wb.shape

@@ -17,6 +17,7 @@ from fusion.region import (
     eps_of,
     match_region,
     op_attrs,
+    row_norm,
     rule,
     shape_of,
     single_op_region,  # noqa: F401  (re-exported: fusion.rules is the catalogue)
@@ -123,6 +124,20 @@ ADD_RMS_NORM = rule(
     exports=("s", "n"),
     lower=_lower_add_norm,
 )
+
+
+# A batched decode step's residual add and the next norm, over each of its rows (not in
+# DEFAULT_RULES: the decode step's matvecs fold that norm in; fusion.BATCH_RULES). Each of those
+# two kernels is a dispatch of its own between barriers, at every width: H200, Qwen3-0.6B F16, the
+# adds took ~185 µs of a 3.2 ms 4-row step (bench/results/nvidia-h200/2026-11-27-batch-rows/).
+ADD_RMS_NORM_ROWS = rule(
+    "ADD_RMS_NORM_ROWS",
+    op("add", ("a", "b"), ("s",)),
+    op("rms_norm", ("s", "norm_w"), ("n",), where=row_norm),
+    exports=("s", "n"),
+    lower=_lower_add_norm,
+)
+BATCH_RULES: tuple[Rule, ...] = (ADD_RMS_NORM_ROWS,)
 
 
 # -- 8. Gemma's sandwich norm: the block output normed, then added to the residual (one pass).

@@ -358,3 +358,19 @@ def test_steps_ahead_keep_the_step_records_bounded(device, tiny):
                 b.join(ps[n % 4], None)
                 n += 1
         assert b.ahead.partial > 10 and len(b.runners[4].token_stats) <= 1024
+
+
+@pytest.mark.parametrize("mode", ["fused", "replay-nofuse"])
+def test_fused_steps_take_each_rows_residual_add_and_norm_in_one_kernel(device, tiny, mode):
+    """fusion.rules.BATCH_RULES: in the fused mode every residual add of a batched step and the norm
+    after it are one add_rms_norm dispatch over the rows (two a layer); other modes keep both ops."""
+    m = tiny["qwen3"]
+    layers = sum(op.kind == "attention" for op in m.program.ops)
+    with build(device, m, mode) as dec, BatchDecode(dec, (1, 4)) as b:
+        for w, runner in b.runners.items():
+            fused = [r for r in runner.regions if r.rule == "ADD_RMS_NORM_ROWS"]
+            kernels = [it.call.shader for it in runner.items].count("add_rms_norm")
+            assert len(fused) == kernels == (2 * layers if mode == "fused" else 0), (w, len(fused), kernels)
+        got = batched(b, prompts((4, 6, 9)), [5, 3, 4])
+        want = [alone(dec, p, n) for p, n in zip(prompts((4, 6, 9)), [5, 3, 4])]
+    assert got == want

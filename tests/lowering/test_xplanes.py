@@ -71,14 +71,16 @@ def test_batched_step_logits_bit_identical(device, models_dir, dtype):
     ps = prompts((7, 3, 12, 5, 9))
     got, calls, prog = _steps(device, m, on, ps, 3)
     want, plain, _ = _steps(device, m, replace(on, xplanes=-1), ps, 3)
-    # each x read as planes written once: by its norm or silu_mul (XPLANES), the attention output's
-    # by an xplanes call; none without
+    # each x read as planes written once: by its norm (alone, or with the residual add before it:
+    # fusion.rules.BATCH_RULES) or silu_mul (XPLANES), the attention output's by an xplanes call;
+    # none without
     mm = [c for c in calls if c.shader == "matmul"]
     xs = {c.bindings[2].value for c in mm if "KW_XPLANES" in dict(c.defines)}
     folded = [c for c in calls if "XPLANES" in dict(c.defines)]
     apart = [c.bindings[0].value for c in calls if c.shader == "xplanes"]
-    assert sorted(apart + [c.bindings[2].value for c in folded]) == sorted(xs)
-    assert {c.shader for c in folded} == {"rms_norm", "silu_mul"}
+    out = {"rms_norm": 2, "silu_mul": 2, "add_rms_norm": 4}  # each shader's y binding
+    assert sorted(apart + [c.bindings[out[c.shader]].value for c in folded]) == sorted(xs)
+    assert {c.shader for c in folded} == {"rms_norm", "add_rms_norm", "silu_mul"}
     made_by = {out: op.kind for op in prog.ops for out in op.outputs}
     assert apart and {made_by[x] for x in apart} == {"attention"}
     assert not any(c.shader == "xplanes" or "XPLANES" in dict(c.defines) for c in plain)

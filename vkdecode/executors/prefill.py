@@ -112,13 +112,18 @@ class ChunkRun(NamedTuple):
 def chunk_executor(mode: str, device, program, caps, share, profile: bool = False):
     """An executor of a chunk program in `mode`, every slice it can share taken from `share`.
     Every mode runs the chunk's per-op kernels; replay modes record them once (with profile, GPU
-    timestamps per region). The decode rules are never applied to a chunk: their kernels are matvecs."""
+    timestamps per region). The decode rules are never applied to a chunk: their kernels are matvecs;
+    a batched step (program.meta batch_rows) in the fused mode takes fusion.rules.BATCH_RULES."""
+    from fusion.rules import BATCH_RULES
     from vkdecode.executors.replay import ReplayExecutor
     from vkdecode.executors.unfused import UnfusedExecutor
 
     if mode == "unfused":
         return UnfusedExecutor(device, program, {}, caps, share=share)
-    ex = ReplayExecutor(device, program, {}, caps, fuse=False, share=share, profile=profile)
+    fuse = mode == "fused" and bool(program.meta.get("batch_rows"))
+    ex = ReplayExecutor(
+        device, program, {}, caps, fuse=fuse, rules=list(BATCH_RULES), share=share, profile=profile
+    )
     ex.mode = mode
     return ex
 

@@ -283,9 +283,10 @@ def _combining_matmul_add(call: KernelCall, x: int, comb: KernelCall, caps: Kern
 
 
 def add_rms_norm(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
-    """sum = a + b and out = rms_norm(sum) * w in one workgroup (x is a few thousand floats)."""
+    """sum = a + b and out = rms_norm(sum) * w in one workgroup a row (a row is a few thousand
+    floats; a batched step's rows, ADD_RMS_NORM_ROWS: one workgroup each)."""
     r = region.roles
-    n = p.values[r["sum"]].numel
+    n = p.values[r["norm_w"]].numel
     wg = wg_size(caps, n, cap=256)
     b = (Binding(r["a"]), Binding(r["b"]), Binding(r["norm_w"]), Binding(r["sum"]), Binding(r["out"]))
     return [
@@ -294,7 +295,7 @@ def add_rms_norm(p: Program, region: Region, caps: KernelCaps) -> list[KernelCal
             (wg, n, float(region.attrs["eps"])),
             b,
             (3, 4),
-            (1, 1, 1),
+            flat_groups(p.values[r["sum"]].numel // n),
             defines=reduce_defines(caps),
             label=r["sum"] + "+" + r["out"],
         )

@@ -17,6 +17,7 @@ from vkdecode.lowering import attention as att
 from vkdecode.lowering import matvec as mv
 from vkdecode.lowering import moe
 from vkdecode.lowering.ops import KernelCall, KernelCaps, op_calls
+from vkdecode.lowering.xplanes import with_planes
 
 Builder = Callable[[Program, Region, KernelCaps], "list[KernelCall] | None"]
 
@@ -37,7 +38,7 @@ KERNELS: dict[str, Builder] = _by_rule(
         ((R.MATMUL_SILU_MUL, R.MATMUL_GELU_MUL), mv.matmul_silu_mul),
         ((R.RMS_NORM_MATMUL_ARGMAX,), mv.rms_norm_matmul_argmax),
         ((R.ROPE_KV_WRITE_ATTENTION, R.QK_NORM_ROPE_KV_WRITE_ATTENTION), att.rope_kv_write_attention),
-        ((R.ADD_RMS_NORM,), att.add_rms_norm),
+        ((R.ADD_RMS_NORM, R.ADD_RMS_NORM_ROWS), att.add_rms_norm),
         ((R.RMS_NORM_ADD,), att.rms_norm_add),
         ((R.RMS_NORM_MATMUL_MOE_TOPK,), moe.rms_norm_matmul_moe_topk),
         ((R.MOE_MATMUL_SILU_MUL,), moe.moe_matmul_silu_mul),
@@ -51,5 +52,7 @@ def region_calls(program: Program, region: Region, caps: KernelCaps, fuse: bool 
     if build is not None:
         calls = build(program, region, caps)
         if calls is not None:
+            for i in region.ops:  # a batched step's fused region writes the x planes its ops would
+                calls = with_planes(program, i, calls, caps)
             return calls
     return [c for i in region.ops for c in op_calls(program, i, caps)]

@@ -103,8 +103,8 @@ def with_planes(p: Program, op_index: int, calls: list[KernelCall], caps: Kernel
 
 
 def _folded(p: Program, calls: list[KernelCall], x: str, n_in: int) -> KernelCall | None:
-    """The producer's one call writing x's planes too (define XPLANES: rms_norm over whole rows,
-    silu_mul), or None (an xplanes call follows it). Each extra dependent dispatch costs ~2.5 µs on
+    """The producer's one call writing x's planes too (define XPLANES: rms_norm or add_rms_norm over
+    whole rows, silu_mul), or None (an xplanes call follows it). Each extra dependent dispatch costs ~2.5 µs on
     a GPU: the norms and silu_mul are 3 of the 4 producers of a Llama layer (attention the 4th)."""
     if len(calls) != 1 or n_in % GROUP:
         return None
@@ -118,6 +118,8 @@ def _folded(p: Program, calls: list[KernelCall], x: str, n_in: int) -> KernelCal
         "scratch": c.scratch + ((name, planes_bytes(rows, n_in)),),
     }
     if c.shader == "rms_norm" and c.spec[1] == n_in and c.bindings[2].value == x:
+        return replace(c, spec=c.spec + (rows,), **fold)
+    if c.shader == "add_rms_norm" and c.spec[1] == n_in and c.bindings[4].value == x:  # ADD_RMS_NORM_ROWS
         return replace(c, spec=c.spec + (rows,), **fold)
     if c.shader == "silu_mul" and c.bindings[2].value == x:
         n = rows * n_in // GROUP  # an invocation a group of 16
