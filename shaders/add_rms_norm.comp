@@ -2,8 +2,7 @@
 #extension GL_GOOGLE_include_directive : require
 // ADD_RMS_NORM: s = a + b (the new residual) and y = s / rms(s) * w, one workgroup, one dispatch.
 // Each invocation re-adds its own elements for y instead of reading s back (no extra barrier).
-// ADD_RMS_NORM_ROWS (a batched decode step): workgroup r takes row r, elements r*N .. r*N + N - 1;
-// XPLANES (lowering/xplanes.py, as rms_norm.comp): also y's planes, binding 5, for the R (spec 3) rows.
+// ADD_RMS_NORM_ROWS (a batched decode step): workgroup r takes row r, elements r*N .. r*N + N - 1.
 // Bindings: 0 a, 1 b, 2 w[N], 3 s, 4 y. Spec: 0 wg size, 1 N, 2 eps.
 #include "common.glsl"
 
@@ -14,12 +13,6 @@ layout(binding = 1) readonly buffer BB { float b[]; };
 layout(binding = 2) readonly buffer WB { float w[]; };
 layout(binding = 3) writeonly buffer SB { float s[]; };
 layout(binding = 4) writeonly buffer YB { float y[]; };
-#ifdef XPLANES
-#include "kw_planes.glsl"
-layout(constant_id = 3) const uint R = 1;
-layout(binding = 5) writeonly buffer PB { uvec4 p4[]; };
-layout(binding = 5) writeonly buffer FB { vec2 pf[]; };
-#endif
 
 void main() {
     const uint t = gl_LocalInvocationID.x, o = flat_group_id() * N;
@@ -30,18 +23,5 @@ void main() {
         ss += v * v;
     }
     float r = inversesqrt(wg_sum(ss) / float(N) + EPS);
-#ifdef XPLANES
-    const uint G = N / 16, row = flat_group_id();
-    for (uint g = t; g < G; g += gl_WorkGroupSize.x) {
-        vec4 v[4];
-        for (uint j = 0; j < 16; j++) {
-            const uint i = 16 * g + j;
-            v[j / 4][j % 4] = (a[o + i] + b[o + i]) * r * w[i];   // the bits of y below
-            y[o + i] = v[j / 4][j % 4];
-        }
-        KW_PLANES_STORE(v, row, g, G, R, kw_xsum16_exact(v));
-    }
-#else
     for (uint i = t; i < N; i += gl_WorkGroupSize.x) y[o + i] = (a[o + i] + b[o + i]) * r * w[i];
-#endif
 }

@@ -71,17 +71,38 @@ def test_batched_step_logits_bit_identical(device, models_dir, dtype):
     ps = prompts((7, 3, 12, 5, 9))
     got, calls, prog = _steps(device, m, on, ps, 3)
     want, plain, _ = _steps(device, m, replace(on, xplanes=-1), ps, 3)
-    # each x read as planes written once: by its norm (alone, or with the residual add before it:
-    # fusion.rules.BATCH_RULES) or silu_mul (XPLANES), the attention output's by an xplanes call;
-    # none without
+    # each x read as planes written once: by its norm or silu_mul (XPLANES), the attention output's
+    # by an xplanes call; none without
     mm = [c for c in calls if c.shader == "matmul"]
     xs = {c.bindings[2].value for c in mm if "KW_XPLANES" in dict(c.defines)}
     folded = [c for c in calls if "XPLANES" in dict(c.defines)]
     apart = [c.bindings[0].value for c in calls if c.shader == "xplanes"]
-    out = {"rms_norm": 2, "silu_mul": 2, "add_rms_norm": 4}  # each shader's y binding
-    assert sorted(apart + [c.bindings[out[c.shader]].value for c in folded]) == sorted(xs)
-    assert {c.shader for c in folded} == {"rms_norm", "add_rms_norm", "silu_mul"}
+    assert sorted(apart + [c.bindings[2].value for c in folded]) == sorted(xs)
+    assert {c.shader for c in folded} == {"rms_norm", "silu_mul"}
     made_by = {out: op.kind for op in prog.ops for out in op.outputs}
     assert apart and {made_by[x] for x in apart} == {"attention"}
     assert not any(c.shader == "xplanes" or "XPLANES" in dict(c.defines) for c in plain)
     assert len(got) == len(want) and all(np.array_equal(g, w) for g, w in zip(got, want))
+
+
+@pytest.mark.parametrize("dtype", ["q4_k", "f16"])
+def test_fused_add_norm_rows_only_where_no_planes_are_read(models_dir, dtype):
+    """No GPU: a batched step's ADD_RMS_NORM_ROWS regions run one add_rms_norm over the rows, except
+    where the normed rows go to matvecs reading x planes: there the add and the norm writing the
+    planes (XPLANES) stay two kernels, as measured faster on the H200 (lowering/regions.py)."""
+    from fusion.chunk_batch import batch_program
+    from fusion.partition import partition
+    from fusion.rules import BATCH_RULES
+    from vkdecode.lowering.regions import region_calls
+
+    hf = tiny_hf_model("qwen2", models_dir, hidden_size=256, intermediate_size=512, num_attention_heads=16)
+    m = load_model(write_gguf(hf, models_dir / f"xplanes-qwen2-256.{dtype}.gguf", dtype), ctx=CTX)
+    prog = batch_program(m.program, 4, 4)
+    caps = replace(GPU, kwide=1, kw_split=1, kq_idot=1)
+    fused = [r for r in partition(prog, list(BATCH_RULES)) if r.rule == "ADD_RMS_NORM_ROWS"]
+    assert len(fused) == 2 * sum(op.kind == "attention" for op in prog.ops)
+    for r in fused:
+        shaders = [(c.shader, "XPLANES" in dict(c.defines)) for c in region_calls(prog, r, caps)]
+        assert shaders == (
+            [("add", False), ("rms_norm", True)] if dtype == "q4_k" else [("add_rms_norm", False)]
+        )

@@ -392,7 +392,7 @@ def test_a_full_queue_answers_429_with_retry_after(model, parallel):
         assert engine.metrics()["requests"]["rejected_queue_full"] == 2
 
 
-def test_disconnect_mid_stream_frees_the_device(model):
+def test_disconnect_mid_stream_frees_the_device(model, monkeypatch):
     body = {"messages": QUESTION, "max_tokens": 1000, "temperature": 0, "stream": True}
     with serving(model) as (engine, url):
         with (
@@ -411,12 +411,20 @@ def test_disconnect_mid_stream_frees_the_device(model):
         assert m["last_request"]["cancelled_after_tokens"] < 500  # stopped long before 1000 tokens
         r = httpx.post(url + "/v1/chat/completions", json=dict(body, stream=False, max_tokens=3), timeout=60)
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
-        # a non-streaming client that gives up (its read times out and it closes the connection);
-        # 0.03 s: on 2 lavapipe cores a 0.5 s wait let 330-470 tokens through before the server
-        # noticed, at the edge of the bound below (it failed CI once), and on an H200 the 1000
-        # tokens took less than 0.2 s (no timeout at all)
+        # a non-streaming client that gives up (its read times out and it closes the connection).
+        # The server looks for a gone client every 0.25 s, and an H200 generated all 1000 tokens
+        # before that: each token is made to take 5 ms on every device (on 2 lavapipe cores they
+        # take longer anyway; a 0.5 s wait there let 330-470 tokens through, 0.2 s 145-233)
+        real = model.stream_generate
+
+        def paced(*a, **kw):
+            for r in real(*a, **kw):
+                time.sleep(0.005)
+                yield r
+
+        monkeypatch.setattr(model, "stream_generate", paced)
         with pytest.raises(httpx.ReadTimeout):
-            httpx.post(url + "/v1/chat/completions", json=dict(body, stream=False), timeout=0.03)
+            httpx.post(url + "/v1/chat/completions", json=dict(body, stream=False), timeout=0.2)
         t0 = time.monotonic()
         while engine.metrics()["requests"]["cancelled"] < 2:
             assert time.monotonic() - t0 < 20, "the generation went on after the client left"

@@ -17,9 +17,21 @@ from vkdecode.lowering import attention as att
 from vkdecode.lowering import matvec as mv
 from vkdecode.lowering import moe
 from vkdecode.lowering.ops import KernelCall, KernelCaps, op_calls
-from vkdecode.lowering.xplanes import with_planes
+from vkdecode.lowering.xplanes import planes_width
 
 Builder = Callable[[Program, Region, KernelCaps], "list[KernelCall] | None"]
+
+
+def _add_rms_norm_rows(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
+    """A batched step's residual add + norm over its rows, unless the normed rows go to matvecs
+    reading x planes (K-quants on integer dot products): there the add stays apart and the norm
+    writes the planes (XPLANES). H200, same call, GPU ms a step at 2 / 4 / 8 rows: Qwen3-0.6B F16
+    1.73 / 2.24 / 3.04 apart, 1.67 / 2.12 / 2.95 fused; Llama-3.1-8B Q4_K_M (planes written by the
+    fused kernel) 4.65 / 6.68 / 12.21 apart, 4.82 / 6.83 / 12.33 fused
+    (bench/results/nvidia-h200/2026-11-27-batch-fuse/)."""
+    if planes_width(p, region.roles["out"], caps):
+        return None
+    return att.add_rms_norm(p, region, caps)
 
 
 def _by_rule(pairs: list[tuple[tuple[Rule, ...], Builder]]) -> dict[str, Builder]:
@@ -38,7 +50,8 @@ KERNELS: dict[str, Builder] = _by_rule(
         ((R.MATMUL_SILU_MUL, R.MATMUL_GELU_MUL), mv.matmul_silu_mul),
         ((R.RMS_NORM_MATMUL_ARGMAX,), mv.rms_norm_matmul_argmax),
         ((R.ROPE_KV_WRITE_ATTENTION, R.QK_NORM_ROPE_KV_WRITE_ATTENTION), att.rope_kv_write_attention),
-        ((R.ADD_RMS_NORM, R.ADD_RMS_NORM_ROWS), att.add_rms_norm),
+        ((R.ADD_RMS_NORM,), att.add_rms_norm),
+        ((R.ADD_RMS_NORM_ROWS,), _add_rms_norm_rows),
         ((R.RMS_NORM_ADD,), att.rms_norm_add),
         ((R.RMS_NORM_MATMUL_MOE_TOPK,), moe.rms_norm_matmul_moe_topk),
         ((R.MOE_MATMUL_SILU_MUL,), moe.moe_matmul_silu_mul),
@@ -52,7 +65,5 @@ def region_calls(program: Program, region: Region, caps: KernelCaps, fuse: bool 
     if build is not None:
         calls = build(program, region, caps)
         if calls is not None:
-            for i in region.ops:  # a batched step's fused region writes the x planes its ops would
-                calls = with_planes(program, i, calls, caps)
             return calls
     return [c for i in region.ops for c in op_calls(program, i, caps)]

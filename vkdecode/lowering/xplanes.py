@@ -72,7 +72,7 @@ def planes_call(p: Program, x: str, n_in: int, caps: KernelCaps) -> KernelCall:
     )
 
 
-def _planes_width(p: Program, x: str, caps: KernelCaps, upto: int | None = None) -> int:
+def planes_width(p: Program, x: str, caps: KernelCaps, upto: int | None = None) -> int:
     """n_in of the first matmul (before op #upto, if given) reading x's planes, else 0."""
     for i, op in enumerate(p.ops[:upto]):
         if op.kind == "matmul" and op.inputs[1] == x and reads_planes(p, op, caps):
@@ -89,10 +89,10 @@ def with_planes(p: Program, op_index: int, calls: list[KernelCall], caps: Kernel
     before, after = [], []
     if reads_planes(p, op, caps):
         x = op.inputs[1]
-        if x not in p.producers() and not _planes_width(p, x, caps, op_index):
+        if x not in p.producers() and not planes_width(p, x, caps, op_index):
             before.append(planes_call(p, x, p.values[op.inputs[0]].shape[1], caps))
     for out in op.outputs:
-        n_in = _planes_width(p, out, caps)
+        n_in = planes_width(p, out, caps)
         if n_in:
             folded = _folded(p, calls, out, n_in)
             if folded is None:
@@ -103,8 +103,8 @@ def with_planes(p: Program, op_index: int, calls: list[KernelCall], caps: Kernel
 
 
 def _folded(p: Program, calls: list[KernelCall], x: str, n_in: int) -> KernelCall | None:
-    """The producer's one call writing x's planes too (define XPLANES: rms_norm or add_rms_norm over
-    whole rows, silu_mul), or None (an xplanes call follows it). Each extra dependent dispatch costs ~2.5 µs on
+    """The producer's one call writing x's planes too (define XPLANES: rms_norm over whole rows,
+    silu_mul), or None (an xplanes call follows it). Each extra dependent dispatch costs ~2.5 µs on
     a GPU: the norms and silu_mul are 3 of the 4 producers of a Llama layer (attention the 4th)."""
     if len(calls) != 1 or n_in % GROUP:
         return None
@@ -118,8 +118,6 @@ def _folded(p: Program, calls: list[KernelCall], x: str, n_in: int) -> KernelCal
         "scratch": c.scratch + ((name, planes_bytes(rows, n_in)),),
     }
     if c.shader == "rms_norm" and c.spec[1] == n_in and c.bindings[2].value == x:
-        return replace(c, spec=c.spec + (rows,), **fold)
-    if c.shader == "add_rms_norm" and c.spec[1] == n_in and c.bindings[4].value == x:  # ADD_RMS_NORM_ROWS
         return replace(c, spec=c.spec + (rows,), **fold)
     if c.shader == "silu_mul" and c.bindings[2].value == x:
         n = rows * n_in // GROUP  # an invocation a group of 16
