@@ -117,26 +117,24 @@ def _lower_add_norm(m: Match, p: Program) -> Region:
     )
 
 
-ADD_RMS_NORM = rule(
-    "ADD_RMS_NORM",
-    op("add", ("a", "b"), ("s",)),
-    op("rms_norm", ("s", "norm_w"), ("n",), where=whole_norm),
-    exports=("s", "n"),
-    lower=_lower_add_norm,
-)
+def _add_norm_rule(name: str, where) -> Rule:
+    return rule(
+        name,
+        op("add", ("a", "b"), ("s",)),
+        op("rms_norm", ("s", "norm_w"), ("n",), where=where),
+        exports=("s", "n"),
+        lower=_lower_add_norm,
+    )
+
+
+ADD_RMS_NORM = _add_norm_rule("ADD_RMS_NORM", whole_norm)
 
 
 # A batched decode step's residual add and the next norm, over each of its rows (not in
 # DEFAULT_RULES: the decode step's matvecs fold that norm in; fusion.BATCH_RULES). Each of those
 # two kernels is a dispatch of its own between barriers, at every width: H200, Qwen3-0.6B F16, the
 # adds took ~185 µs of a 3.2 ms 4-row step (bench/results/nvidia-h200/2026-11-27-batch-rows/).
-ADD_RMS_NORM_ROWS = rule(
-    "ADD_RMS_NORM_ROWS",
-    op("add", ("a", "b"), ("s",)),
-    op("rms_norm", ("s", "norm_w"), ("n",), where=row_norm),
-    exports=("s", "n"),
-    lower=_lower_add_norm,
-)
+ADD_RMS_NORM_ROWS = _add_norm_rule("ADD_RMS_NORM_ROWS", row_norm)
 BATCH_RULES: tuple[Rule, ...] = (ADD_RMS_NORM_ROWS,)
 
 
