@@ -330,7 +330,12 @@ batchfuse)
 ceiling)
     # the rate of each piece of the tensor-core matmul, per tile and shared element type (no
     # global memory): what bounds the kernel's ~12% of the f16 peak
+    # the card's clocks and throttle reasons around it: twice every probe past some point ran
+    # 3-4x slower to the end of the process (2026-11-27-coop-ceiling/), not yet explained
+    q=clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active
+    nvidia-smi --query-gpu=$q --format=csv | tee "$OUT/clocks-before.csv"
     python -m bench.coop_ceiling --out "$OUT/coop-ceiling.json"
+    nvidia-smi --query-gpu=$q --format=csv | tee "$OUT/clocks-after.csv"
     ;;
 suite)
     # the whole suite under the validation layer on 8 pytest-xdist workers (one GPU shared, a whole

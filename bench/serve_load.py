@@ -171,10 +171,38 @@ def pct(xs: list[float], q: float) -> float | None:
     return float(np.percentile(xs, q)) if xs else None
 
 
+def batch_counters(url: str, api_key: str) -> dict | None:
+    """vkdecode serve's batch counters from /metrics (steps per width, solo steps, the width each
+    count of sequences runs at), or None (llama-server, or no batched engine)."""
+    import httpx
+
+    try:
+        m = httpx.get(url + "/metrics", headers={"Authorization": f"Bearer {api_key}"}, timeout=10).json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    if not isinstance(m, dict) or "batch_steps" not in m:
+        return None
+    return {k: m[k] for k in ("batch_steps", "solo_steps", "batch_width_for") if k in m}
+
+
+def steps_during(before: dict | None, after: dict | None) -> dict | None:
+    """The batched steps per width and the solo steps a level ran (after - before), and the widths."""
+    if before is None or after is None:
+        return None
+    per_width = {w: n - before["batch_steps"].get(w, 0) for w, n in after["batch_steps"].items()}
+    return {
+        "batch_steps": {w: n for w, n in per_width.items() if n},
+        "solo_steps": after.get("solo_steps", 0) - before.get("solo_steps", 0),
+        "batch_width_for": after.get("batch_width_for"),
+    }
+
+
 def load_level(url, model_id, api_key, clients: int, max_tokens: int, gap: float, pid) -> dict:
-    """`clients` concurrent streamed chats, started `gap` s apart; -> the figures of this concurrency."""
+    """`clients` concurrent streamed chats, started `gap` s apart; -> the figures of this concurrency
+    (with vkdecode serve: the batched steps per width that ran them)."""
     recs: list[dict] = [None] * clients
     rss0 = rss_mib(pid)
+    counters0 = batch_counters(url, api_key)
 
     def one(i):
         recs[i] = chat(openai_client(url, api_key), model_id, PROMPT.format(i=i), max_tokens)
@@ -209,6 +237,7 @@ def load_level(url, model_id, api_key, clients: int, max_tokens: int, gap: float
         "tbt_s": {"p50": pct(gaps, 50), "p99": pct(gaps, 99)},
         "finish_reasons": sorted({str(r.get("finish")) for r in ok}),
         "server_rss_mib": {"start": rss0, "end": rss_mib(pid)},
+        "server_steps": steps_during(counters0, batch_counters(url, api_key)),
     }
 
 
