@@ -182,18 +182,23 @@ def batch_counters(url: str, api_key: str) -> dict | None:
         return None
     if not isinstance(m, dict) or "batch_steps" not in m:
         return None
-    return {k: m[k] for k in ("batch_steps", "solo_steps", "batch_width_for") if k in m}
+    return {k: m[k] for k in ("batch_steps", "solo_steps", "batch_width_for", "engine_s") if k in m}
 
 
 def steps_during(before: dict | None, after: dict | None) -> dict | None:
-    """The batched steps per width and the solo steps a level ran (after - before), and the widths."""
+    """The batched steps per width, the solo steps and the engine thread's seconds a level took
+    (after - before), and the widths."""
     if before is None or after is None:
         return None
     per_width = {w: n - before["batch_steps"].get(w, 0) for w, n in after["batch_steps"].items()}
+    secs = {
+        k: round(v - before.get("engine_s", {}).get(k, 0.0), 4) for k, v in after.get("engine_s", {}).items()
+    }
     return {
         "batch_steps": {w: n for w, n in per_width.items() if n},
         "solo_steps": after.get("solo_steps", 0) - before.get("solo_steps", 0),
         "batch_width_for": after.get("batch_width_for"),
+        "engine_s": secs,  # the engine thread's seconds in batched steps, prompt pieces, token hand-off
     }
 
 

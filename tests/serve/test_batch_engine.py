@@ -67,6 +67,8 @@ def test_concurrent_requests_equal_one_at_a_time(model):
     assert m["queue"]["parallel"] == 4 and m["queue"]["running_requests"] == 0
     assert m["requests"]["completed"] == len(BODIES)
     assert any(n > 0 for w, n in m["batch_steps"].items() if w > 1)  # requests did share steps
+    # the engine thread's time: in batched steps, prompt pieces and the tokens' hand-off
+    assert set(m["engine_s"]) == {"steps", "prompts", "tokens"} and all(v > 0 for v in m["engine_s"].values())
 
 
 def test_calibrated_widths_answer_the_same_and_show_in_metrics(model):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import time
 
 from vkdecode.serve.engine import Engine, Job, Progress
 
@@ -58,6 +59,9 @@ class BatchEngine(Engine):
         self.joining: Progress | None = None  # the request whose prompt is running, a piece a step
         self.batch = model.batch(parallel_widths(parallel))  # built and recorded before any request
         self.prompt_rows = prompt_rows(model.decoder)
+        # the engine thread's seconds: in batched steps (collecting one, sending the next: the GPU's
+        # time unless the host is slower), in prompt pieces, and handing tokens to the requests
+        self.seconds = {"steps": 0.0, "prompts": 0.0, "tokens": 0.0}
         super().__init__(model, model_id, max_queue, own_model)
 
     def metrics(self) -> dict:
@@ -69,6 +73,7 @@ class BatchEngine(Engine):
         if self.batch.pick:  # a GPU's calibrated choice: sequences -> width (executors/batch_pick.py)
             m["batch_width_for"] = dict(self.batch.pick)
         m["solo_steps"] = self.batch.solo.steps  # tokens of a request alone, on the plain step
+        m["engine_s"] = {k: round(v, 4) for k, v in self.seconds.items()}
         return m
 
     def close(self, timeout: float = 60.0) -> None:
@@ -86,7 +91,9 @@ class BatchEngine(Engine):
         try:
             while self._admit(gen):
                 if self.joining is not None:
+                    t = time.perf_counter()
                     self._prefill(gen)
+                    self.seconds["prompts"] += time.perf_counter() - t
                 if self.live:
                     self._step(gen)
         finally:
@@ -166,6 +173,7 @@ class BatchEngine(Engine):
             self._running()
 
     def _step(self, gen) -> None:
+        t = time.perf_counter()
         try:
             responses = gen.next()
         except Exception:  # the batch's step failed: the requests in it and joining it end with a 500
@@ -178,11 +186,14 @@ class BatchEngine(Engine):
                 self._running()
             self._fail(jobs)
             return
+        t1 = time.perf_counter()
         for r in responses:
             if self.live[r.index].feed(r.text, r.finish_reason):
                 self._leave(gen, r.index)
         for seq in [s for s, p in self.live.items() if p.job.cancelled.is_set()]:
             self._leave(gen, seq)
+        self.seconds["steps"] += t1 - t
+        self.seconds["tokens"] += time.perf_counter() - t1
 
     def _leave(self, gen, seq: int) -> None:
         """The request is done (finished, a stop string, or its client gone): its slot is free."""
