@@ -41,6 +41,15 @@ serve_pair() {   # serve_pair GGUF NAME LEVELS...: serve --parallel 64, then lla
         --clients "$@" --out "$OUT/serve-llama-$name.json" | cut -c1-200
 }
 
+serve_llama_np() {   # serve_llama_np GGUF NAME LEVELS...: llama-server -np N for N clients (twice)
+    local f=$1 name=$2 n
+    shift 2
+    for n in $(printf '%s\n' "$@" | sort -nu); do
+        python -m bench.serve_load --llama-model "$f" --llama-server "$LLAMA" --parallel "$n" --ctx 512 \
+            --clients "$n" "$n" --out "$OUT/serve-llama-$name-np$n.json" | cut -c1-200
+    done
+}
+
 case "${1:-}" in
 decode)
     llama_server
@@ -304,6 +313,7 @@ serve34)
         echo " ${c:-auto}"
     done; done
     serve_pair "$f" llama3.1-8b 1 4 8 16 64 1 4 8 16 64
+    serve_llama_np "$f" llama3.1-8b 1 4 8 16   # the peer with as many slots as clients
     ;;
 serveqwen)
     # Qwen3-0.6B F16: serve --parallel 64 against llama-server -np 64 at 1-64 clients, twice
@@ -311,6 +321,7 @@ serveqwen)
     f=/tmp/qwen3-0.6b-f16.gguf
     python -m bench.shape_gguf --shape qwen3-0.6b --quant f16 "$f"
     serve_pair "$f" qwen3-0.6b-f16 1 4 16 64 1 4 16 64
+    serve_llama_np "$f" qwen3-0.6b-f16 1 4 16
     ;;
 batchfuse)
     # batched steps with each residual add and the next norm in one kernel (fusion.rules.BATCH_RULES,
