@@ -182,7 +182,11 @@ def batch_counters(url: str, api_key: str) -> dict | None:
         return None
     if not isinstance(m, dict) or "batch_steps" not in m:
         return None
-    return {k: m[k] for k in ("batch_steps", "solo_steps", "batch_width_for", "engine_s") if k in m}
+    return {
+        k: m[k]
+        for k in ("batch_steps", "solo_steps", "batch_width_for", "batch_width_ms", "engine_s")
+        if k in m
+    }
 
 
 def steps_during(before: dict | None, after: dict | None) -> dict | None:
@@ -198,6 +202,7 @@ def steps_during(before: dict | None, after: dict | None) -> dict | None:
         "batch_steps": {w: n for w, n in per_width.items() if n},
         "solo_steps": after.get("solo_steps", 0) - before.get("solo_steps", 0),
         "batch_width_for": after.get("batch_width_for"),
+        "batch_width_ms": after.get("batch_width_ms"),
         "engine_s": secs,  # the engine thread's seconds in batched steps, prompt pieces, token hand-off
     }
 

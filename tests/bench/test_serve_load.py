@@ -15,6 +15,7 @@ def test_steps_during_a_level_per_width():
         "batch_steps": {"4": 20, "8": 2},
         "solo_steps": 63,
         "batch_width_for": {"1": 1, "3": 4},
+        "batch_width_ms": None,
         "engine_s": {"steps": 0.5, "prompts": 0.0, "tokens": 0.25},
     }
     assert steps_during(None, after) is None and steps_during(before, None) is None  # llama-server

@@ -37,6 +37,7 @@ def test_calibrated_batch_runs_wider_and_keeps_each_sequences_tokens(device, lla
             assert set(cost) == {1, 2, 4} and all(c > 0 for c in cost.values())
             assert all(not ex.token_stats for ex in b.runners.values())  # calibration leaves no records
             assert sorted(calibrate(b)) == [1, 2, 3, 4]
+            assert sorted(b.pick_ms) == [1, 2, 4] and all(ms > 0 for ms in b.pick_ms.values())
             b.pick = {1: 4, 2: 4, 3: 4, 4: 4}  # as if the 4-wide step were the cheapest
             assert batched(b, ps, [6, 3, 5]) == want
             assert b.steps[4] > 0 and b.steps[1] == b.steps[2] == 0

@@ -89,6 +89,7 @@ def test_calibrated_widths_answer_the_same_and_show_in_metrics(model):
             engine.batch.pick = None  # the model's batch is shared by this module's other tests
     assert together == alone
     assert m["batch_width_for"] == dict.fromkeys(range(1, 5), 4)
+    assert sorted(m["batch_width_ms"]) == [1, 2, 4]  # the times calibrate() chose by
     assert m["batch_steps"][4] > before[4] and m["batch_steps"][2] == before[2]
 
 

@@ -94,6 +94,7 @@ class BatchDecode:
         self.kv = None  # the decoder's KVPrefix, when a join was given it
         self.written: tuple | None = None  # (width, slots) the batch step buffer holds
         self.pick: dict[int, int] | None = None  # live sequences -> width (batch_pick.calibrate)
+        self.pick_ms: dict[int, float] | None = None  # the step times it chose by
         self.steps: dict[int, int] = dict.fromkeys(self.widths, 0)  # steps run per width
         self.solo = Solo(self) if solo else None
         self.ahead, self.pipelined = Ahead(self), pipelined

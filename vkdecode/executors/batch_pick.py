@@ -4,8 +4,8 @@ By default the narrowest width that holds them. On a GPU a wider step can cost l
 narrower one, because its matmuls take other kernels: on the H200, Llama-3.1-8B Q4_K_M's 8-row
 step (the decode matvec over 8 rows) took 20.8 ms and its 16-row step (the tensor cores' narrow
 tiles) 17 ms (bench/results/nvidia-h200/2026-11-27-batch-wide, 2026-11-27-narrow-coop), so 5-8
-sequences ran faster in the 16-wide step. `calibrate` times one step of every width once, its rows
-all padding, and maps each count of sequences to the cheapest width that holds them; a wider width
+sequences ran faster in the 16-wide step. `calibrate` times steps of every width, their rows all
+padding, and maps each count of sequences to the cheapest width that holds them; a wider width
 must save WIDER_MARGIN of the narrowest one's time, so timing noise keeps the narrow choice.
 """
 
@@ -14,7 +14,12 @@ from __future__ import annotations
 import time
 
 WIDER_MARGIN = 0.1  # a wider width is picked only when it is at least this much cheaper
-REPS = 3  # timed steps per width (median), after one untimed
+WARM = 2  # untimed rounds over every width first
+REPS = 5  # timed rounds (median), each width once a round
+# Why rounds over all widths, warmed first: on the H200 a width's first steps ran slow for a while
+# (the 8B's 2-row step 8.6 ms over its first 16 steps of a process, 4.9 after: bench/results/
+# nvidia-h200/2026-11-27-batch-fuse/), and timing each width to the end before the next put any
+# such drift on some widths only.
 
 
 def fastest_widths(cost: dict[int, float]) -> dict[int, int]:
@@ -33,28 +38,30 @@ def fastest_widths(cost: dict[int, float]) -> dict[int, int]:
 
 
 def step_seconds(batch) -> dict[int, float]:
-    """Wall seconds of one step per width (median of REPS), every row padding: the padding slot's
-    rows are written, no sequence's. Call with no sequence live; the step buffer is rewritten at
-    the next step, and the runners' step records of these steps are dropped."""
+    """Wall seconds of one step per width (median of REPS rounds, after WARM untimed ones), every
+    row padding: the padding slot's rows are written, no sequence's. Call with no sequence live;
+    the step buffer is rewritten at the next step, and the runners' step records of these steps
+    are dropped."""
     if batch.rows or batch.joining is not None:
         raise RuntimeError("step_seconds needs an empty batch")
-    cost = {}
-    for w, ex in batch.runners.items():
-        batch.write_rows(ex, w, [])
-        times = []
-        for i in range(REPS + 1):
+    times: dict[int, list[float]] = {w: [] for w in batch.runners}
+    for i in range(WARM + REPS):
+        for w, ex in batch.runners.items():
+            batch.write_rows(ex, w, [])
             t = time.perf_counter()
             ex.step(0, 0)
             ex.plan.read("next_token", "uint32")
-            if i:
-                times.append(time.perf_counter() - t)
-        del ex.token_stats[:]
-        cost[w] = sorted(times)[len(times) // 2]
+            if i >= WARM:
+                times[w].append(time.perf_counter() - t)
+            del ex.token_stats[:]
     batch.written = None
-    return cost
+    return {w: sorted(ts)[len(ts) // 2] for w, ts in times.items()}
 
 
 def calibrate(batch) -> dict[int, int]:
-    """Time the batch's widths and let it run each count of sequences at the cheapest."""
-    batch.pick = fastest_widths(step_seconds(batch))
+    """Time the batch's widths and let it run each count of sequences at the cheapest (the times
+    stay in batch.pick_ms for /metrics)."""
+    cost = step_seconds(batch)
+    batch.pick_ms = {w: round(1e3 * c, 3) for w, c in sorted(cost.items())}
+    batch.pick = fastest_widths(cost)
     return batch.pick

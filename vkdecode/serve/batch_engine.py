@@ -72,6 +72,7 @@ class BatchEngine(Engine):
         m["batch_steps"] = dict(self.batch.steps)  # steps run per width
         if self.batch.pick:  # a GPU's calibrated choice: sequences -> width (executors/batch_pick.py)
             m["batch_width_for"] = dict(self.batch.pick)
+            m["batch_width_ms"] = dict(self.batch.pick_ms or {})  # the calibration's step times
         m["solo_steps"] = self.batch.solo.steps  # tokens of a request alone, on the plain step
         m["engine_s"] = {k: round(v, 4) for k, v in self.seconds.items()}
         return m
