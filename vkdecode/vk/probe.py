@@ -74,8 +74,29 @@ if os.environ.get("VKDECODE_PIPELINE_STATS"):
     )
 
 
+# VK_NV_cooperative_matrix2, only with VKDECODE_COOP2=1 (bench/coop2_probe.py): the vulkan package
+# (1.3.275) predates it, so VkPhysicalDeviceCooperativeMatrix2FeaturesNV is laid out by hand as
+# u32 words: sType, padding, pNext (2 words), then seven VkBool32 (vulkan_core.h 1.4.309).
+COOP2_EXT = "VK_NV_cooperative_matrix2"
+COOP2_STYPE = 1000593000
+COOP2_WORKGROUP_SCOPE, COOP2_TENSOR_ADDRESSING = 4, 9  # word indices of those two features
+
+
 class Probe:
     """Everything learnt about one physical device; info is the public DeviceInfo."""
+
+    def _chain_coop2(self):
+        """The hand-laid coop2 features struct, chained into features2 (queried, then enabled as
+        queried), or None: VKDECODE_COOP2 unset, or the device lacks the extension."""
+        if os.environ.get("VKDECODE_COOP2") != "1" or COOP2_EXT not in self.extensions:
+            return None
+        words = ffi.new("uint32_t[12]")
+        words[0] = COOP2_STYPE
+        ffi.cast("void **", words + 2)[0] = self.features2.pNext
+        self.features2.pNext = ffi.cast("void *", words)
+        self._coop2_words = words  # alive as long as the chain (device creation reads it)
+        self.enable_exts.append(COOP2_EXT)
+        return words
 
     def __init__(self, index: int, physical, inst_api: int, instance=None, layer_version: int = 0):
         self.physical = physical
@@ -142,6 +163,7 @@ class Probe:
                     self.enable_exts.append(ext)
             else:
                 self.feature_structs.append((sname, None))
+        cm2 = self._chain_coop2()
         lib.vkGetPhysicalDeviceFeatures2(physical, self.features2)
         feats: dict = {}
         for (sname, s), (_, _, _, fields) in zip(self.feature_structs, FEATURE_STRUCTS):
@@ -180,6 +202,8 @@ class Probe:
                 ),
             }
         )
+        # workgroup scope and tensor addressing (bench/coop2_probe.py's kernel uses both)
+        feats["coop2"] = bool(cm2 is not None and cm2[COOP2_WORKGROUP_SCOPE] and cm2[COOP2_TENSOR_ADDRESSING])
         cm_stage = cmp is not None and cmp.cooperativeMatrixSupportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT
         feats["coop_matrix_khr"] = bool(feats["coop_matrix_khr"] and cm_stage)
         feats["coop_matrix_nv"] = "VK_NV_cooperative_matrix" in self.extensions  # for the reason only

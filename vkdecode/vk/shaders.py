@@ -13,7 +13,7 @@ import tempfile
 
 from vkdecode.errors import ShaderError, VulkanError
 from vkdecode.vk.ffi import NULL, check, cstr, ffi, lib, new, stype, to_str, vk
-from vkdecode.vk.glslang import COMPILER, compiler_for, required_lanes, sources
+from vkdecode.vk.glslang import COMPILER, compiler_for, needs_cm2, required_lanes, sources
 
 __all__ = ["COMPILER", "Pipeline", "compile_shader", "shader_dir"]
 _invocations = 0
@@ -93,7 +93,8 @@ def compile_shader(name: str, defines: dict | None = None) -> bytes:
     cdir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".spv", dir=cdir)
     os.close(fd)
-    cmd = [compiler, "-V", "--target-env", "vulkan1.1", f"-I{shader_dir()}", *dargs, "-o", tmp, str(src)]
+    target = "vulkan1.3" if needs_cm2(texts) else "vulkan1.1"  # glslang 15 makes no 1.1 SPIR-V of it
+    cmd = [compiler, "-V", "--target-env", target, f"-I{shader_dir()}", *dargs, "-o", tmp, str(src)]
     _invocations += 1
     r = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if r.returncode != 0:
