@@ -119,7 +119,7 @@ class Probe:
         # Property chain: driver + subgroup + maintenance3 (+ subgroup size control when present).
         # an old validation layer rejects the KHR cooperative-matrix structs themselves (unknown
         # sType in vkGetPhysicalDeviceProperties2 / vkCreateDevice): not even asked while validating
-        old_layer = coopmat.old_layer_reason(layer_version)
+        old_layer = self.old_layer = coopmat.old_layer_reason(layer_version)
         khr_coop = "VK_KHR_cooperative_matrix" in self.extensions and not old_layer
         keep = []
         props2 = new("VkPhysicalDeviceProperties2*")
@@ -163,7 +163,7 @@ class Probe:
                     self.enable_exts.append(ext)
             else:
                 self.feature_structs.append((sname, None))
-        cm2 = self._chain_coop2()
+        cm2 = None if old_layer else self._chain_coop2()  # an old layer knows its struct no more
         lib.vkGetPhysicalDeviceFeatures2(physical, self.features2)
         feats: dict = {}
         for (sname, s), (_, _, _, fields) in zip(self.feature_structs, FEATURE_STRUCTS):
