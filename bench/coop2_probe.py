@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 from pathlib import Path
 
 import numpy as np
 
 from bench.shaders import path as probe_shader
+from bench.shaders import timed_dispatch
 
 # (T chunk rows, M weight rows, K): Llama-3.1-8B's q/o, gate/up and down over a 512-token chunk
 SHAPES = ((512, 4096, 4096), (512, 14336, 4096), (512, 4096, 14336))
@@ -30,8 +30,6 @@ CHECK = (128, 256, 512)  # the correctness shape
 
 def run(dev, t, m, k, tile, x: np.ndarray | None = None, w: np.ndarray | None = None, reps: int = 5):
     """(median µs, Y or None): Y = X W^T on the GPU; x, w given: Y read back (else not filled)."""
-    from vkdecode.vk.descriptors import write_descriptor_set
-
     bt, bm, bk, wg = tile
     defines = {"BT": bt, "BM": bm, "BK": bk}
     pipe = dev.pipeline(probe_shader("coop2_gemm"), (wg, t, m, k), defines, 3)
@@ -39,27 +37,11 @@ def run(dev, t, m, k, tile, x: np.ndarray | None = None, w: np.ndarray | None = 
     if x is not None:
         bx.write(x.astype(np.float16).tobytes())
         bw.write(w.astype(np.float16).tobytes())
-    pool = dev.descriptor_pool(1, 3)
-    dset = pool.allocate(pipe)
-    write_descriptor_set(dev, dset, [(b, 0, b.size) for b in (bx, bw, by)])
-    ts = dev.timestamp_pool(2)
-    cmd = dev.command_buffer()
-    cmd.begin(one_time=False)
-    ts.reset_cmd(cmd)
-    cmd.timestamp(ts, 0)
-    cmd.bind(pipe, dset)
-    cmd.dispatch(m // bm, t // bt)
-    cmd.timestamp(ts, 1)
-    cmd.end()
-    times = []
-    for _ in range(reps + 1):
-        dev.submit([cmd])
-        s = ts.read_ns()
-        times.append((s[1] - s[0]) / 1e3)
+    us = timed_dispatch(dev, pipe, [bx, bw, by], (m // bm, t // bt), reps)
     y = np.frombuffer(by.read(), np.float32).reshape(t, m).copy() if x is not None else None
-    for o in (cmd, ts, pool, bx, bw, by):
+    for o in (bx, bw, by):
         o.close()
-    return statistics.median(times[1:]), y
+    return us, y
 
 
 def main() -> None:

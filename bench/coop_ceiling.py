@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 
 from bench.shaders import path as probe_shader
-from vkdecode.vk.descriptors import write_descriptor_set
+from bench.shaders import timed_dispatch
 from vkdecode.vk.device import Device
 
 # (SG_M, SG_N, BLK_M, BLK_N) as vkdecode.lowering.coop's tiles: the automatic 512-row tile first
@@ -52,26 +51,9 @@ def run_probe(
         bufs = [dev.buffer(WROWS * K * 2), dev.buffer(XROWS * K * 4)]
     pipe = dev.pipeline(probe_shader("coop_ceiling"), (wg, iters, WROWS), defines, 1 + len(bufs))
     out = dev.buffer(groups * sg_m * sg_n * 256 * 4)
-    pool = dev.descriptor_pool(1, 1 + len(bufs))
-    dset = pool.allocate(pipe)
-    write_descriptor_set(dev, dset, [(b, 0, b.size) for b in (out, *bufs)])
-    ts = dev.timestamp_pool(2)
-    cmd = dev.command_buffer()
-    cmd.begin(one_time=False)
-    ts.reset_cmd(cmd)
-    cmd.timestamp(ts, 0)
-    cmd.bind(pipe, dset)
-    cmd.dispatch(groups)
-    cmd.timestamp(ts, 1)
-    cmd.end()
-    times = []
-    for _ in range(reps + 1):
-        dev.submit([cmd])
-        t = ts.read_ns()
-        times.append((t[1] - t[0]) / 1e3)
-    for o in (cmd, ts, pool, out, *bufs):
+    us = timed_dispatch(dev, pipe, [out, *bufs], (groups,), reps)
+    for o in (out, *bufs):
         o.close()
-    us = statistics.median(times[1:])  # the first submit may pay a cold start
     ksteps = iters * (bk // 16 if mode >= 2 else 1)  # k steps of 16
     flop = groups * sg_m * sg_n * blk_m * blk_n * ksteps * 2 * 16**3
     return {
