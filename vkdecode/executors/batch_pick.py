@@ -14,12 +14,12 @@ from __future__ import annotations
 import time
 
 WIDER_MARGIN = 0.1  # a wider width is picked only when it is at least this much cheaper
-WARM = 2  # untimed rounds over every width first
+WARM_S, WARM_MIN = 0.3, 2  # untimed rounds over every width first: at least 2, and 0.3 s
 REPS = 5  # timed rounds (median), each width once a round
-# Why rounds over all widths, warmed first: on the H200 a width's first steps ran slow for a while
-# (the 8B's 2-row step 8.6 ms over its first 16 steps of a process, 4.9 after: bench/results/
-# nvidia-h200/2026-11-27-batch-fuse/), and timing each width to the end before the next put any
-# such drift on some widths only.
+# Why rounds over all widths, warmed first: an idle GPU's clocks come up slowly (bench/README.md,
+# stream_floor.py: 0.3 s); on the H200 the first width a process ran took 8.6 ms a step over its
+# first 16 steps, 4.9 after (the 8B's 2-row step, bench/results/nvidia-h200/2026-11-27-batch-fuse/),
+# and timing each width to the end before the next put such drift on some widths only.
 
 
 def fastest_widths(cost: dict[int, float]) -> dict[int, int]:
@@ -38,24 +38,33 @@ def fastest_widths(cost: dict[int, float]) -> dict[int, int]:
 
 
 def step_seconds(batch) -> dict[int, float]:
-    """Wall seconds of one step per width (median of REPS rounds, after WARM untimed ones), every
+    """Wall seconds of one step per width (median of REPS rounds, after untimed ones), every
     row padding: the padding slot's rows are written, no sequence's. Call with no sequence live;
     the step buffer is rewritten at the next step, and the runners' step records of these steps
     are dropped."""
     if batch.rows or batch.joining is not None:
         raise RuntimeError("step_seconds needs an empty batch")
     times: dict[int, list[float]] = {w: [] for w in batch.runners}
-    for i in range(WARM + REPS):
-        for w, ex in batch.runners.items():
-            batch.write_rows(ex, w, [])
-            t = time.perf_counter()
-            ex.step(0, 0)
-            ex.plan.read("next_token", "uint32")
-            if i >= WARM:
-                times[w].append(time.perf_counter() - t)
-            del ex.token_stats[:]
+    start, warm = time.perf_counter(), 0
+    while warm < WARM_MIN or time.perf_counter() - start < WARM_S:
+        _round(batch, None)
+        warm += 1
+    for _ in range(REPS):
+        _round(batch, times)
     batch.written = None
     return {w: sorted(ts)[len(ts) // 2] for w, ts in times.items()}
+
+
+def _round(batch, times: dict | None) -> None:
+    """One all-padding step of every width (each one's wall seconds into times, if given)."""
+    for w, ex in batch.runners.items():
+        batch.write_rows(ex, w, [])
+        t = time.perf_counter()
+        ex.step(0, 0)
+        ex.plan.read("next_token", "uint32")
+        if times is not None:
+            times[w].append(time.perf_counter() - t)
+        del ex.token_stats[:]
 
 
 def calibrate(batch) -> dict[int, int]:
