@@ -424,30 +424,13 @@ def test_bench_json_plot_profile(capsys, tiny_gguf, tmp_path):
     assert "region_us" not in res["modes"]["unfused"]
 
 
+# `vkdecode bench` on the random tiny shape, fused against unfused, as short as it runs
+QUICK_TINY_BENCH = ("bench", "--shape", "tiny", "--modes", "fused", "unfused", "-n", 3, "--reps", 1)
+QUICK_TINY_BENCH += ("--warmup", 0, "--prompt-tokens", 2, "--copy-mib", 0)
+
+
 def test_bench_shape_to_stdout(capsys):
-    rc, out, err = cli(
-        capsys,
-        "bench",
-        "--shape",
-        "tiny",
-        "--quant",
-        "q4_1",
-        "--modes",
-        "fused",
-        "unfused",
-        "-n",
-        3,
-        "--reps",
-        1,
-        "--warmup",
-        0,
-        "--prompt-tokens",
-        2,
-        "--copy-mib",
-        0,
-        "--json",
-        "-",
-    )
+    rc, out, err = cli(capsys, *QUICK_TINY_BENCH, "--quant", "q4_1", "--json", "-")
     assert rc == 0
     res = json.loads(out)
     assert res["model"]["name"] == "tiny" and res["model"]["quant"] == "Q4_1"
@@ -466,27 +449,7 @@ def test_bench_reports_a_mismatch_loudly(capsys, monkeypatch, tmp_path):
         return r
 
     monkeypatch.setattr(runner, "run_mode", corrupt)  # run_bench calls it there
-    rc, out, err = cli(
-        capsys,
-        "bench",
-        "--shape",
-        "tiny",
-        "--modes",
-        "fused",
-        "unfused",
-        "-n",
-        3,
-        "--reps",
-        1,
-        "--warmup",
-        0,
-        "--prompt-tokens",
-        2,
-        "--copy-mib",
-        0,
-        "--json",
-        tmp_path / "m.json",
-    )
+    rc, out, err = cli(capsys, *QUICK_TINY_BENCH, "--json", tmp_path / "m.json")
     assert rc == 1 and "MISMATCH" in out and "differ" in err
     a = json.loads((tmp_path / "m.json").read_text())["agreement"]
     assert not a["ok"] and a["mismatches"][0]["mode"] == "fused" and a["mismatches"][0]["first_index"] == 2
