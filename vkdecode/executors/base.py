@@ -38,6 +38,12 @@ class TokenStats:
         return d
 
 
+def keep_recent_stats(ex) -> None:
+    """A server steps without end: past 1024 step records, keep an executor's latest 256."""
+    if len(ex.token_stats) > 1024:
+        del ex.token_stats[:-256]
+
+
 @dataclass
 class Item:
     """One dispatch of the step: its call, pipeline, descriptor ranges, barrier before it."""

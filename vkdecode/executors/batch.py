@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections import deque
 
 from vkdecode.errors import ContextError, UsageError
+from vkdecode.executors.base import keep_recent_stats
 from vkdecode.executors.batch_rows import Joining, Row, stepped
 
 WIDTHS = (1, 2, 4, 8)
@@ -237,8 +238,7 @@ class BatchDecode:
         out = {s: stepped(self.rows[s], int(toks[r])) for r, s in enumerate(live)}  # as advance_rows
         self.steps[w] += 1
         self.send_ahead(live)
-        if len(ex.token_stats) > 1024:  # a server runs steps without end: keep the recent ones
-            del ex.token_stats[:-256]
+        keep_recent_stats(ex)
         return out
 
     def send_ahead(self, live: list[int]) -> None:

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 
 from fusion.chunk_batch import BATCH_RING
-from vkdecode.executors.base import TokenStats
+from vkdecode.executors.base import TokenStats, keep_recent_stats
 from vkdecode.executors.batch_rows import stepped
 
 
@@ -77,8 +77,7 @@ class Ahead:
         ns = f.pool.read_ns(0, 2)
         wall_us = f.host_us + (time.perf_counter() - t0) * 1e6
         ex.token_stats.append(TokenStats(f.counters, f.host_us, (ns[1] - ns[0]) / 1e3, wall_us))
-        if len(ex.token_stats) > 1024:  # a server runs steps without end: keep the recent ones
-            del ex.token_stats[:-256]
+        keep_recent_stats(ex)
         out = {}
         for r, (s, row, pos) in enumerate(f.rows):
             if b.rows.get(s) is row and row.pos == pos:

@@ -11,6 +11,8 @@ position) and the same logits, so a sequence gives the same tokens either way.
 
 from __future__ import annotations
 
+from vkdecode.executors.base import keep_recent_stats
+
 
 class Solo:
     def __init__(self, batch):
@@ -44,9 +46,7 @@ class Solo:
         if self.batch.kv is not None:
             self.batch.kv.wrote(row.token, row.pos)  # the step fed row.token has completed
         self.steps += 1
-        ex = self.decoder.executor
-        if len(ex.token_stats) > 1024:  # a server decodes without end: keep the recent ones
-            del ex.token_stats[:-256]
+        keep_recent_stats(self.decoder.executor)
         return tok
 
     def _next(self, row) -> int:
