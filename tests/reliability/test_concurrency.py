@@ -1,6 +1,6 @@
 """Several models at once: two models of different families open on one Device with their
 generations interleaved token by token give exactly the tokens each gives alone; two Devices in two
-threads generate at the same time, each as it does alone (the README's "Threads" section)."""
+threads generate at the same time, each as it does alone (docs/design.md, "Several models, and threads")."""
 
 from __future__ import annotations
 
