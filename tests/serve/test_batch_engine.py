@@ -56,9 +56,12 @@ def test_parallel_widths():
     )
 
 
-def test_concurrent_requests_equal_one_at_a_time(model):
+def test_concurrent_requests_equal_one_at_a_time(model, monkeypatch):
     with serving(model) as (_, url):
         alone = _answers(post_all(url, BODIES))
+    # each batched step waits 5 ms first: an H200 answered every request before the next arrived,
+    # so no step was shared; paced, the requests overlap on any device
+    _record_turns(monkeypatch, step_delay_s=0.005)
     with serving(model, parallel=4) as (engine, url):
         together = _answers(post_all(url, BODIES))
         m = engine.metrics()
@@ -186,10 +189,11 @@ def _streamed_text(lines) -> str:
     )
 
 
-def _record_turns(monkeypatch, delay_s: float = 0.0) -> list[tuple]:
+def _record_turns(monkeypatch, delay_s: float = 0.0, step_delay_s: float = 0.0) -> list[tuple]:
     """The engine's calls of BatchGenerator.prefill and next, in order: ("prefill", the joining
     request's seq, whether it joined) and ("step", the seqs that got a token). delay_s: each
-    prefill turn waits that long first (a slow prompt, so a test can act in the middle of one)."""
+    prefill turn waits that long first (a slow prompt, so a test can act in the middle of one);
+    step_delay_s: each step does (so requests overlap however fast the device is)."""
     from vkdecode.batch import BatchGenerator
 
     events, prefill, step = [], BatchGenerator.prefill, BatchGenerator.next
@@ -202,6 +206,7 @@ def _record_turns(monkeypatch, delay_s: float = 0.0) -> list[tuple]:
         return r
 
     def logged_step(self):
+        time.sleep(step_delay_s)
         rs = step(self)
         events.append(("step", {r.index for r in rs}))
         return rs
