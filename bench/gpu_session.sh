@@ -20,6 +20,7 @@
 #   bash bench/gpu_session.sh batchrows # the 8B's 2-8-row batched steps by weight rows per workgroup (caps batch_rows)
 #   bash bench/gpu_session.sh serve34   # the 8B's batched rows per workgroup A/B, then serve vs llama-server at 1-64 clients
 #   bash bench/gpu_session.sh serveqwen # Qwen3-0.6B F16 serve vs llama-server at 1-64 clients
+#   bash bench/gpu_session.sh servediag # serve at 1-16 clients with the engine's own timings, llama-server -np N
 #   bash bench/gpu_session.sh batchfuse # batched steps with the residual add + norm fused vs apart (Qwen3-0.6B, 8B)
 #   bash bench/gpu_session.sh coop2     # VK_NV_cooperative_matrix2's matmul rate (glslang 15 from Debian 13)
 #   bash bench/gpu_session.sh ceiling   # the tensor-core matmul's pieces alone: multiplies, fragment loads, tile stores
@@ -323,6 +324,20 @@ serveqwen)
     python -m bench.shape_gguf --shape qwen3-0.6b --quant f16 "$f"
     serve_pair "$f" qwen3-0.6b-f16 1 4 16 64 1 4 16 64
     serve_llama_np "$f" qwen3-0.6b-f16 1 4 16
+    ;;
+servediag)
+    # the 1-16-client gap: serve --parallel 64 at 1 / 4 / 8 / 16 clients twice (serve_load records
+    # /metrics' engine_s, batch_width_ms and the batched steps per width of each level), then
+    # llama-server with as many slots as clients; Qwen3-0.6B F16 then the 8B
+    llama_server
+    for s in "qwen3-0.6b f16" "llama3.1-8b q4_k_m"; do
+        set -- $s
+        f=/tmp/$1-$2.gguf
+        python -m bench.shape_gguf --shape "$1" --quant "$2" "$f" > /dev/null
+        python -m bench.serve_load --serve "$f" --parallel 64 --max-queue 128 --ctx 512 \
+            --clients 1 4 8 16 1 4 8 16 --out "$OUT/serve-vk-$1.json" | cut -c1-200
+        serve_llama_np "$f" "$1" 1 4 8 16
+    done
     ;;
 batchfuse)
     # batched steps with each residual add and the next norm in one kernel (fusion.rules.BATCH_RULES,
