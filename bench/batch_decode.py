@@ -47,6 +47,9 @@ def main(argv=None) -> int:
     ap.add_argument("--widths", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--steps", type=int, default=12, help="timed steps per width (after one warm-up)")
     ap.add_argument("--ctx", type=int, default=256)
+    ap.add_argument(
+        "--prompt-tokens", type=int, default=16, help="each row's prompt: the steps run from that position"
+    )
     ap.add_argument("--mode", default="fused")
     ap.add_argument("--caps", nargs="*", default=[], metavar="KEY=VALUE", help="KernelCaps overrides")
     ap.add_argument("--out", default=None, help="JSON file (default: stdout)")
@@ -55,7 +58,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     path = resolve_model(a.model)
     m = load_model(path, ctx=a.ctx)
-    ids = list(range(20, 36))
+    ids = list(range(20, 20 + a.prompt_tokens))
     out = {"model": os.path.basename(path), "mode": a.mode, "ctx": a.ctx, "widths": {}}
     with Device() as dev:
         over = {k: int(v) for k, v in (c.split("=") for c in a.caps)}

@@ -21,6 +21,9 @@
 #   bash bench/gpu_session.sh serve34   # the 8B's batched rows per workgroup A/B, then serve vs llama-server at 1-64 clients
 #   bash bench/gpu_session.sh serveqwen # Qwen3-0.6B F16 serve vs llama-server at 1-64 clients
 #   bash bench/gpu_session.sh servediag # serve at 1-16 clients with the engine's own timings, llama-server -np N
+#   bash bench/gpu_session.sh servegil  # serve's 4-16 clients: the batched API without HTTP, the GIL switch interval A/B
+#   bash bench/gpu_session.sh batchpos  # batched steps from position 16 vs 256, per kernel
+#   bash bench/gpu_session.sh attnab    # batched steps at position 256: attention_rows of HEAD vs bench/out/base
 #   bash bench/gpu_session.sh batchfuse # batched steps with the residual add + norm fused vs apart (Qwen3-0.6B, 8B)
 #   bash bench/gpu_session.sh coop2     # VK_NV_cooperative_matrix2's matmul rate (glslang 15 from Debian 13)
 #   bash bench/gpu_session.sh ceiling   # the tensor-core matmul's pieces alone: multiplies, fragment loads, tile stores
@@ -337,6 +340,45 @@ servediag)
         python -m bench.serve_load --serve "$f" --parallel 64 --max-queue 128 --ctx 512 \
             --clients 1 4 8 16 1 4 8 16 --out "$OUT/serve-vk-$1.json" | cut -c1-200
         serve_llama_np "$f" "$1" 1 4 8 16
+    done
+    ;;
+servegil)
+    # where serve's 4-16-client steps lose half their rate: the in-process batched API (no HTTP),
+    # then serve at 4 / 8 / 16 clients with Python's default GIL switch interval and with 0.2 ms
+    f=/tmp/qwen3-0.6b-f16.gguf
+    python -m bench.shape_gguf --shape qwen3-0.6b --quant f16 "$f" > /dev/null
+    python -m bench.batch_api --model "$f" --counts 1 4 8 16 --out "$OUT/batch-api-qwen3.json"
+    for si in default 0.0002; do
+        [ "$si" = default ] && unset VKDECODE_SWITCH_INTERVAL_S || export VKDECODE_SWITCH_INTERVAL_S=$si
+        python -m bench.serve_load --serve "$f" --parallel 64 --max-queue 128 --ctx 512 --clients 4 8 16 4 8 16 \
+            --out "$OUT/serve-vk-qwen3-si$si.json" | cut -c1-120
+    done
+    unset VKDECODE_SWITCH_INTERVAL_S
+    ;;
+batchpos)
+    # batched steps of Qwen3-0.6B F16 from position 16 and from 256 (serve's requests decode at
+    # 10-270: the in-process batched API ran 4 rows at 1,251 tok/s where this bench gave 1,624),
+    # GPU µs per kernel of each width's last step
+    f=/tmp/qwen3-0.6b-f16.gguf
+    python -m bench.shape_gguf --shape qwen3-0.6b --quant f16 "$f" > /dev/null
+    for p in 16 256 16 256; do
+        python -m bench.batch_decode --model "$f" --widths 4 8 16 --steps 64 --ctx 512 --ahead --profile \
+            --prompt-tokens $p --out "$OUT/batch-qwen3-pos$p.json" 2>&1 | cut -c1-160
+    done
+    ;;
+attnab)
+    # batched steps from position 256, the attention_rows kernel of HEAD against the base checkout
+    # carried in bench/out/base (`git archive BASE vkdecode shaders bench` there), two rounds
+    for s in "qwen3-0.6b f16" "llama3.1-8b q4_k_m"; do
+        set -- $s
+        f=/tmp/$1-$2.gguf
+        python -m bench.shape_gguf --shape "$1" --quant "$2" "$f" > /dev/null
+        for r in 1 2; do for side in base head; do
+            d=.; [ $side = base ] && d=bench/out/base
+            (cd $d && python -m bench.batch_decode --model "$f" --widths 4 8 16 --steps 64 --ctx 512 --ahead \
+                --prompt-tokens 256 --out "$OUT/attn-$1-$side-r$r.json" 2>&1 | grep "B=" | tr '\n' ' ')
+            echo " $1 $side r$r"
+        done; done
     done
     ;;
 batchfuse)

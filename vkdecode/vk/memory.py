@@ -14,6 +14,8 @@ DEVICE_LOCAL = vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT if vk else 1
 HOST_VISIBLE = vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT if vk else 2
 HOST_COHERENT = vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT if vk else 4
 HOST_CACHED = vk.VK_MEMORY_PROPERTY_HOST_CACHED_BIT if vk else 8
+# Vulkan 1.2's buffer device address bits (the vulkan package, 1.3.275, lacks the names)
+SHADER_DEVICE_ADDRESS, ALLOCATE_DEVICE_ADDRESS = 0x20000, 0x2
 USAGE = (
     (
         vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT
@@ -81,9 +83,12 @@ class Buffer:
         self._ptr = None
         device._register(self)
         try:
+            # coop2 (VKDECODE_COOP2=1 only): its decode functions address buffers by device address
+            bda = device.info.features.get("coop2", False)
+            usage = USAGE | (SHADER_DEVICE_ADDRESS if bda else 0)
             info = new(
                 "VkBufferCreateInfo*",
-                {"size": self.size, "usage": USAGE, "sharingMode": vk.VK_SHARING_MODE_EXCLUSIVE},
+                {"size": self.size, "usage": usage, "sharingMode": vk.VK_SHARING_MODE_EXCLUSIVE},
             )
             out = ffi.new("VkBuffer*")
             check(f"vkCreateBuffer({name or size})", lib.vkCreateBuffer(device.handle, info, NULL, out))
@@ -96,6 +101,9 @@ class Buffer:
             res = vk.VK_ERROR_OUT_OF_DEVICE_MEMORY
             for t in candidates:  # a small BAR heap (or VRAM) can run out: fall back to the next type
                 alloc = new("VkMemoryAllocateInfo*", {"allocationSize": req.size, "memoryTypeIndex": t})
+                if bda:
+                    flags = new("VkMemoryAllocateFlagsInfo*", {"flags": ALLOCATE_DEVICE_ADDRESS})
+                    alloc.pNext = flags
                 res = lib.vkAllocateMemory(device.handle, alloc, NULL, mem)
                 if res == vk.VK_SUCCESS:
                     self.memory_type = t

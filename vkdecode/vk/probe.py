@@ -94,7 +94,11 @@ class Probe:
         words[0] = COOP2_STYPE
         ffi.cast("void **", words + 2)[0] = self.features2.pNext
         self.features2.pNext = ffi.cast("void *", words)
-        self._coop2_words = words  # alive as long as the chain (device creation reads it)
+        # its decode functions take buffer references (GL_EXT_buffer_reference): device addresses
+        bda = new("VkPhysicalDeviceBufferDeviceAddressFeatures*")
+        bda.pNext = self.features2.pNext
+        self.features2.pNext = bda
+        self._coop2_words = (words, bda)  # alive as long as the chain (device creation reads it)
         self.enable_exts.append(COOP2_EXT)
         return words
 
