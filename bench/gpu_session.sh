@@ -21,7 +21,7 @@
 #   bash bench/gpu_session.sh serve34   # the 8B's batched rows per workgroup A/B, then serve vs llama-server at 1-64 clients
 #   bash bench/gpu_session.sh serveqwen # Qwen3-0.6B F16 serve vs llama-server at 1-64 clients
 #   bash bench/gpu_session.sh servediag # serve at 1-16 clients with the engine's own timings, llama-server -np N
-#   bash bench/gpu_session.sh servegil  # serve's 4-16 clients: the batched API without HTTP, the GIL switch interval A/B
+#   bash bench/gpu_session.sh servegil  # serve's 4-16 clients: the batched API without HTTP, then serve
 #   bash bench/gpu_session.sh batchpos  # batched steps from position 16 vs 256, per kernel
 #   bash bench/gpu_session.sh attnab    # batched steps at position 256: attention_rows of HEAD vs bench/out/base
 #   bash bench/gpu_session.sh batchfuse # batched steps with the residual add + norm fused vs apart (Qwen3-0.6B, 8B)
@@ -344,16 +344,13 @@ servediag)
     ;;
 servegil)
     # where serve's 4-16-client steps lose half their rate: the in-process batched API (no HTTP),
-    # then serve at 4 / 8 / 16 clients with Python's default GIL switch interval and with 0.2 ms
+    # then serve at 4 / 8 / 16 clients (2026-11-27-serve-gap: run with a GIL switch interval A/B,
+    # 5 ms vs 0.2 ms, which changed nothing and was removed)
     f=/tmp/qwen3-0.6b-f16.gguf
     python -m bench.shape_gguf --shape qwen3-0.6b --quant f16 "$f" > /dev/null
     python -m bench.batch_api --model "$f" --counts 1 4 8 16 --out "$OUT/batch-api-qwen3.json"
-    for si in default 0.0002; do
-        [ "$si" = default ] && unset VKDECODE_SWITCH_INTERVAL_S || export VKDECODE_SWITCH_INTERVAL_S=$si
-        python -m bench.serve_load --serve "$f" --parallel 64 --max-queue 128 --ctx 512 --clients 4 8 16 4 8 16 \
-            --out "$OUT/serve-vk-qwen3-si$si.json" | cut -c1-120
-    done
-    unset VKDECODE_SWITCH_INTERVAL_S
+    python -m bench.serve_load --serve "$f" --parallel 64 --max-queue 128 --ctx 512 --clients 4 8 16 4 8 16 \
+        --out "$OUT/serve-vk-qwen3.json" | cut -c1-120
     ;;
 batchpos)
     # batched steps of Qwen3-0.6B F16 from position 16 and from 256 (serve's requests decode at
@@ -368,15 +365,16 @@ batchpos)
     ;;
 attnab)
     # batched steps from position 256, the attention_rows kernel of HEAD against the base checkout
-    # carried in bench/out/base (`git archive BASE vkdecode shaders bench` there), two rounds
+    # carried in bench/out/base (`git archive BASE vkdecode shaders bench` there), and HEAD's at 256
+    # invocations a workgroup (caps attn_rows_wg), two rounds
     for s in "qwen3-0.6b f16" "llama3.1-8b q4_k_m"; do
         set -- $s
         f=/tmp/$1-$2.gguf
         python -m bench.shape_gguf --shape "$1" --quant "$2" "$f" > /dev/null
-        for r in 1 2; do for side in base head; do
-            d=.; [ $side = base ] && d=bench/out/base
+        for r in 1 2; do for side in base head head256; do
+            d=.; c=; [ $side = base ] && d=bench/out/base; [ $side = head256 ] && c=attn_rows_wg=256
             (cd $d && python -m bench.batch_decode --model "$f" --widths 4 8 16 --steps 64 --ctx 512 --ahead \
-                --prompt-tokens 256 --out "$OUT/attn-$1-$side-r$r.json" 2>&1 | grep "B=" | tr '\n' ' ')
+                --prompt-tokens 256 --caps $c --out "$OUT/attn-$1-$side-r$r.json" 2>&1 | grep "B=" | tr '\n' ' ')
             echo " $1 $side r$r"
         done; done
     done

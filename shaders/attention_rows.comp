@@ -41,8 +41,9 @@ shared vec4 pv[gl_WorkGroupSize.x];
 #ifdef USE_SUBGROUP
 // one subgroup per key, its lanes along the row (coalesced), summed with subgroupAdd. H200,
 // Qwen3-0.6B F16, 4-row batched steps at position 256: one invocation per key reading its row
-// alone took 1.98 ms of attention a step (28 layers), against 0.61 at position 16.
-float score(uint kb) {
+// alone took 1.98 ms of attention a step (28 layers) by its per-kernel profile, against 0.61 at
+// position 16.
+float score_part(uint kb) {   // this lane's part of the dot product
     float s = 0.0;
     if (KEYS4) {
         for (uint c = gl_SubgroupInvocationID; c < D4; c += gl_SubgroupSize)
@@ -50,7 +51,7 @@ float score(uint kb) {
     } else {
         for (uint j = gl_SubgroupInvocationID; j < D; j += gl_SubgroupSize) s += qs[j] * KC1(kb + j);
     }
-    return subgroupAdd(s);
+    return s;
 }
 #endif
 
@@ -78,8 +79,24 @@ void main() {
     for (uint base = lo; base < len; base += WG) {
         const uint n = min(WG, len - base);
 #ifdef USE_SUBGROUP
-        for (uint k = gl_SubgroupID; k < n; k += gl_NumSubgroups) {
-            const float sk = score((base + k) * ROW + kvbase);
+        // four keys a pass, one vec4 subgroupAdd: their loads and reductions overlap (a key at a
+        // time, each subgroup's keys were a chain of dependent loads and shuffles)
+        const uint NS = gl_NumSubgroups;
+        uint k = gl_SubgroupID;
+        for (; k + 3 * NS < n; k += 4 * NS) {
+            const uint kb = (base + k) * ROW + kvbase, st = NS * ROW;
+            const vec4 s4 = subgroupAdd(
+                vec4(score_part(kb), score_part(kb + st), score_part(kb + 2 * st), score_part(kb + 3 * st))
+            );
+            if (subgroupElect()) {
+                ps[k] = s4.x;
+                ps[k + NS] = s4.y;
+                ps[k + 2 * NS] = s4.z;
+                ps[k + 3 * NS] = s4.w;
+            }
+        }
+        for (; k < n; k += NS) {
+            const float sk = subgroupAdd(score_part((base + k) * ROW + kvbase));
             if (subgroupElect()) ps[k] = sk;
         }
         barrier();
@@ -101,7 +118,13 @@ void main() {
         barrier();                  // every ps entry is visible (wg_sum may skip its barriers)
         if (KEYS4) {
             vec4 a = vec4(0.0);
-            for (uint r = kg; r < n; r += KG) a += ps[r] * VC4(((base + r) * ROW + kvbase) / 4 + c);
+            const uint vb = ((base + kg) * ROW + kvbase) / 4 + c, vs = KG * ROW / 4;
+            uint r = kg, i = vb;
+            for (; r + 3 * KG < n; r += 4 * KG, i += 4 * vs) {   // four V loads in flight
+                const vec4 v0 = VC4(i), v1 = VC4(i + vs), v2 = VC4(i + 2 * vs), v3 = VC4(i + 3 * vs);
+                a += ps[r] * v0 + ps[r + KG] * v1 + ps[r + 2 * KG] * v2 + ps[r + 3 * KG] * v3;
+            }
+            for (; r < n; r += KG, i += vs) a += ps[r] * VC4(i);
             acc4 = acc4 * corr + a;
         } else if (tid < D) {
             float a = 0.0;

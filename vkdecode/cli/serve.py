@@ -210,10 +210,6 @@ def cmd_serve(args) -> int:
 
     if args.log_level in ("info", "debug", "warning"):
         access_log.enable()
-    # A/B knob (bench/gpu_session.sh servegil): how soon the HTTP thread must hand the GIL to the
-    # engine thread that waits for it (Python's default 5 ms)
-    if os.environ.get("VKDECODE_SWITCH_INTERVAL_S"):
-        sys.setswitchinterval(float(os.environ["VKDECODE_SWITCH_INTERVAL_S"]))
     config = uvicorn.Config(app, log_level=args.log_level, access_log=False, timeout_graceful_shutdown=5)
     try:
         uvicorn.Server(config).run(sockets=[sock])
