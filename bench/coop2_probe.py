@@ -31,7 +31,9 @@ TILES = ((128, 128, 64, 256), (128, 256, 64, 256), (64, 128, 64, 128), (128, 128
 # (weights, chunk rows): f16 x f16 (the first probe), then vkdecode's q4_k words and f32 rows
 # decoded inside the driver's loads (the prompt path's real inputs)
 VARIANTS = (("f16", "f16"), ("q4_k", "f32"), ("q4_k", "f16"), ("f16", "f32"))
-CHECKS = ((128, 256, 512), (200, 384, 512))  # an exact shape, then partial tiles of T and M
+CHECKS = ((128, 256, 512), (200, 384, 512))
+# q4_k weights: the real decode, then two timing probes of its cost (not checked: other values)
+Q4K_MODES = {"q4_k": 0, "q4_k_nos": 1, "q4_k_bare": 2}  # an exact shape, then partial tiles of T and M
 
 
 def _inputs(dev, wdt, xdt, t, m, k, rng):
@@ -39,7 +41,7 @@ def _inputs(dev, wdt, xdt, t, m, k, rng):
     from vkdecode.quant.blocks import quantize
 
     bufs, w32, x32 = [], None, None
-    if wdt == "q4_k":
+    if wdt in Q4K_MODES:
         if rng is None:
             bufs += [dev.buffer(m * k // 2), dev.buffer(m * k // 16)]
         else:
@@ -66,7 +68,7 @@ def run(dev, wdt, xdt, t, m, k, tile, rng=None, reps: int = 5):
     """(median µs, Y or None): Y = X W^T on the GPU; rng given: random inputs, Y read back."""
     bt, bm, bk, wg = tile
     defines = {"BT": bt, "BM": bm, "BK": bk}
-    defines.update({"Q4K": 1} if wdt == "q4_k" else {})
+    defines.update({"Q4K": 1, "Q4K_MODE": Q4K_MODES[wdt]} if wdt in Q4K_MODES else {})
     defines.update({"XF32": 1} if xdt == "f32" else {})
     ins, w32, x32 = _inputs(dev, wdt, xdt, t, m, k, rng)
     by = dev.buffer(t * m * 4)
@@ -90,7 +92,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument(
+        "--variants", nargs="+", help="WEIGHTS/ROWS, e.g. q4_k/f16 q4_k_nos/f16 (default: VARIANTS)"
+    )
+    ap.add_argument("--tiles", nargs="+", help="BTxBMxBK/WG, e.g. 128x128x64/256 (default: TILES)")
     a = ap.parse_args()
+    variants = [tuple(v.split("/")) for v in a.variants] if a.variants else VARIANTS
+    tiles = [tuple(int(x) for x in t.replace("/", "x").split("x")) for t in a.tiles] if a.tiles else TILES
     os.environ["VKDECODE_COOP2"] = "1"  # before the device is made: vk/probe.py chains the features
     os.environ.setdefault("VKDECODE_GLSLANG_CM2", str(Path(__file__).resolve().parent / "glslang15.sh"))
     from vkdecode.vk.device import Device
@@ -102,16 +110,16 @@ def main() -> None:
                 f"{dev.info.name}: no VK_NV_cooperative_matrix2 workgroup scope + tensor addressing"
             )
         rng = np.random.default_rng(0)
-        for wdt, xdt in VARIANTS:
+        for wdt, xdt in [v for v in variants if v[0] in ("f16", "q4_k")]:
             for shape in CHECKS:
-                for tile in TILES:
+                for tile in tiles:
                     _, err = run(dev, wdt, xdt, *shape, tile, rng, reps=1)
                     key = "{}/{} {}x{}x{} tile {}x{}x{}/{}".format(wdt, xdt, *shape, *tile)
                     checked[key] = err
                     print(f"{dev.info.name}: check {key}: max rel err {err:.2e}", flush=True)
-        for wdt, xdt in VARIANTS:
+        for wdt, xdt in variants:
             for shape in SHAPES:
-                for tile in TILES:
+                for tile in tiles:
                     us, _ = run(dev, wdt, xdt, *shape, tile, reps=a.reps)
                     tflops = 2 * shape[0] * shape[1] * shape[2] / us / 1e6
                     rows.append(

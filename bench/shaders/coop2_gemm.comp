@@ -16,11 +16,15 @@
 // X: f16, or (XF32) the chunk's f32 rows decoded to f16 the same way. The tensor layouts clamp:
 // rows of a partial tile read as 0 and are not stored (edge tiles without a separate kernel).
 // Bindings: 0 W (q words for Q4K), 1 s words (Q4K only), then X, then Y.
-// Spec: 0 workgroup size, 1 T, 2 M, 3 K. Defines: BT, BM, BK; Q4K, XF32.
+// Spec: 0 workgroup size, 1 T, 2 M, 3 K. Defines: BT, BM, BK; Q4K, XF32; Q4K_MODE (timing probes of
+// the decode function's cost: 1 constant scales, no scale words read; 2 the nibble alone).
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint T = 512;
 layout(constant_id = 2) const uint M = 4096;
 layout(constant_id = 3) const uint K = 4096;
+#ifndef Q4K_MODE
+#define Q4K_MODE 0
+#endif
 #ifdef Q4K
 struct Q4KWords { uvec4 q[8]; };
 layout(binding = 0) readonly buffer WB { Q4KWords w[]; };
@@ -48,6 +52,11 @@ float16_t decode_q4k(const in Q4KRef bl, const in uint blockCoords[2], const in 
     const uint c = e >> 6, l = e & 31, hi = (e >> 5) & 1;
     const uint byte_i = 32 * c + l;
     const uint n = (bl.q[byte_i >> 4][(byte_i >> 2) & 3] >> (8 * (l & 3) + 4 * hi)) & 15u;
+#if Q4K_MODE == 1   // timing probe only: a constant scale and min, no scale words read
+    return float16_t(float(n) * 0.0625 - 0.5);
+#elif Q4K_MODE == 2   // timing probe only: the nibble alone
+    return float16_t(n);
+#endif
     const uvec4 s = ws[blockCoords[0] * (K / 256) + blockCoords[1]];
     const vec2 dm = unpackHalf2x16(s.x);
     const uint j = 2 * c + hi;
