@@ -49,16 +49,16 @@ def _attention_case(device, h, kvh, d, rows, pos0, caps, window=0, kv="f32"):
 
 @pytest.mark.parametrize("h,kvh,d", HEADS, ids=[f"h{h}kv{k}d{d}" for h, k, d in HEADS])
 @pytest.mark.parametrize("rows,pos0", [(1, 0), (3, 0), (8, 5), (16, 100), (5, 123), (17, 40), (65, 0)])
-@pytest.mark.parametrize("path", ["sg", "sg256", "smem", "gqa"])
+@pytest.mark.parametrize("path", ["sg", "sg512", "smem", "gqa"])
 def test_attention_rows(device, h, kvh, d, rows, pos0, path):
-    """The per-row kernel (subgroup or shared-memory reductions; sg256: at a GPU's 256 invocations,
+    """The per-row kernel (subgroup or shared-memory reductions; sg512: at a GPU's 512 invocations,
     more key groups than head_dim's power of two) and the kv-head one (auto rows)."""
     # gqa from 2 rows (a GPU's own choice is the per-row kernel under 17), never the tensor cores
     caps = caps_of(device, attn_rows_q=0 if path == "gqa" else -1, attn_gqa_rows=2, attn_coop=-1)
     if path.startswith("sg") and not caps.subgroup_arithmetic:
         pytest.skip("device has no subgroup arithmetic")
     caps = replace(
-        caps, subgroup_arithmetic=path.startswith("sg"), attn_rows_wg=256 if path == "sg256" else 0
+        caps, subgroup_arithmetic=path.startswith("sg"), attn_rows_wg=512 if path == "sg512" else 0
     )
     shader, err = _attention_case(device, h, kvh, d, rows, pos0, caps)
     assert shader == (

@@ -74,13 +74,14 @@ def test_concurrent_requests_equal_one_at_a_time(model, monkeypatch):
     assert set(m["engine_s"]) == {"steps", "prompts", "tokens"} and all(v > 0 for v in m["engine_s"].values())
 
 
-def test_calibrated_widths_answer_the_same_and_show_in_metrics(model):
+def test_calibrated_widths_answer_the_same_and_show_in_metrics(model, monkeypatch):
     """batch_pick.calibrate (what Model.batch does on GPUs), then every count of requests at the
     widest width: the same answers, and /metrics names the choice."""
     from vkdecode.executors.batch_pick import calibrate
 
     with serving(model) as (_, url):
         alone = _answers(post_all(url, BODIES))
+    _record_turns(monkeypatch, step_delay_s=0.005)  # the requests overlap on any device (as above)
     with serving(model, parallel=4) as (engine, url):
         before = dict(engine.batch.steps)  # the module's other tests share the model's batch
         try:
@@ -124,10 +125,11 @@ def test_disconnect_frees_the_slot_and_the_queue_still_bounds(model):
 
 
 @pytest.mark.parametrize("sampling", [{"temperature": 0}, {"temperature": 0.9, "seed": 5}])
-def test_a_request_joins_while_another_decodes(model, sampling):
+def test_a_request_joins_while_another_decodes(model, sampling, monkeypatch):
     """Continuous batching: a short request sent while a long one streams is answered before the
     long one ends, and the long one's text is what it is alone (it decodes solo before and after:
     it moves into the batch and back out)."""
+    _record_turns(monkeypatch, step_delay_s=0.005)  # 150 steps outlast the short one's arrival anywhere
     long = {"messages": QUESTION, "max_tokens": 150, "stream": True, **sampling}
     short = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 3, **sampling}
     with serving(model, parallel=2) as (engine, url):

@@ -26,7 +26,7 @@ class KernelCaps:
     attn_live_rows: int = 0  # rows per live split at a position (0: attention.live_rows, < 0: MAXCHUNK)
     attn_max_splits: int = 0  # GPUs (attn_live_rows >= 0): splits of an attention grid at most (0: auto)
     attn_wg: int = 0  # fused attention workgroup size (0: attention.ATTN_WG[_SG])
-    attn_rows_wg: int = 0  # attention_rows' workgroup size (0: GPUs 256 or head_dim, CPUs head_dim, >= 64)
+    attn_rows_wg: int = 0  # attention_rows' workgroup size (0: GPUs 512, CPUs head_dim, >= 64)
     attn_kernel: str = ""  # fused attention: "sg" (subgroup rows) where it fits, "wg" never; "" auto
     cx_rows: int = 0  # rows per workgroup of an o-projection combining attention partials (0: auto,
     # < 0: none does, split attention keeps its attention_combine dispatch)

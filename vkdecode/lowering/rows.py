@@ -171,11 +171,11 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
                 label=op.outputs[0],
             )
         ]
-    # GPUs: 256 invocations (8 subgroups of keys in flight) at any head_dim up to 256. H200, batched
-    # steps from position 256, Qwen3-0.6B F16 4 / 16 rows 1,145 / 3,360 -> 1,394 / 3,853 tok/s against
-    # 128 (bench/results/nvidia-h200/2026-11-27-attn-rows); CPUs keep head_dim's power of two
-    want = caps.attn_rows_wg or max(d, 64 if caps.device_cpu else 256)
-    wg = wg_size(caps, want, cap=max(256, d, caps.attn_rows_wg))
+    # GPUs: 512 invocations (16 subgroups of keys in flight). H200, batched steps from position 256,
+    # Qwen3-0.6B F16 4 / 16 rows at 128, 256, 512: 1,145 / 3,360, 1,394 / 3,853, 1,603 / 4,172 tok/s
+    # (bench/results/nvidia-h200/2026-11-27-attn-rows); CPUs keep head_dim's power of two
+    want = caps.attn_rows_wg or max(d, 64 if caps.device_cpu else 512)
+    wg = wg_size(caps, want, cap=max(512, d, caps.attn_rows_wg))
     if wg < d:
         raise ValueError(f"attention {op.outputs[0]}: head_dim {d} > workgroup size {wg}")
     spec = (wg, h, kvh, d, rows, float(a["scale"]), int(a.get("window", 0))) + _slot_rows(op)
