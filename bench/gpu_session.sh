@@ -37,6 +37,12 @@ llama_server() {   # llama.cpp's Vulkan server from .device/llama/llama.tar.xz (
     [ -x "$LLAMA" ] || { tar xJf .device/llama/llama.tar.xz -C /tmp && chmod +x "$LLAMA"; }
 }
 
+shape_file() {   # shape_file SHAPE QUANT: bench.shape_gguf's random-weight file under /tmp; prints its path
+    local f=/tmp/$1-$2.gguf
+    python -m bench.shape_gguf --shape "$1" --quant "$2" "$f" > /dev/null
+    echo "$f"
+}
+
 serve_pair() {   # serve_pair GGUF NAME LEVELS...: serve --parallel 64, then llama-server -np 64
     local f=$1 name=$2
     shift 2
@@ -335,8 +341,7 @@ servediag)
     llama_server
     for s in "qwen3-0.6b f16" "llama3.1-8b q4_k_m"; do
         set -- $s
-        f=/tmp/$1-$2.gguf
-        python -m bench.shape_gguf --shape "$1" --quant "$2" "$f" > /dev/null
+        f=$(shape_file "$1" "$2")
         python -m bench.serve_load --serve "$f" --parallel 64 --max-queue 128 --ctx 512 \
             --clients 1 4 8 16 1 4 8 16 --out "$OUT/serve-vk-$1.json" | cut -c1-200
         serve_llama_np "$f" "$1" 1 4 8 16
@@ -366,11 +371,10 @@ batchpos)
 attnab)
     # batched steps from position 256, the attention_rows kernel of HEAD against the base checkout
     # carried in bench/out/base (`git archive BASE vkdecode shaders bench` there), and HEAD's at 256
-    # invocations a workgroup (caps attn_rows_wg), two rounds
+    # invocations a workgroup (caps attn_rows_wg; the GPU default is 512 since ac4b81a), two rounds
     for s in "qwen3-0.6b f16" "llama3.1-8b q4_k_m"; do
         set -- $s
-        f=/tmp/$1-$2.gguf
-        python -m bench.shape_gguf --shape "$1" --quant "$2" "$f" > /dev/null
+        f=$(shape_file "$1" "$2")
         for r in 1 2; do for side in base head head256; do
             d=.; c=; [ $side = base ] && d=bench/out/base; [ $side = head256 ] && c=attn_rows_wg=256
             (cd $d && python -m bench.batch_decode --model "$f" --widths 4 8 16 --steps 64 --ctx 512 --ahead \
@@ -384,8 +388,7 @@ batchfuse)
     # --mode fused) against them apart (replay-nofuse: the batched runners as they were), two rounds
     for s in "qwen3-0.6b f16" "llama3.1-8b q4_k_m"; do
         set -- $s
-        f=/tmp/$1-$2.gguf
-        python -m bench.shape_gguf --shape "$1" --quant "$2" "$f" > /dev/null
+        f=$(shape_file "$1" "$2")
         python -m bench.batch_decode --model "$f" --widths 1 --steps 4 --ctx 512 > /dev/null  # warm-up
         for r in 1 2; do for m in fused replay-nofuse; do
             python -m bench.batch_decode --model "$f" --widths 2 4 8 --steps 16 --ctx 512 --mode $m \
