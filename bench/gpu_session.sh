@@ -24,6 +24,7 @@
 #   bash bench/gpu_session.sh servegil  # serve's 4-16 clients: the batched API without HTTP, then serve
 #   bash bench/gpu_session.sh batchpos  # batched steps from position 16 vs 256, per kernel
 #   bash bench/gpu_session.sh attnab    # batched steps at position 256: attention_rows of HEAD vs bench/out/base
+#   bash bench/gpu_session.sh batch8b4  # the 8B's 4-row step by kernel from position 256, and its matvec knobs
 #   bash bench/gpu_session.sh batchfuse # batched steps with the residual add + norm fused vs apart (Qwen3-0.6B, 8B)
 #   bash bench/gpu_session.sh coop2     # VK_NV_cooperative_matrix2's matmul rate (glslang 15 from Debian 13)
 #   bash bench/gpu_session.sh ceiling   # the tensor-core matmul's pieces alone: multiplies, fragment loads, tile stores
@@ -381,6 +382,19 @@ attnab)
                 --prompt-tokens 256 --caps $c --out "$OUT/attn-$1-$side-r$r.json" 2>&1 | grep "B=" | tr '\n' ' ')
             echo " $1 $side r$r"
         done; done
+    done
+    ;;
+batch8b4)
+    # the one cell of issue 34 still short (the 8B at 4 clients): its 4-row step from position 256
+    # by kernel (--profile), beside 1 and 2 rows, then the matvec knobs at 4 rows (weight rows a
+    # workgroup, x rows x rows a workgroup, x planes off, integer dot products off)
+    f=$(shape_file llama3.1-8b q4_k_m)
+    python -m bench.batch_decode --model "$f" --widths 1 2 4 --steps 64 --ctx 512 --ahead --profile \
+        --prompt-tokens 256 --out "$OUT/b8b-profile.json" 2>&1 | cut -c1-200
+    for c in "" batch_rows=1 batch_rows=4 batch_acc=8 batch_acc=32 xplanes=-1 kq_idot=-1; do
+        python -m bench.batch_decode --model "$f" --widths 4 --steps 64 --ctx 512 --ahead --prompt-tokens 256 \
+            --caps $c --out "$OUT/b8b-4-${c:-auto}.json" 2>&1 | grep B= | tr '\n' ' '
+        echo " ${c:-auto}"
     done
     ;;
 batchfuse)
