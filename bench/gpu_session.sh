@@ -393,7 +393,7 @@ batch8b4)
         --prompt-tokens 256 --out "$OUT/b8b-profile.json" 2>&1 | cut -c1-200
     for c in "" batch_rows=1 batch_rows=4 batch_acc=8 batch_acc=32 xplanes=-1 kq_idot=-1; do
         python -m bench.batch_decode --model "$f" --widths 4 --steps 64 --ctx 512 --ahead --prompt-tokens 256 \
-            --caps $c --out "$OUT/b8b-4-${c:-auto}.json" 2>&1 | grep B= | tr '\n' ' '
+            --caps $c --out "$OUT/b8b-4-$(echo "${c:-auto}" | tr = -).json" 2>&1 | grep B= | tr '\n' ' '
         echo " ${c:-auto}"
     done
     ;;
