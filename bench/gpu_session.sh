@@ -25,6 +25,7 @@
 #   bash bench/gpu_session.sh batchpos  # batched steps from position 16 vs 256, per kernel
 #   bash bench/gpu_session.sh attnab    # batched steps at position 256: attention_rows of HEAD vs bench/out/base
 #   bash bench/gpu_session.sh batch8b4  # the 8B's 4-row step by kernel from position 256, and its matvec knobs
+#   bash bench/gpu_session.sh attnfuse  # batched steps with rope + KV write + attention fused (attn_rows_fused) vs apart
 #   bash bench/gpu_session.sh batchfuse # batched steps with the residual add + norm fused vs apart (Qwen3-0.6B, 8B)
 #   bash bench/gpu_session.sh coop2     # VK_NV_cooperative_matrix2's matmul rate (glslang 15 from Debian 13)
 #   bash bench/gpu_session.sh ceiling   # the tensor-core matmul's pieces alone: multiplies, fragment loads, tile stores
@@ -396,6 +397,21 @@ batch8b4)
             --caps $c --out "$OUT/b8b-4-$(echo "${c:-auto}" | tr = -).json" 2>&1 | grep B= | tr '\n' ' '
         echo " ${c:-auto}"
     done
+    ;;
+attnfuse)
+    # batched steps from position 256 with each layer's (q/k norm,) rope, KV write and attention as
+    # one attention_rows (caps attn_rows_fused=1, off by default until this runs) against them apart,
+    # two rounds; then its ops' tests on the GPU under validation
+    for s in "qwen3-0.6b f16" "llama3.1-8b q4_k_m"; do
+        set -- $s
+        f=$(shape_file "$1" "$2")
+        for r in 1 2; do for c in "" attn_rows_fused=1; do
+            python -m bench.batch_decode --model "$f" --widths 4 8 16 --steps 64 --ctx 512 --ahead \
+                --prompt-tokens 256 --caps $c --out "$OUT/attnfuse-$1-${c:+fused-}r$r.json" 2>&1 | grep B= | tr '\n' ' '
+            echo " $1 ${c:-apart} r$r"
+        done; done
+    done
+    VKDECODE_VALIDATE=1 python -m pytest -q -x tests/executors/test_batch.py -k fused_attention 2>&1 | tail -2
     ;;
 batchfuse)
     # batched steps with each residual add and the next norm in one kernel (fusion.rules.BATCH_RULES,

@@ -80,8 +80,7 @@ _ATTN_TAIL = (
     op("attention", ("qr", "k_cache", "v_cache", "step"), ("o",)),
     op("kv_write", ("kr", "v", "step"), ("k_cache", "v_cache")),
 )
-QK_NORM_ROPE_KV_WRITE_ATTENTION = rule(
-    "QK_NORM_ROPE_KV_WRITE_ATTENTION",
+_QK_NORM_ATTENTION_OPS = (
     # per head, and with a single (kv) head that is the whole vector: _attention_shapes checks
     # that the weight is one head long
     op("rms_norm", ("q", "q_norm_w"), ("qn",)),
@@ -89,20 +88,28 @@ QK_NORM_ROPE_KV_WRITE_ATTENTION = rule(
     *_ATTN_TAIL,
     op("rope", ("kn", "step", "freqs"), ("kr",)),
     op("rms_norm", ("k", "k_norm_w"), ("kn",)),
-    exports=("o", "k_cache", "v_cache"),
-    lower=_lower_attention,
-    check=_attention_shapes,
 )
-
-ROPE_KV_WRITE_ATTENTION = rule(
-    "ROPE_KV_WRITE_ATTENTION",
+_ROPE_ATTENTION_OPS = (
     op("rope", ("q", "step", "freqs"), ("qr",)),
     *_ATTN_TAIL,
     op("rope", ("k", "step", "freqs"), ("kr",)),
-    exports=("o", "k_cache", "v_cache"),
-    lower=_lower_attention,
-    check=_attention_shapes,
 )
+
+
+def _attention_rule(name: str, ops: tuple) -> Rule:
+    return rule(
+        name, *ops, exports=("o", "k_cache", "v_cache"), lower=_lower_attention, check=_attention_shapes
+    )
+
+
+QK_NORM_ROPE_KV_WRITE_ATTENTION = _attention_rule("QK_NORM_ROPE_KV_WRITE_ATTENTION", _QK_NORM_ATTENTION_OPS)
+ROPE_KV_WRITE_ATTENTION = _attention_rule("ROPE_KV_WRITE_ATTENTION", _ROPE_ATTENTION_OPS)
+# The same in a batched step, over its rows (fusion.BATCH_RULES; shaders/attention_rows.comp FUSED,
+# used where caps.attn_rows_fused asks: not yet measured on a GPU)
+QK_NORM_ROPE_KV_WRITE_ATTENTION_ROWS = _attention_rule(
+    "QK_NORM_ROPE_KV_WRITE_ATTENTION_ROWS", _QK_NORM_ATTENTION_OPS
+)
+ROPE_KV_WRITE_ATTENTION_ROWS = _attention_rule("ROPE_KV_WRITE_ATTENTION_ROWS", _ROPE_ATTENTION_OPS)
 
 
 # -- 7. residual add and the next norm in one pass (new residual and normed output) --
@@ -135,7 +142,11 @@ ADD_RMS_NORM = _add_norm_rule("ADD_RMS_NORM", whole_norm)
 # two kernels is a dispatch of its own between barriers, at every width: H200, Qwen3-0.6B F16, the
 # adds took ~185 µs of a 3.2 ms 4-row step (bench/results/nvidia-h200/2026-11-27-batch-rows/).
 ADD_RMS_NORM_ROWS = _add_norm_rule("ADD_RMS_NORM_ROWS", row_norm)
-BATCH_RULES: tuple[Rule, ...] = (ADD_RMS_NORM_ROWS,)
+BATCH_RULES: tuple[Rule, ...] = (
+    QK_NORM_ROPE_KV_WRITE_ATTENTION_ROWS,
+    ROPE_KV_WRITE_ATTENTION_ROWS,
+    ADD_RMS_NORM_ROWS,
+)
 
 
 # -- 8. Gemma's sandwich norm: the block output normed, then added to the residual (one pass).

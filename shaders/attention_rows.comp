@@ -10,6 +10,13 @@
 // Bindings: 0 q, 1 k_cache, 2 v_cache, 3 step, 4 o. Spec: 0 wg size (>= D), 1 H, 2 KVH, 3 D,
 // 4 T, 5 scale (float), 6 WINDOW (0 = none), 7 SLOT_ROWS. BATCH (fusion/chunk_batch.py): row t is a
 // sequence of its own, over rows lo .. pos of its KV slot (pos, slot: its record of the step buffer).
+// FUSED (with BATCH; the (QK_NORM_)ROPE_KV_WRITE_ATTENTION_ROWS regions): q is taken before its rope
+// (QK_NORM: and its per-head rms norm), and the row's own k and v come in as well. Each workgroup
+// builds rope(q_h) and its kv head's current k (normed, roped) and v in shared memory; the first
+// q head of each kv group writes them as cache row pos; the tiles read cache rows < pos (written by
+// earlier steps) and row pos comes from shared memory, so no workgroup reads what another writes
+// (padding rows excepted: they read their slot's rows of this step, whose outputs nobody uses).
+// FUSED bindings: 5 k, 6 v, QK_NORM: 7 q_norm_w, 8 k_norm_w; B_FREQ the rope table. Spec 8 eps.
 #include "common.glsl"
 
 layout(constant_id = 1) const uint H = 1;
@@ -23,9 +30,27 @@ layout(constant_id = 7) const uint SLOT_ROWS = 1;
 layout(binding = 0) readonly buffer QB { float q[]; };
 #define KV_BK 1
 #define KV_BV 2
+#ifdef FUSED
+#ifndef BATCH
+#error FUSED is a batched step's kernel
+#endif
+#define KV_WRITE 1
+#endif
 #include "kv_cache.glsl"     // f32 or (KV_F16) f16 caches
 layout(binding = 3) readonly buffer StepB { uint step[]; };
 layout(binding = 4) writeonly buffer OB { float o[]; };
+#ifdef FUSED
+layout(constant_id = 8) const float EPS = 1e-6;
+layout(binding = 5) readonly buffer KB { float kin[]; };
+layout(binding = 6) readonly buffer VB { float vin[]; };
+#ifdef QK_NORM
+layout(binding = 7) readonly buffer QNB { float qnw[]; };
+layout(binding = 8) readonly buffer KNB { float knw[]; };
+#endif
+#include "fused_rope.glsl"
+shared float kcur[D];   // the row's own k (normed, roped, rounded as the cache stores it) and v
+shared float vcur[D];
+#endif
 
 shared float qs[D];
 shared float ps[gl_WorkGroupSize.x];
@@ -72,12 +97,50 @@ void main() {
     const uint lo = (WINDOW > 0 && len > WINDOW) ? len - WINDOW : 0;
     const uint KG = WG / D4, kg = tid / D4, c = tid % D4;   // used with KEYS4 only
 
+#ifdef FUSED
+    const uint pos = len - 1, kin0 = (t * KVH + h / (H / KVH)) * D;
+#ifdef QK_NORM
+    float sq = 0.0, sk = 0.0;
+    for (uint j = tid; j < D; j += WG) {
+        const float a = q[qoff + j], b = kin[kin0 + j];
+        sq += a * a;
+        sk += b * b;
+    }
+    const float rq = inversesqrt(wg_sum(sq) / float(D) + EPS);
+    const float rk = inversesqrt(wg_sum(sk) / float(D) + EPS);
+#endif
+    for (uint i = tid; i < D / 2; i += WG) {   // one invocation per rope pair
+        const vec2 cs = rope_cos_sin(pos, i);
+        const uvec2 ab = rope_pair(i);
+        float a = q[qoff + ab.x], b = q[qoff + ab.y], e = kin[kin0 + ab.x], f = kin[kin0 + ab.y];
+#ifdef QK_NORM
+        a *= rq * qnw[ab.x];
+        b *= rq * qnw[ab.y];
+        e *= rk * knw[ab.x];
+        f *= rk * knw[ab.y];
+#endif
+        qs[ab.x] = (a * cs.x - b * cs.y) * SCALE;
+        qs[ab.y] = (a * cs.y + b * cs.x) * SCALE;
+        kcur[ab.x] = kv_round(e * cs.x - f * cs.y);
+        kcur[ab.y] = kv_round(e * cs.y + f * cs.x);
+    }
+    for (uint j = tid; j < D; j += WG) vcur[j] = kv_round(vin[kin0 + j]);
+    barrier();
+    if (h % (H / KVH) == 0)   // the kv group's writer: whole f16 words from shared memory
+        for (uint j = tid; j < D / 2; j += WG) {
+            KC_PUT2(pos * ROW + kvbase + 2 * j, kcur[2 * j], kcur[2 * j + 1]);
+            VC_PUT2(pos * ROW + kvbase + 2 * j, vcur[2 * j], vcur[2 * j + 1]);
+        }
+    const uint kend = pos;   // the tiles take cache rows lo .. pos - 1; row pos comes last
+#else
     for (uint j = tid; j < D; j += WG) qs[j] = q[qoff + j] * SCALE;
     barrier();
+    const uint kend = len;
+#endif
     float m = NEG_INF, l = 0.0, acc = 0.0;
     vec4 acc4 = vec4(0.0);
-    for (uint base = lo; base < len; base += WG) {
-        const uint n = min(WG, len - base);
+    for (uint base = lo; base < kend; base += WG) {
+        const uint n = min(WG, kend - base);
 #ifdef USE_SUBGROUP
         // four keys a pass, one vec4 subgroupAdd: their loads and reductions overlap (a key at a
         // time, each subgroup's keys were a chain of dependent loads and shuffles)
@@ -104,7 +167,7 @@ void main() {
 #else
         uint i = base + tid;
         float s = NEG_INF;
-        if (i < len) {
+        if (i < kend) {
             s = 0.0;
             uint kb = i * ROW + kvbase;
             for (uint j = 0; j < D; j++) s += qs[j] * KC1(kb + j);
@@ -134,6 +197,20 @@ void main() {
         m = mn;
         barrier();                  // ps is rewritten by the next tile
     }
+#ifdef FUSED
+    {   // row pos, from shared memory (FUSED: D is even, and a multiple of 4 with KEYS4)
+        float sp = 0.0;
+        for (uint j = tid; j < D; j += WG) sp += qs[j] * kcur[j];
+        const float s = wg_sum(sp);
+        const float mn = max(m, s), corr = exp(m - mn), p = exp(s - mn);
+        l = l * corr + p;
+        if (KEYS4)
+            acc4 = acc4 * corr + (kg == 0 ? p * vec4(vcur[4 * c], vcur[4 * c + 1], vcur[4 * c + 2], vcur[4 * c + 3]) : vec4(0.0));
+        else if (tid < D)
+            acc = acc * corr + p * vcur[tid];
+        m = mn;
+    }
+#endif
     if (KEYS4) {
         pv[tid] = acc4;
         barrier();

@@ -82,6 +82,26 @@ def test_each_sequence_equals_alone(device, tiny, arch, mode):
     assert (b.ahead.partial > 0) == ahead
 
 
+@pytest.mark.parametrize("kv", ["f16", "f32"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3"])
+def test_fused_attention_rows_equal_alone(device, tiny, arch, kv):
+    """caps.attn_rows_fused: each layer's (q/k norm,) rope, KV write and attention of a batched step
+    as one attention_rows (FUSED): each sequence's tokens as alone, with padding rows (5 live at
+    width 8), sequences leaving, sliding windows (gemma3) and both cache types."""
+    caps = KernelCaps.from_info(device.info, attn_rows_fused=1)
+    m, ps, counts = tiny[arch], prompts(), [12, 4, 9, 2, 7, 1]
+    opts = DecodeOptions(mode="fused", ctx=CTX, prefill=(8,), caps=caps, kv_dtype=kv)
+    with Decoder.build(device, m.program, m.weights, opts) as dec:
+        want = [alone(dec, p, n) for p, n in zip(ps, counts)]
+        with BatchDecode(dec, (1, 2, 4, 8)) as b:
+            got = batched(b, ps, counts)
+            calls = [it.call for it in b.runners[8].items]
+    assert got == want
+    shaders = {c.shader for c in calls}
+    assert "rope_rows" not in shaders and "kv_write_rows" not in shaders, shaders
+    assert any(c.shader == "attention_rows" and ("FUSED", "1") in c.defines for c in calls)
+
+
 @pytest.mark.parametrize("dtype", ["f16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k"])
 def test_every_weight_dtype(device, models_dir, dtype):
     """Every weight dtype through the batched step's matmuls (the decode matvec over the rows:

@@ -27,6 +27,8 @@ class KernelCaps:
     attn_max_splits: int = 0  # GPUs (attn_live_rows >= 0): splits of an attention grid at most (0: auto)
     attn_wg: int = 0  # fused attention workgroup size (0: attention.ATTN_WG[_SG])
     attn_rows_wg: int = 0  # attention_rows' workgroup size (0: GPUs 512, CPUs head_dim, >= 64)
+    attn_rows_fused: int = 0  # batched steps: rope, KV write, attention as one attention_rows (> 0;
+    # 0: apart, until measured on a GPU)
     attn_kernel: str = ""  # fused attention: "sg" (subgroup rows) where it fits, "wg" never; "" auto
     cx_rows: int = 0  # rows per workgroup of an o-projection combining attention partials (0: auto,
     # < 0: none does, split attention keeps its attention_combine dispatch)

@@ -16,6 +16,7 @@ from fusion.rules import Region, Rule
 from vkdecode.lowering import attention as att
 from vkdecode.lowering import matvec as mv
 from vkdecode.lowering import moe
+from vkdecode.lowering import rows as row_ops
 from vkdecode.lowering.ops import KernelCall, KernelCaps, op_calls
 from vkdecode.lowering.xplanes import planes_width
 
@@ -52,6 +53,10 @@ KERNELS: dict[str, Builder] = _by_rule(
         ((R.ROPE_KV_WRITE_ATTENTION, R.QK_NORM_ROPE_KV_WRITE_ATTENTION), att.rope_kv_write_attention),
         ((R.ADD_RMS_NORM,), att.add_rms_norm),
         ((R.ADD_RMS_NORM_ROWS,), _add_rms_norm_rows),
+        (
+            (R.ROPE_KV_WRITE_ATTENTION_ROWS, R.QK_NORM_ROPE_KV_WRITE_ATTENTION_ROWS),
+            row_ops.fused_attention_rows,
+        ),
         ((R.RMS_NORM_ADD,), att.rms_norm_add),
         ((R.RMS_NORM_MATMUL_MOE_TOPK,), moe.rms_norm_matmul_moe_topk),
         ((R.MOE_MATMUL_SILU_MUL,), moe.moe_matmul_silu_mul),

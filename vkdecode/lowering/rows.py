@@ -171,13 +171,7 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
                 label=op.outputs[0],
             )
         ]
-    # GPUs: 512 invocations (16 subgroups of keys in flight). H200, batched steps from position 256,
-    # Qwen3-0.6B F16 4 / 16 rows at 128, 256, 512: 1,145 / 3,360, 1,394 / 3,853, 1,603 / 4,172 tok/s
-    # (bench/results/nvidia-h200/2026-11-27-attn-rows); CPUs keep head_dim's power of two
-    want = caps.attn_rows_wg or max(d, 64 if caps.device_cpu else 512)
-    wg = wg_size(caps, want, cap=max(512, d, caps.attn_rows_wg))
-    if wg < d:
-        raise ValueError(f"attention {op.outputs[0]}: head_dim {d} > workgroup size {wg}")
+    wg = _rows_wg(caps, d, op.outputs[0])
     spec = (wg, h, kvh, d, rows, float(a["scale"]), int(a.get("window", 0))) + _slot_rows(op)
     return [
         KernelCall(
@@ -190,6 +184,44 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
             label=op.outputs[0],
         )
     ]
+
+
+def _rows_wg(caps: KernelCaps, d: int, label: str) -> int:
+    """attention_rows' workgroup. GPUs: 512 invocations (16 subgroups of keys in flight). H200,
+    batched steps from position 256, Qwen3-0.6B F16 4 / 16 rows at 128, 256, 512: 1,145 / 3,360,
+    1,394 / 3,853, 1,603 / 4,172 tok/s (bench/results/nvidia-h200/2026-11-27-attn-rows); CPUs keep
+    head_dim's power of two."""
+    want = caps.attn_rows_wg or max(d, 64 if caps.device_cpu else 512)
+    wg = wg_size(caps, want, cap=max(512, d, caps.attn_rows_wg))
+    if wg < d:
+        raise ValueError(f"attention {label}: head_dim {d} > workgroup size {wg}")
+    return wg
+
+
+# the attention attributes attention_rows FUSED implements (others: the ops' own kernels)
+FUSED_ROWS_ATTRS = set("n_heads n_kv_heads head_dim scale rows batch slot_rows window layout eps".split())
+
+
+def fused_attention_rows(p: Program, region, caps: KernelCaps) -> list[KernelCall] | None:
+    """A batched step's (q/k norm,) rope, KV write and attention as one attention_rows (FUSED): a
+    workgroup per (head, row), as the op's own kernel, which builds its rows' q and current k, v
+    itself (fusion.rules ..._ROWS). Only where caps.attn_rows_fused > 0: not yet measured on a GPU,
+    where it saves the rope_rows, kv_write_rows (and q/k rms_norm) dispatches of every layer."""
+    r, a = region.roles, region.attrs
+    h, kvh, d = int(a["n_heads"]), int(a["n_kv_heads"]), int(a["head_dim"])
+    if caps.attn_rows_fused <= 0 or not a.get("batch") or d % 2 or h % kvh or set(a) - FUSED_ROWS_ATTRS:
+        return None
+    out, rows = r["out"], int(a["rows"])
+    spec = (_rows_wg(caps, d, out), h, kvh, d, rows, float(a["scale"]), int(a.get("window", 0)))
+    spec += (int(a["slot_rows"]), float(a.get("eps", 0.0)))
+    b = tuple(Binding(r[k]) for k in ("q", "k_cache", "v_cache", "step", "out", "k", "v"))
+    qk_norm = "q_norm_w" in r
+    b += (Binding(r["q_norm_w"]), Binding(r["k_norm_w"])) if qk_norm else ()
+    defines = reduce_defines(caps) + kv_defines(p, r["k_cache"]) + (("BATCH", "1"), ("FUSED", "1"))
+    defines += ((("NEOX", "1"),) if a["layout"] == "neox" else ()) + ((("QK_NORM", "1"),) if qk_norm else ())
+    defines += (("B_FREQ", str(len(b))),)
+    b += (Binding(r["freqs"]),)
+    return [KernelCall("attention_rows", spec, b, (1, 2, 4), (h, rows, 1), defines=defines, label=out)]
 
 
 def _add(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
