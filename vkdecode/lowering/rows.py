@@ -25,7 +25,7 @@ from vkdecode.lowering.calls import (
     weight_bindings,
     wg_size,
 )
-from vkdecode.lowering.coop import coop_attention_shape
+from vkdecode.lowering.coop import ATTN_KNOWN_ATTRS, coop_attention_shape
 from vkdecode.lowering.matmul_rows import matmul_calls
 
 
@@ -198,10 +198,6 @@ def _rows_wg(caps: KernelCaps, d: int, label: str) -> int:
     return wg
 
 
-# the attention attributes attention_rows FUSED implements (others: the ops' own kernels)
-FUSED_ROWS_ATTRS = set("n_heads n_kv_heads head_dim scale rows batch slot_rows window layout eps".split())
-
-
 def fused_attention_rows(p: Program, region, caps: KernelCaps) -> list[KernelCall] | None:
     """A batched step's (q/k norm,) rope, KV write and attention as one attention_rows (FUSED): a
     workgroup per (head, row), as the op's own kernel, which builds its rows' q and current k, v
@@ -209,7 +205,8 @@ def fused_attention_rows(p: Program, region, caps: KernelCaps) -> list[KernelCal
     where it saves the rope_rows, kv_write_rows (and q/k rms_norm) dispatches of every layer."""
     r, a = region.roles, region.attrs
     h, kvh, d = int(a["n_heads"]), int(a["n_kv_heads"]), int(a["head_dim"])
-    if caps.attn_rows_fused <= 0 or not a.get("batch") or d % 2 or h % kvh or set(a) - FUSED_ROWS_ATTRS:
+    known = ATTN_KNOWN_ATTRS | {"batch", "slot_rows", "layout", "eps"}  # others: the ops' own kernels
+    if caps.attn_rows_fused <= 0 or not a.get("batch") or d % 2 or h % kvh or set(a) - known:
         return None
     out, rows = r["out"], int(a["rows"])
     spec = (_rows_wg(caps, d, out), h, kvh, d, rows, float(a["scale"]), int(a.get("window", 0)))
