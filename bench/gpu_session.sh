@@ -26,6 +26,7 @@
 #   bash bench/gpu_session.sh attnab    # batched steps at position 256: attention_rows of HEAD vs bench/out/base
 #   bash bench/gpu_session.sh batch8b4  # the 8B's 4-row step by kernel from position 256, and its matvec knobs
 #   bash bench/gpu_session.sh attnfuse  # batched steps with rope + KV write + attention fused (attn_rows_fused) vs apart
+#   bash bench/gpu_session.sh followup  # attnfuse, batch8b4, then suite: the sixth session's open measurements
 #   bash bench/gpu_session.sh batchfuse # batched steps with the residual add + norm fused vs apart (Qwen3-0.6B, 8B)
 #   bash bench/gpu_session.sh coop2     # VK_NV_cooperative_matrix2's matmul rate (glslang 15 from Debian 13)
 #   bash bench/gpu_session.sh ceiling   # the tensor-core matmul's pieces alone: multiplies, fragment loads, tile stores
@@ -412,6 +413,14 @@ attnfuse)
         done; done
     done
     VKDECODE_VALIDATE=1 python -m pytest -q -x tests/executors/test_batch.py -k fused_attention 2>&1 | tail -2
+    ;;
+followup)
+    # the sixth session's follow-up in one call (~8 minutes): the fused batched attention A/B, the
+    # 8B's 4-row step by kernel and its knobs, then the whole suite. Carry .device with the
+    # validation layer's deb, without llama and trixie-debs
+    bash "$0" attnfuse
+    bash "$0" batch8b4
+    bash "$0" suite
     ;;
 batchfuse)
     # batched steps with each residual add and the next norm in one kernel (fusion.rules.BATCH_RULES,
