@@ -5,8 +5,8 @@
 // lo = max(0, pos + t - WINDOW + 1) on a sliding-window layer (WINDOW > 0), else 0.
 // One pass with an online softmax over tiles of WG keys, so shared memory does not grow with the
 // context: a subgroup per key's score (one invocation per key without subgroup arithmetic), then
-// key groups of D / 4 invocations share P . V (vec4s of V rows). Rows past pos + t (later chunk rows, stale entries of
-// rejected draft tokens) are never read.
+// key groups of D / 4 invocations share P . V (vec4s of V rows). Rows past pos + t (later chunk
+// rows, stale entries of rejected draft tokens) are never read.
 // Bindings: 0 q, 1 k_cache, 2 v_cache, 3 step, 4 o. Spec: 0 wg size (>= D), 1 H, 2 KVH, 3 D,
 // 4 T, 5 scale (float), 6 WINDOW (0 = none), 7 SLOT_ROWS. BATCH (fusion/chunk_batch.py): row t is a
 // sequence of its own, over rows lo .. pos of its KV slot (pos, slot: its record of the step buffer).
