@@ -171,8 +171,7 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
                 label=op.outputs[0],
             )
         ]
-    wg = _rows_wg(caps, d, op.outputs[0])
-    spec = (wg, h, kvh, d, rows, float(a["scale"]), int(a.get("window", 0))) + _slot_rows(op)
+    spec = _rows_spec(caps, a, op.outputs[0])
     return [
         KernelCall(
             "attention_rows",
@@ -186,16 +185,18 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     ]
 
 
-def _rows_wg(caps: KernelCaps, d: int, label: str) -> int:
-    """attention_rows' workgroup. GPUs: 512 invocations (16 subgroups of keys in flight). H200,
+def _rows_spec(caps: KernelCaps, a: dict, label: str) -> tuple:
+    """attention_rows' spec constants 0-7 for attention attrs a. Its workgroup on GPUs: 512 invocations (16 subgroups of keys in flight). H200,
     batched steps from position 256, Qwen3-0.6B F16 4 / 16 rows at 128, 256, 512: 1,145 / 3,360,
     1,394 / 3,853, 1,603 / 4,172 tok/s (bench/results/nvidia-h200/2026-11-27-attn-rows); CPUs keep
     head_dim's power of two."""
+    h, kvh, d, rows = int(a["n_heads"]), int(a["n_kv_heads"]), int(a["head_dim"]), int(a["rows"])
     want = caps.attn_rows_wg or max(d, 64 if caps.device_cpu else 512)
     wg = wg_size(caps, want, cap=max(512, d, caps.attn_rows_wg))
     if wg < d:
         raise ValueError(f"attention {label}: head_dim {d} > workgroup size {wg}")
-    return wg
+    slot_rows = (int(a["slot_rows"]),) if a.get("batch") else ()
+    return (wg, h, kvh, d, rows, float(a["scale"]), int(a.get("window", 0))) + slot_rows
 
 
 def fused_attention_rows(p: Program, region, caps: KernelCaps) -> list[KernelCall] | None:
@@ -209,8 +210,7 @@ def fused_attention_rows(p: Program, region, caps: KernelCaps) -> list[KernelCal
     if caps.attn_rows_fused <= 0 or not a.get("batch") or d % 2 or h % kvh or set(a) - known:
         return None
     out, rows = r["out"], int(a["rows"])
-    spec = (_rows_wg(caps, d, out), h, kvh, d, rows, float(a["scale"]), int(a.get("window", 0)))
-    spec += (int(a["slot_rows"]), float(a.get("eps", 0.0)))
+    spec = _rows_spec(caps, a, out) + (float(a.get("eps", 0.0)),)
     b = tuple(Binding(r[k]) for k in ("q", "k_cache", "v_cache", "step", "out", "k", "v"))
     qk_norm = "q_norm_w" in r
     b += (Binding(r["q_norm_w"]), Binding(r["k_norm_w"])) if qk_norm else ()
