@@ -26,6 +26,8 @@
 #   bash bench/gpu_session.sh attnab    # batched steps at position 256: attention_rows of HEAD vs bench/out/base
 #   bash bench/gpu_session.sh batch8b4  # the 8B's 4-row step by kernel from position 256, and its matvec knobs
 #   bash bench/gpu_session.sh attnfuse  # batched steps with rope + KV write + attention fused (attn_rows_fused) vs apart
+#   bash bench/gpu_session.sh planes    # batched steps: two x planes, split norms with the add, vs base and knobs
+#   bash bench/gpu_session.sh serve7    # serve vs llama-server -np N at 1/4/16/64 clients, 8B and Qwen3
 #   bash bench/gpu_session.sh followup  # attnfuse, batch8b4, then suite: the sixth session's open measurements
 #   bash bench/gpu_session.sh batchfuse # batched steps with the residual add + norm fused vs apart (Qwen3-0.6B, 8B)
 #   bash bench/gpu_session.sh coop2     # VK_NV_cooperative_matrix2's matmul rate (glslang 15 from Debian 13)
@@ -413,6 +415,40 @@ attnfuse)
         done; done
     done
     VKDECODE_VALIDATE=1 python -m pytest -q -x tests/executors/test_batch.py -k fused_attention 2>&1 | tail -2
+    ;;
+planes)
+    # batched steps from position 256 at HEAD (x as two byte planes, the norms writing them over
+    # several workgroups with the residual add, fused attention) against the base checkout in
+    # bench/out/base (`git archive BASE vkdecode shaders bench` there) and HEAD's knobs back one at
+    # a time, two rounds; HEAD's 4-row profile; then one row through the user's path, HEAD vs base
+    for s in "llama3.1-8b q4_k_m" "qwen3-0.6b f16"; do
+        set -- $s
+        f=$(shape_file "$1" "$2")
+        for r in 1 2; do for side in base head kq_planes=3 norm_parts=1; do
+            d=.; c=; [ $side = base ] && d=bench/out/base; [ ${side%=*} != $side ] && c=$side
+            (cd $d && python -m bench.batch_decode --model "$f" --widths 2 4 8 16 --steps 64 --ctx 512 --ahead \
+                --prompt-tokens 256 --caps $c --out "$OUT/planes-$1-$(echo $side | tr = -)-r$r.json" 2>&1 | grep "B=" | tr '\n' ' ')
+            echo " $1 $side r$r"
+        done; done
+    done
+    python -m bench.batch_decode --model "$(shape_file llama3.1-8b q4_k_m)" --widths 4 --steps 64 --ctx 512 \
+        --ahead --profile --prompt-tokens 256 --out "$OUT/planes-8b-profile.json" 2>&1 | cut -c1-200
+    python -m bench.ab_commits --base-dir bench/out/base --rounds 2 --out "$OUT/planes-ab-decode.json" \
+        "vkdecode bench --model $(shape_file llama3.1-8b q4_k_m) --modes fused --reps 3" 2>&1 | tail -4
+    ;;
+serve7)
+    # issue 34's table in one call: serve --parallel 64 at 1 / 4 / 16 / 64 clients (the level list
+    # twice: the first pass warms), then llama-server -np N with N clients; the 8B first (its
+    # 4-client cell was the one short), then Qwen3-0.6B F16. Carry .device/llama, not the
+    # validation layer's deb (64 MiB)
+    llama_server
+    for s in "llama3.1-8b q4_k_m" "qwen3-0.6b f16"; do
+        set -- $s
+        f=$(shape_file "$1" "$2")
+        python -m bench.serve_load --serve "$f" --parallel 64 --max-queue 128 --ctx 512 \
+            --clients 1 4 16 64 1 4 16 64 --out "$OUT/serve-vk-$1.json" | cut -c1-200
+        serve_llama_np "$f" "$1" 1 4 16 64
+    done
     ;;
 followup)
     # the sixth session's follow-up in one call (~8 minutes): the fused batched attention A/B, the

@@ -51,7 +51,12 @@ def run(
                 measure(case, caps, reps, warm_s=warm_s)  # untimed: first touch, clocks up
                 for barrier in barriers:
                     for _ in range(2):  # A, B, A, B
-                        for name, defines in (("float", {}), ("idot", idot)):
+                        # idot: x as two byte planes (the default), idot3: three
+                        for name, defines in (
+                            ("float", {}),
+                            ("idot", idot),
+                            ("idot3", {**idot, "KQ_PLANES": 3}),
+                        ):
                             r = measure(case, caps, reps, barrier=barrier, defines=defines)
                             r.update(kernel=name, rel_error=rel_error(case))
                             rows.append(r)

@@ -405,11 +405,11 @@ float kw_xsum(vec4 x[4]) { return kw_xsum16(x); }
 #if defined(KQ_IDOT) && defined(X4) && !defined(KW_JOINT) && (defined(DT_Q4_K) || defined(KQ_IDOT_Q6))
 // KQ_IDOT (KernelCaps.kq_idot): split q4_k units' dot products on integer dot products, and q6_k
 // units' with KQ_IDOT_Q6 too (kernels.kq_idot, wvec_defines). Each half's 16 activations
-// become block fixed point once per unit (kw_planes: xi = round(x 2^s), |xi| < 2^21, s from their
-// largest |x|), shared by every row the loop holds; a row then takes three 4x8-bit dot products per
+// become block fixed point once per unit (kw_planes: xi = round(x 2^s), s from their largest
+// |x|), shared by every row the loop holds; a row then takes KQ_PLANES 4x8-bit dot products per
 // q word (one per byte plane of xi) instead of four nibble decodes and four FMAs. The integer sums
-// are exact; the result differs from the float kernel by the rounding of x to 22 bits of its
-// half's largest |x|, ~2^-22 relative.
+// are exact; the result differs from the float kernel by the rounding of x to 16 (two planes) or
+// 22 bits (three) of its half's largest |x|.
 #define KW_IDOT 1
 #ifndef KW_IDOT_FNS
 #define KW_IDOT_FNS
@@ -421,11 +421,14 @@ uint udot4(uint a, uint b, spirv_literal int fmt);
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4452)
 int sudot4(uint a, uint b, spirv_literal int fmt);
 #endif
-// kw_half over planes: sum of the quants of half h times xi, exactly (|sum| < 16 * 63 * 2^21 <
-// 2^31; the partial sums wrap and come back), times 2^-s.
-float kw_half(uvec4 q, uvec4 aux, uint h, uvec4 p[3], float inv) {
-    uint s0 = 0u, s1 = 0u;
-    int s2 = 0;
+// kw_half over planes: sum of the quants of half h times xi, exactly, times 2^-s. Three planes:
+// |sum| < 16 * 63 * 2^21 < 2^31 (the partial sums wrap and come back); two: < 16 * 63 * 2^15.
+float kw_half(uvec4 q, uvec4 aux, uint h, uvec4 p[KQ_PLANES], float inv) {
+    uint s0 = 0u;
+    int s1 = 0;
+#if KQ_PLANES == 3
+    uint s1u = 0u;
+#endif
     for (uint i = 0; i < 4; i++) {
 #if defined(DT_Q4_K)
         const uint n = (q[i] >> (4u * h)) & 0x0F0F0F0Fu;
@@ -433,10 +436,18 @@ float kw_half(uvec4 q, uvec4 aux, uint h, uvec4 p[3], float inv) {
         const uint n = ((q[i] >> (4u * h)) & 0x0F0F0F0Fu) | (((aux[i] >> (4u * h)) << 4) & 0x30303030u);
 #endif
         s0 += udot4(n, p[0][i], 0);
-        s1 += udot4(n, p[1][i], 0);
-        s2 += sudot4(p[2][i], n, 0);
+#if KQ_PLANES == 3
+        s1u += udot4(n, p[1][i], 0);
+        s1 += sudot4(p[2][i], n, 0);
+#else
+        s1 += sudot4(p[1][i], n, 0);
+#endif
     }
-    return float(int(s0 + (s1 << 8)) + (s2 << 16)) * inv;
+#if KQ_PLANES == 3
+    return float(int(s0 + (s1u << 8)) + (s1 << 16)) * inv;
+#else
+    return float(int(s0) + (s1 << 8)) * inv;
+#endif
 }
 #endif
 #ifdef X4

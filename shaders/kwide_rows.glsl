@@ -55,7 +55,7 @@
 #endif
     // x's halves as the byte planes, factor and sum xplanes.comp made once a step (the group of
     // 16 activations of half h is vec4s kq_xv(4u) + h KQ_XHI.. of x)
-    uvec4 kp[3];
+    uvec4 kp[KQ_PLANES];
     float kinv, kxs0, kxs1;
     KW_XP(kq_xv(4 * u) / 4, kp, kinv, kxs0);
 #define KW_XH kp, kinv
@@ -67,7 +67,7 @@
     const float kxs0 = kw_xsum(kx);
 #ifdef KW_IDOT
     // x's half as byte planes, once for all the rows (dequant.glsl KQ_IDOT)
-    uvec4 kp[3];
+    uvec4 kp[KQ_PLANES];
     float kinv = kw_planes(kx, kp);
 #define KW_XH kp, kinv
 #else

@@ -32,8 +32,8 @@ uint mv_xrow = 0u;
 
 #ifdef KW_XPLANES
 // x as xplanes.comp wrote it once for the step (split wide units on integer dot products,
-// kwide_rows.glsl KW_XP): group g of x row r is planes xp4[(3r + k) G + g], k < 3, and
-// (2^-s, sum) xpf[6 XR G + r G + g], G = K / 16 groups a row
+// kwide_rows.glsl KW_XP): group g of x row r is planes xp4[(P r + k) G + g], k < P = KQ_PLANES,
+// and (2^-s, sum) xpf[2 P XR G + r G + g], G = K / 16 groups a row (kw_planes.glsl)
 layout(binding = B_Y + 1) readonly buffer XPB { uvec4 xp4[]; };
 layout(binding = B_Y + 1) readonly buffer XFB { vec2 xpf[]; };
 #ifdef MV_XROWS
@@ -43,8 +43,8 @@ layout(binding = B_Y + 1) readonly buffer XFB { vec2 xpf[]; };
 #endif
 #define KW_XP(g, p, inv, xs) { \
     const uint xp_g = K / 16u, xp_i = XP_ROW * xp_g + (g); \
-    for (uint k = 0; k < 3; k++) p[k] = xp4[(3u * XP_ROW + k) * xp_g + (g)]; \
-    const vec2 xp_f = xpf[6u * XR * xp_g + xp_i]; \
+    for (uint k = 0; k < KQ_PLANES; k++) p[k] = xp4[(KQ_PLANES * XP_ROW + k) * xp_g + (g)]; \
+    const vec2 xp_f = xpf[2u * KQ_PLANES * XR * xp_g + xp_i]; \
     inv = xp_f.x; \
     xs = xp_f.y; \
 }

@@ -16,16 +16,18 @@ layout(binding = 2) writeonly buffer YB { float y[]; };
 layout(constant_id = 2) const uint DIM = 16;
 layout(binding = 3) writeonly buffer PB { uvec4 p4[]; };
 layout(binding = 3) writeonly buffer FB { vec2 pf[]; };
+layout(binding = 0) readonly buffer G4B { vec4 g4[]; };
+layout(binding = 1) readonly buffer U4B { vec4 u4[]; };
+layout(binding = 2) writeonly buffer Y4B { vec4 y4[]; };
 
 void main() {
     const uint G = DIM / 16, n = flat_group_id() * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
     if (n >= N / 16) return;
     vec4 x[4];
-    for (uint j = 0; j < 16; j++) {
-        const uint i = 16 * n + j;
-        float v = g[i];
-        x[j / 4][j % 4] = v / (1.0 + exp(-v)) * u[i];   // the bits of the plain kernel's y
-        y[i] = x[j / 4][j % 4];
+    for (uint j = 0; j < 4; j++) {
+        const vec4 v = g4[4 * n + j];
+        x[j] = v / (1.0 + exp(-v)) * u4[4 * n + j];   // the bits of the plain kernel's y
+        y4[4 * n + j] = x[j];
     }
     KW_PLANES_STORE(x, n / G, n % G, G, N / DIM, kw_xsum16_exact(x));
 }

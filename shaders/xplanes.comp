@@ -2,9 +2,9 @@
 #extension GL_GOOGLE_include_directive : require
 // xplanes: a batched step's x rows as split wide K-quant units on integer dot products take them
 // (dequant.glsl KQ_IDOT), made once a step instead of by every workgroup for every unit: each
-// 16-element group g of row r becomes three byte planes and the factor 2^-s (kw_planes) and the
+// 16-element group g of row r becomes KQ_PLANES byte planes and the factor 2^-s (kw_planes) and the
 // sum of its activations (kw_xsum16), the same arithmetic, so the matvecs' results keep their bits.
-// Layout (matmul.comp KW_XPLANES reads it): uvec4 planes [r][k < 3][g], then vec2 (2^-s, sum)
+// Layout (matmul.comp KW_XPLANES reads it): uvec4 planes [r][k < KQ_PLANES][g], then vec2 (2^-s, sum)
 // [r][g]: a lane's loads of one plane sit next to its neighbours'. rms_norm.comp and silu_mul.comp
 // (XPLANES) write the same for their outputs; this kernel serves other producers (attention).
 // Bindings: 0 x (R rows of DIM floats), 1 planes. Spec: 0 workgroup size, 1 DIM, 2 R.

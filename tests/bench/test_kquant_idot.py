@@ -13,10 +13,13 @@ def test_integer_dot_kernels_match_numpy(device):
         device, [(67, 512), (40, 1024)], ["q4_k", "q6_k"], reps=2, barriers=["full"], copies=1, warm_s=0.0
     )
     assert {(r["dtype"], r["kernel"]) for r in rows} == {
-        (d, k) for d in ("q4_k", "q6_k") for k in ("float", "idot")
+        (d, k) for d in ("q4_k", "q6_k") for k in ("float", "idot", "idot3")
     }
-    # x as 22 bits of each half unit's largest |x|: within a few f32 roundings of the float kernel
-    assert all(r["rel_error"] < 2e-6 for r in rows), [(r["dtype"], r["kernel"], r["rel_error"]) for r in rows]
+    err = {(r["dtype"], r["kernel"]): r["rel_error"] for r in rows}
+    # x as 22 bits of each half unit's largest |x| (three planes): within a few f32 roundings of the
+    # float kernel; as 15 bits (two): each x off by up to 2^-15 of its group's largest
+    assert all(e < 2e-6 for (_, k), e in err.items() if k != "idot"), err
+    assert all(e < 1e-4 for e in err.values()), err
 
 
 def test_integer_dot_passes_non_finite_x_on(device):

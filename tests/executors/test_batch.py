@@ -5,6 +5,8 @@ the width shrinking), and per width the replayed step costs 0 descriptor writes,
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -100,6 +102,21 @@ def test_fused_attention_rows_equal_alone(device, tiny, arch, kv):
     shaders = {c.shader for c in calls}
     assert "rope_rows" not in shaders and "kv_write_rows" not in shaders, shaders
     assert any(c.shader == "attention_rows" and ("FUSED", "1") in c.defines for c in calls)
+
+
+def test_fused_attention_rows_by_default_on_gpus(device, tiny):
+    """attn_rows_fused 0 (automatic): the fused attention_rows where the caps are a GPU's (measured
+    there), the ops' kernels on a CPU's; < 0 never."""
+    m = tiny["qwen3"]
+    base = KernelCaps.from_info(device.info)
+
+    def fused(**kw) -> bool:
+        opts = DecodeOptions(mode="fused", ctx=CTX, prefill=(8,), caps=replace(base, **kw))
+        with Decoder.build(device, m.program, m.weights, opts) as dec, BatchDecode(dec, (4,)) as b:
+            return any(("FUSED", "1") in it.call.defines for it in b.runners[4].items)
+
+    assert fused(device_cpu=False) and not fused(device_cpu=True)
+    assert not fused(device_cpu=False, attn_rows_fused=-1) and fused(device_cpu=True, attn_rows_fused=1)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k"])

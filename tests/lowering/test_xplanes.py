@@ -59,9 +59,12 @@ def _steps(device, m, caps, ps, n):
 
 @pytest.mark.parametrize("dtype", ["q4_k", "q6_k"])
 def test_batched_step_logits_bit_identical(device, models_dir, dtype):
-    """A batched step's logits at widths 8, 4, 2 and 1 with x planes made once a step (xplanes 0)
-    and per unit (< 0) are the same bits: the same kw_planes / kw_xsum arithmetic."""
-    on = KernelCaps.from_info(device.info, kwide=1, kw_split=1, kq_idot=1, matvec_wg=0, matvec_rows=0)
+    """A batched step's logits at widths 8, 4, 2 and 1 with x planes made once a step (xplanes 0;
+    the norms' rows over 4 workgroups each) and per unit (< 0) are the same bits: the same kw_planes
+    / kw_xsum arithmetic."""
+    on = KernelCaps.from_info(
+        device.info, kwide=1, kw_split=1, kq_idot=1, matvec_wg=0, matvec_rows=0, norm_parts=4
+    )
     if not on.integer_dot:
         pytest.skip("no shaderIntegerDotProduct on this device")
     # 16 heads of 16: the o projection's rows are 256 wide, whole superblocks (not q5_0's fallback)
@@ -77,8 +80,10 @@ def test_batched_step_logits_bit_identical(device, models_dir, dtype):
     xs = {c.bindings[2].value for c in mm if "KW_XPLANES" in dict(c.defines)}
     folded = [c for c in calls if "XPLANES" in dict(c.defines)]
     apart = [c.bindings[0].value for c in calls if c.shader == "xplanes"]
-    assert sorted(apart + [c.bindings[2].value for c in folded]) == sorted(xs)
-    assert {c.shader for c in folded} == {"rms_norm", "silu_mul"}
+    outs = [c.bindings[4 if c.shader == "add_rms_norm" else 2].value for c in folded]
+    assert sorted(apart + outs) == sorted(xs)
+    # layer 0's norm has no add before it; each later one its residual add (ADD_RMS_NORM_ROWS)
+    assert {c.shader for c in folded} == {"rms_norm", "add_rms_norm", "silu_mul"}
     made_by = {out: op.kind for op in prog.ops for out in op.outputs}
     assert apart and {made_by[x] for x in apart} == {"attention"}
     assert not any(c.shader == "xplanes" or "XPLANES" in dict(c.defines) for c in plain)
@@ -86,14 +91,15 @@ def test_batched_step_logits_bit_identical(device, models_dir, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["q4_k", "f16"])
-def test_fused_add_norm_rows_only_where_no_planes_are_read(models_dir, dtype):
-    """No GPU: a batched step's ADD_RMS_NORM_ROWS regions run one add_rms_norm over the rows, except
-    where the normed rows go to matvecs reading x planes: there the add and the norm writing the
-    planes (XPLANES) stay two kernels, as measured faster on the H200 (lowering/regions.py)."""
+def test_fused_add_norm_rows_write_the_planes(models_dir, dtype):
+    """No GPU: a batched step's ADD_RMS_NORM_ROWS regions run one add_rms_norm over the rows, which
+    also writes the planes (XPLANES) where the normed rows go to matvecs reading them, each row
+    over xplanes.norm_parts workgroups (one on CPUs)."""
     from fusion.chunk_batch import batch_program
     from fusion.partition import partition
     from fusion.rules import BATCH_RULES
     from vkdecode.lowering.regions import region_calls
+    from vkdecode.lowering.xplanes import norm_parts
 
     hf = tiny_hf_model("qwen2", models_dir, hidden_size=256, intermediate_size=512, num_attention_heads=16)
     m = load_model(write_gguf(hf, models_dir / f"xplanes-qwen2-256.{dtype}.gguf", dtype), ctx=CTX)
@@ -101,8 +107,13 @@ def test_fused_add_norm_rows_only_where_no_planes_are_read(models_dir, dtype):
     caps = replace(GPU, kwide=1, kw_split=1, kq_idot=1)
     fused = [r for r in partition(prog, list(BATCH_RULES)) if r.rule == "ADD_RMS_NORM_ROWS"]
     assert len(fused) == 2 * sum(op.kind == "attention" for op in prog.ops)
+    planes = dtype == "q4_k"
     for r in fused:
-        shaders = [(c.shader, "XPLANES" in dict(c.defines)) for c in region_calls(prog, r, caps)]
-        assert shaders == (
-            [("add", False), ("rms_norm", True)] if dtype == "q4_k" else [("add_rms_norm", False)]
-        )
+        (c,) = region_calls(prog, r, caps)
+        assert c.shader == "add_rms_norm" and ("XPLANES" in dict(c.defines)) == planes
+        assert c.groups[0] == 4 * (norm_parts(256, caps) if planes else 1)
+    assert norm_parts(256, caps) == 1 and norm_parts(4096, caps) == 16
+    assert (
+        norm_parts(4096, replace(caps, device_cpu=True)) == 1
+        and norm_parts(4096, replace(caps, norm_parts=4)) == 4
+    )

@@ -144,9 +144,24 @@ def wvec_defines(wvec: bool, caps: KernelCaps, n_in: int, dtype: str = "") -> tu
         (("WVEC", "1"),)
         + ((("NIB_OLD", "1"),) if caps.kq_inplace < 0 else ())
         + ((("KW_JOINT", "1"),) if not split else ())
-        + ((("KQ_IDOT", "1"),) if q4 or q6 else ())
+        + ((("KQ_IDOT", "1"),) + planes_defines(caps) if q4 or q6 else ())
         + ((("KQ_IDOT_Q6", "1"),) if q6 else ())
     )
+
+
+def x_planes(caps: KernelCaps) -> int:
+    """Byte planes of x where split K-quant units take integer dot products (caps.kq_planes): 2,
+    x rounded to 16 bits of its 16-element group's largest |x| (two dot products a q word), or 3,
+    22 bits (three). H200, Llama-3.1-8B Q4_K_M: a batched step's matvecs are bound by those dot
+    products from 4 rows (bench/results/nvidia-h200/2026-11-27-kq-planes/)."""
+    if caps.kq_planes not in (0, 2, 3):
+        raise ValueError(f"kq_planes {caps.kq_planes}: expected 2 or 3 (0: 2)")
+    return caps.kq_planes or 2
+
+
+def planes_defines(caps: KernelCaps) -> tuple[tuple[str, str], ...]:
+    """KQ_PLANES for every kernel making or reading x planes (kw_planes.glsl's default is 2)."""
+    return (("KQ_PLANES", "3"),) if x_planes(caps) == 3 else ()
 
 
 def reduce_defines(caps: KernelCaps) -> tuple[tuple[str, str], ...]:

@@ -27,8 +27,8 @@ class KernelCaps:
     attn_max_splits: int = 0  # GPUs (attn_live_rows >= 0): splits of an attention grid at most (0: auto)
     attn_wg: int = 0  # fused attention workgroup size (0: attention.ATTN_WG[_SG])
     attn_rows_wg: int = 0  # attention_rows' workgroup size (0: GPUs 512, CPUs head_dim, >= 64)
-    attn_rows_fused: int = 0  # batched steps: rope, KV write, attention as one attention_rows (> 0;
-    # 0: apart, until measured on a GPU)
+    attn_rows_fused: int = 0  # batched steps: rope, KV write, attention as one attention_rows (0: on
+    # GPUs, apart on CPUs, not measured there; > 0: always; < 0: never)
     attn_kernel: str = ""  # fused attention: "sg" (subgroup rows) where it fits, "wg" never; "" auto
     cx_rows: int = 0  # rows per workgroup of an o-projection combining attention partials (0: auto,
     # < 0: none does, split attention keeps its attention_combine dispatch)
@@ -40,12 +40,12 @@ class KernelCaps:
     # 0: yes, < 0: by shifts and int-to-float conversions, define NIB_OLD)
     kw_split: int = 0  # wide q4_k / q6_k units take every row's weights, then x in halves
     # (shaders/kwide_rows.glsl; 0: yes, < 0: load_x + unit_dot, define KW_JOINT)
-    kq_idot: int = (
-        0  # split wide q4_k / q6_k units on integer dot products, x as 22-bit block fixed point made
-    )
+    kq_idot: int = 0  # split wide q4_k / q6_k units on integer dot products, x as block fixed point made
     # in registers (dequant.glsl KQ_IDOT), and split at every width (calls.kq_idot;
     # 0: where accelerated, > 0: where shaderIntegerDotProduct, < 0: never)
     kq_idot_q6: int = 0  # and q6_k units too where kq_idot applies (0: yes, < 0: q4_k only)
+    kq_planes: int = 0  # byte planes of x there: 2 (0 too: x as 16-bit block fixed point, two dot
+    # products a word) or 3 (22-bit, three): kw_planes.glsl KQ_PLANES, calls.planes_defines
     kw_balance: int = 0  # wide q4_k / q6_k rows of an odd multiple of 64 units (14336-wide: 448) take
     # units / 2 lanes, two units each, where a power of two left lanes idle
     # (calls.kw_balanced; 0 or > 0: with subgroup arithmetic, < 0: never)
@@ -82,6 +82,8 @@ class KernelCaps:
     batch_acc: int = 0  # their matvec's x rows x rows per workgroup at most where the rows are
     # automatic (ops.batch_rows; 0: ops.XR_ACC)
     batch_rows: int = 0  # their matvec's rows per workgroup, past one row's choice too (0: auto)
+    norm_parts: int = 0  # workgroups a row of their norms writing x planes (0: 16 groups of 16 each
+    # on GPUs, one on CPUs; xplanes.norm_parts)
     xplanes: int = 0  # their split K-quant matvecs on integer dot products read x as byte planes
     # made once a step (lowering/xplanes.py; 0: every width, > 0: widths from this, < 0: never)
     router_one_wg: int = (

@@ -72,7 +72,7 @@ def _matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     # x as the planes made once a step (lowering/xplanes.py), bound after y
     planes = reads_planes(p, op, caps)
     defines += (("KW_XPLANES", "1"),) if planes else ()
-    xp = ((planes_name(x), planes_bytes(xr, n_in)),) if planes else ()
+    xp = ((planes_name(x), planes_bytes(xr, n_in, caps)),) if planes else ()
     chunks = row_chunks(wv.dtype, n_out, n_in, caps)
     calls = []
     for r0, rows in chunks:

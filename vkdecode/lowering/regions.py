@@ -18,21 +18,23 @@ from vkdecode.lowering import matvec as mv
 from vkdecode.lowering import moe
 from vkdecode.lowering import rows as row_ops
 from vkdecode.lowering.ops import KernelCall, KernelCaps, op_calls
-from vkdecode.lowering.xplanes import planes_width
+from vkdecode.lowering.xplanes import fold_planes, planes_width
 
 Builder = Callable[[Program, Region, KernelCaps], "list[KernelCall] | None"]
 
 
 def _add_rms_norm_rows(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
-    """A batched step's residual add + norm over its rows, unless the normed rows go to matvecs
-    reading x planes (K-quants on integer dot products): there the add stays apart and the norm
-    writes the planes (XPLANES). H200, same call, GPU ms a step at 2 / 4 / 8 rows: Qwen3-0.6B F16
-    1.73 / 2.24 / 3.04 apart, 1.67 / 2.12 / 2.95 fused; Llama-3.1-8B Q4_K_M (planes written by the
-    fused kernel) 4.65 / 6.68 / 12.21 apart, 4.82 / 6.83 / 12.33 fused
-    (bench/results/nvidia-h200/2026-11-27-batch-fuse/)."""
-    if planes_width(p, region.roles["out"], caps):
-        return None
-    return att.add_rms_norm(p, region, caps)
+    """A batched step's residual add + norm over its rows; where the normed rows go to matvecs
+    reading x planes (K-quants on integer dot products) the kernel writes the planes too (XPLANES).
+    H200, same call, GPU ms a step at 2 / 4 / 8 rows: Qwen3-0.6B F16 1.73 / 2.24 / 3.04 apart,
+    1.67 / 2.12 / 2.95 fused (bench/results/nvidia-h200/2026-11-27-batch-fuse/); Llama-3.1-8B
+    Q4_K_M with planes: bench/results/nvidia-h200/2026-11-27-kq-planes/."""
+    calls = att.add_rms_norm(p, region, caps)
+    n_in = planes_width(p, region.roles["out"], caps)
+    if not n_in:
+        return calls
+    folded = fold_planes(p, calls, region.roles["out"], n_in, caps)
+    return None if folded is None else [folded]
 
 
 def _by_rule(pairs: list[tuple[tuple[Rule, ...], Builder]]) -> dict[str, Builder]:

@@ -22,13 +22,14 @@ from vkdecode.lowering.calls import (
     KernelCaps,
     flat_groups,
     matvec_shape,
+    planes_defines,
     wg_size,
     wvec_defines,
+    x_planes,
 )
 from vkdecode.lowering.rows import batch_matvec
 
-GROUP = 16  # activations a group (a half of a wide unit): 3 uvec4 planes + vec2 (2^-s, sum)
-GROUP_BYTES = 3 * 16 + 8
+GROUP = 16  # activations a group (a half of a wide unit): 2 or 3 uvec4 planes + vec2 (2^-s, sum)
 
 
 def planes_name(x: str) -> str:
@@ -36,8 +37,8 @@ def planes_name(x: str) -> str:
     return f"scratch:{x}.xplanes"
 
 
-def planes_bytes(rows: int, n_in: int) -> int:
-    return rows * (n_in // GROUP) * GROUP_BYTES
+def planes_bytes(rows: int, n_in: int, caps: KernelCaps) -> int:
+    return rows * (n_in // GROUP) * (16 * x_planes(caps) + 8)
 
 
 def reads_planes(p: Program, op: Op, caps: KernelCaps) -> bool:
@@ -67,7 +68,8 @@ def planes_call(p: Program, x: str, n_in: int, caps: KernelCaps) -> KernelCall:
         (Binding(x), Binding(name)),
         (1,),
         flat_groups(-(-n // wg)),
-        scratch=((name, planes_bytes(rows, n_in)),),
+        scratch=((name, planes_bytes(rows, n_in, caps)),),
+        defines=planes_defines(caps),
         label=name,
     )
 
@@ -94,7 +96,7 @@ def with_planes(p: Program, op_index: int, calls: list[KernelCall], caps: Kernel
     for out in op.outputs:
         n_in = planes_width(p, out, caps)
         if n_in:
-            folded = _folded(p, calls, out, n_in)
+            folded = fold_planes(p, calls, out, n_in, caps)
             if folded is None:
                 after.append(planes_call(p, out, n_in, caps))
             else:
@@ -102,9 +104,20 @@ def with_planes(p: Program, op_index: int, calls: list[KernelCall], caps: Kernel
     return before + calls + after
 
 
-def _folded(p: Program, calls: list[KernelCall], x: str, n_in: int) -> KernelCall | None:
-    """The producer's one call writing x's planes too (define XPLANES: rms_norm over whole rows,
-    silu_mul), or None (an xplanes call follows it). Each extra dependent dispatch costs ~2.5 µs on
+def norm_parts(n_in: int, caps: KernelCaps) -> int:
+    """Workgroups a row of a norm writing planes (caps.norm_parts; 0: 16 groups each on GPUs, one
+    a row on CPUs), each summing the row's squares itself. H200, Llama-3.1-8B Q4_K_M 4-row step: one
+    workgroup a row, the add apart, took 750 µs of ~7.7 ms profiled (64 norms): 2026-11-27-kq-planes."""
+    if caps.norm_parts > 0:
+        return min(caps.norm_parts, n_in // GROUP)
+    return 1 if caps.device_cpu else max(1, n_in // GROUP // 16)
+
+
+def fold_planes(
+    p: Program, calls: list[KernelCall], x: str, n_in: int, caps: KernelCaps
+) -> KernelCall | None:
+    """The producer's one call writing x's planes too (define XPLANES: rms_norm or add_rms_norm
+    over whole rows, silu_mul), or None (an xplanes call follows it). Each extra dependent dispatch costs ~2.5 µs on
     a GPU: the norms and silu_mul are 3 of the 4 producers of a Llama layer (attention the 4th)."""
     if len(calls) != 1 or n_in % GROUP:
         return None
@@ -114,11 +127,13 @@ def _folded(p: Program, calls: list[KernelCall], x: str, n_in: int) -> KernelCal
     fold = {
         "bindings": c.bindings + (Binding(name),),
         "writes": c.writes + (len(c.bindings),),
-        "defines": c.defines + (("XPLANES", "1"),),
-        "scratch": c.scratch + ((name, planes_bytes(rows, n_in)),),
+        "defines": c.defines + (("XPLANES", "1"),) + planes_defines(caps),
+        "scratch": c.scratch + ((name, planes_bytes(rows, n_in, caps)),),
     }
-    if c.shader == "rms_norm" and c.spec[1] == n_in and c.bindings[2].value == x:
-        return replace(c, spec=c.spec + (rows,), **fold)
+    norm = {"rms_norm": 2, "add_rms_norm": 4}.get(c.shader)
+    if norm and c.spec[1] == n_in and c.bindings[norm].value == x:
+        parts = norm_parts(n_in, caps)
+        return replace(c, spec=c.spec + (rows, parts), groups=flat_groups(rows * parts), **fold)
     if c.shader == "silu_mul" and c.bindings[2].value == x:
         n = rows * n_in // GROUP  # an invocation a group of 16
         return replace(c, spec=c.spec + (n_in,), groups=flat_groups(-(-n // c.spec[0])), **fold)
