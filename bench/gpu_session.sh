@@ -28,6 +28,7 @@
 #   bash bench/gpu_session.sh attnfuse  # batched steps with rope + KV write + attention fused (attn_rows_fused) vs apart
 #   bash bench/gpu_session.sh planes    # batched steps: two x planes, split norms with the add, vs base and knobs
 #   bash bench/gpu_session.sh serve7    # serve vs llama-server -np N at 1/4/16/64 clients, 8B and Qwen3
+#   bash bench/gpu_session.sh moeroute  # MoE decode: top-k inside the experts' gate/up vs its own dispatch, llama.cpp
 #   bash bench/gpu_session.sh followup  # attnfuse, batch8b4, then suite: the sixth session's open measurements
 #   bash bench/gpu_session.sh batchfuse # batched steps with the residual add + norm fused vs apart (Qwen3-0.6B, 8B)
 #   bash bench/gpu_session.sh coop2     # VK_NV_cooperative_matrix2's matmul rate (glslang 15 from Debian 13)
@@ -449,6 +450,19 @@ serve7)
             --clients 1 4 16 64 1 4 16 64 --out "$OUT/serve-vk-$1.json" | cut -c1-200
         serve_llama_np "$f" "$1" 1 4 16 64
     done
+    ;;
+moeroute)
+    # MoE decode with the router's top-k inside the experts' gate/up kernel (moe_route, default)
+    # against its own dispatch (moe_route=-1), two rounds, with the per-rule detail; then
+    # llama.cpp's decode on the same file. Carry .device/llama
+    llama_server
+    f=$(shape_file qwen3-30b-a3b q4_k_m)
+    python -m bench.ab_modes fused fused:moe_route=-1 --model "$f" --ctx 1024 --prompt-tokens 16 -n 64 \
+        --rounds 2 --detail --out "$OUT/moe-route.json" 2>&1 | tail -8
+    python -m bench.ab_commits --base-dir bench/out/base --rounds 2 --out "$OUT/moe-route-ab.json" \
+        "vkdecode bench --model $f --modes fused --reps 3" 2>&1 | tail -3
+    python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 16 --decode 128 --reps 3 \
+        --out "$OUT/llama-moe.json" | tail -4
     ;;
 followup)
     # the sixth session's follow-up in one call (~8 minutes): the fused batched attention A/B, the

@@ -23,7 +23,12 @@ from fusion.region import (
     single_op_region,  # noqa: F401  (re-exported: fusion.rules is the catalogue)
     whole_norm,
 )
-from fusion.rules_moe import MOE_MATMUL_SILU_MUL, MOE_MATMUL_SUM_ADD, RMS_NORM_MATMUL_MOE_TOPK
+from fusion.rules_moe import (
+    MOE_MATMUL_SILU_MUL,
+    MOE_MATMUL_SUM_ADD,
+    RMS_NORM_MATMUL_MOE_TOPK,
+    RMS_NORM_MATMUL_MOE_TOPK_SILU_MUL,
+)
 from fusion.rules_projection import (
     MATMUL_ADD,
     MATMUL_BIAS_ADD,
@@ -172,6 +177,7 @@ RMS_NORM_ADD = rule(
 
 DEFAULT_RULES: tuple[Rule, ...] = (
     RMS_NORM_MATMUL_ARGMAX,
+    RMS_NORM_MATMUL_MOE_TOPK_SILU_MUL,
     RMS_NORM_MATMUL_MOE_TOPK,
     MOE_MATMUL_SILU_MUL,
     MOE_MATMUL_SUM_ADD,

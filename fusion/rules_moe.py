@@ -67,4 +67,53 @@ MOE_MATMUL_SUM_ADD = rule(
     check=lambda m, p: shape_of(p, m.captures["s"])[0] == shape_of(p, m.captures["w"])[1],
 )
 
-MOE_RULES = (RMS_NORM_MATMUL_MOE_TOPK, MOE_MATMUL_SILU_MUL, MOE_MATMUL_SUM_ADD)
+# Routers of more elements (experts x hidden) than this run on the multi-workgroup rms_norm_matmul,
+# not in one workgroup with their top-k (vkdecode/lowering/moe.py, caps.router_one_wg): in a decode
+# step their top-k goes into the chosen experts' gate/up kernel instead of a dispatch of its own.
+ROUTER_ONE_WORKGROUP_MAX = 1 << 15
+
+
+def _lower_route_glu(m: Match, p: Program) -> Region:
+    c = m.captures
+    topk = p.ops[p.producers()[c["ids"]]].attrs
+    keys = ("x", "norm_w", "w", "h", "logits", "ids", "weights", "w_gate", "w_up", "a")
+    return match_region(
+        m, {k: c[k] for k in keys}, {"eps": eps_of(m, p, "h"), "k": topk["k"], "norm": bool(topk.get("norm"))}
+    )
+
+
+def _route_glu_applies(m: Match, p: Program) -> bool:
+    """A decode step's (one row of slots) router too big for one workgroup, and its gate/up."""
+    c = m.captures
+    e, k = shape_of(p, c["w"])
+    topk = p.ops[p.producers()[c["ids"]]].attrs
+    return (
+        e * k > ROUTER_ONE_WORKGROUP_MAX
+        and p.values[c["ids"]].numel == int(topk["k"])
+        and same_weights(m, p, "w_gate", "w_up")
+        and shape_of(p, c["h"])[0] == shape_of(p, c["w_gate"])[2]
+    )
+
+
+# The router and the chosen experts' gate/up + SwiGLU: rms_norm_matmul (h and the logits), then
+# the gate/up kernel ranking the logits itself (shaders/moe_route.glsl). h is exported: a shared
+# expert (qwen2moe) reads it too.
+RMS_NORM_MATMUL_MOE_TOPK_SILU_MUL = rule(
+    "RMS_NORM_MATMUL_MOE_TOPK_SILU_MUL",
+    op("rms_norm", ("x", "norm_w"), ("h",), where=whole_norm),
+    op("matmul", ("w", "h"), ("logits",)),
+    op("moe_topk", ("logits",), ("ids", "weights")),
+    op("moe_matmul", ("w_gate", "h", "ids"), ("g",)),
+    op("moe_matmul", ("w_up", "h", "ids"), ("u",)),
+    op("silu_mul", ("g", "u"), ("a",)),
+    exports=("h", "ids", "weights", "a"),
+    lower=_lower_route_glu,
+    check=_route_glu_applies,
+)
+
+MOE_RULES = (
+    RMS_NORM_MATMUL_MOE_TOPK_SILU_MUL,
+    RMS_NORM_MATMUL_MOE_TOPK,
+    MOE_MATMUL_SILU_MUL,
+    MOE_MATMUL_SUM_ADD,
+)

@@ -16,10 +16,18 @@ layout(constant_id = 4) const uint M = 1;
 // MOE_MATMUL_SILU_MUL: W_gate / W_up are 3-D (experts, M, K); workgroup g runs slot g / BLOCKS
 // (expert ids[slot]: rows from ids[slot] * M) and its row block g % BLOCKS, writing y[slot * M ..]
 layout(constant_id = 5) const uint BLOCKS = 1;
-layout(binding = B_IDS) readonly buffer MIDS { uint moe_ids[]; };
 #define FSW_SLOT (flat_group_id() / BLOCKS)
 #define FSW_BLOCK (flat_group_id() % BLOCKS)
+#ifdef MOE_ROUTE
+// the top-k in this kernel (moe_route.glsl): spec 6 E (experts), 7 TOPK
+layout(constant_id = 6) const uint E = 8;
+layout(constant_id = 7) const uint TOPK = 2;
+#include "moe_route.glsl"
+#define FSW_BASE (moe_expert * M)
+#else
+layout(binding = B_IDS) readonly buffer MIDS { uint moe_ids[]; };
 #define FSW_BASE (moe_ids[FSW_SLOT] * M)
+#endif
 #else
 #define FSW_SLOT 0u
 #define FSW_BLOCK flat_group_id()
@@ -67,6 +75,9 @@ void fmv_rows_gate_up(uint first, uint base) {
 
 void main() {
     const uint t = gl_LocalInvocationID.x;
+#ifdef MOE_ROUTE
+    const uint moe_expert = moe_route(FSW_SLOT, flat_group_id() == 0u);
+#endif
     const uint first = FSW_BLOCK * ROWS;
     if (first >= M) return;  // padding of a 2-D grid: the whole workgroup leaves together
     fmv_clear();

@@ -177,9 +177,10 @@ def test_fused_moe_regions_split_wide_units(device, models_dir, dtype, idot):
 def test_qwen3_30b_a3b_decode_calls_on_a_gpu():
     """No GPU: Qwen3-30B-A3B Q4_K_M's MoE layer with an H100's caps (32-lane subgroups, accelerated
     integer dot products). The router (128 x 2048, past the one-workgroup kernel) is rms_norm_matmul
-    writing h, then top-k; gate/up take the dense gate/up's shape at one expert's 768 rows (one
-    subgroup, 4 rows of each weight, split wide units on integer dot products: 192 row blocks a
-    slot); the 768-wide down stays in 8-element units (under KWIDE_MIN_IN), 128 lanes x 2 rows."""
+    writing h and the logits, its top-k inside the gate/up kernel (MOE_ROUTE; moe_route=-1: its own
+    dispatch); gate/up take the dense gate/up's shape at one expert's 768 rows (one subgroup, 4
+    rows of each weight, split wide units on integer dot products: 192 row blocks a slot); the
+    768-wide down stays in 8-element units (under KWIDE_MIN_IN), 128 lanes x 2 rows."""
     from fusion.partition import partition
     from vkdecode.benchmark.shapes import shape_args, weight_dtypes
     from vkdecode.lowering.caps import KernelCaps
@@ -190,10 +191,37 @@ def test_qwen3_30b_a3b_decode_calls_on_a_gpu():
     p = build_program(args, 256, weight_dtypes(args, "q4_k_m"))
     caps = KernelCaps(32, True, (1 << 32) - 1, 1024, 49152, 16, integer_dot=True, integer_dot_fast=True)
     calls = {r.rule: region_calls(p, r, caps) for r in partition(p) if r.rule and "MOE" in r.rule}
-    assert [c.shader for c in calls["RMS_NORM_MATMUL_MOE_TOPK"]] == ["rms_norm_matmul", "moe_topk"]
-    assert "B_H" in dict(calls["RMS_NORM_MATMUL_MOE_TOPK"][0].defines)
-    (gu,) = calls["MOE_MATMUL_SILU_MUL"]
-    assert gu.spec[:3] == (32, 2048, 4) and gu.spec[4:] == (768, 192) and gu.groups[0] == 8 * 192
+    (router, gu) = calls["RMS_NORM_MATMUL_MOE_TOPK_SILU_MUL"]
+    assert router.shader == "rms_norm_matmul" and "B_H" in dict(router.defines)
+    assert gu.shader == "matmul_silu_mul" and {"MOE_ROUTE", "MOE_NORM"} <= dict(gu.defines).keys()
+    assert gu.spec[:3] == (32, 2048, 4) and gu.spec[4:] == (768, 192, 128, 8) and gu.groups[0] == 8 * 192
+    own = [r for r in partition(p) if r.rule == "RMS_NORM_MATMUL_MOE_TOPK_SILU_MUL"]
+    apart = region_calls(p, own[0], replace(caps, moe_route=-1))
+    assert [c.shader for c in apart] == ["rms_norm_matmul", "moe_topk", "matmul_silu_mul"]
     assert {"WVEC", "KQ_IDOT"} <= dict(gu.defines).keys() and "KW_JOINT" not in dict(gu.defines)
     (down,) = calls["MOE_MATMUL_SUM_ADD"]
     assert down.spec[:4] == (128, 768, 2048, 2) and "WVEC" not in dict(down.defines)
+
+
+@pytest.mark.parametrize("arch,norm", [("qwen3moe", True), ("qwen3moe", False), ("qwen2moe", False)])
+def test_router_top_k_inside_the_experts_gate_up(device, models_dir, arch, norm):
+    """A router too big for one workgroup (128 experts x 384) in a decode step: rms_norm_matmul
+    writes h and the logits, and the chosen experts' gate/up kernel ranks the logits itself and
+    writes the ids and weights (MOE_ROUTE, shaders/moe_route.glsl): no moe_topk dispatch. With and
+    without norm_topk_prob, and qwen2moe's shared expert reading h too: greedy tokens as the
+    reference, and as with the top-k's own dispatch (moe_route=-1)."""
+    over = {"num_experts": 128, "num_experts_per_tok": 8, "hidden_size": 384, "moe_intermediate_size": 16}
+    over.update(num_hidden_layers=2, norm_topk_prob=norm)
+    m = load_model(tiny_hf_model(arch, models_dir, **over), ctx=16)
+    tokens = {}
+    for route in (0, -1):
+        caps = replace(caps_of(device), moe_route=route)
+        with make_executor("fused", device, m.program, m.weights, caps=caps) as ex:
+            rules = {r.rule for r in ex.regions}
+            assert "RMS_NORM_MATMUL_MOE_TOPK_SILU_MUL" in rules, rules
+            shaders = [it.call.shader for it in ex.items]
+            routed = [it.call for it in ex.items if ("MOE_ROUTE", "1") in it.call.defines]
+            assert len(routed) == (2 if route == 0 else 0) and ("moe_topk" in shaders) == (route < 0)
+            assert all((("MOE_NORM", "1") in c.defines) == norm for c in routed)
+            tokens[route] = greedy_against_reference(ex, Reference(m.program, m.weights), 6)[0]
+    assert tokens[0] == tokens[-1]

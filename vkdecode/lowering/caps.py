@@ -91,6 +91,8 @@ class KernelCaps:
     )
     router_ops: bool = False  # larger routers run as their three ops (norm, matvec, top-k), not as
     # rms_norm_matmul writing the normed x and the logits, then top-k (A/B: lowering/moe.py)
+    moe_route: int = 0  # a decode step's big router's top-k inside the experts' gate/up kernel
+    # (0: yes, < 0: its own moe_topk dispatch; lowering/moe.py)
     moe_group: int = (
         0  # chunks of this many MoE slots or more group them by expert (0: 2 per expert, < 0: never)
     )

@@ -22,6 +22,7 @@ import struct
 
 from fusion.ir import Op, Program
 from fusion.region import Region
+from fusion.rules_moe import ROUTER_ONE_WORKGROUP_MAX
 from vkdecode.lowering.calls import (
     Binding,
     KernelCall,
@@ -208,16 +209,16 @@ def sigmoid_scale(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
 
 # The fused router is one workgroup that reads the whole E x K router matrix: right for small
 # routers, but Qwen3-30B-A3B's 128 x 2048 took 87 us a layer that way on the H200 (4.2 of the
-# step's 7.5 ms). Above this many elements the router runs on the multi-workgroup rms_norm_matmul
-# (which also writes the normed h), then top-k: two dispatches (caps.router_ops: the region's
-# three ops, norm in one workgroup, matvec, top-k, as before).
-ROUTER_ONE_WORKGROUP_MAX = 1 << 15
+# step's 7.5 ms). Above ROUTER_ONE_WORKGROUP_MAX elements (fusion/rules_moe.py) the router runs on
+# the multi-workgroup rms_norm_matmul (which also writes the normed h), then top-k: two dispatches
+# (caps.router_ops: the region's three ops, norm in one workgroup, matvec, top-k, as before); in a
+# decode step the top-k then runs inside the experts' gate/up (rms_norm_matmul_moe_topk_silu_mul).
 
 
-def _router_two_calls(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall]:
-    """rms_norm_matmul writing h and the logits (the region's matmul output), then moe_topk's call."""
+def router_logits_call(p: Program, region: Region, caps: KernelCaps) -> KernelCall:
+    """rms_norm_matmul writing h and the logits (the region's matmul output)."""
     r = region.roles
-    mm, topk = (p.ops[i] for i in region.ops if p.ops[i].kind in ("matmul", "moe_topk"))
+    (mm,) = (p.ops[i] for i in region.ops if p.ops[i].kind == "matmul")
     dense = Region(
         region.name,
         region.rule,
@@ -227,7 +228,13 @@ def _router_two_calls(p: Program, region: Region, caps: KernelCaps) -> list[Kern
         {"x": r["x"], "norm_w": r["norm_w"], "weights": [r["w"]], "biases": [None], "outs": [mm.outputs[0]]},
         {"eps": region.attrs["eps"]},
     )
-    return [norm_matmul_call(p, dense, [0], caps, normed=r["h"])] + moe_topk(p, topk, caps)
+    return norm_matmul_call(p, dense, [0], caps, normed=r["h"])
+
+
+def _router_two_calls(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall]:
+    """rms_norm_matmul writing h and the logits, then moe_topk's call."""
+    (topk,) = (p.ops[i] for i in region.ops if p.ops[i].kind == "moe_topk")
+    return [router_logits_call(p, region, caps)] + moe_topk(p, topk, caps)
 
 
 def rms_norm_matmul_moe_topk(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
@@ -257,12 +264,16 @@ def rms_norm_matmul_moe_topk(p: Program, region: Region, caps: KernelCaps) -> li
     ]
 
 
-def moe_matmul_silu_mul(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
-    """fused_swiglu.glsl with MOE: workgroup g takes slot g / BLOCKS of the chosen experts."""
+def moe_matmul_silu_mul(
+    p: Program, region: Region, caps: KernelCaps, route: Region | None = None
+) -> list[KernelCall] | None:
+    """fused_swiglu.glsl with MOE: workgroup g takes slot g / BLOCKS of the chosen experts. With
+    route (the router's roles: logits, ids, weights, k, norm), MOE_ROUTE: the kernel ranks the
+    logits itself and writes ids and weights (shaders/moe_route.glsl)."""
     r = region.roles
     if group_rows(p, r["ids"], p.values[r["w_gate"]].shape[0], caps):
         return None  # wide: the grouped matmuls, then silu_mul
-    _, m, k, dtype = _experts(p, r["w_gate"], caps)
+    e, m, k, dtype = (p.values[r["w_gate"]].shape[0],) + _experts(p, r["w_gate"], caps)[1:]
     shape = swiglu_shape(dtype, k, m, caps)
     if shape is None:
         return None
@@ -272,16 +283,23 @@ def moe_matmul_silu_mul(p: Program, region: Region, caps: KernelCaps) -> list[Ke
     s.weight(p, r["w_gate"], 0)
     s.weight(p, r["w_up"], 1)
     y = s.add("B_Y", Binding(r["a"]))
-    s.add("B_IDS", Binding(r["ids"]))
     blocks = -(-m // rpw)
+    spec, writes, defines = (wg, k, rpw, 0.0, m, blocks), (y,), (("MOE", "1"),)
+    if route is None:
+        s.add("B_IDS", Binding(r["ids"]))
+    else:
+        s.add("B_LOGITS", Binding(route.roles["logits"]))
+        writes += (s.add("B_IDS", Binding(r["ids"])), s.add("B_SW", Binding(route.roles["weights"])))
+        spec += (e, int(route.attrs["k"]))
+        defines += (("MOE_ROUTE", "1"),) + ((("MOE_NORM", "1"),) if route.attrs.get("norm") else ())
     return [
         KernelCall(
             "matmul_silu_mul",
-            (wg, k, rpw, 0.0, m, blocks),
+            spec,
             tuple(s.bindings),
-            (y,),
+            writes,
             flat_groups(p.values[r["ids"]].numel * blocks),
-            defines=mv_defines(dtype, wvec, caps, k) + tuple(s.defines) + (("MOE", "1"),),
+            defines=mv_defines(dtype, wvec, caps, k) + tuple(s.defines) + defines,
             label=r["a"],
         )
     ]

@@ -15,7 +15,7 @@ from fusion.ir import Program
 from fusion.rules import Region, Rule
 from vkdecode.lowering import attention as att
 from vkdecode.lowering import matvec as mv
-from vkdecode.lowering import moe
+from vkdecode.lowering import moe, moe_route
 from vkdecode.lowering import rows as row_ops
 from vkdecode.lowering.ops import KernelCall, KernelCaps, op_calls
 from vkdecode.lowering.xplanes import fold_planes, planes_width
@@ -60,6 +60,7 @@ KERNELS: dict[str, Builder] = _by_rule(
             row_ops.fused_attention_rows,
         ),
         ((R.RMS_NORM_ADD,), att.rms_norm_add),
+        ((R.RMS_NORM_MATMUL_MOE_TOPK_SILU_MUL,), moe_route.rms_norm_matmul_moe_topk_silu_mul),
         ((R.RMS_NORM_MATMUL_MOE_TOPK,), moe.rms_norm_matmul_moe_topk),
         ((R.MOE_MATMUL_SILU_MUL,), moe.moe_matmul_silu_mul),
         ((R.MOE_MATMUL_SUM_ADD,), moe.moe_matmul_sum_add),

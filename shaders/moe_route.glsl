@@ -1,0 +1,45 @@
+// MOE_ROUTE (fused_swiglu.glsl, lowering/moe.py rms_norm_matmul_moe_topk_silu_mul): the top-k of
+// a decode step's router logits inside the chosen experts' gate/up kernel, so no dispatch of its
+// own. Every workgroup ranks the E logits itself (each invocation counts, for its experts, the
+// logits above: E shared reads an expert, no reduction) and takes the expert of its slot's rank;
+// workgroup 0 also writes every slot's id and router weight for the down projections after it.
+// The order is moe_topk's (largest first, ties: the lower index), on the logits (softmax keeps
+// their order); a weight is softmax(logits) at the expert, with MOE_NORM divided by the chosen
+// ones' sum instead: exp(l - max) over the chosen only. Needs spec constants E and TOPK, bindings
+// B_LOGITS, B_IDS and B_SW.
+layout(binding = B_LOGITS) readonly buffer MRL { float moe_logits[]; };
+layout(binding = B_IDS) writeonly buffer MRI { uint moe_ids_out[]; };
+layout(binding = B_SW) writeonly buffer MRW { float moe_sw_out[]; };
+shared float moe_l[E];
+shared uint moe_rank_e[TOPK];
+
+// The expert of rank `slot`; with `store`, every slot's id and weight written too. Contains
+// barriers: call from uniform control flow.
+uint moe_route(uint slot, bool store) {
+    const uint t = gl_LocalInvocationID.x;
+    for (uint e = t; e < E; e += gl_WorkGroupSize.x) moe_l[e] = moe_logits[e];
+    barrier();
+    for (uint e = t; e < E; e += gl_WorkGroupSize.x) {
+        const float v = moe_l[e];
+        uint rank = 0u;
+        for (uint j = 0; j < E; j++) rank += uint(moe_l[j] > v || (moe_l[j] == v && j < e));
+        if (rank < TOPK) moe_rank_e[rank] = e;
+    }
+    barrier();
+    if (store && t == 0u) {
+        // (a NaN logit ranks nowhere: its slots keep an old expert, clamped in range below)
+        const float mx = moe_l[min(moe_rank_e[0], E - 1u)];
+        float total = 0.0;
+#ifdef MOE_NORM
+        for (uint j = 0; j < TOPK; j++) total += exp(moe_l[min(moe_rank_e[j], E - 1u)] - mx);
+#else
+        for (uint e = 0; e < E; e++) total += exp(moe_l[e] - mx);
+#endif
+        for (uint j = 0; j < TOPK; j++) {
+            const uint e = min(moe_rank_e[j], E - 1u);
+            moe_ids_out[j] = e;
+            moe_sw_out[j] = exp(moe_l[e] - mx) / total;
+        }
+    }
+    return min(moe_rank_e[min(slot, TOPK - 1u)], E - 1u);
+}
