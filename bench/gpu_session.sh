@@ -456,6 +456,7 @@ moeroute)
     # against its own dispatch (moe_route=-1), two rounds, with the per-rule detail; then
     # llama.cpp's decode on the same file. Carry .device/llama
     llama_server
+    python -m pytest -q tests/lowering/test_ops_moe.py tests/executors/test_executors_moe.py 2>&1 | tail -2 || true
     f=$(shape_file qwen3-30b-a3b q4_k_m)
     python -m bench.ab_modes fused fused:moe_route=-1 --model "$f" --ctx 1024 --prompt-tokens 16 -n 64 \
         --rounds 2 --detail --out "$OUT/moe-route.json" 2>&1 | tail -8
