@@ -29,6 +29,7 @@
 #   bash bench/gpu_session.sh planes    # batched steps: two x planes, split norms with the add, vs base and knobs
 #   bash bench/gpu_session.sh serve7    # serve vs llama-server -np N at 1/4/16/64 clients, 8B and Qwen3
 #   bash bench/gpu_session.sh moeroute  # MoE decode: top-k inside the experts' gate/up vs its own dispatch, llama.cpp
+#   bash bench/gpu_session.sh moeroute2 # the same A/B after the subgroup top-k (MOE_ROUTE_SG)
 #   bash bench/gpu_session.sh followup  # attnfuse, batch8b4, then suite: the sixth session's open measurements
 #   bash bench/gpu_session.sh batchfuse # batched steps with the residual add + norm fused vs apart (Qwen3-0.6B, 8B)
 #   bash bench/gpu_session.sh coop2     # VK_NV_cooperative_matrix2's matmul rate (glslang 15 from Debian 13)
@@ -464,6 +465,14 @@ moeroute)
         "vkdecode bench --model $f --modes fused --reps 3" 2>&1 | tail -3
     python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 16 --decode 128 --reps 3 \
         --out "$OUT/llama-moe.json" | tail -4
+    ;;
+moeroute2)
+    # the MoE tests, then MoE decode with the router's top-k inside the gate/up (moe_route, now
+    # subgroup argmax passes on GPUs: MOE_ROUTE_SG) against its own dispatch, two rounds, by rule
+    python -m pytest -q tests/lowering/test_ops_moe.py tests/executors/test_executors_moe.py 2>&1 | tail -2 || true
+    f=$(shape_file qwen3-30b-a3b q4_k_m)
+    python -m bench.ab_modes fused fused:moe_route=-1 --model "$f" --ctx 1024 --prompt-tokens 16 -n 64 \
+        --rounds 2 --detail --out "$OUT/moe-route-sg.json" 2>&1 | tail -10
     ;;
 followup)
     # the sixth session's follow-up in one call (~8 minutes): the fused batched attention A/B, the

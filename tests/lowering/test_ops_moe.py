@@ -203,19 +203,25 @@ def test_qwen3_30b_a3b_decode_calls_on_a_gpu():
     assert down.spec[:4] == (128, 768, 2048, 2) and "WVEC" not in dict(down.defines)
 
 
+@pytest.mark.parametrize("sg", [False, True])
 @pytest.mark.parametrize("arch,norm", [("qwen3moe", True), ("qwen3moe", False), ("qwen2moe", False)])
-def test_router_top_k_inside_the_experts_gate_up(device, models_dir, arch, norm):
+def test_router_top_k_inside_the_experts_gate_up(device, models_dir, arch, norm, sg):
     """A router too big for one workgroup (128 experts x 384) in a decode step: rms_norm_matmul
     writes h and the logits, and the chosen experts' gate/up kernel ranks the logits itself and
     writes the ids and weights (MOE_ROUTE, shaders/moe_route.glsl): no moe_topk dispatch. With and
     without norm_topk_prob, and qwen2moe's shared expert reading h too: greedy tokens as the
-    reference, and as with the top-k's own dispatch (moe_route=-1)."""
+    reference, and as with the top-k's own dispatch (moe_route=-1). sg: gate/up workgroups of one
+    subgroup (GPUs' shape), the top-k as subgroup argmax passes (MOE_ROUTE_SG); else by ranks."""
+    base = caps_of(device)
+    if sg and not base.subgroup_arithmetic:
+        pytest.skip("no subgroup arithmetic")
+    base = replace(base, matvec_wg=base.subgroup_size if sg else 0)
     over = {"num_experts": 128, "num_experts_per_tok": 8, "hidden_size": 384, "moe_intermediate_size": 16}
     over.update(num_hidden_layers=2, norm_topk_prob=norm)
     m = load_model(tiny_hf_model(arch, models_dir, **over), ctx=16)
     tokens = {}
     for route in (0, -1):
-        caps = replace(caps_of(device), moe_route=route)
+        caps = replace(base, moe_route=route)
         with make_executor("fused", device, m.program, m.weights, caps=caps) as ex:
             rules = {r.rule for r in ex.regions}
             assert "RMS_NORM_MATMUL_MOE_TOPK_SILU_MUL" in rules, rules
@@ -223,5 +229,6 @@ def test_router_top_k_inside_the_experts_gate_up(device, models_dir, arch, norm)
             routed = [it.call for it in ex.items if ("MOE_ROUTE", "1") in it.call.defines]
             assert len(routed) == (2 if route == 0 else 0) and ("moe_topk" in shaders) == (route < 0)
             assert all((("MOE_NORM", "1") in c.defines) == norm for c in routed)
+            assert all((("MOE_ROUTE_SG", "1") in c.defines) == sg for c in routed)
             tokens[route] = greedy_against_reference(ex, Reference(m.program, m.weights), 6)[0]
     assert tokens[0] == tokens[-1]

@@ -292,6 +292,9 @@ def moe_matmul_silu_mul(
         writes += (s.add("B_IDS", Binding(r["ids"])), s.add("B_SW", Binding(route.roles["weights"])))
         spec += (e, int(route.attrs["k"]))
         defines += (("MOE_ROUTE", "1"),) + ((("MOE_NORM", "1"),) if route.attrs.get("norm") else ())
+        # one subgroup a workgroup (GPUs' gate/up shape): argmax passes of subgroup reductions
+        sg = caps.subgroup_arithmetic and wg == caps.subgroup_size
+        defines += (("MOE_ROUTE_SG", "1"),) if sg else ()
     return [
         KernelCall(
             "matmul_silu_mul",
