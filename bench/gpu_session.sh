@@ -68,6 +68,19 @@ serve_llama_np() {   # serve_llama_np GGUF NAME LEVELS...: llama-server -np N fo
     done
 }
 
+serve_vs_llama() {   # serve_vs_llama "LEVELS" SHAPE QUANT [SHAPE QUANT...]: for each shape's file,
+    # serve --parallel 64 at the levels twice (the first pass warms), then llama-server -np N
+    local levels=$1 f
+    shift
+    while [ $# -ge 2 ]; do
+        f=$(shape_file "$1" "$2")
+        python -m bench.serve_load --serve "$f" --parallel 64 --max-queue 128 --ctx 512 \
+            --clients $levels $levels --out "$OUT/serve-vk-$1.json" | cut -c1-200
+        serve_llama_np "$f" "$1" $levels
+        shift 2
+    done
+}
+
 case "${1:-}" in
 decode)
     llama_server
@@ -346,13 +359,7 @@ servediag)
     # /metrics' engine_s, batch_width_ms and the batched steps per width of each level), then
     # llama-server with as many slots as clients; Qwen3-0.6B F16 then the 8B
     llama_server
-    for s in "qwen3-0.6b f16" "llama3.1-8b q4_k_m"; do
-        set -- $s
-        f=$(shape_file "$1" "$2")
-        python -m bench.serve_load --serve "$f" --parallel 64 --max-queue 128 --ctx 512 \
-            --clients 1 4 8 16 1 4 8 16 --out "$OUT/serve-vk-$1.json" | cut -c1-200
-        serve_llama_np "$f" "$1" 1 4 8 16
-    done
+    serve_vs_llama "1 4 8 16" qwen3-0.6b f16 llama3.1-8b q4_k_m
     ;;
 servegil)
     # where serve's 4-16-client steps lose half their rate: the in-process batched API (no HTTP),
@@ -444,13 +451,7 @@ serve7)
     # 4-client cell was the one short), then Qwen3-0.6B F16. Carry .device/llama, not the
     # validation layer's deb (64 MiB)
     llama_server
-    for s in "llama3.1-8b q4_k_m" "qwen3-0.6b f16"; do
-        set -- $s
-        f=$(shape_file "$1" "$2")
-        python -m bench.serve_load --serve "$f" --parallel 64 --max-queue 128 --ctx 512 \
-            --clients 1 4 16 64 1 4 16 64 --out "$OUT/serve-vk-$1.json" | cut -c1-200
-        serve_llama_np "$f" "$1" 1 4 16 64
-    done
+    serve_vs_llama "1 4 16 64" llama3.1-8b q4_k_m qwen3-0.6b f16
     ;;
 moeroute)
     # MoE decode with the router's top-k inside the experts' gate/up kernel (moe_route, default)
