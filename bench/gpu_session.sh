@@ -30,6 +30,7 @@
 #   bash bench/gpu_session.sh serve7    # serve vs llama-server -np N at 1/4/16/64 clients, 8B and Qwen3
 #   bash bench/gpu_session.sh moeroute  # MoE decode: top-k inside the experts' gate/up vs its own dispatch, llama.cpp
 #   bash bench/gpu_session.sh moeroute2 # the same A/B after the subgroup top-k (MOE_ROUTE_SG)
+#   bash bench/gpu_session.sh final7    # the 7th session's last call: failed tests, 8B serve, 8B batch and MoE A/B
 #   bash bench/gpu_session.sh followup  # attnfuse, batch8b4, then suite: the sixth session's open measurements
 #   bash bench/gpu_session.sh batchfuse # batched steps with the residual add + norm fused vs apart (Qwen3-0.6B, 8B)
 #   bash bench/gpu_session.sh coop2     # VK_NV_cooperative_matrix2's matmul rate (glslang 15 from Debian 13)
@@ -474,6 +475,26 @@ moeroute2)
     f=$(shape_file qwen3-30b-a3b q4_k_m)
     python -m bench.ab_modes fused fused:moe_route=-1 --model "$f" --ctx 1024 --prompt-tokens 16 -n 64 \
         --rounds 2 --detail --out "$OUT/moe-route-sg.json" 2>&1 | tail -10
+    ;;
+final7)
+    # the seventh session's last call: the GPU suite's six failures again (the fix of the fused
+    # attention's missing x planes among them), serve against llama-server for the 8B (1-64
+    # clients), the 8B's batched steps head vs bench/out/base, MoE decode head vs base. Carry
+    # .device/llama and bench/out/base (not the validation layer's deb: 64 MiB)
+    llama_server
+    python -m pytest -q tests/lowering/test_xplanes.py tests/lowering/test_ops_matmul.py \
+        tests/bench/test_kquant_idot.py tests/lowering/test_ops_moe.py 2>&1 | tail -3 || true
+    serve_vs_llama "1 4 16 64" llama3.1-8b q4_k_m
+    f=$(shape_file llama3.1-8b q4_k_m)
+    for r in 1 2; do for side in base head; do
+        d=.; [ $side = base ] && d=bench/out/base
+        (cd $d && python -m bench.batch_decode --model "$f" --widths 2 4 8 --steps 64 --ctx 512 --ahead \
+            --prompt-tokens 256 --out "$OUT/batch-8b-$side-r$r.json" 2>&1 | grep "B=" | tr '\n' ' ')
+        echo " 8b $side r$r"
+    done; done
+    m=$(shape_file qwen3-30b-a3b q4_k_m)
+    python -m bench.ab_commits --base-dir bench/out/base --rounds 2 --out "$OUT/moe-ab.json" \
+        "vkdecode bench --model $m --modes fused --reps 3" 2>&1 | tail -2
     ;;
 followup)
     # the sixth session's follow-up in one call (~8 minutes): the fused batched attention A/B, the

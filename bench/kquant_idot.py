@@ -41,7 +41,8 @@ def run(
     copies: int = 0,
     warm_s: float = 0.3,
 ) -> list[dict]:
-    caps = replace(KernelCaps.from_info(dev.info), kwide=1, kw_split=1)
+    # integer dot products only where a variant's defines ask (GPUs take them by default)
+    caps = replace(KernelCaps.from_info(dev.info), kwide=1, kw_split=1, kq_idot=-1)
     rows = []
     for dtype in dtypes:
         for out, n_in in shapes:

@@ -60,11 +60,21 @@ def _case(dtype, out, n_in, seed=0):
     return p, {"w": w, "x": x}
 
 
+# K-quant units on integer dot products with x as two byte planes (16 bits of each 16-element
+# group's largest |x|, calls.x_planes; GPUs where accelerated): x itself is rounded, H200 q4_k
+# 37 x 1536 nmse 1.5e-8
+LIMIT_TWO_PLANES = 1e-7
+
+
 def _check(device, dtype, out, n_in, caps, seed=0):
+    from vkdecode.lowering.calls import x_planes
+
     p, env = _case(dtype, out, n_in, seed)
     got, want = run_and_reference(device, p, env, caps)
     err = nmse(got["y"], want["y"])
-    assert err <= LIMIT[dtype], f"matmul {dtype} [{out}, {n_in}]: nmse {err:.3g} > {LIMIT[dtype]:g}"
+    idot = any(("KQ_IDOT", "1") in c.defines for c in op_calls(p, 0, caps))
+    limit = LIMIT_TWO_PLANES if idot and x_planes(caps) == 2 else LIMIT[dtype]
+    assert err <= limit, f"matmul {dtype} [{out}, {n_in}]: nmse {err:.3g} > {limit:g}"
     return p
 
 

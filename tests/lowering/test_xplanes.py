@@ -57,14 +57,17 @@ def _steps(device, m, caps, ps, n):
     return logits, calls, prog
 
 
+@pytest.mark.parametrize("fused_attn", [-1, 1])
 @pytest.mark.parametrize("dtype", ["q4_k", "q6_k"])
-def test_batched_step_logits_bit_identical(device, models_dir, dtype):
+def test_batched_step_logits_bit_identical(device, models_dir, dtype, fused_attn):
     """A batched step's logits at widths 8, 4, 2 and 1 with x planes made once a step (xplanes 0;
     the norms' rows over 4 workgroups each) and per unit (< 0) are the same bits: the same kw_planes
-    / kw_xsum arithmetic."""
+    / kw_xsum arithmetic. The batched attention apart (rope_rows, kv_write_rows, attention_rows)
+    and fused (one attention_rows: its region's output gets an xplanes call too, regions.py)."""
     on = KernelCaps.from_info(
         device.info, kwide=1, kw_split=1, kq_idot=1, matvec_wg=0, matvec_rows=0, norm_parts=4
     )
+    on = replace(on, attn_rows_fused=fused_attn)  # the attention output's planes after either form
     if not on.integer_dot:
         pytest.skip("no shaderIntegerDotProduct on this device")
     # 16 heads of 16: the o projection's rows are 256 wide, whole superblocks (not q5_0's fallback)

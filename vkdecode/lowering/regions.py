@@ -18,7 +18,7 @@ from vkdecode.lowering import matvec as mv
 from vkdecode.lowering import moe, moe_route
 from vkdecode.lowering import rows as row_ops
 from vkdecode.lowering.ops import KernelCall, KernelCaps, op_calls
-from vkdecode.lowering.xplanes import fold_planes, planes_width
+from vkdecode.lowering.xplanes import fold_planes, planes_call, planes_name, planes_width
 
 Builder = Callable[[Program, Region, KernelCaps], "list[KernelCall] | None"]
 
@@ -73,5 +73,18 @@ def region_calls(program: Program, region: Region, caps: KernelCaps, fuse: bool 
     if build is not None:
         calls = build(program, region, caps)
         if calls is not None:
-            return calls
+            return _with_planes(program, region, calls, caps)
     return [c for i in region.ops for c in op_calls(program, i, caps)]
+
+
+def _with_planes(p: Program, region: Region, calls: list[KernelCall], caps: KernelCaps) -> list[KernelCall]:
+    """A fused region's calls, then an xplanes call for each output a batched matvec reads as x
+    planes that none of them writes (op_calls adds them op by op: lowering/xplanes.py). The fused
+    batched attention's output is one: without it the o-projection read planes never written."""
+    made = {b.value for c in calls for b in c.bindings}
+    after = []
+    for out in region.outputs:
+        n_in = planes_width(p, out, caps) if p.meta.get("batch_rows") else 0
+        if n_in and planes_name(out) not in made:
+            after.append(planes_call(p, out, n_in, caps))
+    return calls + after
