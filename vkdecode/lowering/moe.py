@@ -273,7 +273,7 @@ def moe_matmul_silu_mul(
     r = region.roles
     if group_rows(p, r["ids"], p.values[r["w_gate"]].shape[0], caps):
         return None  # wide: the grouped matmuls, then silu_mul
-    e, m, k, dtype = (p.values[r["w_gate"]].shape[0],) + _experts(p, r["w_gate"], caps)[1:]
+    _, m, k, dtype = _experts(p, r["w_gate"], caps)
     shape = swiglu_shape(dtype, k, m, caps)
     if shape is None:
         return None
@@ -290,7 +290,7 @@ def moe_matmul_silu_mul(
     else:
         s.add("B_LOGITS", Binding(route.roles["logits"]))
         writes += (s.add("B_IDS", Binding(r["ids"])), s.add("B_SW", Binding(route.roles["weights"])))
-        spec += (e, int(route.attrs["k"]))
+        spec += (p.values[r["w_gate"]].shape[0], int(route.attrs["k"]))
         defines += (("MOE_ROUTE", "1"),) + ((("MOE_NORM", "1"),) if route.attrs.get("norm") else ())
         # one subgroup a workgroup (GPUs' gate/up shape): argmax passes of subgroup reductions
         sg = caps.subgroup_arithmetic and wg == caps.subgroup_size

@@ -18,23 +18,9 @@ from vkdecode.lowering import matvec as mv
 from vkdecode.lowering import moe, moe_route
 from vkdecode.lowering import rows as row_ops
 from vkdecode.lowering.ops import KernelCall, KernelCaps, op_calls
-from vkdecode.lowering.xplanes import fold_planes, planes_call, planes_name, planes_width
+from vkdecode.lowering.xplanes import outputs_planes
 
 Builder = Callable[[Program, Region, KernelCaps], "list[KernelCall] | None"]
-
-
-def _add_rms_norm_rows(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
-    """A batched step's residual add + norm over its rows; where the normed rows go to matvecs
-    reading x planes (K-quants on integer dot products) the kernel writes the planes too (XPLANES).
-    H200, same call, GPU ms a step at 2 / 4 / 8 rows: Qwen3-0.6B F16 1.73 / 2.24 / 3.04 apart,
-    1.67 / 2.12 / 2.95 fused (bench/results/nvidia-h200/2026-11-27-batch-fuse/); Llama-3.1-8B
-    Q4_K_M with planes: bench/results/nvidia-h200/2026-11-27-kq-planes/."""
-    calls = att.add_rms_norm(p, region, caps)
-    n_in = planes_width(p, region.roles["out"], caps)
-    if not n_in:
-        return calls
-    folded = fold_planes(p, calls, region.roles["out"], n_in, caps)
-    return None if folded is None else [folded]
 
 
 def _by_rule(pairs: list[tuple[tuple[Rule, ...], Builder]]) -> dict[str, Builder]:
@@ -53,8 +39,10 @@ KERNELS: dict[str, Builder] = _by_rule(
         ((R.MATMUL_SILU_MUL, R.MATMUL_GELU_MUL), mv.matmul_silu_mul),
         ((R.RMS_NORM_MATMUL_ARGMAX,), mv.rms_norm_matmul_argmax),
         ((R.ROPE_KV_WRITE_ATTENTION, R.QK_NORM_ROPE_KV_WRITE_ATTENTION), att.rope_kv_write_attention),
-        ((R.ADD_RMS_NORM,), att.add_rms_norm),
-        ((R.ADD_RMS_NORM_ROWS,), _add_rms_norm_rows),
+        # ROWS: over a batched step's rows, writing the x planes too where a matvec reads them (XPLANES,
+        # region_calls): H200, GPU ms a step at 2 / 4 / 8 rows, Qwen3-0.6B F16 1.73 / 2.24 / 3.04 apart,
+        # 1.67 / 2.12 / 2.95 fused (bench/results/nvidia-h200/2026-11-27-batch-fuse/)
+        ((R.ADD_RMS_NORM, R.ADD_RMS_NORM_ROWS), att.add_rms_norm),
         (
             (R.ROPE_KV_WRITE_ATTENTION_ROWS, R.QK_NORM_ROPE_KV_WRITE_ATTENTION_ROWS),
             row_ops.fused_attention_rows,
@@ -73,18 +61,8 @@ def region_calls(program: Program, region: Region, caps: KernelCaps, fuse: bool 
     if build is not None:
         calls = build(program, region, caps)
         if calls is not None:
-            return _with_planes(program, region, calls, caps)
+            # a batched step's x planes of the region's outputs (lowering/xplanes.py)
+            if not program.meta.get("batch_rows") or caps.xplanes < 0:
+                return calls
+            return outputs_planes(program, region.outputs, calls, caps)
     return [c for i in region.ops for c in op_calls(program, i, caps)]
-
-
-def _with_planes(p: Program, region: Region, calls: list[KernelCall], caps: KernelCaps) -> list[KernelCall]:
-    """A fused region's calls, then an xplanes call for each output a batched matvec reads as x
-    planes that none of them writes (op_calls adds them op by op: lowering/xplanes.py). The fused
-    batched attention's output is one: without it the o-projection read planes never written."""
-    made = {b.value for c in calls for b in c.bindings}
-    after = []
-    for out in region.outputs:
-        n_in = planes_width(p, out, caps) if p.meta.get("batch_rows") else 0
-        if n_in and planes_name(out) not in made:
-            after.append(planes_call(p, out, n_in, caps))
-    return calls + after

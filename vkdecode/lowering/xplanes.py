@@ -88,12 +88,21 @@ def with_planes(p: Program, op_index: int, calls: list[KernelCall], caps: Kernel
     op = p.ops[op_index]
     if caps.xplanes < 0 or not (p.meta.get("batch_rows") or op.attrs.get("batch")):
         return calls  # not a batched step's (nor a lone batched op under test)
-    before, after = [], []
+    before = []
     if reads_planes(p, op, caps):
         x = op.inputs[1]
         if x not in p.producers() and not planes_width(p, x, caps, op_index):
             before.append(planes_call(p, x, p.values[op.inputs[0]].shape[1], caps))
-    for out in op.outputs:
+    return before + outputs_planes(p, op.outputs, calls, caps)
+
+
+def outputs_planes(p: Program, outputs, calls: list[KernelCall], caps: KernelCaps) -> list[KernelCall]:
+    """calls (an op's, or a fused region's: lowering/regions.py), writing the planes of each output
+    a matvec reads as planes: folded into the one producing call where it can (fold_planes), else
+    an xplanes call after them. Without it a fused batched attention's o-projection read planes
+    never written."""
+    after = []
+    for out in outputs:
         n_in = planes_width(p, out, caps)
         if n_in:
             folded = fold_planes(p, calls, out, n_in, caps)
@@ -101,7 +110,7 @@ def with_planes(p: Program, op_index: int, calls: list[KernelCall], caps: Kernel
                 after.append(planes_call(p, out, n_in, caps))
             else:
                 calls = [folded]
-    return before + calls + after
+    return calls + after
 
 
 def norm_parts(n_in: int, caps: KernelCaps) -> int:
