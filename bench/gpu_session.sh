@@ -30,6 +30,7 @@
 #   bash bench/gpu_session.sh serve7    # serve vs llama-server -np N at 1/4/16/64 clients, 8B and Qwen3
 #   bash bench/gpu_session.sh moeroute  # MoE decode: top-k inside the experts' gate/up vs its own dispatch, llama.cpp
 #   bash bench/gpu_session.sh moeroute2 # the same A/B after the subgroup top-k (MOE_ROUTE_SG)
+#   bash bench/gpu_session.sh moe8      # MoE decode head vs base and llama.cpp, then the matvec knobs on its shape
 #   bash bench/gpu_session.sh final7    # the 7th session's last call: failed tests, 8B serve, 8B batch and MoE A/B
 #   bash bench/gpu_session.sh followup  # attnfuse, batch8b4, then suite: the sixth session's open measurements
 #   bash bench/gpu_session.sh batchfuse # batched steps with the residual add + norm fused vs apart (Qwen3-0.6B, 8B)
@@ -475,6 +476,21 @@ moeroute2)
     f=$(shape_file qwen3-30b-a3b q4_k_m)
     python -m bench.ab_modes fused fused:moe_route=-1 --model "$f" --ctx 1024 --prompt-tokens 16 -n 64 \
         --rounds 2 --detail --out "$OUT/moe-route-sg.json" 2>&1 | tail -10
+    ;;
+moe8)
+    # the eighth session's first call: the x-planes test (live rows only), MoE decode head vs
+    # bench/out/base (3c8bdcc, before moe_route) and llama.cpp on the same file, then a sweep of the
+    # matvec knobs on the MoE shape, profiled by rule (2048-wide rows: the dense defaults were tuned
+    # on the 8B's 4096). Carry .device/llama and bench/out/base
+    llama_server
+    python -m pytest -q tests/lowering/test_xplanes.py 2>&1 | tail -2 || true
+    m=$(shape_file qwen3-30b-a3b q4_k_m)
+    python -m bench.ab_commits --base-dir bench/out/base --rounds 2 --out "$OUT/moe-ab.json" \
+        "vkdecode bench --model $m --modes fused --reps 3" 2>&1 | tail -2
+    python -m bench.llama_server_peer --server "$LLAMA" --model "$m" --lengths 16 --decode 128 --reps 3 \
+        --out "$OUT/llama-moe.json" | tail -2
+    python -m bench.ab_modes fused fused:kwide=1 fused:matvec_rows=4 fused:matvec_rows=1 fused:kwide=-1 \
+        --model "$m" --ctx 1024 --prompt-tokens 16 -n 32 --rounds 1 --detail --out "$OUT/moe-knobs.json" 2>&1 | tail -45
     ;;
 final7)
     # the seventh session's last call: the GPU suite's six failures again (the fix of the fused
