@@ -24,7 +24,7 @@ float fmv_ss = 0.0;  // this invocation's part of sum(x^2) since the last reset
 // array sized by a spec-constant expression gets a new type at every declaration in SPIR-V.
 float fmv_acc[FMV_NR];
 #if defined(NORM) && defined(NORM_PRE)
-// NORM_PRE (vkdecode/fused_norm_pre.py): the matmul_add before wrote x * norm_w (bound at B_X)
+// NORM_PRE (vkdecode/lowering/norm_pre.py): the matmul_add before wrote x * norm_w (bound at B_X)
 // and N_PARTS partial sums of x^2 (bound at B_NW instead of norm_w): one load per x element and
 // no squares here; fmv_norm_parts gathers the partials into fmv_ss (below: before or after the
 // weight loop).
@@ -93,7 +93,7 @@ float fmv_total(uint i) {
 
 // NORM_PRE: the producer's partial sums of x^2 into fmv_ss, from fmv_clear, or with NORM_PRE_LATE
 // from fmv_ss_total after the weight loop, so they take no registers while the weight loads are in
-// flight (the K-quant consumers: vkdecode/fused_norm_pre.py late_parts)
+// flight (the K-quant consumers: vkdecode/lowering/norm_pre.py late_parts)
 void fmv_norm_parts() {
 #if defined(NORM) && defined(NORM_PRE)
     // 16-byte loads: every workgroup reads all N_PARTS, so the load count matters (H100, Llama-3.1-8B

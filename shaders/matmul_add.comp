@@ -99,20 +99,7 @@ vec4 cx4(uint i) {  // CX_D % 4 == 0: the four elements share a head
 #define X1(i) x1[i]
 #define X4(i) x4[i]
 #endif
-#ifdef NORM_OUT
-// NORM_OUT (vkdecode/fused_norm_pre.py): y feeds an RMS norm in the next dispatch, so this one also
-// writes y * norm_w (norm weight bound at NO_NW, product at NO_XN) and each workgroup's sum of y^2
-// (NO_PART, one float per workgroup): the norm's matvec then loads one vector instead of x and
-// norm_w, and sums the partials instead of squaring x.
-layout(binding = NO_NW) readonly buffer NONW { float no_nw[]; };
-layout(binding = NO_XN) writeonly buffer NOXN { float no_xn[]; };
-layout(binding = NO_PART) writeonly buffer NOPART { float no_part[]; };
-#define MV_PART 1
-#define MV_PART_STORE(g, s) no_part[g] = (s)
-#define MV_OUT(row, o) { const float o_ = (o); y[row] = o_; no_xn[row] = o_ * no_nw[row]; mv_sq = o_ * o_; }
-#else
-#define MV_OUT(row, o) y[row] = (o)
-#endif
+#include "norm_out.glsl"
 #ifdef BIAS
 #define MV_STORE(row, v) MV_OUT(row, r[row] + ((v) + bias[row]))
 #else

@@ -35,7 +35,8 @@ uint mv_slot = 0u;
 #define MV_SLOTS SLOTS
 #define MV_ROW_BASE(j) (ids[j] * M)
 #define MV_SLOT_WEIGHT(j) sw_slot[j]
-#define MV_STORE(row, v) y[row] = res[row] + (v)
+#include "norm_out.glsl"   // NORM_OUT: the next norm's inputs too (lowering/norm_pre.py)
+#define MV_STORE(row, v) MV_OUT(row, res[row] + (v))
 
 #include "dequant.glsl"
 #include "matvec.glsl"

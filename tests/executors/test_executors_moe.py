@@ -55,7 +55,8 @@ ROUTER_CASES = {  # caps over the device's -> (router dispatches, their shaders)
 def test_router_past_one_workgroup(device, qwen3moe, case):
     """A router too big for the one-workgroup fused kernel (router_one_wg=1 makes every router so)
     runs as rms_norm_matmul writing the normed h and the logits, then top-k (two dispatches; with
-    norm_pre the o-projection before it hands it x * norm_w and partial sums), or with
+    norm_pre the o-projection before it hands it x * norm_w and partial sums, as the experts' down
+    does the next layer's q/k/v), or with
     caps.router_ops as its three ops: the same tokens as the reference, and every layer's h, expert
     ids and weights of the last step equal to the reference's."""
     from dataclasses import replace
@@ -79,6 +80,10 @@ def test_router_past_one_workgroup(device, qwen3moe, case):
         if case == "two-norm-pre":
             pre = [it.call for it in ex.items if it.region in routers and it.call.shader == "rms_norm_matmul"]
             assert all(("NORM_PRE", "1") in c.defines for c in pre), [c.defines for c in pre]
+            # and each layer's experts' down + weighted sum + residual hands the next layer's norm
+            # its inputs (the last one's reader, the head, runs as ops on CPUs: caps.head_ops)
+            downs = [it.call for it in ex.items if it.call.shader == "moe_matmul_sum_add"]
+            assert len(downs) > 1 and all(("NORM_OUT", "1") in c.defines for c in downs[:-1])
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -8,12 +8,10 @@ MOE_MATMUL_SUM_ADD. The expert matvecs take the dense ones' shapes and wide K-qu
 the split loop of kwide_rows.glsl with the expert's row base as KW_BASE): gate/up as the dense
 gate/up (matvec.swiglu_shape) at one expert's rows, down as any other matvec.
 
-Wide chunks (prompt chunks, the verify step, wide batched steps: at least two slots per expert on
-average) group their slots by expert instead: moe_group.comp sorts the slots on the GPU right after
-top-k, and each expert matmul (matmul_rows, or matmul_rows_coop on tensor cores, with MOE) reads a
-chosen expert's weights once per tile of its slots. Per slot, a 512-row chunk of Qwen3-30B-A3B
-(8 of 128 experts) read each expert's weights ~32 times. The fused MoE regions then run as their
-ops (the grouped matmuls, silu_mul, moe_sum, add).
+Wide chunks (at least two slots per expert on average) group their slots by expert instead
+(lowering/moe_group.py): per slot, a 512-row chunk of Qwen3-30B-A3B (8 of 128 experts) read each
+expert's weights ~32 times. The fused MoE regions then run as their ops (the grouped matmuls,
+silu_mul, moe_sum, add).
 """
 
 from __future__ import annotations
@@ -31,109 +29,16 @@ from vkdecode.lowering.calls import (
     matvec_shape,
     reduce_defines,
     row_chunks,
+    unit_elems,
     weight_bindings,
     wg_size,
 )
-from vkdecode.lowering.coop import COOP_BK, coop_usable, tile_dims
-from vkdecode.lowering.matmul_rows import expert_matmul_call
 from vkdecode.lowering.matvec import Slots, mv_defines, norm_matmul_call, swiglu_shape
-
-
-def _experts(p: Program, w: str, caps: KernelCaps) -> tuple[tuple[Binding, ...], int, int, str]:
-    """The whole 3-D weight's bindings, its rows per expert, in-dim and dtype."""
-    v = p.values[w]
-    e, m, k = v.shape
-    if len(row_chunks(v.dtype, e * m, k, caps)) > 1:
-        raise ValueError(f"{w}: {e} experts of {m}x{k} {v.dtype} exceed maxStorageBufferRange (one binding)")
-    return weight_bindings(w, v.dtype, 0, None), m, k, v.dtype
+from vkdecode.lowering.moe_group import experts, group_calls, group_rows, grouped_matmul
 
 
 def _norm(attrs: dict) -> tuple:
     return (("NORM", "1"),) if attrs.get("norm") else ()
-
-
-GROUP_TILE_MAX = 64  # slots per grouped tile at most (matmul_rows' widest BN)
-
-
-def group_rows(p: Program, ids: str, e: int, caps: KernelCaps) -> int:
-    """BN, slots per tile of the grouped expert matmuls over `ids`, or 0: too few slots
-    (caps.moe_group, 0: 2 per expert; < 0 never), each takes its own matvec. BN: caps.moe_tile, else
-    a power of two >= the average slots per expert (at least 16 where the tensor cores may take it,
-    4 otherwise; 64 at most): a tile's rows past its expert's count are wasted work. H200,
-    Qwen3-30B-A3B Q4_K_M, 512-row chunk (32 slots an expert on average): the chunk took 94.9 ms at
-    BN 32, 106.2 at 64, 132.0 at 128."""
-    slots = p.values[ids].numel
-    least = caps.moe_group if caps.moe_group > 0 else 2 * e
-    if caps.moe_group < 0 or slots < max(2, least):
-        return 0
-    if caps.moe_tile:
-        if caps.moe_tile not in (4, 8, 16, 32, 64, 128):
-            raise ValueError(f"moe_tile {caps.moe_tile}: expected a power of two from 4 to 128")
-        return caps.moe_tile
-    bn = 16 if coop_usable(caps, str(p.meta.get("arch", ""))) else 4
-    while bn < min(slots // e, GROUP_TILE_MAX):
-        bn *= 2
-    return bn
-
-
-def _group_layout(p: Program, ids: str, e: int, bn: int) -> tuple[str, int, int]:
-    """(scratch name, tiles at most, where order[] starts) of moe_group.comp's output for ids."""
-    tiles = -(-p.values[ids].numel // bn) + e
-    return f"scratch:{ids}.groups", tiles, 1 + 3 * tiles
-
-
-def group_calls(p: Program, ids: str, e: int, caps: KernelCaps) -> list[KernelCall]:
-    """moe_group over ids when the chunk is wide enough to group (else nothing)."""
-    bn = group_rows(p, ids, e, caps)
-    if not bn:
-        return []
-    name, _, order = _group_layout(p, ids, e, bn)
-    slots = p.values[ids].numel
-    return [
-        KernelCall(
-            "moe_group",
-            (wg_size(caps, 256), e, slots, bn),
-            (Binding(ids), Binding(name)),
-            (1,),
-            (1, 1, 1),
-            scratch=((name, 4 * (order + slots)),),
-            label=name,
-        )
-    ]
-
-
-def _grouped_matmul(p: Program, w: str, x: str, ids: str, out: str, caps: KernelCaps) -> list[KernelCall]:
-    """The expert matmul over slots grouped by expert, or [] (too few slots: per-slot matvecs).
-    The groups come from the top-k that chose ids (moe_topk's lowering adds moe_group); ids from
-    elsewhere (an op test) are grouped here first."""
-    e, m, k = p.values[w].shape
-    bn = group_rows(p, ids, e, caps)
-    if not bn:
-        return []
-    wb, _, _, dtype = _experts(p, w, caps)
-    name, tiles, order = _group_layout(p, ids, e, bn)
-    slots = p.values[ids].numel
-    # 64 weight rows x BN slots, 2 x 2 blocks of 16 x 16 a subgroup (one 16-row block under 32)
-    tile = (2, max(1, bn // 32), 2, min(2, bn // 16))
-    bm, _, wg = tile_dims(tile)
-    shared = 2 * (bm + bn) * (COOP_BK + 8) + 4 * 256 * 2
-    coop = (
-        coop_usable(caps, str(p.meta.get("arch", "")))
-        and caps.matmul_coop >= 0
-        and bn >= 16
-        and m % bm == 0
-        and k % COOP_BK == 0
-        and wg <= caps.max_invocations
-        and shared <= caps.max_shared
-    )
-    xdiv = slots // (p.values[x].numel // k)
-    call = expert_matmul_call(
-        (wb, dtype), (x, name), out, (k, m, slots), (bn, tiles, xdiv, order), tile if coop else None, out
-    )
-    own = (
-        [] if any(o.kind == "moe_topk" and ids in o.outputs for o in p.ops) else group_calls(p, ids, e, caps)
-    )
-    return own + [call]
 
 
 def moe_topk(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
@@ -149,11 +54,30 @@ def moe_topk(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     ] + group_calls(p, ids, e, caps)
 
 
-def _matvec_call(shader: str, p: Program, w: str, inputs, out: str, layout, caps: KernelCaps) -> KernelCall:
+def slots_shape(dtype: str, k: int, m: int, slots: int, caps: KernelCaps) -> tuple[int, int, bool]:
+    """matvec_shape of a matvec whose rows sum `slots` rows each (moe_matmul_sum_add; matvec.glsl
+    MV_SLOTS_FLAT walks every slot's units as one loop): wide K-quant units at any width (H200,
+    Qwen3-30B-A3B Q4_K_M's 768-wide downs, GPU µs a step: 633 in 8-element units, 528 wide, before
+    the flat loop: bench/results/nvidia-h200/2026-11-27-moe-knobs/), and a power of two of lanes
+    that divides the slots' units where one does (8 slots x 24 units: 64 lanes of 3)."""
+    wg, rpw, wvec = matvec_shape(dtype, k, m, caps, wide_from=256)
+    if caps.matvec_wg:
+        return wg, rpw, wvec
+    n = slots * k // unit_elems(dtype, wvec)
+    wg = wg_size(caps, n, cap=128)
+    while n % wg and wg > caps.subgroup_size:
+        wg //= 2
+    return wg, min(caps.matvec_rows or rpw, wg), wvec
+
+
+def _matvec_call(
+    shader: str, p: Program, w: str, inputs, out: str, layout, caps: KernelCaps, slots: int = 1
+) -> KernelCall:
     """A matvec over a 3-D expert weight: bindings weight, inputs, out; spec (wg, K, M, ROWS, *tail)
-    and its workgroups from layout(blocks of one expert's rows) -> (tail, workgroups)."""
-    wb, m, k, dtype = _experts(p, w, caps)
-    wg, rpw, wvec = matvec_shape(dtype, k, m, caps)
+    and its workgroups from layout(blocks of one expert's rows) -> (tail, workgroups); slots > 1:
+    each output row sums that many slots' rows (moe_matmul_sum_add)."""
+    wb, m, k, dtype = experts(p, w, caps)
+    wg, rpw, wvec = slots_shape(dtype, k, m, slots, caps) if slots > 1 else matvec_shape(dtype, k, m, caps)
     b = wb + tuple(Binding(v) for v in inputs) + (Binding(out),)
     tail, groups = layout(-(-m // rpw))
     return KernelCall(
@@ -170,7 +94,7 @@ def _matvec_call(shader: str, p: Program, w: str, inputs, out: str, layout, caps
 
 def moe_matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     w, x, ids = op.inputs
-    grouped = _grouped_matmul(p, w, x, ids, op.outputs[0], caps)
+    grouped = grouped_matmul(p, w, x, ids, op.outputs[0], caps)
     if grouped:
         return grouped
     k = p.values[w].shape[2]
@@ -273,7 +197,7 @@ def moe_matmul_silu_mul(
     r = region.roles
     if group_rows(p, r["ids"], p.values[r["w_gate"]].shape[0], caps):
         return None  # wide: the grouped matmuls, then silu_mul
-    _, m, k, dtype = _experts(p, r["w_gate"], caps)
+    _, m, k, dtype = experts(p, r["w_gate"], caps)
     shape = swiglu_shape(dtype, k, m, caps)
     if shape is None:
         return None
@@ -315,4 +239,6 @@ def moe_matmul_sum_add(p: Program, region: Region, caps: KernelCaps) -> list[Ker
     k = p.values[r["w"]].shape[2]
     slots = p.values[r["ids"]].numel
     inputs = (r["x"], r["ids"], r["sw"], r["r"])
-    return [_matvec_call("moe_matmul_sum_add", p, r["w"], inputs, r["s"], lambda n: ((slots, k), n), caps)]
+    return [
+        _matvec_call("moe_matmul_sum_add", p, r["w"], inputs, r["s"], lambda n: ((slots, k), n), caps, slots)
+    ]

@@ -2,9 +2,10 @@
 shaders/fused_matvec.glsl NORM_PRE).
 
 A fused norm + matvec (q/k/v, gate/up, the lm_head) loads x and norm_w for every element and squares
-x for the norm; the matmul_add before it (o-projection or down-projection plus residual) writes
-that x. A peephole over the step's calls lets such a matmul_add also write x * norm_w and one sum
-of x^2 per workgroup, and its consumer then loads one vector and sums those partials.
+x for the norm; the matmul_add before it (o-projection or down-projection plus residual; an MoE
+layer's moe_matmul_sum_add) writes that x. A peephole over the step's calls lets such a producer
+also write x * norm_w and one sum of x^2 per workgroup, and its consumer then loads one vector and
+sums those partials.
 
 It pays where the matvecs are wide and it lengthens a latency-bound chain where they are narrow, so
 it is on from NORM_PRE_MIN-element vectors. H100, whole fused steps at ctx 1024, on vs off, with the
@@ -25,6 +26,9 @@ from vkdecode.lowering.calls import Binding, KernelCall, KernelCaps
 from vkdecode.quant import K_TYPES, QUANT_TYPES
 
 CONSUMERS = ("rms_norm_matmul", "rms_norm_matmul_silu_mul", "rms_norm_matmul_argmax")
+# the residual adds ending in a matvec (shaders/norm_out.glsl): the o- or down projection, and an
+# MoE layer's experts' downs with their weighted sum (MOE_MATMUL_SUM_ADD)
+PRODUCERS = ("matmul_add", "moe_matmul_sum_add")
 NORM_PRE_MIN = 2048  # elements of the normed vector from which caps.norm_pre 0 pairs (above)
 
 
@@ -97,7 +101,7 @@ def pair(
 def add_norm_pre(
     program: Program, calls: list[KernelCall], owners: list[int], caps: KernelCaps
 ) -> tuple[list, list]:
-    """Peephole: every single-call matmul_add (one row range, a 1-D grid) whose output's next reader
+    """Peephole: every single-call producer (one row range, a 1-D grid) whose output's next reader
     is a norm consumer taking it as its x (once) is paired with it, where that output has
     NORM_PRE_MIN elements or more (caps.norm_pre 0), always (> 0) or never (< 0). owners are
     returned unchanged: no call is added or removed."""
@@ -105,7 +109,7 @@ def add_norm_pre(
         return calls, owners
     out = list(calls)
     for i, c in enumerate(calls):
-        if c.shader != "matmul_add" or c.groups[1:] != (1, 1) or any(b.rows is not None for b in c.bindings):
+        if c.shader not in PRODUCERS or c.groups[1:] != (1, 1) or any(b.rows is not None for b in c.bindings):
             continue
         x = c.bindings[c.writes[0]].value
         if caps.norm_pre == 0 and program.values[x].numel < NORM_PRE_MIN:
