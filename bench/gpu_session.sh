@@ -31,6 +31,7 @@
 #   bash bench/gpu_session.sh moeroute  # MoE decode: top-k inside the experts' gate/up vs its own dispatch, llama.cpp
 #   bash bench/gpu_session.sh moeroute2 # the same A/B after the subgroup top-k (MOE_ROUTE_SG)
 #   bash bench/gpu_session.sh moe8      # MoE decode head vs base and llama.cpp, then the matvec knobs on its shape
+#   bash bench/gpu_session.sh moe8b     # after the MoE downs' change: head vs base, llama.cpp, cx_rows / norm_pre, the 8B
 #   bash bench/gpu_session.sh final7    # the 7th session's last call: failed tests, 8B serve, 8B batch and MoE A/B
 #   bash bench/gpu_session.sh followup  # attnfuse, batch8b4, then suite: the sixth session's open measurements
 #   bash bench/gpu_session.sh batchfuse # batched steps with the residual add + norm fused vs apart (Qwen3-0.6B, 8B)
@@ -491,6 +492,25 @@ moe8)
         --out "$OUT/llama-moe.json" | tail -2
     python -m bench.ab_modes fused fused:kwide=1 fused:matvec_rows=4 fused:matvec_rows=1 fused:kwide=-1 \
         --model "$m" --ctx 1024 --prompt-tokens 16 -n 32 --rounds 1 --detail --out "$OUT/moe-knobs.json" 2>&1 | tail -45
+    ;;
+moe8b)
+    # after the MoE downs' change (wide units, one loop over the slots, NORM_OUT): MoE decode head
+    # vs bench/out/base (4e543b0) and llama.cpp, the step by rule with the o-projection absorbing
+    # the attention combine (cx_rows) and without norm_pre; the 8B's decode head vs base (the
+    # matvec loop's restructure). Carry .device/llama and bench/out/base
+    llama_server
+    python -m pytest -q tests/lowering/test_ops_moe.py tests/executors/test_executors_moe.py 2>&1 | tail -2 || true
+    m=$(shape_file qwen3-30b-a3b q4_k_m)
+    python -m bench.ab_commits --base-dir bench/out/base --rounds 2 --out "$OUT/moe-ab.json" \
+        "vkdecode bench --model $m --modes fused --reps 3" 2>&1 | tail -2
+    python -m bench.llama_server_peer --server "$LLAMA" --model "$m" --lengths 16 --decode 128 --reps 3 \
+        --out "$OUT/llama-moe.json" | tail -2
+    python -m bench.ab_modes fused fused:cx_rows=2 fused:norm_pre=-1 fused#2 --model "$m" --ctx 1024 \
+        --prompt-tokens 16 -n 32 --rounds 1 --detail --out "$OUT/moe-knobs.json" 2>&1 | tail -36
+    rm -f "$m"
+    f=$(shape_file llama3.1-8b q4_k_m)
+    python -m bench.ab_commits --base-dir bench/out/base --rounds 2 --out "$OUT/8b-ab.json" \
+        "vkdecode bench --model $f --modes fused --reps 3" 2>&1 | tail -1
     ;;
 final7)
     # the seventh session's last call: the GPU suite's six failures again (the fix of the fused
