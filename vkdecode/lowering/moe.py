@@ -57,9 +57,10 @@ def moe_topk(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
 def slots_shape(dtype: str, k: int, m: int, slots: int, caps: KernelCaps) -> tuple[int, int, bool]:
     """matvec_shape of a matvec whose rows sum `slots` rows each (moe_matmul_sum_add; matvec.glsl
     MV_SLOTS_FLAT walks every slot's units as one loop): wide K-quant units at any width (H200,
-    Qwen3-30B-A3B Q4_K_M's 768-wide downs, GPU µs a step: 633 in 8-element units, 528 wide, before
-    the flat loop: bench/results/nvidia-h200/2026-11-27-moe-knobs/), and a power of two of lanes
-    that divides the slots' units where one does (8 slots x 24 units: 64 lanes of 3)."""
+    Qwen3-30B-A3B Q4_K_M's 768-wide downs, GPU µs a step: 633 in 8-element units, 528 wide:
+    bench/results/nvidia-h200/2026-11-27-moe-knobs/); one subgroup a workgroup where its sums need no
+    shared memory (575 µs over 64 lanes: 2026-11-27-moe-down/), else a power of two of lanes that
+    divides the slots' units where one does (8 slots x 24 units: 64 lanes of 3)."""
     wg, rpw, wvec = matvec_shape(dtype, k, m, caps, wide_from=256)
     if caps.matvec_wg:
         return wg, rpw, wvec
@@ -67,6 +68,8 @@ def slots_shape(dtype: str, k: int, m: int, slots: int, caps: KernelCaps) -> tup
     wg = wg_size(caps, n, cap=128)
     while n % wg and wg > caps.subgroup_size:
         wg //= 2
+    if caps.subgroup_arithmetic and caps.subgroup_fixed and not caps.device_cpu:
+        wg = wg_size(caps, caps.subgroup_size)
     return wg, min(caps.matvec_rows or rpw, wg), wvec
 
 
