@@ -33,6 +33,7 @@
 #   bash bench/gpu_session.sh moe8      # MoE decode head vs base and llama.cpp, then the matvec knobs on its shape
 #   bash bench/gpu_session.sh moe8b     # after the MoE downs' change: head vs base, llama.cpp, cx_rows / norm_pre, the 8B
 #   bash bench/gpu_session.sh moe8c     # the experts' down in one subgroup: head vs base, llama.cpp, by rule
+#   bash bench/gpu_session.sh moe8d     # MoE decode as landed: head vs base, llama.cpp, by rule
 #   bash bench/gpu_session.sh final7    # the 7th session's last call: failed tests, 8B serve, 8B batch and MoE A/B
 #   bash bench/gpu_session.sh followup  # attnfuse, batch8b4, then suite: the sixth session's open measurements
 #   bash bench/gpu_session.sh batchfuse # batched steps with the residual add + norm fused vs apart (Qwen3-0.6B, 8B)
@@ -525,6 +526,19 @@ moe8c)
         --out "$OUT/llama-moe.json" | tail -2
     python -m bench.ab_modes fused fused:matvec_wg=64 fused --model "$m" --ctx 1024 \
         --prompt-tokens 16 -n 32 --rounds 1 --detail --out "$OUT/moe-down.json" 2>&1 | tail -27
+    ;;
+moe8d)
+    # the eighth session's MoE decode as landed (the downs in wide units, the slots in turn, with
+    # NORM_OUT) against bench/out/base (4e543b0) and llama.cpp, then the step by rule (twice).
+    # Carry .device/llama and bench/out/base
+    llama_server
+    m=$(shape_file qwen3-30b-a3b q4_k_m)
+    python -m bench.ab_commits --base-dir bench/out/base --rounds 2 --out "$OUT/moe-ab.json" \
+        "vkdecode bench --model $m --modes fused --reps 3" 2>&1 | tail -2
+    python -m bench.llama_server_peer --server "$LLAMA" --model "$m" --lengths 16 --decode 128 --reps 3 \
+        --out "$OUT/llama-moe.json" | tail -2
+    python -m bench.ab_modes fused fused --model "$m" --ctx 1024 --prompt-tokens 16 -n 32 --rounds 1 \
+        --detail --out "$OUT/moe-rules.json" 2>&1 | tail -18
     ;;
 final7)
     # the seventh session's last call: the GPU suite's six failures again (the fix of the fused
