@@ -24,6 +24,7 @@
 #define MV_SLOT_SET(j)
 #else
 #define MV_SLOT_SET(j) mv_slot = (j)
+#define MV_SLOTS_FLAT
 #endif
 #ifndef MV_ROW_BASE
 #define MV_ROW_BASE(j) 0u
@@ -93,11 +94,21 @@ void matvec_main() {
     float acc[XR][ROWS];
     for (uint b = 0; b < XR; b++)
         for (uint i = 0; i < ROWS; i++) acc[b][i] = 0.0;
-    for (uint j = 0; j < MV_SLOTS; j++) {
+#ifdef MV_SLOTS_FLAT
+    // the slots' units as one loop (slot j's unit u is v = j * units + u): a row of few units
+    // (768-wide MoE downs: 96, or 24 wide) leaves no lanes idle through every slot
+    for (uint v = t; v < MV_SLOTS * units; v += WG) {
+    const uint j = v / units, u = v - j * units;
     MV_SLOT_SET(j);
     const uint base = MV_ROW_BASE(j);
     const float sw = MV_SLOT_WEIGHT(j);
+    {
+#else
+    const uint base = MV_ROW_BASE(0u);
+    const float sw = MV_SLOT_WEIGHT(0u);
+    {
     for (uint u = t; u < units; u += WG) {
+#endif
 #ifdef KW_SPLIT
 #ifdef MV_XROWS
 // every x row through the unit's weight words, loaded once (kwide_rows.glsl KW_XROWS)

@@ -180,7 +180,8 @@ def test_qwen3_30b_a3b_decode_calls_on_a_gpu():
     writing h and the logits, its top-k inside the gate/up kernel (MOE_ROUTE; moe_route=-1: its own
     dispatch); gate/up take the dense gate/up's shape at one expert's 768 rows (one subgroup, 4
     rows of each weight, split wide units on integer dot products: 192 row blocks a slot); the
-    768-wide down in wide units too (24 a row), 32 lanes x 2 rows."""
+    768-wide down in wide units too, its 8 slots' 24 units a row one loop over 64 lanes (3 each),
+    2 rows a workgroup."""
     from fusion.partition import partition
     from vkdecode.benchmark.shapes import shape_args, weight_dtypes
     from vkdecode.lowering.caps import KernelCaps
@@ -200,7 +201,7 @@ def test_qwen3_30b_a3b_decode_calls_on_a_gpu():
     assert [c.shader for c in apart] == ["rms_norm_matmul", "moe_topk", "matmul_silu_mul"]
     assert {"WVEC", "KQ_IDOT"} <= dict(gu.defines).keys() and "KW_JOINT" not in dict(gu.defines)
     (down,) = calls["MOE_MATMUL_SUM_ADD"]
-    assert down.spec[:4] == (32, 768, 2048, 2) and {"WVEC", "KQ_IDOT"} <= dict(down.defines).keys()
+    assert down.spec[:4] == (64, 768, 2048, 2) and {"WVEC", "KQ_IDOT"} <= dict(down.defines).keys()
 
 
 @pytest.mark.parametrize("sg", [False, True])

@@ -223,6 +223,11 @@ def kwide(dtype: str, n_in: int, caps: KernelCaps, wide_from: int = KWIDE_MIN_IN
     return dtype in K_TYPES and (caps.kwide > 0 or (caps.kwide == 0 and n_in >= wide_from))
 
 
+def unit_elems(dtype: str, wvec: bool) -> int:
+    """Elements per invocation step of a matvec (shaders/dequant.glsl "unit")."""
+    return (32 if wvec else 8) if dtype in QUANT_TYPES else (4 if wvec else 1) * (2 if dtype == "f16" else 1)
+
+
 def matvec_shape(
     dtype: str, n_in: int, n_rows: int, caps: KernelCaps, wide_from: int = KWIDE_MIN_IN
 ) -> tuple[int, int, bool]:
@@ -234,9 +239,7 @@ def matvec_shape(
         or (dtype == "f16" and n_in % 8 == 0)
         or kwide(dtype, n_in, caps, wide_from)
     )
-    # elements per invocation step (shaders/dequant.glsl "unit")
-    unit = (32 if wvec else 8) if dtype in QUANT_TYPES else (4 if wvec else 1) * (2 if dtype == "f16" else 1)
-    units = n_in // unit
+    units = n_in // unit_elems(dtype, wvec)
     # Measured on an H100 (bench/matvec_bench.py --sweep): matrices with few rows want every
     # invocation on its own unit (most parallelism); an lm_head-sized one (>= 2M units) is
     # faster with two units per invocation and two rows per workgroup, which halves the

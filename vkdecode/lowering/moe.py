@@ -22,7 +22,6 @@ from fusion.ir import Op, Program
 from fusion.region import Region
 from fusion.rules_moe import ROUTER_ONE_WORKGROUP_MAX
 from vkdecode.lowering.calls import (
-    KWIDE_MIN_IN,
     Binding,
     KernelCall,
     KernelCaps,
@@ -30,6 +29,7 @@ from vkdecode.lowering.calls import (
     matvec_shape,
     reduce_defines,
     row_chunks,
+    unit_elems,
     weight_bindings,
     wg_size,
 )
@@ -54,13 +54,31 @@ def moe_topk(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     ] + group_calls(p, ids, e, caps)
 
 
+def slots_shape(dtype: str, k: int, m: int, slots: int, caps: KernelCaps) -> tuple[int, int, bool]:
+    """matvec_shape of a matvec whose rows sum `slots` rows each (moe_matmul_sum_add; matvec.glsl
+    MV_SLOTS_FLAT walks every slot's units as one loop): wide K-quant units at any width and a power
+    of two of lanes that divides the slots' units where one does (8 slots x 24 units: 64 lanes of 3).
+    H200, Qwen3-30B-A3B Q4_K_M's 768-wide downs, GPU µs a step: 628-633 in 8-element units over 128
+    lanes, 566-571 so (twice), 661-670 with the flat loop over 32 lanes, 745-755 wide over 32 lanes
+    with the slots in turn (bench/results/nvidia-h200/2026-11-27-moe-*/)."""
+    wg, rpw, wvec = matvec_shape(dtype, k, m, caps, wide_from=256)
+    if caps.matvec_wg:
+        return wg, rpw, wvec
+    n = slots * k // unit_elems(dtype, wvec)
+    wg = wg_size(caps, n, cap=128)
+    while n % wg and wg > caps.subgroup_size:
+        wg //= 2
+    return wg, min(caps.matvec_rows or rpw, wg), wvec
+
+
 def _matvec_call(
-    shader: str, p: Program, w: str, inputs, out: str, layout, caps: KernelCaps, wide_from: int = KWIDE_MIN_IN
+    shader: str, p: Program, w: str, inputs, out: str, layout, caps: KernelCaps, slots: int = 1
 ) -> KernelCall:
     """A matvec over a 3-D expert weight: bindings weight, inputs, out; spec (wg, K, M, ROWS, *tail)
-    and its workgroups from layout(blocks of one expert's rows) -> (tail, workgroups)."""
+    and its workgroups from layout(blocks of one expert's rows) -> (tail, workgroups); slots > 1:
+    each output row sums that many slots' rows (moe_matmul_sum_add)."""
     wb, m, k, dtype = experts(p, w, caps)
-    wg, rpw, wvec = matvec_shape(dtype, k, m, caps, wide_from)
+    wg, rpw, wvec = slots_shape(dtype, k, m, slots, caps) if slots > 1 else matvec_shape(dtype, k, m, caps)
     b = wb + tuple(Binding(v) for v in inputs) + (Binding(out),)
     tail, groups = layout(-(-m // rpw))
     return KernelCall(
@@ -222,9 +240,6 @@ def moe_matmul_sum_add(p: Program, region: Region, caps: KernelCaps) -> list[Ker
     k = p.values[r["w"]].shape[2]
     slots = p.values[r["ids"]].numel
     inputs = (r["x"], r["ids"], r["sw"], r["r"])
-    # wide K-quant units at any width (KWIDE_MIN_IN is the dense rows'): H200, Qwen3-30B-A3B Q4_K_M's
-    # 768-wide downs, GPU µs a step: 633 in 8-element units, 528 wide (32 lanes, the 8 slots one
-    # after another; one loop over the slots' units took 566-575 over 64 lanes, 665 over 32:
-    # bench/results/nvidia-h200/2026-11-27-moe-knobs/, -moe-downs/, -moe-down-sg/)
-    layout = lambda n: ((slots, k), n)
-    return [_matvec_call("moe_matmul_sum_add", p, r["w"], inputs, r["s"], layout, caps, wide_from=256)]
+    return [
+        _matvec_call("moe_matmul_sum_add", p, r["w"], inputs, r["s"], lambda n: ((slots, k), n), caps, slots)
+    ]
