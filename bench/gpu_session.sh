@@ -34,6 +34,7 @@
 #   bash bench/gpu_session.sh moe8b     # after the MoE downs' change: head vs base, llama.cpp, cx_rows / norm_pre, the 8B
 #   bash bench/gpu_session.sh moe8c     # the experts' down in one subgroup: head vs base, llama.cpp, by rule
 #   bash bench/gpu_session.sh moe8d     # MoE decode as landed: head vs base, llama.cpp, by rule
+#   bash bench/gpu_session.sh moe8e     # the MoE step by rule under rows / lanes a workgroup
 #   bash bench/gpu_session.sh final7    # the 7th session's last call: failed tests, 8B serve, 8B batch and MoE A/B
 #   bash bench/gpu_session.sh followup  # attnfuse, batch8b4, then suite: the sixth session's open measurements
 #   bash bench/gpu_session.sh batchfuse # batched steps with the residual add + norm fused vs apart (Qwen3-0.6B, 8B)
@@ -539,6 +540,15 @@ moe8d)
         --out "$OUT/llama-moe.json" | tail -2
     python -m bench.ab_modes fused fused --model "$m" --ctx 1024 --prompt-tokens 16 -n 32 --rounds 1 \
         --detail --out "$OUT/moe-rules.json" 2>&1 | tail -18
+    ;;
+moe8e)
+    # the MoE step's shapes by rule: rows a workgroup (the gate/up take matvec_rows too) and 128 /
+    # 64-lane workgroups (the q/k/v's 8-element units); every knob moves every matvec, so read
+    # each rule's row where its kernel changed
+    m=$(shape_file qwen3-30b-a3b q4_k_m)
+    python -m bench.ab_modes fused fused:matvec_rows=2 fused:matvec_rows=8 fused:matvec_wg=128 \
+        fused:matvec_wg=64 --model "$m" --ctx 1024 --prompt-tokens 16 -n 32 --rounds 1 --detail \
+        --out "$OUT/moe-shapes.json" 2>&1 | tail -44
     ;;
 final7)
     # the seventh session's last call: the GPU suite's six failures again (the fix of the fused
