@@ -35,6 +35,7 @@
 #   bash bench/gpu_session.sh moe8c     # the experts' down in one subgroup: head vs base, llama.cpp, by rule
 #   bash bench/gpu_session.sh moe8d     # MoE decode as landed: head vs base, llama.cpp, by rule
 #   bash bench/gpu_session.sh moe8e     # the MoE step by rule under rows / lanes a workgroup
+#   bash bench/gpu_session.sh moe8f     # the MoE shapes from moe8e: head vs base, llama.cpp, by rule
 #   bash bench/gpu_session.sh final7    # the 7th session's last call: failed tests, 8B serve, 8B batch and MoE A/B
 #   bash bench/gpu_session.sh followup  # attnfuse, batch8b4, then suite: the sixth session's open measurements
 #   bash bench/gpu_session.sh batchfuse # batched steps with the residual add + norm fused vs apart (Qwen3-0.6B, 8B)
@@ -549,6 +550,19 @@ moe8e)
     python -m bench.ab_modes fused fused:matvec_rows=2 fused:matvec_rows=8 fused:matvec_wg=128 \
         fused:matvec_wg=64 --model "$m" --ctx 1024 --prompt-tokens 16 -n 32 --rounds 1 --detail \
         --out "$OUT/moe-shapes.json" 2>&1 | tail -44
+    ;;
+moe8f)
+    # the MoE step's shapes from moe8e: gate/up 2 rows, the downs over 128 lanes, 8-element K-quant
+    # q/k/v over 128: head vs bench/out/base (78a4fad) and llama.cpp, then by rule (twice). Carry
+    # .device/llama and bench/out/base
+    llama_server
+    m=$(shape_file qwen3-30b-a3b q4_k_m)
+    python -m bench.ab_commits --base-dir bench/out/base --rounds 2 --out "$OUT/moe-ab.json" \
+        "vkdecode bench --model $m --modes fused --reps 3" 2>&1 | tail -2
+    python -m bench.llama_server_peer --server "$LLAMA" --model "$m" --lengths 16 --decode 128 --reps 3 \
+        --out "$OUT/llama-moe.json" | tail -2
+    python -m bench.ab_modes fused fused --model "$m" --ctx 1024 --prompt-tokens 16 -n 32 --rounds 1 \
+        --detail --out "$OUT/moe-rules.json" 2>&1 | tail -18
     ;;
 final7)
     # the seventh session's last call: the GPU suite's six failures again (the fix of the fused

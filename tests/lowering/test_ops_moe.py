@@ -178,10 +178,10 @@ def test_qwen3_30b_a3b_decode_calls_on_a_gpu():
     """No GPU: Qwen3-30B-A3B Q4_K_M's MoE layer with an H100's caps (32-lane subgroups, accelerated
     integer dot products). The router (128 x 2048, past the one-workgroup kernel) is rms_norm_matmul
     writing h and the logits, its top-k inside the gate/up kernel (MOE_ROUTE; moe_route=-1: its own
-    dispatch); gate/up take the dense gate/up's shape at one expert's 768 rows (one subgroup, 4
-    rows of each weight, split wide units on integer dot products: 192 row blocks a slot); the
-    768-wide down in wide units too, its 8 slots' 24 units a row one loop over 64 lanes (3 each),
-    2 rows a workgroup."""
+    dispatch); gate/up take the dense gate/up's shape at one expert's 768 rows but 2 rows of each
+    weight (one subgroup, split wide units on integer dot products: 384 row blocks a slot); the
+    768-wide down in wide units too, its 8 slots' 24 units a row one loop over 128 lanes, 2 rows a
+    workgroup; the 2048-wide q/k/v in 8-element units over 128 lanes."""
     from fusion.partition import partition
     from vkdecode.benchmark.shapes import shape_args, weight_dtypes
     from vkdecode.lowering.caps import KernelCaps
@@ -195,13 +195,15 @@ def test_qwen3_30b_a3b_decode_calls_on_a_gpu():
     (router, gu) = calls["RMS_NORM_MATMUL_MOE_TOPK_SILU_MUL"]
     assert router.shader == "rms_norm_matmul" and "B_H" in dict(router.defines)
     assert gu.shader == "matmul_silu_mul" and {"MOE_ROUTE", "MOE_NORM"} <= dict(gu.defines).keys()
-    assert gu.spec[:3] == (32, 2048, 4) and gu.spec[4:] == (768, 192, 128, 8) and gu.groups[0] == 8 * 192
+    assert gu.spec[:3] == (32, 2048, 2) and gu.spec[4:] == (768, 384, 128, 8) and gu.groups[0] == 8 * 384
     own = [r for r in partition(p) if r.rule == "RMS_NORM_MATMUL_MOE_TOPK_SILU_MUL"]
     apart = region_calls(p, own[0], replace(caps, moe_route=-1))
     assert [c.shader for c in apart] == ["rms_norm_matmul", "moe_topk", "matmul_silu_mul"]
     assert {"WVEC", "KQ_IDOT"} <= dict(gu.defines).keys() and "KW_JOINT" not in dict(gu.defines)
     (down,) = calls["MOE_MATMUL_SUM_ADD"]
-    assert down.spec[:4] == (64, 768, 2048, 2) and {"WVEC", "KQ_IDOT"} <= dict(down.defines).keys()
+    assert down.spec[:4] == (128, 768, 2048, 2) and {"WVEC", "KQ_IDOT"} <= dict(down.defines).keys()
+    qkv = [c for r in partition(p) if r.rule == "RMS_NORM_MATMUL" for c in region_calls(p, r, caps)]
+    assert qkv and all(c.spec[0] == 128 and "WVEC" not in dict(c.defines) for c in qkv)
 
 
 @pytest.mark.parametrize("sg", [False, True])

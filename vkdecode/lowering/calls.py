@@ -254,7 +254,11 @@ def matvec_shape(
         # 1024x4096 8.32 vs 7.86: bench/results/nvidia-h100-80gb-hbm3/2026-11-25-kquant-pos/mv-sweep-*)
         wg, rows = wg_size(caps, units // 2 if n_rows >= 4096 else units, cap=128), 2
     else:
-        wg, rows = wg_size(caps, units, cap=256), (2 if n_rows >= 1536 else 1)
+        # 8-element K-quant units (rows under KWIDE_MIN_IN): 128 lanes at most (H200, Qwen3-30B-A3B
+        # Q4_K_M's 2048-wide q/k/v, GPU µs a step: 569 over 256 lanes, 521 over 128, 527 over 64:
+        # bench/results/nvidia-h200/2026-11-27-moe-shapes/)
+        wg = wg_size(caps, units, cap=128 if dtype in K_TYPES else 256)
+        rows = 2 if n_rows >= 1536 else 1
     split = wvec and dtype in KSPLIT_TYPES and kw_split(n_in, caps, dtype)
     if wvec and dtype in ("q4_k", "q6_k") and n_rows >= 4096 and kw_balanced(units, caps) and not split:
         # 448 units (14336-wide rows, the 8B's downs): 128 lanes took 3.5 units each, so half the

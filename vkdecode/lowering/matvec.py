@@ -30,7 +30,7 @@ from vkdecode.lowering.calls import (
     wg_size,
     wvec_defines,
 )
-from vkdecode.quant import KSPLIT_TYPES, QUANT_TYPES
+from vkdecode.quant import K_TYPES, KSPLIT_TYPES, QUANT_TYPES
 
 MAX_SLOTS = 4  # weights one rms_norm_matmul dispatch reads (q, k, v need 3)
 # about this many (max, index) pairs for the final argmax pass. Each workgroup reduces its row
@@ -117,11 +117,11 @@ def norm_matmul_call(
     dtype = dtypes[0]
     k = p.values[ws[0]].shape[1]
     rows = [p.values[w].shape[0] for w in ws]
-    # mixed quant slots share one unit size: wide K-quant units only if every slot takes them, else
-    # the 8-element unit of any quant dtype (q8_0's)
+    # mixed quant slots share one unit: wide if every slot is, else 8 elements (q8_0's, K-quants' own)
     mixed = len(set(dtypes)) > 1
     wide = all(kwide(dt, k, caps) for dt in dtypes)
-    wg, rpw, wvec = matvec_shape(dtype if not mixed or wide else "q8_0", k, sum(rows), caps)
+    kq = all(dt in K_TYPES for dt in dtypes)
+    wg, rpw, wvec = matvec_shape(dtype if not mixed or wide or kq else "q8_0", k, sum(rows), caps)
     if wide and not caps.matvec_rows:
         # 4 rows a workgroup in wide K-quant units (H100, Llama-3.1-8B Q4_K_M's q/k/v, profiled step:
         # 619 vs 703 µs with 2; the other matvecs lost with 4: bench/results/.../2026-11-25-kquant-pos/ab-8b-mv-detail.json)

@@ -17,6 +17,7 @@ silu_mul, moe_sum, add).
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 
 from fusion.ir import Op, Program
 from fusion.region import Region
@@ -54,20 +55,20 @@ def moe_topk(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     ] + group_calls(p, ids, e, caps)
 
 
+MOE_GLU_ROWS = 2  # rows of gate and of up a workgroup of the chosen experts' gate/up
+
+
 def slots_shape(dtype: str, k: int, m: int, slots: int, caps: KernelCaps) -> tuple[int, int, bool]:
     """matvec_shape of a matvec whose rows sum `slots` rows each (moe_matmul_sum_add; matvec.glsl
-    MV_SLOTS_FLAT walks every slot's units as one loop): wide K-quant units at any width and a power
-    of two of lanes that divides the slots' units where one does (8 slots x 24 units: 64 lanes of 3).
-    H200, Qwen3-30B-A3B Q4_K_M's 768-wide downs, GPU µs a step: 628-633 in 8-element units over 128
-    lanes, 566-571 so (twice), 661-670 with the flat loop over 32 lanes, 745-755 wide over 32 lanes
-    with the slots in turn (bench/results/nvidia-h200/2026-11-27-moe-*/)."""
+    MV_SLOTS_FLAT walks every slot's units as one loop): wide K-quant units at any width, lanes for
+    the slots' units up to 128. H200, Qwen3-30B-A3B Q4_K_M's 768-wide downs (8 slots x 24 units),
+    GPU µs a step: 628-633 in 8-element units over 128 lanes; wide, the flat loop: 534 over 128
+    lanes, 566-571 over 64, 661-670 over 32; wide over 32 lanes with the slots in turn 745-755
+    (bench/results/nvidia-h200/2026-11-27-moe-*/)."""
     wg, rpw, wvec = matvec_shape(dtype, k, m, caps, wide_from=256)
     if caps.matvec_wg:
         return wg, rpw, wvec
-    n = slots * k // unit_elems(dtype, wvec)
-    wg = wg_size(caps, n, cap=128)
-    while n % wg and wg > caps.subgroup_size:
-        wg //= 2
+    wg = wg_size(caps, slots * k // unit_elems(dtype, wvec), cap=128)
     return wg, min(caps.matvec_rows or rpw, wg), wvec
 
 
@@ -199,7 +200,9 @@ def moe_matmul_silu_mul(
     if group_rows(p, r["ids"], p.values[r["w_gate"]].shape[0], caps):
         return None  # wide: the grouped matmuls, then silu_mul
     _, m, k, dtype = experts(p, r["w_gate"], caps)
-    shape = swiglu_shape(dtype, k, m, caps)
+    # 2 rows of each weight a workgroup, not the dense gate/up's 4 (H200, Qwen3-30B-A3B Q4_K_M: the
+    # router + gate/up region 949 -> 912 µs a step: bench/results/nvidia-h200/2026-11-27-moe-shapes/)
+    shape = swiglu_shape(dtype, k, m, replace(caps, matvec_rows=caps.matvec_rows or MOE_GLU_ROWS))
     if shape is None:
         return None
     wg, rpw, wvec = shape
