@@ -638,7 +638,8 @@ def test_fused_kquant_integer_dot(device, models, kv, shapes, planes):
     """Split wide q4_k and q6_k units on integer dot products (KQ_IDOT, KQ_IDOT_Q6: q/k/v with a
     q6_k v slot, gate/up, o and down projections, the q6_k head) decode as the reference and the
     unfused step, and the kernels carry the defines. "gpu": the launch shapes GPUs take
-    (one-subgroup gate/up workgroups of 4 rows a weight, the head's 4 rows), not the CPU's. x as
+    (one-subgroup gate/up workgroups of 4 rows a weight, the 256-wide head's 8 rows: 4 from 2048
+    wide), not the CPU's. x as
     two byte planes (the default) or three (kq_planes=3, within the f16 cache's bound)."""
     if not device.info.features.get("integer_dot"):
         pytest.skip("no shaderIntegerDotProduct on this device (lavapipe has it)")
@@ -650,7 +651,7 @@ def test_fused_kquant_integer_dot(device, models, kv, shapes, planes):
     if shapes == "gpu":
         (gu,) = {it.call.spec[2] for it in items if it.call.shader == "rms_norm_matmul_silu_mul"}
         (head,) = [it.call for it in items if it.call.shader == "rms_norm_matmul_argmax"]
-        assert gu == 4 and head.spec[2] == 4
+        assert gu == 4 and head.spec[:3] == (32, 256, 8)
     idot = {it.call.shader for it in items if ("KQ_IDOT", "1") in it.call.defines}
     assert {"rms_norm_matmul", "rms_norm_matmul_silu_mul", "matmul_add"} <= idot, idot
     q6 = {it.call.shader for it in items if ("KQ_IDOT_Q6", "1") in it.call.defines}

@@ -283,14 +283,13 @@ def rms_norm_matmul_argmax(p: Program, region: Region, caps: KernelCaps) -> list
             # split wide units (kwide_rows.glsl) hold 8 rows' words (H100, Llama-3.1-8B's q6_k head:
             # 213 vs 233 µs with 4, 32 lanes; 64 lanes 220: 2026-11-25-kwide-split/sweep-split.json); on integer
             # dot products 4 rows of 64 lanes (106 registers with 8: 228 µs; 64 x 4 197 vs 205 in
-            # floats: 2026-11-25-session-h/ab-q6idot.json)
+            # floats: 2026-11-25-session-h/ab-q6idot.json), but 32 x 8 on rows of 64 units or fewer
+            # (H200, Qwen3-30B-A3B's 151936 x 2048 head: 127 -> 103 µs, nvidia-h200/2026-11-27-moe-shapes/)
             rpw = 8
-            if wv.dtype == "q6_k" and kq_idot(caps, "q6_k"):
+            if wv.dtype == "q6_k" and kq_idot(caps, "q6_k") and k > 2048:
                 wg, rpw = caps.matvec_wg or wg_size(caps, 64), 4
         blocks = -(-rows // rpw)
-        per = caps.head_blocks or max(
-            1, -(-blocks * len(chunks) // ARGMAX_PARTIALS)
-        )  # row blocks per workgroup
+        per = caps.head_blocks or max(1, -(-blocks * len(chunks) // ARGMAX_PARTIALS))  # blocks a group
         plan.append((r0, rows, wg, rpw, wvec, per, -(-blocks // per)))
     n_pairs = sum(g for *_, g in plan)
     scratch = ((part, n_pairs * 8),)
