@@ -36,6 +36,7 @@
 #   bash bench/gpu_session.sh moe8d     # MoE decode as landed: head vs base, llama.cpp, by rule
 #   bash bench/gpu_session.sh moe8e     # the MoE step by rule under rows / lanes a workgroup
 #   bash bench/gpu_session.sh moe8f     # the MoE shapes from moe8e: head vs base, llama.cpp, by rule
+#   bash bench/gpu_session.sh final8    # the suite, then MoE decode head vs base and by rule
 #   bash bench/gpu_session.sh final7    # the 7th session's last call: failed tests, 8B serve, 8B batch and MoE A/B
 #   bash bench/gpu_session.sh followup  # attnfuse, batch8b4, then suite: the sixth session's open measurements
 #   bash bench/gpu_session.sh batchfuse # batched steps with the residual add + norm fused vs apart (Qwen3-0.6B, 8B)
@@ -563,6 +564,18 @@ moe8f)
         --out "$OUT/llama-moe.json" | tail -2
     python -m bench.ab_modes fused fused --model "$m" --ctx 1024 --prompt-tokens 16 -n 32 --rounds 1 \
         --detail --out "$OUT/moe-rules.json" 2>&1 | tail -18
+    ;;
+final8)
+    # the eighth session's last call: the whole suite under validation, then MoE decode head vs
+    # bench/out/base (11bf21d: before the 2048-wide lm_head's 32 x 8 shape) and the step by rule.
+    # Carry .device with the validation layer's deb and the test wheels (truststore among them),
+    # not llama (64 MiB)
+    bash "$0" suite
+    m=$(shape_file qwen3-30b-a3b q4_k_m)
+    python -m bench.ab_commits --base-dir bench/out/base --rounds 2 --out "$OUT/moe-ab.json" \
+        "vkdecode bench --model $m --modes fused --reps 3" 2>&1 | tail -2
+    python -m bench.ab_modes fused --model "$m" --ctx 1024 --prompt-tokens 16 -n 32 --rounds 1 \
+        --detail --out "$OUT/moe-rules.json" 2>&1 | tail -9
     ;;
 final7)
     # the seventh session's last call: the GPU suite's six failures again (the fix of the fused
