@@ -33,9 +33,8 @@
 #   bash bench/gpu_session.sh moe8      # MoE decode head vs base and llama.cpp, then the matvec knobs on its shape
 #   bash bench/gpu_session.sh moe8b     # after the MoE downs' change: head vs base, llama.cpp, cx_rows / norm_pre, the 8B
 #   bash bench/gpu_session.sh moe8c     # the experts' down in one subgroup: head vs base, llama.cpp, by rule
-#   bash bench/gpu_session.sh moe8d     # MoE decode as landed: head vs base, llama.cpp, by rule
+#   bash bench/gpu_session.sh moe8d     # MoE decode as committed (moe8f too): head vs base, llama.cpp, by rule
 #   bash bench/gpu_session.sh moe8e     # the MoE step by rule under rows / lanes a workgroup
-#   bash bench/gpu_session.sh moe8f     # the MoE shapes from moe8e: head vs base, llama.cpp, by rule
 #   bash bench/gpu_session.sh final8    # the suite, then MoE decode head vs base and by rule
 #   bash bench/gpu_session.sh final7    # the 7th session's last call: failed tests, 8B serve, 8B batch and MoE A/B
 #   bash bench/gpu_session.sh followup  # attnfuse, batch8b4, then suite: the sixth session's open measurements
@@ -56,6 +55,20 @@ shape_file() {   # shape_file SHAPE QUANT: bench.shape_gguf's random-weight file
     local f=/tmp/$1-$2.gguf
     python -m bench.shape_gguf --shape "$1" --quant "$2" "$f" > /dev/null
     echo "$f"
+}
+
+moe_ab_llama() {   # moe_ab_llama GGUF: decode head vs bench/out/base (two rounds), then llama.cpp's
+    python -m bench.ab_commits --base-dir bench/out/base --rounds 2 --out "$OUT/moe-ab.json" \
+        "vkdecode bench --model $1 --modes fused --reps 3" 2>&1 | tail -2
+    python -m bench.llama_server_peer --server "$LLAMA" --model "$1" --lengths 16 --decode 128 --reps 3 \
+        --out "$OUT/llama-moe.json" | tail -2
+}
+
+moe_rules() {   # moe_rules GGUF NAME LINES VARIANT...: the step by rule (profiled, one round)
+    local m=$1 name=$2 n=$3
+    shift 3
+    python -m bench.ab_modes "$@" --model "$m" --ctx 1024 --prompt-tokens 16 -n 32 --rounds 1 --detail \
+        --out "$OUT/$name.json" 2>&1 | tail -"$n"
 }
 
 serve_pair() {   # serve_pair GGUF NAME LEVELS...: serve --parallel 64, then llama-server -np 64
@@ -491,12 +504,8 @@ moe8)
     llama_server
     python -m pytest -q tests/lowering/test_xplanes.py 2>&1 | tail -2 || true
     m=$(shape_file qwen3-30b-a3b q4_k_m)
-    python -m bench.ab_commits --base-dir bench/out/base --rounds 2 --out "$OUT/moe-ab.json" \
-        "vkdecode bench --model $m --modes fused --reps 3" 2>&1 | tail -2
-    python -m bench.llama_server_peer --server "$LLAMA" --model "$m" --lengths 16 --decode 128 --reps 3 \
-        --out "$OUT/llama-moe.json" | tail -2
-    python -m bench.ab_modes fused fused:kwide=1 fused:matvec_rows=4 fused:matvec_rows=1 fused:kwide=-1 \
-        --model "$m" --ctx 1024 --prompt-tokens 16 -n 32 --rounds 1 --detail --out "$OUT/moe-knobs.json" 2>&1 | tail -45
+    moe_ab_llama "$m"
+    moe_rules "$m" moe-knobs 45 fused fused:kwide=1 fused:matvec_rows=4 fused:matvec_rows=1 fused:kwide=-1
     ;;
 moe8b)
     # after the MoE downs' change (wide units, one loop over the slots, NORM_OUT): MoE decode head
@@ -506,12 +515,8 @@ moe8b)
     llama_server
     python -m pytest -q tests/lowering/test_ops_moe.py tests/executors/test_executors_moe.py 2>&1 | tail -2 || true
     m=$(shape_file qwen3-30b-a3b q4_k_m)
-    python -m bench.ab_commits --base-dir bench/out/base --rounds 2 --out "$OUT/moe-ab.json" \
-        "vkdecode bench --model $m --modes fused --reps 3" 2>&1 | tail -2
-    python -m bench.llama_server_peer --server "$LLAMA" --model "$m" --lengths 16 --decode 128 --reps 3 \
-        --out "$OUT/llama-moe.json" | tail -2
-    python -m bench.ab_modes fused fused:cx_rows=2 fused:norm_pre=-1 fused#2 --model "$m" --ctx 1024 \
-        --prompt-tokens 16 -n 32 --rounds 1 --detail --out "$OUT/moe-knobs.json" 2>&1 | tail -36
+    moe_ab_llama "$m"
+    moe_rules "$m" moe-knobs 36 fused fused:cx_rows=2 fused:norm_pre=-1 fused
     rm -f "$m"
     f=$(shape_file llama3.1-8b q4_k_m)
     python -m bench.ab_commits --base-dir bench/out/base --rounds 2 --out "$OUT/8b-ab.json" \
@@ -523,47 +528,24 @@ moe8c)
     # (matvec_wg=64 moves every matvec: read the down's row). Carry .device/llama and bench/out/base
     llama_server
     m=$(shape_file qwen3-30b-a3b q4_k_m)
-    python -m bench.ab_commits --base-dir bench/out/base --rounds 2 --out "$OUT/moe-ab.json" \
-        "vkdecode bench --model $m --modes fused --reps 3" 2>&1 | tail -2
-    python -m bench.llama_server_peer --server "$LLAMA" --model "$m" --lengths 16 --decode 128 --reps 3 \
-        --out "$OUT/llama-moe.json" | tail -2
-    python -m bench.ab_modes fused fused:matvec_wg=64 fused --model "$m" --ctx 1024 \
-        --prompt-tokens 16 -n 32 --rounds 1 --detail --out "$OUT/moe-down.json" 2>&1 | tail -27
+    moe_ab_llama "$m"
+    moe_rules "$m" moe-down 27 fused fused:matvec_wg=64 fused
     ;;
-moe8d)
-    # the eighth session's MoE decode as landed (the downs in wide units, the slots in turn, with
-    # NORM_OUT) against bench/out/base (4e543b0) and llama.cpp, then the step by rule (twice).
-    # Carry .device/llama and bench/out/base
+moe8d | moe8f)
+    # MoE decode as committed against bench/out/base and llama.cpp, then the step by rule (two
+    # executors): moe8d the downs in wide units with the slots in turn (base 4e543b0), moe8f the
+    # shapes of moe8e (base 78a4fad). Carry .device/llama and bench/out/base
     llama_server
     m=$(shape_file qwen3-30b-a3b q4_k_m)
-    python -m bench.ab_commits --base-dir bench/out/base --rounds 2 --out "$OUT/moe-ab.json" \
-        "vkdecode bench --model $m --modes fused --reps 3" 2>&1 | tail -2
-    python -m bench.llama_server_peer --server "$LLAMA" --model "$m" --lengths 16 --decode 128 --reps 3 \
-        --out "$OUT/llama-moe.json" | tail -2
-    python -m bench.ab_modes fused fused --model "$m" --ctx 1024 --prompt-tokens 16 -n 32 --rounds 1 \
-        --detail --out "$OUT/moe-rules.json" 2>&1 | tail -18
+    moe_ab_llama "$m"
+    moe_rules "$m" moe-rules 18 fused fused
     ;;
 moe8e)
     # the MoE step's shapes by rule: rows a workgroup (the gate/up take matvec_rows too) and 128 /
     # 64-lane workgroups (the q/k/v's 8-element units); every knob moves every matvec, so read
     # each rule's row where its kernel changed
     m=$(shape_file qwen3-30b-a3b q4_k_m)
-    python -m bench.ab_modes fused fused:matvec_rows=2 fused:matvec_rows=8 fused:matvec_wg=128 \
-        fused:matvec_wg=64 --model "$m" --ctx 1024 --prompt-tokens 16 -n 32 --rounds 1 --detail \
-        --out "$OUT/moe-shapes.json" 2>&1 | tail -44
-    ;;
-moe8f)
-    # the MoE step's shapes from moe8e: gate/up 2 rows, the downs over 128 lanes, 8-element K-quant
-    # q/k/v over 128: head vs bench/out/base (78a4fad) and llama.cpp, then by rule (twice). Carry
-    # .device/llama and bench/out/base
-    llama_server
-    m=$(shape_file qwen3-30b-a3b q4_k_m)
-    python -m bench.ab_commits --base-dir bench/out/base --rounds 2 --out "$OUT/moe-ab.json" \
-        "vkdecode bench --model $m --modes fused --reps 3" 2>&1 | tail -2
-    python -m bench.llama_server_peer --server "$LLAMA" --model "$m" --lengths 16 --decode 128 --reps 3 \
-        --out "$OUT/llama-moe.json" | tail -2
-    python -m bench.ab_modes fused fused --model "$m" --ctx 1024 --prompt-tokens 16 -n 32 --rounds 1 \
-        --detail --out "$OUT/moe-rules.json" 2>&1 | tail -18
+    moe_rules "$m" moe-shapes 44 fused fused:matvec_rows=2 fused:matvec_rows=8 fused:matvec_wg=128 fused:matvec_wg=64
     ;;
 final8)
     # the eighth session's last call: the whole suite under validation, then MoE decode head vs
@@ -574,8 +556,7 @@ final8)
     m=$(shape_file qwen3-30b-a3b q4_k_m)
     python -m bench.ab_commits --base-dir bench/out/base --rounds 2 --out "$OUT/moe-ab.json" \
         "vkdecode bench --model $m --modes fused --reps 3" 2>&1 | tail -2
-    python -m bench.ab_modes fused --model "$m" --ctx 1024 --prompt-tokens 16 -n 32 --rounds 1 \
-        --detail --out "$OUT/moe-rules.json" 2>&1 | tail -9
+    moe_rules "$m" moe-rules 9 fused
     ;;
 final7)
     # the seventh session's last call: the GPU suite's six failures again (the fix of the fused
