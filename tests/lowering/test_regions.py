@@ -638,8 +638,8 @@ def test_fused_kquant_integer_dot(device, models, kv, shapes, planes):
     """Split wide q4_k and q6_k units on integer dot products (KQ_IDOT, KQ_IDOT_Q6: q/k/v with a
     q6_k v slot, gate/up, o and down projections, the q6_k head) decode as the reference and the
     unfused step, and the kernels carry the defines. "gpu": the launch shapes GPUs take
-    (one-subgroup gate/up workgroups of 4 rows a weight, the 256-wide head's 8 rows: 4 from 2048
-    wide), not the CPU's. x as
+    (one-subgroup gate/up workgroups of 4 rows a weight, the 256-wide head's 8 rows: 4 on rows
+    wider than 2048), not the CPU's. x as
     two byte planes (the default) or three (kq_planes=3, within the f16 cache's bound)."""
     if not device.info.features.get("integer_dot"):
         pytest.skip("no shaderIntegerDotProduct on this device (lavapipe has it)")

@@ -199,7 +199,7 @@ def moe_matmul_silu_mul(
     r = region.roles
     if group_rows(p, r["ids"], p.values[r["w_gate"]].shape[0], caps):
         return None  # wide: the grouped matmuls, then silu_mul
-    _, m, k, dtype = experts(p, r["w_gate"], caps)
+    e, m, k, dtype = (p.values[r["w_gate"]].shape[0],) + experts(p, r["w_gate"], caps)[1:]
     # 2 rows of each weight a workgroup, not the dense gate/up's 4 (H200, Qwen3-30B-A3B Q4_K_M: the
     # router + gate/up region 949 -> 912 µs a step: bench/results/nvidia-h200/2026-11-27-moe-shapes/)
     shape = swiglu_shape(dtype, k, m, replace(caps, matvec_rows=caps.matvec_rows or MOE_GLU_ROWS))
@@ -218,7 +218,7 @@ def moe_matmul_silu_mul(
     else:
         s.add("B_LOGITS", Binding(route.roles["logits"]))
         writes += (s.add("B_IDS", Binding(r["ids"])), s.add("B_SW", Binding(route.roles["weights"])))
-        spec += (p.values[r["w_gate"]].shape[0], int(route.attrs["k"]))
+        spec += (e, int(route.attrs["k"]))
         defines += (("MOE_ROUTE", "1"),) + ((("MOE_NORM", "1"),) if route.attrs.get("norm") else ())
         # one subgroup a workgroup (GPUs' gate/up shape): argmax passes of subgroup reductions
         sg = caps.subgroup_arithmetic and wg == caps.subgroup_size
