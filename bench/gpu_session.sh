@@ -41,6 +41,9 @@
 #   bash bench/gpu_session.sh batchfuse # batched steps with the residual add + norm fused vs apart (Qwen3-0.6B, 8B)
 #   bash bench/gpu_session.sh coop2     # VK_NV_cooperative_matrix2's matmul rate (glslang 15 from Debian 13)
 #   bash bench/gpu_session.sh ceiling   # the tensor-core matmul's pieces alone: multiplies, fragment loads, tile stores
+#   bash bench/gpu_session.sh moeprefill # MoE prompts head vs bench/out/base, llama.cpp
+#   bash bench/gpu_session.sh coopdense T.. # the 8B's 512-row chunk matmuls per tensor-core tile, one process each
+#   bash bench/gpu_session.sh moemm V.. # the grouped expert matmul alone per caps variant, then bench/out/base's
 #   bash bench/gpu_session.sh suite     # the whole suite under validation on 8 xdist workers, with a summary
 set -euo pipefail
 OUT=${OUT:?set OUT to the results folder}
@@ -103,6 +106,51 @@ serve_vs_llama() {   # serve_vs_llama "LEVELS" SHAPE QUANT [SHAPE QUANT...]: for
 }
 
 case "${1:-}" in
+moeprefill)
+    # MoE prompts: the grouped expert matmuls' tests, the 512- and 2,000-token prompt of the
+    # Qwen3-30B-A3B shape Q4_K_M, head vs bench/out/base alternating (two rounds), llama.cpp on
+    # the same file. Carry .device/llama and bench/out/base
+    llama_server
+    python -m pytest -q tests/lowering/test_coop.py -k moe 2>&1 | tail -2 || true
+    m=$(shape_file qwen3-30b-a3b q4_k_m)
+    python -m bench.ab_commits --base-dir bench/out/base --rounds 2 --out "$OUT/moe-prefill-ab.json" \
+        "bench.prefill --model $m --lengths 512 2000 --modes fused --token-path-max 0 --ctx 4096 --reps 2" 2>&1 | tail -4
+    python -m bench.llama_server_peer --server "$LLAMA" --model "$m" --lengths 512 2000 --decode 16 --reps 3 \
+        --out "$OUT/llama-moe.json" | tail -4
+    ;;
+coopdense)
+    # the 8B's chunk matmuls at 512 rows per tensor-core tile (one process each, the automatic
+    # tile first and last), with registers and the SM clock logged beside it
+    shift
+    nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+        --format=csv -lms 500 > "$OUT/clocks-dense.csv" 2>/dev/null &
+    smi=$!
+    for t in auto "$@" auto; do
+        caps=""
+        [ "$t" = auto ] || caps="coop_tile=$t"
+        VKDECODE_PIPELINE_STATS=1 python -m bench.matmul_rows_bench --preset llama8b --widths 512 --variants coop \
+            --reps 10 ${caps:+--caps $caps} --out "$OUT/mm8b-${t//:/_}.json" 2>&1 | grep -E "^q4_k|layer of" | cut -c1-200
+    done
+    kill $smi || true
+    ;;
+moemm)
+    # the grouped expert matmul alone (bench.moe_matmul_bench, Qwen3-30B-A3B's expert shapes over
+    # a 512-row chunk) per caps variant, with registers and the SM clock logged beside it (a card
+    # that slows mid-process shows there); MOEMM_DEFINES=BK_STEP=64: those variants again under
+    # VKDECODE_DEFINES
+    shift
+    nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+        --format=csv -lms 500 > "$OUT/clocks.csv" 2>/dev/null &
+    smi=$!
+    python -m pytest -q tests/lowering/test_coop.py -k moe 2>&1 | tail -2 || true
+    VKDECODE_PIPELINE_STATS=1 python -m bench.moe_matmul_bench --shapes gate down6 --dense --variants default "$@" default \
+        --out "$OUT/moe-mm.json" 2>&1 | cut -c1-260
+    if [ -n "${MOEMM_DEFINES:-}" ]; then
+        VKDECODE_PIPELINE_STATS=1 VKDECODE_DEFINES=$MOEMM_DEFINES python -m bench.moe_matmul_bench \
+            --shapes gate down6 --variants default "$@" --out "$OUT/moe-mm-defines.json" 2>&1 | cut -c1-260
+    fi
+    kill $smi || true
+    ;;
 decode)
     llama_server
     python -m bench.run_all --only smollm2-135m-q4_1 qwen3-0.6b-f16 qwen3-0.6b-q4_k_m \

@@ -92,6 +92,9 @@ def measure(dev, dtype, out, n_in, rows, caps: KernelCaps, reps: int) -> dict:
     return r
 
 
+WARM_SECONDS = 0.5
+
+
 def time_calls(dev, p: Program, calls, arrays: dict, reps: int) -> dict:
     """GPU time of `reps` runs of calls (a barrier after each dispatch): one buffer per bound value
     and part, filled from arrays[(value, part)] where given (zeros otherwise)."""
@@ -143,12 +146,17 @@ def time_calls(dev, p: Program, calls, arrays: dict, reps: int) -> dict:
             cmd.barrier()
     cmd.timestamp(ts, 1)
     cmd.end()
+    # A GPU idles its clock down while the host makes the next case's weights (an H200 went from
+    # 1980 to 345-1000 MHz between cases, nvidia-smi's reason "idle"): keep it busy for
+    # WARM_SECONDS before timing, or a fast kernel is timed at a slow clock.
+    t_end = time.perf_counter() + WARM_SECONDS
+    while time.perf_counter() < t_end:
+        dev.submit([cmd])
     times = []
-    for k in range(5):  # the first two runs bring the clocks up
+    for _ in range(5):
         dev.submit([cmd])
         t0, t1 = ts.read_ns()
-        if k >= 2:
-            times.append((t1 - t0) / reps)
+        times.append((t1 - t0) / reps)
     for o in [cmd, ts, pool] + list(bufs.values()):
         o.close()
     med = float(np.median(times))

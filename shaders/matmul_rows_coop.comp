@@ -53,7 +53,10 @@ layout(binding = B_X) readonly buffer XB4 { vec4 x4[]; };
 layout(binding = B_Y) writeonly buffer YB { float y[]; };
 #include "moe_rows.glsl"
 
-const uint BK = 32;                    // a whole quant block per k step (64: H100 Qwen3 shapes mixed, 242 vs 253 us a layer)
+#ifndef BK_STEP
+#define BK_STEP 32
+#endif
+const uint BK = BK_STEP;               // a whole quant block per k step (64: H100 Qwen3 shapes mixed, 242 vs 253 us a layer)
 const uint WG = LANES * SG_M * SG_N;
 const uint BM = 16 * BLK_M * SG_M, BN = 16 * BLK_N * SG_N;
 // Staged rows of BK + 8 halves (16-byte aligned rows, the 16 row starts of a matrix load on
@@ -79,9 +82,19 @@ const uint NWU = (BM * (BK / 4) + WG - 1) / WG;    // weight quads per invocatio
 #endif
 const uint NXV = (BN * (BK / 4) + WG - 1) / WG;    // activation vec4s per invocation
 vec4 wr[NWU * WR_VEC4], xr[NXV];
+// Where each of an invocation's activation vec4s starts in x4 at k 0: the same chunk rows every
+// k step, so MOE's gathered row (a load of the order list) is read once, not once a step.
+uint xat[NXV];
+
+void x_rows(uint n0, uint tid) {
+    for (uint i = 0; i < NXV; i++) {
+        const uint e = min(tid + i * WG, BN * (BK / 4) - 1), c = e / (BK / 4);
+        xat[i] = XROW(min(n0 + c, TILE_ROWS - 1)) * (K / 4) + e % (BK / 4);
+    }
+}
 
 // Fetch the k tile at k0 into registers (wr, xr).
-void fetch(uint m0, uint n0, uint k0, uint tid) {
+void fetch(uint m0, uint k0, uint tid) {
     for (uint i = 0; i < NWU; i++) {
 #ifdef UNITS
         const uint e = min(tid + i * WG, BM * UPR - 1), r = e / UPR, u = k0 / UNIT_ELEMS + e % UPR;
@@ -98,10 +111,7 @@ void fetch(uint m0, uint n0, uint k0, uint tid) {
 #endif
 #endif
     }
-    for (uint i = 0; i < NXV; i++) {
-        const uint e = min(tid + i * WG, BN * (BK / 4) - 1), c = e / (BK / 4);
-        xr[i] = x4[XROW(min(n0 + c, TILE_ROWS - 1)) * (K / 4) + k0 / 4 + e % (BK / 4)];
-    }
+    for (uint i = 0; i < NXV; i++) xr[i] = x4[xat[i] + k0 / 4];
 }
 
 // Store the registers into the shared tiles as f16 (an index clamped by fetch stores a duplicate
@@ -133,12 +143,13 @@ void main() {
     CM_C acc[BLK_N * BLK_M];
     for (uint i = 0; i < BLK_N * BLK_M; i++) acc[i] = CM_C(0.0);
 
+    x_rows(n0, tid);
     uint k0 = z * BK;
-    if (k0 < K) fetch(m0, n0, k0, tid);
+    if (k0 < K) fetch(m0, k0, tid);
     for (; k0 < K; k0 += S * BK) {
         stage(k0, tid);
         barrier();
-        if (k0 + S * BK < K) fetch(m0, n0, k0 + S * BK, tid);
+        if (k0 + S * BK < K) fetch(m0, k0 + S * BK, tid);
         for (uint kk = 0; kk < BK; kk += 16) {
             CM_A a[BLK_N];
             CM_B b[BLK_M];

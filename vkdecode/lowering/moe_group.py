@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fusion.ir import Program
 from vkdecode.lowering.calls import Binding, KernelCall, KernelCaps, row_chunks, weight_bindings, wg_size
-from vkdecode.lowering.coop import COOP_BK, coop_usable, tile_dims
+from vkdecode.lowering.coop import COOP_BK, coop_usable, parse_tile, tile_dims
 from vkdecode.lowering.matmul_rows import expert_matmul_call
 
 
@@ -44,6 +44,14 @@ def group_rows(p: Program, ids: str, e: int, caps: KernelCaps) -> int:
     while bn < min(slots // e, GROUP_TILE_MAX):
         bn *= 2
     return bn
+
+
+def group_tile(bn: int) -> tuple:
+    """matmul_rows_coop's (SG_M, SG_N, BLK_M, BLK_N) for BN slots a tile: 64 weight rows as 4 subgroups
+    of one 16-row block, few registers a lane. H200, Qwen3-30B-A3B's experts over 512 rows (BN 32):
+    the gate (q4_k) 634 -> 328 us, the down (q6_k) 626 -> 372 against 2 x 1 subgroups of 2 x 2 blocks
+    (153 -> 89 registers; bench/results/nvidia-h200/2026-11-27-moe-tiles)."""
+    return (4, max(1, bn // 32), 1, min(2, bn // 16))
 
 
 def _group_layout(p: Program, ids: str, e: int, bn: int) -> tuple[str, int, int]:
@@ -83,10 +91,11 @@ def grouped_matmul(p: Program, w: str, x: str, ids: str, out: str, caps: KernelC
     wb, _, _, dtype = experts(p, w, caps)
     name, tiles, order = _group_layout(p, ids, e, bn)
     slots = p.values[ids].numel
-    # 64 weight rows x BN slots, 2 x 2 blocks of 16 x 16 a subgroup (one 16-row block under 32)
-    tile = (2, max(1, bn // 32), 2, min(2, bn // 16))
+    tile = parse_tile(caps.coop_tile) if caps.coop_tile else group_tile(bn)
+    if caps.coop_tile and tile_dims(tile)[1] != bn:
+        raise ValueError(f"coop_tile {caps.coop_tile}: not {bn} slots a tile, as the groups")
     bm, _, wg = tile_dims(tile)
-    shared = 2 * (bm + bn) * (COOP_BK + 8) + 4 * 256 * 2
+    shared = 2 * (bm + bn) * (COOP_BK + 8) + 4 * 256 * tile[0] * tile[1]  # + a result block a subgroup
     coop = (
         coop_usable(caps, str(p.meta.get("arch", "")))
         and caps.matmul_coop >= 0
