@@ -42,6 +42,8 @@
 #   bash bench/gpu_session.sh coop2     # VK_NV_cooperative_matrix2's matmul rate (glslang 15 from Debian 13)
 #   bash bench/gpu_session.sh ceiling   # the tensor-core matmul's pieces alone: multiplies, fragment loads, tile stores
 #   bash bench/gpu_session.sh moeprefill # MoE prompts head vs bench/out/base, llama.cpp
+#   bash bench/gpu_session.sh moeprof   # the MoE shape's 512-row chunk by kernel
+#   bash bench/gpu_session.sh narrowab  # the 8B's 16-48-row batched steps head vs bench/out/base; the coop grid target
 #   bash bench/gpu_session.sh coopdense T.. # the 8B's 512-row chunk matmuls per tensor-core tile, one process each
 #   bash bench/gpu_session.sh moemm V.. # the grouped expert matmul alone per caps variant, then bench/out/base's
 #   bash bench/gpu_session.sh suite     # the whole suite under validation on 8 xdist workers, with a summary
@@ -118,8 +120,32 @@ moeprefill)
     python -m bench.llama_server_peer --server "$LLAMA" --model "$m" --lengths 512 2000 --decode 16 --reps 3 \
         --out "$OUT/llama-moe.json" | tail -4
     ;;
+moeprof)
+    # where a 512-row chunk of the Qwen3-30B-A3B shape Q4_K_M goes, by kernel (bench.prefill_profile)
+    python -m bench.prefill_profile --shape qwen3-30b-a3b --quant q4_k_m --width 512 --reps 3 \
+        --out "$OUT/moe-prof512.json" 2>&1 | tail -24
+    ;;
+narrowab)
+    # batched steps of 16 / 32 / 48 rows of the 8B Q4_K_M shape: head against bench/out/base
+    # (the narrow tensor-core tiles before), one process each, alternating; then the chunk
+    # matmuls at 512 rows with the coop grid target at 116 workgroups against 132 (--groups)
+    f=$(shape_file llama3.1-8b q4_k_m)
+    python -m bench.batch_decode --model "$f" --widths 1 --steps 8 --ctx 512 > /dev/null  # GPU warm-up
+    for side in base head base head; do
+        d=.
+        [ $side = base ] && d=bench/out/base
+        (cd $d && python -m bench.batch_decode --model "$f" --widths 16 32 48 --steps 32 --ctx 512 \
+            --out "$OUT/batch-8b-$side.json" | tail -3 | sed "s/^/$side /")
+    done
+    for g in 0 116 0 116; do
+        python -m bench.matmul_rows_bench --preset qwen3moe --widths 512 --variants coop --groups $g \
+            --out "$OUT/mm-groups$g.json" 2>&1 | grep -E "^q|layer of" | cut -c1-120 | sed "s/^/groups $g /"
+        python -m bench.matmul_rows_bench --preset qwen3 --widths 512 --variants coop --groups $g \
+            --out "$OUT/mm-qwen3-groups$g.json" 2>&1 | grep -E "layer of" | sed "s/^/groups $g /"
+    done
+    ;;
 coopdense)
-    # the 8B's chunk matmuls at 512 rows per tensor-core tile (one process each, the automatic
+    # the 8B's chunk matmuls at 512 rows (or $WIDTHS) per tensor-core tile (one process each, the automatic
     # tile first and last), with registers and the SM clock logged beside it
     shift
     nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active \
@@ -128,7 +154,7 @@ coopdense)
     for t in auto "$@" auto; do
         caps=""
         [ "$t" = auto ] || caps="coop_tile=$t"
-        VKDECODE_PIPELINE_STATS=1 python -m bench.matmul_rows_bench --preset llama8b --widths 512 --variants coop \
+        VKDECODE_PIPELINE_STATS=1 python -m bench.matmul_rows_bench --preset llama8b --widths ${WIDTHS:-512} --variants coop \
             --reps 10 ${caps:+--caps $caps} --out "$OUT/mm8b-${t//:/_}.json" 2>&1 | grep -E "^q4_k|layer of" | cut -c1-200
     done
     kill $smi || true

@@ -50,6 +50,11 @@ PRESETS = {
         ("f16", 3072, 1024, "gate/up"),
         ("f16", 1024, 3072, "down"),
     ],
+    "qwen3moe": [  # Qwen3-30B-A3B Q4_K_M's attention matmuls (its experts: bench.moe_matmul_bench)
+        ("q4_k", 4096, 2048, "wq"),
+        ("q4_k", 512, 2048, "wk/wv"),
+        ("q4_k", 2048, 4096, "wo"),
+    ],
     "llama8b": [  # Llama-3.1-8B Q4_K_M's q4_k matmuls (its down and v are q6_k in some layers)
         ("q4_k", 4096, 4096, "wq"),
         ("q4_k", 1024, 4096, "wk/wv"),

@@ -51,10 +51,11 @@ def test_coop_shape_choice(device):
     assert coop_shape(gpu, "qwen3", 100, 512, 1024) is None  # 100 rows: no tile divides
     assert coop_shape(gpu, "qwen3", 1024, 40, 1024) is None  # not whole 16-row tiles
     narrow = gpu  # narrow tiles where no COOP_TILES entry divides the rows
-    assert coop_shape(narrow, "llama", 14336, 16, 4096) == (2, 1, 2, 1, 1)  # 64 x 16: 224 x 1
-    assert coop_shape(narrow, "llama", 4096, 16, 4096) == (2, 1, 2, 1, 3)  # 64 x 1: 3 splits
-    assert coop_shape(narrow, "llama", 14336, 32, 4096) == (2, 1, 2, 2, 1)  # 64 x 32
-    assert coop_shape(narrow, "llama", 4096, 96, 4096) == (2, 1, 2, 2, 1)  # 96 rows: 32-row tiles, 64 x 3
+    assert coop_shape(narrow, "llama", 14336, 16, 4096) == (4, 1, 1, 1, 1)  # 64 x 16: 224 x 1
+    assert coop_shape(narrow, "llama", 4096, 16, 4096) == (4, 1, 1, 1, 3)  # 64 x 1: 3 splits
+    assert coop_shape(narrow, "llama", 14336, 32, 4096) == (4, 2, 1, 1, 1)  # 64 x 32
+    assert coop_shape(narrow, "llama", 4096, 96, 4096) == (4, 2, 1, 1, 1)  # 96 rows: 32-row tiles, 64 x 3
+    assert coop_shape(narrow, "llama", 4096, 48, 4096) == (4, 1, 1, 1, 1)  # 48 rows: 16-row tiles, 64 x 3
     assert coop_shape(narrow, "llama", 4096, 64, 4096) == (2, 2, 2, 2, 3)  # 64 rows: the usual tiles
     assert coop_shape(narrow, "qwen3", 1024, 8, 1024) is None  # under 16 chunk rows
     assert coop_shape(replace(gpu, matmul_coop=64), "qwen3", 1024, 48, 1024) is None  # under matmul_coop
@@ -83,8 +84,10 @@ SHAPES = [
     (128, 128, 256, "2x2:4x4", 1),
     (64, 256, 512, "2x2:4x2", 2),
     (256, 64, 256, "2x2:2x4", 1),
-    (16, 128, 256, "4x1:2x1", 2),  # the narrow tiles (batched steps of 16 and 32 rows)
+    (16, 128, 256, "4x1:2x1", 2),
     (32, 64, 512, "2x1:2x2", 1),
+    (16, 128, 256, "4x1:1x1", 2),  # the narrow tiles (batched steps of 16 and 32 rows)
+    (64, 64, 512, "4x2:1x1", 1),
 ]
 CASES = [(dt,) + s for dt in DTYPES for s in SHAPES if not dt.endswith("_k") or s[2] % 256 == 0]
 

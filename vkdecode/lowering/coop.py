@@ -26,8 +26,11 @@ COOP_START = 16
 # 2026-11-27-coop-tiles); coop_tile="2x2:4x4" still forces it.
 COOP_TILES = ((2, 2, 2, 4), (2, 2, 4, 2), (2, 2, 2, 2))
 # Chunks of 16 to 63 rows (batched steps of 16 or 32 users, narrow prompt chunks) that no tile above
-# divides: one subgroup column, 128 or 64 weight rows x 32 or 16 chunk rows, the same preference.
-COOP_NARROW_TILES = ((4, 1, 2, 2), (2, 1, 2, 2), (4, 1, 2, 1), (2, 1, 2, 1))
+# divides: 64 weight rows x 32 or 16 chunk rows as subgroups of one 16 x 16 block (few registers a
+# lane). H200, a Llama-3.1-8B Q4_K_M layer's matmuls: 32 rows 602.7 -> 399.8 us against 128 x 32 as
+# 4 x 1 subgroups of 2 x 2 blocks, 16 rows 461.6 -> 395.3 against 64 x 16 as 2 x 1 of 2 x 1
+# (bench/results/nvidia-h200/2026-11-27-moe-tiles); the grouped expert matmuls, moe_group.group_tile.
+COOP_NARROW_TILES = ((4, 2, 1, 1), (4, 1, 1, 1))
 COOP_MAX_SPLITS = 8
 COOP_GROUPS = 132  # default workgroups to reach: one per SM of an H100 (a tile is 4-8 warps of MMAs)
 # architectures whose activations overflow f16, which the kernels round their inputs to (Gemma 3)
