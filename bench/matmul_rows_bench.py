@@ -266,10 +266,15 @@ def main(argv=None) -> int:
             f"best: {b['model']:8s} {b['what']:8s} T {b['rows']:4d} {b['variant']:16s} {b['GFLOPs']:8.0f} GFLOP/s",
             flush=True,
         )
+    return finish(dev, res, a.out)
+
+
+def finish(dev, res: dict, out: str) -> int:
+    """A kernel bench's end: validation checked, the device closed, the JSON written (out given)."""
     dev.check_validation()
     dev.close()
-    if a.out:
-        write_json(res, a.out)
+    if out:
+        write_json(res, out)
     return 0
 
 

@@ -23,10 +23,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 import numpy as np
 
-from bench.matmul_rows_bench import measure, time_calls
+from bench.matmul_rows_bench import finish, measure, time_calls
 from fusion.ir import Program
 from vkdecode.benchmark.shapes import random_weight
-from vkdecode.cli.bench import write_json
 from vkdecode.lowering.calls import KernelCaps
 from vkdecode.lowering.caps import parse_tuning
 from vkdecode.lowering.ops import op_calls
@@ -114,11 +113,7 @@ def main(argv=None) -> int:
                     f"{shape:5s} {dtype} dense T {slots:5d} {r['us']:8.1f} us {r['TFLOPs']:6.1f} TFLOP/s",
                     flush=True,
                 )
-    dev.check_validation()
-    dev.close()
-    if a.out:
-        write_json(res, a.out)
-    return 0
+    return finish(dev, res, a.out)
 
 
 if __name__ == "__main__":
