@@ -101,7 +101,15 @@ def run_part(
     timeout_s: float | None = None,
     log: str | None = None,
 ) -> dict:
-    cmd = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-rfEs",
+        "-p",
+        "no:cacheprovider",
+    ]  # s: every skip's reason in the log
     cmd += [*worker_args(workers), *extra, *by_directory(files)]
     # a wide terminal: pytest cuts each short-summary line (node id - reason) to the terminal width
     env = dict(os.environ, COLUMNS="400")
