@@ -113,20 +113,38 @@ def run_part(
     cmd += [*worker_args(workers), *extra, *by_directory(files)]
     # a wide terminal: pytest cuts each short-summary line (node id - reason) to the terminal width
     env = dict(os.environ, COLUMNS="400")
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-    )
+    # Its own process group, so that a timeout's SIGINT reaches pytest and xdist's workers at once
+    # as Ctrl-C in a terminal does; and not started with SIGINT ignored: a shell's background job
+    # (`cmd &`, nohup) ignores it, children inherit that, and a Python started so never raises
+    # KeyboardInterrupt (pytest then ran past the grace and its output was lost). A handler, unlike
+    # an ignore, is reset to the default in the child.
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
     timed_out = False
     try:
         out, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        # SIGINT: pytest (and xdist's workers) stop as on Ctrl-C and still print the failures so far
+        # SIGINT: pytest and its workers stop as on Ctrl-C and still print the failures so far
         timed_out = True
-        proc.send_signal(signal.SIGINT)
+        os.killpg(proc.pid, signal.SIGINT)
         try:
             out, _ = proc.communicate(timeout=60)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             out, _ = proc.communicate()
     if log:  # the whole output: every failure's traceback and captured output, beyond the short lines
         Path(log).write_text(out)

@@ -71,7 +71,7 @@ def test_workers_and_a_timeout_keep_what_failed_so_far(tmp_path, capsys):
     slow = tmp_path / "test_slow.py"
     slow.write_text("import time\n\ndef test_a():\n    pass\n\ndef test_b():\n    time.sleep(600)\n")
     log = tmp_path / "log.txt"
-    part = suite_parts.run_part([str(bad), str(slow)], [], workers=2, timeout_s=8, log=str(log))
+    part = suite_parts.run_part([str(bad), str(slow)], [], workers=2, timeout_s=10, log=str(log))
     assert part["rc"] == "timeout" and part["workers"] == 2
     assert part["counts"] == {"failed": 1, "passed": 1}, part
     assert len(part["failures"]) == 1 and "test_bad.py::test_c - assert 1 == 2" in part["failures"][0]
