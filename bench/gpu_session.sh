@@ -162,8 +162,8 @@ coopdense)
 moemm)
     # the grouped expert matmul alone (bench.moe_matmul_bench, Qwen3-30B-A3B's expert shapes over
     # a 512-row chunk) per caps variant, with registers and the SM clock logged beside it (a card
-    # that slows mid-process shows there); MOEMM_DEFINES=BK_STEP=64: those variants again under
-    # VKDECODE_DEFINES
+    # that slows mid-process shows there); MOEMM_DEFINES=A,B=2: those variants again with the
+    # shader defines of VKDECODE_DEFINES
     shift
     nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active \
         --format=csv -lms 500 > "$OUT/clocks.csv" 2>/dev/null &

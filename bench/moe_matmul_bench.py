@@ -39,7 +39,9 @@ def routed_ids(rows: int, e: int, k: int, rng) -> np.ndarray:
     return np.argsort(rng.random((rows, e)), axis=1)[:, :k].astype(np.uint32).reshape(-1)
 
 
-def grouped(dev, dtype, out, n_in, e, rows, k, caps: KernelCaps, reps: int, weight) -> dict:
+def grouped(dev, shape: tuple, e: int, rows: int, k: int, caps: KernelCaps, reps: int, weight) -> dict:
+    """GPU time and TFLOP/s of the grouped expert matmul over rows x k slots of e experts."""
+    dtype, out, n_in = shape
     p = Program("bench")
     p.meta["arch"] = "qwen3moe"
     p.value("w", (e, out, n_in), dtype, "weight")
@@ -64,7 +66,9 @@ def main(argv=None) -> int:
     ap.add_argument("--k", type=int, default=8, help="experts per row")
     ap.add_argument("--rows", type=int, nargs="+", default=[512])
     ap.add_argument("--variants", nargs="+", default=["default"])
-    ap.add_argument("--dense", action="store_true", help="also one dense expert-shaped weight per slot tile")
+    ap.add_argument(
+        "--dense", action="store_true", help="also every slot's work on one expert's weight (no gather)"
+    )
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
@@ -80,18 +84,8 @@ def main(argv=None) -> int:
             for v in a.variants:
                 over = [] if v == "default" else v.split(",")
                 try:
-                    r = grouped(
-                        dev,
-                        dtype,
-                        out,
-                        n_in,
-                        a.experts,
-                        rows,
-                        a.k,
-                        replace(base, **parse_tuning(over)),
-                        a.reps,
-                        weight,
-                    )
+                    caps = replace(base, **parse_tuning(over))
+                    r = grouped(dev, SHAPES[shape], a.experts, rows, a.k, caps, a.reps, weight)
                 except ValueError as exc:  # a tile this device's shared memory does not hold
                     print(f"{shape} {v}: {exc}", file=sys.stderr)
                     continue

@@ -101,15 +101,8 @@ def run_part(
     timeout_s: float | None = None,
     log: str | None = None,
 ) -> dict:
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-rfEs",
-        "-p",
-        "no:cacheprovider",
-    ]  # s: every skip's reason in the log
+    # -rfEs: every failure's, error's and skip's reason in the short summary (the log keeps it)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider"]
     cmd += [*worker_args(workers), *extra, *by_directory(files)]
     # a wide terminal: pytest cuts each short-summary line (node id - reason) to the terminal width
     env = dict(os.environ, COLUMNS="400")

@@ -53,10 +53,7 @@ layout(binding = B_X) readonly buffer XB4 { vec4 x4[]; };
 layout(binding = B_Y) writeonly buffer YB { float y[]; };
 #include "moe_rows.glsl"
 
-#ifndef BK_STEP
-#define BK_STEP 32
-#endif
-const uint BK = BK_STEP;               // a whole quant block per k step (64: H100 Qwen3 shapes mixed, 242 vs 253 us a layer)
+const uint BK = 32;                    // a whole quant block per k step (64: H100 Qwen3 shapes mixed, 242 vs 253 us a layer)
 const uint WG = LANES * SG_M * SG_N;
 const uint BM = 16 * BLK_M * SG_M, BN = 16 * BLK_N * SG_N;
 // Staged rows of BK + 8 halves (16-byte aligned rows, the 16 row starts of a matrix load on

@@ -199,7 +199,8 @@ def moe_matmul_silu_mul(
     r = region.roles
     if group_rows(p, r["ids"], p.values[r["w_gate"]].shape[0], caps):
         return None  # wide: the grouped matmuls, then silu_mul
-    e, m, k, dtype = (p.values[r["w_gate"]].shape[0],) + experts(p, r["w_gate"], caps)[1:]
+    e = p.values[r["w_gate"]].shape[0]
+    _, m, k, dtype = experts(p, r["w_gate"], caps)
     # 2 rows of each weight a workgroup, not the dense gate/up's 4 (H200, Qwen3-30B-A3B Q4_K_M: the
     # router + gate/up region 949 -> 912 µs a step: bench/results/nvidia-h200/2026-11-27-moe-shapes/)
     shape = swiglu_shape(dtype, k, m, replace(caps, matvec_rows=caps.matvec_rows or MOE_GLU_ROWS))
