@@ -29,10 +29,6 @@
 // Bindings: 0 q, 1 k_cache, 2 v_cache, 3 step, 4 o. Spec: 0 wg size (LANES G RB), 1 H, 2 KVH,
 // 3 D (a multiple of 16), 4 T (a multiple of 16 RB), 5 scale (float), 6 RB, 7 BKV (keys per tile,
 // a multiple of 16).
-// SPLIT (attn_rows_split.glsl): workgroup z takes keys z C .. z C + C - 1 only, so a long row's
-// keys run on several workgroups at once; spec 8 NSPLIT, 9 MINC; binding 5 the partials. A
-// workgroup whose rows see no more than C keys is the only one of its rows and writes o itself;
-// the others write unnormalised partials that attention_rows_combine.comp merges.
 #define NO_WG_REDUCE
 #include "common.glsl"
 
@@ -49,12 +45,6 @@ layout(binding = 1) readonly buffer KB { uvec4 k8[]; };     // 8 halves per elem
 layout(binding = 2) readonly buffer VB { uvec4 v8[]; };
 layout(binding = 3) readonly buffer StepB { uint step[]; };
 layout(binding = 4) writeonly buffer OB { float o[]; };
-#ifdef SPLIT
-layout(constant_id = 8) const uint NSPLIT = 1;
-layout(constant_id = 9) const uint MINC = 16;
-layout(binding = 5) writeonly buffer PB { float part[]; };
-#include "attn_rows_split.glsl"
-#endif
 
 const uint G = H / KVH;
 const uint WG = gl_WorkGroupSize.x, NSG = WG / LANES;
@@ -104,18 +94,6 @@ void main() {
     const uint h = g * G + sg % G, tb = t0 + 16 * (sg / G);    // this subgroup's head and first row
     const uint pos = step[STEP_POS];
     const uint bs = sg * 16 * SS, bp = sg * 16 * PS, bf = sg * 16;
-    const uint n_rows = pos + t0 + 16 * RB;       // keys the workgroup's last row sees
-#ifdef SPLIT
-    // keys k_lo .. n_all - 1 of this workgroup's split (workgroup-uniform: the early return
-    // precedes every barrier)
-    const uint cut = rows_split_keys(pos, T, NSPLIT, MINC, BKV), k_lo = gl_WorkGroupID.z * cut;
-    if (k_lo >= n_rows) return;
-    const uint n_all = min(n_rows, k_lo + cut);
-    const bool whole = n_rows <= cut;             // the rows' only split: o, not partials
-#else
-    const uint k_lo = 0u, n_all = n_rows;
-    const bool whole = true;
-#endif
 
     // Q (scaled, f16) a 16 x 16 block at a time through the subgroup's probability rows
     CM_A qa[D / 16];
@@ -136,12 +114,13 @@ void main() {
     for (uint i = 0; i < D / 16; i++) acc[i] = CM_C(0.0);
     const uint r = lane % 16, c0 = (lane / 16) * PK;          // softmax: row r, keys c0 .. c0 + PK - 1
     const uint qp = pos + tb + r;                 // row r's position: it sees keys 0 .. qp
-    const uint n_sg = pos + tb + 16;              // ... this subgroup's last row
+    const uint n_sg = pos + tb + 16;              // keys this subgroup's last row sees
+    const uint n_all = pos + t0 + 16 * RB;        // ... the workgroup's last row
     const uint kvoff8 = g * (D / 8);
     float m = NEG_INF, l = 0.0;
 
-    fetch(k_lo, n_all, kvoff8, tid);
-    for (uint base = k_lo; base < n_all; base += BKV) {
+    fetch(0u, n_all, kvoff8, tid);
+    for (uint base = 0; base < n_all; base += BKV) {
         barrier();                                // the previous tile is consumed
         stage(tid);
         barrier();
@@ -191,20 +170,6 @@ void main() {
         }
         SYNC();                                   // rowf, ss and ps are read before they are rewritten
     }
-#ifdef SPLIT
-    if (!whole) {
-        // unnormalised, with (m, l) per row; a row that sees no key of this split has l = 0 and
-        // is never read (attention_rows_combine takes only the splits below its position)
-        if (lane < 16) {
-            const uint at = ROWS_PART_ML(gl_WorkGroupID.z, tb + r, h, T, H, D, NSPLIT);
-            part[at] = m;
-            part[at + 1u] = l;
-        }
-        for (uint i = 0; i < D / 16; i++)
-            coopMatStore(acc[i], part, ROWS_PART_O(gl_WorkGroupID.z, tb, h, T, H, D) + 16 * i, H * D, CM_ROW);
-        return;
-    }
-#endif
     if (lane < 16) rowf[bf + r] = 1.0 / l;
     SYNC();
     for (uint i = 0; i < D / 16; i++) {

@@ -193,23 +193,17 @@ ATTN_CASES = [
 ]
 
 
-# key splits: none; the default (4 tiles a split at least); one tile a split (the most splits)
-ATTN_SPLITS = {"whole": {"attn_rows_splits": 1}, "auto": {}, "tile": {"attn_rows_split_tiles": 1}}
-
-
-@pytest.mark.parametrize("split", list(ATTN_SPLITS))
 @pytest.mark.parametrize(
     "h,kvh,d,rows,pos0,ctx,qs",
     ATTN_CASES,
     ids=[f"h{h}kv{k}d{d}-T{t}-pos{p}-ctx{c}-q{s:g}" for h, k, d, t, p, c, s in ATTN_CASES],
 )
-def test_attention_rows_coop(device, h, kvh, d, rows, pos0, ctx, qs, split):
-    """Causal chunk attention on the tensor cores against the float64 reference, whole and with
-    its keys split over workgroups (then merged by attention_rows_combine); cache rows past the
-    chunk are NaN, so a masked key that still reached a product (0 x NaN) would show."""
+def test_attention_rows_coop(device, h, kvh, d, rows, pos0, ctx, qs):
+    """Causal chunk attention on the tensor cores against the float64 reference; cache rows past
+    the chunk are NaN, so a masked key that still reached a product (0 x NaN) would show."""
     from tests.lowering.kernel_harness import step
 
-    caps = caps_of(device, attn_coop=1, **ATTN_SPLITS[split])
+    caps = caps_of(device, attn_coop=1)
     if not caps.coop_matrix:
         pytest.skip(f"no coop path: {device.info.features.get('coop_reason')} (runs on the H100)")
     rng = np.random.default_rng(h * 100 + rows + pos0)
@@ -233,10 +227,7 @@ def test_attention_rows_coop(device, h, kvh, d, rows, pos0, ctx, qs, split):
         scale=d**-0.5,
         rows=rows,
     )
-    calls = op_calls(p, 0, caps)
-    assert calls[0].shader == "attention_rows_coop"
-    # the tile cases split every chunk here (more keys than one tile); whole never does
-    assert (len(calls) == 2) == (split == "tile" or (split == "auto" and calls[0].groups[2] > 1)), calls
+    assert op_calls(p, 0, caps)[0].shader == "attention_rows_coop"
     got, want = run_and_reference(device, p, {"q": q, "kc": kc, "vc": vc, "step": step(0, pos0)}, caps)
     err = nmse(got["o"], want["o"])
     # q x scale goes to f16 in the kernel: the scores' error grows with their size, so the limit
@@ -244,55 +235,3 @@ def test_attention_rows_coop(device, h, kvh, d, rows, pos0, ctx, qs, split):
     assert err <= LIMIT * max(1.0, qs) ** 2, (
         f"coop attention h{h} kv{kvh} d{d} T{rows} pos{pos0} q{qs}: nmse {err:.3g}"
     )
-
-
-def test_coop_attention_split_choice(device):
-    from vkdecode.lowering.coop import coop_attention_splits as splits
-
-    gpu = gpu_caps(device)
-    assert splits(gpu, 4096, 32) == (8, 128)  # COOP_ATTN_SPLITS of at least 4 tiles
-    assert splits(gpu, 300, 32) == (3, 128)  # no more than a full cache has
-    assert splits(gpu, 100, 32) == (1, 128)
-    assert splits(replace(gpu, attn_rows_splits=1), 4096, 32) == (1, 128)
-    assert splits(replace(gpu, attn_rows_split_tiles=1, attn_rows_splits=16), 4096, 64) == (16, 64)
-
-
-def test_attention_rows_combine(device):
-    """attention_rows_combine (no tensor cores: runs on lavapipe too) against numpy on made-up
-    partials: pos 0, 32 rows of 16-row workgroups, splits of 16 keys (C = MINC = 16). The first
-    block saw one split (the attention wrote its o: left alone, NaN here); the second merges two.
-    Partials of splits a row does not take are NaN, so reading one would show."""
-    from tests.lowering.kernel_harness import OpRun, step
-    from vkdecode.lowering.calls import Binding, KernelCall
-
-    h, d, t, nsplit = 3, 8, 32, 2
-    rng = np.random.default_rng(7)
-    po = rng.standard_normal((nsplit, t, h, d)).astype(np.float32)
-    ml = np.stack([rng.normal(0, 3, (nsplit, t, h)), rng.uniform(0.5, 9, (nsplit, t, h))], -1).astype(
-        np.float32
-    )
-    po[1, :16] = ml[1, :16] = np.nan
-    a = ((t * h * d,), "f32", "activation")
-    p = one_op("add", {"a": a, "b": a}, {"o": a[:2] + ("output",)})
-    p.value("step", (8,), "u32", "step")
-    run = OpRun(device, p, {"step": step(0, 0)}, caps_of(device))
-    part = "scratch:attention_rows.splits"
-    run.calls = [
-        KernelCall(
-            "attention_rows_combine",
-            (64, h, d, t, nsplit, 16, 16, 1),
-            (Binding(part), Binding("o"), Binding("step")),
-            (1,),
-            (-(-t * h * d // 4 // 64), 1, 1),
-            scratch=((part, po.nbytes + ml.nbytes),),
-        )
-    ]
-    buf = device.buffer(po.nbytes + ml.nbytes, name=part)
-    buf.write(np.concatenate([po.ravel(), ml.ravel()]).tobytes())
-    run.buffers[(part, "data")] = buf
-    got = run.run()["o"].reshape(t, h, d)
-    m, l = ml[..., 0].astype(np.float64), ml[..., 1].astype(np.float64)
-    w = np.exp(m[:, 16:] - m[:, 16:].max(0))
-    want = (w[..., None] * po[:, 16:]).sum(0) / (w * l[:, 16:]).sum(0)[..., None]
-    assert np.isnan(got[:16]).all()
-    np.testing.assert_allclose(got[16:], want, rtol=1e-5, atol=1e-6)

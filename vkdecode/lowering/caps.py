@@ -70,8 +70,6 @@ class KernelCaps:
     attn_coop: int = (
         0  # chunk attention on the tensor cores where coop_matrix (0: head_dim <= 128, > 0: any, < 0: never)
     )
-    attn_rows_splits: int = 0  # their key splits of a row at most (0: coop.COOP_ATTN_SPLITS, 1: none)
-    attn_rows_split_tiles: int = 0  # key tiles a split at least (0: coop.COOP_ATTN_SPLIT_TILES)
     attn_gqa_rows: int = (
         0  # chunks from this many rows take attention_rows_gqa when attn_rows_q is auto (0: 17)
     )

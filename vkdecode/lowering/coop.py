@@ -140,20 +140,3 @@ def coop_attention_shape(caps: KernelCaps, arch: str, attrs: dict, kv_f16: bool)
         return None
     bkv = next((t for t in COOP_ATTN_TILES if coop_attention_shared(g, rb, d, t) <= caps.max_shared), 0)
     return (rb, bkv) if bkv else None
-
-
-# Key splits of a chunk row's attention on the tensor cores at most (shaders/attn_rows_split.glsl):
-# a workgroup is the G query heads of a kv head x 16 RB rows, so an unsplit grid has few of them
-# (Qwen3-30B-A3B: 4 kv heads x 32 row blocks at 512 rows) and the last rows' workgroups, which see
-# every key, set the time.
-COOP_ATTN_SPLITS = 8
-COOP_ATTN_SPLIT_TILES = 4  # key tiles a split at least
-
-
-def coop_attention_splits(caps: KernelCaps, ctx: int, bkv: int) -> tuple[int, int]:
-    """(NSPLIT, MINC) of attention_rows_coop over a cache of ctx rows: splits of at least MINC keys
-    (caps.attn_rows_split_tiles tiles of bkv, else COOP_ATTN_SPLIT_TILES), as many as a full cache
-    has, caps.attn_rows_splits at most (0: COOP_ATTN_SPLITS, 1: none)."""
-    minc = bkv * (caps.attn_rows_split_tiles or COOP_ATTN_SPLIT_TILES)
-    most = caps.attn_rows_splits or COOP_ATTN_SPLITS
-    return max(1, min(most, -(-ctx // minc))), minc

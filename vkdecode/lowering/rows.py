@@ -25,7 +25,7 @@ from vkdecode.lowering.calls import (
     weight_bindings,
     wg_size,
 )
-from vkdecode.lowering.coop import ATTN_KNOWN_ATTRS, coop_attention_shape, coop_attention_splits
+from vkdecode.lowering.coop import ATTN_KNOWN_ATTRS, coop_attention_shape
 from vkdecode.lowering.matmul_rows import matmul_calls
 
 
@@ -142,44 +142,6 @@ def gqa_shared(qg: int, d: int) -> int:
     return 4 * ((qg + GQA_BKV) * (d + 1) + qg * GQA_BKV + qg)
 
 
-def _coop_attention(p: Program, op: Op, caps: KernelCaps, shape: tuple[int, int]) -> list[KernelCall]:
-    """attention_rows_coop, its keys split over workgroups where coop.coop_attention_splits says so
-    (SPLIT), then attention_rows_combine over the rows that took more than one split."""
-    q, kc, vc, step = op.inputs
-    out, a = op.outputs[0], op.attrs
-    h, kvh, d, rows = int(a["n_heads"]), int(a["n_kv_heads"]), int(a["head_dim"]), int(a["rows"])
-    rb, bkv = shape
-    spec = (32 * (h // kvh) * rb, h, kvh, d, rows, float(a["scale"]), rb, bkv)
-    b = (Binding(q), Binding(kc), Binding(vc), Binding(step), Binding(out))
-    nsplit, minc = coop_attention_splits(caps, p.values[kc].shape[0], bkv)
-    grid = (kvh, rows // (16 * rb), nsplit)
-    if nsplit == 1:
-        return [KernelCall("attention_rows_coop", spec, b, (4,), grid, label=out)]
-    # one scratch for every layer (by name; the executors' barriers order its reuse)
-    part = ("scratch:attention_rows.splits", 4 * nsplit * rows * h * (d + 2))
-    split = KernelCall(
-        "attention_rows_coop",
-        spec + (nsplit, minc),
-        b + (Binding(part[0]),),
-        (4, 5),
-        grid,
-        defines=(("SPLIT", "1"),),
-        scratch=(part,),
-        label=out,
-    )
-    wg = wg_size(caps, rows * h * d // 4)
-    combine = KernelCall(
-        "attention_rows_combine",
-        (wg, h, d, rows, nsplit, minc, bkv, rb),
-        (Binding(part[0]), Binding(out), Binding(step)),
-        (1,),
-        flat_groups(-(-rows * h * d // 4 // wg)),
-        scratch=(part,),
-        label=out + "[combine]",
-    )
-    return [split, combine]
-
-
 def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     q, kc, vc, step = op.inputs
     a = op.attrs
@@ -189,7 +151,11 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     batch = bool(a.get("batch"))
     coop = not batch and coop_attention_shape(caps, str(p.meta.get("arch", "")), a, bool(kv_defines(p, kc)))
     if coop:
-        return _coop_attention(p, op, caps, coop)
+        rb, bkv = coop
+        spec = (32 * (h // kvh) * rb, h, kvh, d, rows, float(a["scale"]), rb, bkv)
+        return [
+            KernelCall("attention_rows_coop", spec, b, (4,), (kvh, rows // (16 * rb), 1), label=op.outputs[0])
+        ]
     bq = 0 if batch else gqa_rows(caps, h // kvh, d, rows)
     if bq:
         wg = gqa_wg(caps, h // kvh * bq)
