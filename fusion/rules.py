@@ -24,8 +24,11 @@ from fusion.region import (
     whole_norm,
 )
 from fusion.rules_moe import (
+    CHUNK_RULES,  # noqa: F401  (re-exported: a prompt chunk's rules, as BATCH_RULES a batched step's)
     MOE_MATMUL_SILU_MUL,
+    MOE_MATMUL_SILU_MUL_CHUNK,  # noqa: F401  (re-exported, as every rule)
     MOE_MATMUL_SUM_ADD,
+    MOE_SUM_ADD_CHUNK,  # noqa: F401
     RMS_NORM_MATMUL_MOE_TOPK,
     RMS_NORM_MATMUL_MOE_TOPK_SILU_MUL,
 )

@@ -12,7 +12,8 @@
 // Push: row0 (first output row of a row-split weight).
 // MOE (moe_group.comp's tiles): W is 3-D (experts, M, K); workgroup y is tile y of the groups at
 // binding B_G: its count chunk rows are the slots order[first ..] of one expert, x row slot / XDIV,
-// y row slot (stride M). Spec 6 XDIV, 7 GROUP_ORDER.
+// y row slot (stride M). Spec 6 XDIV, 7 GROUP_ORDER. GLU_SILU (with MOE): Y = silu(G) * the
+// product, G (the gate matmul's output, Y's layout) at binding B_G + 1 (moe_rows.glsl MOE_OUT).
 #define NO_WG_REDUCE
 #include "common.glsl"
 
@@ -113,7 +114,9 @@ void main() {
         if (n >= TILE_ROWS) continue;
         for (uint i = 0; i < TM; i++) {
             uint m = m0 + tm * TM + i;
-            if (m < M) y[YROW(n) * MTOT + pc.row0 + m] = acc[i * TN + j];
+            if (m >= M) continue;
+            const uint at = YROW(n) * MTOT + pc.row0 + m;
+            y[at] = MOE_OUT(at, acc[i * TN + j]);
         }
     }
 }

@@ -103,6 +103,49 @@ def test_prompt_chunks_equal_the_token_path(device, qwen3moe, mode):
         assert "moe_group" not in shaders[3] and shaders[3] & {"moe_matmul", "matmul_silu_mul"}
 
 
+CHUNK_FAMILIES = {
+    "qwen3moe-mixed": ("qwen3moe", {"mlp_only_layers": [0], "num_hidden_layers": 3}, 2),
+    "qwen2moe": ("qwen2moe", {}, 2),  # moe_sum's add is the shared expert's output
+}
+
+
+@pytest.mark.parametrize("rows", [16, 3])
+@pytest.mark.parametrize("family", CHUNK_FAMILIES)
+def test_fused_chunk_is_bit_identical_to_its_ops(device, models_dir, family, rows):
+    """A prompt chunk in the fused mode (fusion.rules.CHUNK_RULES) against the same chunk op by op
+    (replay-nofuse), the verify step's form (every row's logits): the same KV cache and logits to
+    the bit (the grouped up matmul stores silu_mul.comp's expression of the same g and u; moe_sum
+    with RES adds the residual in add.comp's one rounding). 16 rows (32 slots of 8 experts: grouped)
+    lose two dispatches per MoE layer, silu_mul and the add; 3 rows (per-slot matvecs: the SwiGLU
+    region runs its ops) the add. The dense layer's adds stay."""
+    from fusion.chunk import TOKENS, chunk_program
+    from vkdecode.executors.prefill import chunk_executor
+
+    arch, over, moe_layers = CHUNK_FAMILIES[family]
+    m = load_model(tiny_hf_model(arch, models_dir, **over), ctx=48, kv_dtype="f32")
+    caps = exact(device)
+    prog = chunk_program(m.program, rows, "all")
+    toks = prompt(rows, seed=3)
+    outs = [v.name for v in prog.values.values() if v.kind in ("state", "output")]  # caches, logits, tokens
+    got, items = {}, {}
+    with make_executor("fused", device, m.program, m.weights, caps=caps) as dec:
+        for mode in ("replay-nofuse", "fused"):
+            with chunk_executor(mode, device, prog, caps, [dec.plan]) as ex:
+                ids = ex.plan.slices[(TOKENS, "data")]
+                ids.buffer.write_u32(ids.offset // 4, toks)
+                ex.step(toks[0], 0)
+                got[mode] = {n: ex.plan.read(n, "uint32") for n in outs}  # the bits
+                items[mode], rules, stats = len(ex.items), [r.rule for r in ex.regions], ex.region_stats()
+            assert sum(r["ops"] for r in stats) == len(prog.ops)
+            assert sum(r["dispatches"] for r in stats) == items[mode]
+            assert mode == "fused" or not any(rules)  # replay-nofuse: op by op
+    glu = rows == 16
+    assert rules.count("MOE_SUM_ADD_CHUNK") == rules.count("MOE_MATMUL_SILU_MUL_CHUNK") == moe_layers, rules
+    assert items["replay-nofuse"] - items["fused"] == (1 + glu) * moe_layers
+    for n in outs:
+        np.testing.assert_array_equal(got["fused"][n], got["replay-nofuse"][n], err_msg=n)
+
+
 @pytest.mark.parametrize("mode", ["replay-nofuse", "fused"])
 def test_steady_state_has_no_host_work_but_one_submit(device, qwen3moe, mode):
     """The expert ids stay on the GPU: nothing is written or recorded per token."""

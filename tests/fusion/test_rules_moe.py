@@ -8,6 +8,7 @@ import pytest
 from fusion.chunk import chunk_program
 from fusion.ir import IRError, Program
 from fusion.partition import partition
+from fusion.rules import CHUNK_RULES
 from tests.helpers.make_models import MOE, SMALL
 from vkdecode.models import build_program
 from vkdecode.models.config import ModelArgs
@@ -53,3 +54,45 @@ def test_verify_refuses_bad_moe_shapes():
     q.op("moe_topk", ["l"], ["i", "g"], k=3, n_experts=2)
     with pytest.raises(IRError, match="k 3"):
         q.verify()
+
+
+@pytest.mark.parametrize("arch_class", ["Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM"])
+def test_each_moe_layer_of_a_chunk_takes_the_chunk_rules(arch_class):
+    """CHUNK_RULES: every MoE layer of a chunk (tail all: every layer's FFN) takes the SwiGLU rule
+    (g stays inside: the up matmul reads it) and the weighted sum + the add it feeds (the
+    residual; qwen2moe: the shared expert's output); the dense layer and the decode step none."""
+    p = program(arch_class, num_hidden_layers=3, mlp_only_layers=[1])
+    chunk = chunk_program(p, 16, "all")
+    regions = partition(chunk, CHUNK_RULES)
+    rules = [r.rule for r in regions]
+    assert rules.count("MOE_MATMUL_SILU_MUL_CHUNK") == rules.count("MOE_SUM_ADD_CHUNK") == 2, rules
+    assert set(rules) <= {None, "MOE_MATMUL_SILU_MUL_CHUNK", "MOE_SUM_ADD_CHUNK"}
+    for r in regions:
+        if r.rule == "MOE_MATMUL_SILU_MUL_CHUNK":
+            assert r.outputs == [r.roles["a"]] and r.roles["g"] not in r.outputs
+        elif r.rule == "MOE_SUM_ADD_CHUNK":
+            kinds = [chunk.ops[i].kind for i in r.ops]
+            assert kinds == ["moe_sum", "add"] and r.outputs == [r.roles["s"]]
+    assert not any(r.rule for r in partition(p, CHUNK_RULES))  # not a chunk: the checks refuse
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_the_sum_add_chunk_rule_takes_only_an_activation_add(bias):
+    """moe_sum's output plus an activation (either operand order) is the rule's; plus a weight (a
+    bias, added to every row of a chunk) is not."""
+    p = Program("t")
+    p.meta["chunk_rows"] = 2
+    p.value("x", (16,), "f32", "state")
+    p.value("y", (4 * 8,), "f32", "state")
+    p.value("sw", (4,), "f32", "state")
+    p.value("b", (8,), "f32", "weight")
+    p.value("r", (16,))
+    p.value("o", (16,))
+    p.value("s", (16,), "f32", "output")
+    p.value("t", (16,), "f32", "output")
+    p.op("add", ["x", "x"], ["r"])  # the residual stream: an activation
+    p.op("moe_sum", ["y", "sw"], ["o"])
+    p.op("add", ["o", "b"] if bias else ["r", "o"], ["s"])
+    p.op("add", ["r", "s"], ["t"])
+    rules = [r.rule for r in partition(p.verify(), CHUNK_RULES)]
+    assert ("MOE_SUM_ADD_CHUNK" in rules) != bias, rules

@@ -45,6 +45,10 @@ def test_coop_shape_choice(device):
     assert coop_shape(gpu, "qwen3", 3072, 64, 1024) == (2, 2, 2, 2, 3)  # 64 rows: 48 x 1, 3 splits
     assert coop_shape(gpu, "qwen3", 2048, 512, 1024) == (2, 2, 2, 2, 1)  # 64 x 64: 32 x 8 = 256
     assert coop_shape(gpu, "qwen3", 1024, 512, 1024) == (2, 2, 2, 2, 2)  # 16 x 8 = 128: 2 splits
+    # from k 4096 the preferred tile in two splits before a smaller tile whole: 32 x 4 = 128 x 2
+    assert coop_shape(gpu, "qwen3moe", 2048, 512, 4096) == (2, 2, 2, 4, 2)
+    assert coop_shape(gpu, "qwen3moe", 2048, 512, 2048) == (2, 2, 2, 2, 1)  # k 2048: 64 x 64
+    assert coop_shape(gpu, "llama", 1024, 512, 4096) == (2, 2, 2, 2, 2)  # 64 x 128 would need 3
     assert coop_shape(gpu, "qwen3", 192, 512, 576) == (2, 2, 2, 2, 6)  # 3 x 8 = 24: 6 splits
     assert coop_shape(gpu, "qwen3", 576, 64, 576) == (2, 2, 2, 2, 8)  # 9 x 1: at most 8 splits
     assert coop_shape(replace(gpu, matmul_groups=64), "qwen3", 2048, 512, 1024) == (2, 2, 2, 4, 1)

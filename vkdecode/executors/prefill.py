@@ -111,18 +111,19 @@ class ChunkRun(NamedTuple):
 
 def chunk_executor(mode: str, device, program, caps, share, profile: bool = False):
     """An executor of a chunk program in `mode`, every slice it can share taken from `share`.
-    Every mode runs the chunk's per-op kernels; replay modes record them once (with profile, GPU
-    timestamps per region). The decode rules are never applied to a chunk: their kernels are matvecs;
-    a batched step (program.meta batch_rows) in the fused mode takes fusion.rules.BATCH_RULES."""
-    from fusion.rules import BATCH_RULES
+    unfused and replay-nofuse run the chunk's per-op kernels; replay modes record them once (with
+    profile, GPU timestamps per region). The decode rules are never applied to a chunk (their
+    kernels are matvecs): in the fused mode a batched step (program.meta batch_rows) takes
+    fusion.rules.BATCH_RULES, a prompt chunk (chunk_rows: prefill, the verify step) CHUNK_RULES."""
+    from fusion.rules import BATCH_RULES, CHUNK_RULES
     from vkdecode.executors.replay import ReplayExecutor
     from vkdecode.executors.unfused import UnfusedExecutor
 
     if mode == "unfused":
         return UnfusedExecutor(device, program, {}, caps, share=share)
-    fuse = mode == "fused" and bool(program.meta.get("batch_rows"))
+    rules = BATCH_RULES if program.meta.get("batch_rows") else CHUNK_RULES
     ex = ReplayExecutor(
-        device, program, {}, caps, fuse=fuse, rules=list(BATCH_RULES), share=share, profile=profile
+        device, program, {}, caps, fuse=mode == "fused", rules=list(rules), share=share, profile=profile
     )
     ex.mode = mode
     return ex

@@ -32,6 +32,11 @@ COOP_TILES = ((2, 2, 2, 4), (2, 2, 4, 2), (2, 2, 2, 2))
 # (bench/results/nvidia-h200/2026-11-27-moe-tiles); the grouped expert matmuls, moe_group.group_tile.
 COOP_NARROW_TILES = ((4, 2, 1, 1), (4, 1, 1, 1))
 COOP_MAX_SPLITS = 8
+# From this in-dim a preferred tile split in two over k goes before a smaller tile: H200, the
+# Qwen3-30B-A3B o-projection (2048 x 4096) at 512 rows, 64 x 128 in 2 splits 74.5 us, against
+# 101.2 for 64 x 64 whole; at k 2048 a split lost (its q: 67.8 whole, 80.8 in two;
+# bench/results/nvidia-h200/2026-11-28-coop-stages/mm-moe-sweep.json).
+COOP_SPLIT2_MIN_K = 4096
 COOP_GROUPS = 132  # default workgroups to reach: one per SM of an H100 (a tile is 4-8 warps of MMAs)
 # architectures whose activations overflow f16, which the kernels round their inputs to (Gemma 3)
 COOP_REFUSED_ARCHS = tuple(name for name, a in ARCHITECTURES.items() if not a.coop)
@@ -64,8 +69,9 @@ def coop_usable(caps: KernelCaps, arch: str) -> bool:
 def coop_shape(caps: KernelCaps, arch: str, n: int, rows: int, n_in: int) -> tuple | None:
     """(SG_M, SG_N, BLK_M, BLK_N, k splits) of matmul_rows_coop for n weight rows x `rows` chunk
     rows over n_in, or None. Auto: the first COOP_TILES entry dividing both whose grid reaches
-    caps.matmul_groups workgroups (COOP_GROUPS by default), else the smallest dividing tile,
-    split over k until it does; COOP_NARROW_TILES likewise where no COOP_TILES entry divides."""
+    caps.matmul_groups workgroups (COOP_GROUPS by default), or half of it from n_in
+    COOP_SPLIT2_MIN_K (then split in two over k), else the smallest dividing tile, split over k
+    until it does; COOP_NARROW_TILES likewise where no COOP_TILES entry divides."""
     start = COOP_START if caps.matmul_coop == 0 else caps.matmul_coop
     if not coop_usable(caps, arch) or caps.matmul_coop < 0 or rows < start or n_in % COOP_BK:
         return None
@@ -90,7 +96,9 @@ def coop_shape(caps: KernelCaps, arch: str, n: int, rows: int, n_in: int) -> tup
         bm, bn, _ = tile_dims(t)
         return (n // bm) * (rows // bn)
 
-    tile = next((t for t in fits if groups(t) >= target), fits[-1])
+    # a tile reaching the target by itself, or split in two over a long k
+    long_k = n_in >= COOP_SPLIT2_MIN_K
+    tile = next((t for t in fits if groups(t) * (2 if long_k else 1) >= target), fits[-1])
     splits = caps.matmul_splitk or max(1, min(COOP_MAX_SPLITS, -(-target // groups(tile))))
     return tile + (max(1, min(splits, n_in // COOP_BK)),)
 

@@ -119,17 +119,19 @@ def weight_defines(dtype: str, n_in: int) -> tuple:
 
 
 def expert_matmul_call(
-    w: tuple, ins: tuple, out: str, dims: tuple, group: tuple, coop: tuple | None, label: str
+    w: tuple, ins: tuple, out: str, dims: tuple, group: tuple, coop: tuple | None, label: str, gate: str = ""
 ) -> KernelCall:
     """One expert matmul over a chunk's slots grouped by expert (lowering/moe.py): w = (bindings,
     dtype) of the whole 3-D weight, ins its x and the groups, dims (K, M rows of one expert, slots),
     group (BN slots per tile, tiles at most, x rows' divisor, where order[] starts). The tiled
     matmul_rows, or matmul_rows_coop with coop = its (SG_M, SG_N, BLK_M, BLK_N) tile. Workgroup y
-    is a tile of one expert's slots; tiles past the count written on the GPU return at once."""
+    is a tile of one expert's slots; tiles past the count written on the GPU return at once.
+    gate: the up matmul of a SwiGLU storing silu(gate) * its sum (GLU_SILU, lowering/moe_chunk.py)."""
     (wb, dtype), (x, groups), (n_in, m, slots) = w, ins, dims
     bn, tiles, xdiv, order = group
-    defines = weight_defines(dtype, n_in) + (("MOE", "1"),)
-    b = wb + (Binding(x), Binding(out), Binding(groups))
+    defines = weight_defines(dtype, n_in) + (("MOE", "1"),) + ((("GLU_SILU", "1"),) if gate else ())
+    b = wb + (Binding(x), Binding(out), Binding(groups)) + ((Binding(gate),) if gate else ())
+    writes = (len(wb) + 1,)
     if coop is None:
         spec = ((MATMUL_BM // 8) * (bn // 4), n_in, m, slots, m, bn, xdiv, order)
         grid = (-(-m // MATMUL_BM), tiles, 1)
@@ -137,7 +139,7 @@ def expert_matmul_call(
             "matmul_rows",
             spec,
             b,
-            (len(b) - 2,),
+            writes,
             grid,
             push=struct.pack("<I", 0),
             defines=defines,
@@ -152,7 +154,7 @@ def expert_matmul_call(
         "matmul_rows_coop",
         spec,
         b,
-        (len(b) - 2,),
+        writes,
         (m // bm, tiles, 1),
         push=struct.pack("<I", 0),
         defines=defines,

@@ -10,8 +10,9 @@ gate/up (matvec.swiglu_shape) at one expert's rows, down as any other matvec.
 
 Wide chunks (at least two slots per expert on average) group their slots by expert instead
 (lowering/moe_group.py): per slot, a 512-row chunk of Qwen3-30B-A3B (8 of 128 experts) read each
-expert's weights ~32 times. The fused MoE regions then run as their ops (the grouped matmuls,
-silu_mul, moe_sum, add).
+expert's weights ~32 times. The decode step's fused MoE regions then run as their ops (the
+grouped matmuls, silu_mul, moe_sum, add); a prompt chunk's rules fold silu_mul and the add into
+the kernels beside them (lowering/moe_chunk.py).
 """
 
 from __future__ import annotations
@@ -110,14 +111,18 @@ def moe_matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
 
 
 def moe_sum(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
-    y, sw = op.inputs
-    out = op.outputs[0]
+    return [moe_sum_call(p, *op.inputs, op.outputs[0], caps)]
+
+
+def moe_sum_call(p: Program, y: str, sw: str, out: str, caps: KernelCaps, res: str = "") -> KernelCall:
+    """moe_sum.comp: out = the slots' weighted sum, + res with RES (a chunk's MOE_SUM_ADD_CHUNK)."""
     n = p.values[y].numel // p.values[sw].numel
     rows = p.values[out].numel // n
     wg = wg_size(caps, n * rows)
-    b = (Binding(y), Binding(sw), Binding(out))
+    b = (Binding(y), Binding(sw), Binding(out)) + ((Binding(res),) if res else ())
     spec = (wg, n, p.values[sw].numel // rows, rows)
-    return [KernelCall("moe_sum", spec, b, (2,), flat_groups(-(-n * rows // wg)), label=out)]
+    defines = (("RES", "1"),) if res else ()
+    return KernelCall("moe_sum", spec, b, (2,), flat_groups(-(-n * rows // wg)), defines=defines, label=out)
 
 
 def sigmoid_scale(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:

@@ -80,10 +80,12 @@ def group_calls(p: Program, ids: str, e: int, caps: KernelCaps) -> list[KernelCa
     ]
 
 
-def grouped_matmul(p: Program, w: str, x: str, ids: str, out: str, caps: KernelCaps) -> list[KernelCall]:
+def grouped_matmul(
+    p: Program, w: str, x: str, ids: str, out: str, caps: KernelCaps, gate: str = ""
+) -> list[KernelCall]:
     """The expert matmul over slots grouped by expert, or [] (too few slots: per-slot matvecs).
     The groups come from the top-k that chose ids (moe_topk's lowering adds moe_group); ids from
-    elsewhere (an op test) are grouped here first."""
+    elsewhere (an op test) are grouped here first. gate: out = silu(gate) * the product (GLU_SILU)."""
     e, m, k = p.values[w].shape
     bn = group_rows(p, ids, e, caps)
     if not bn:
@@ -106,9 +108,8 @@ def grouped_matmul(p: Program, w: str, x: str, ids: str, out: str, caps: KernelC
         and shared <= caps.max_shared
     )
     xdiv = slots // (p.values[x].numel // k)
-    call = expert_matmul_call(
-        (wb, dtype), (x, name), out, (k, m, slots), (bn, tiles, xdiv, order), tile if coop else None, out
-    )
+    dims, group = (k, m, slots), (bn, tiles, xdiv, order)
+    call = expert_matmul_call((wb, dtype), (x, name), out, dims, group, tile if coop else None, out, gate)
     own = (
         [] if any(o.kind == "moe_topk" and ids in o.outputs for o in p.ops) else group_calls(p, ids, e, caps)
     )

@@ -15,7 +15,7 @@ from fusion.ir import Program
 from fusion.rules import Region, Rule
 from vkdecode.lowering import attention as att
 from vkdecode.lowering import matvec as mv
-from vkdecode.lowering import moe, moe_route
+from vkdecode.lowering import moe, moe_chunk, moe_route
 from vkdecode.lowering import rows as row_ops
 from vkdecode.lowering.ops import KernelCall, KernelCaps, op_calls
 from vkdecode.lowering.xplanes import outputs_planes
@@ -52,6 +52,9 @@ KERNELS: dict[str, Builder] = _by_rule(
         ((R.RMS_NORM_MATMUL_MOE_TOPK,), moe.rms_norm_matmul_moe_topk),
         ((R.MOE_MATMUL_SILU_MUL,), moe.moe_matmul_silu_mul),
         ((R.MOE_MATMUL_SUM_ADD,), moe.moe_matmul_sum_add),
+        # a prompt chunk's (fusion.rules.CHUNK_RULES)
+        ((R.MOE_MATMUL_SILU_MUL_CHUNK,), moe_chunk.moe_matmul_silu_mul_chunk),
+        ((R.MOE_SUM_ADD_CHUNK,), moe_chunk.moe_sum_add_chunk),
     ]
 )
 
