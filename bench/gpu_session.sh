@@ -45,6 +45,7 @@
 #   bash bench/gpu_session.sh moeprof   # the MoE shape's 512-row chunk by kernel
 #   bash bench/gpu_session.sh stages    # matmul_rows_coop's two shared stages against one; MoE attention tiles
 #   bash bench/gpu_session.sh moechunk  # the MoE chunk's GPU tests, moeprof, moeprefill
+#   bash bench/gpu_session.sh moefused  # moeprof as the ops and fused, then the suite
 #   bash bench/gpu_session.sh narrowab  # the 8B's 16-48-row batched steps head vs bench/out/base; the coop grid target
 #   bash bench/gpu_session.sh coopdense T.. # the 8B's 512-row chunk matmuls per tensor-core tile, one process each
 #   bash bench/gpu_session.sh moemm V.. # the grouped expert matmul alone per caps variant, then bench/out/base's
@@ -142,6 +143,14 @@ moechunk)
         tests/executors/test_executors_moe.py tests/executors/test_prefill.py 2>&1 | tail -4 || true
     bash "$0" moeprof
     bash "$0" moeprefill
+    ;;
+moefused)
+    # the MoE shape's 512-row chunk by kernel as the ops, then with the chunk rules (fused), then
+    # the whole suite (carry the validation layer's deb and the serve wheels, not llama.cpp)
+    bash "$0" moeprof
+    python -m bench.prefill_profile --shape qwen3-30b-a3b --quant q4_k_m --width 512 --reps 3 --fused \
+        --out "$OUT/moe-prof512-fused.json" 2>&1 | tail -12
+    bash "$0" suite
     ;;
 moeprof)
     # where a 512-row chunk of the Qwen3-30B-A3B shape Q4_K_M goes, by kernel (bench.prefill_profile)

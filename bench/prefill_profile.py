@@ -45,8 +45,12 @@ def main(argv=None) -> int:
         help="kv: a prompt chunk; all: a speculative verify step (every row's logits and argmax)",
     )
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument(
+        "--fused", action="store_true", help="the chunk rules too (executors/prefill.chunk_executor)"
+    )
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
+    from vkdecode.executors.prefill import chunk_executor
     from vkdecode.executors.replay import ReplayExecutor
     from vkdecode.vk import Device
 
@@ -58,7 +62,9 @@ def main(argv=None) -> int:
     try:
         dec = ReplayExecutor(dev, model.program, model.weights, caps, fuse=False)
         prog = chunk_program(model.program, a.width, a.tail)
-        ex = ReplayExecutor(dev, prog, {}, caps, fuse=False, share=[dec.plan], profile=True)
+        ex = chunk_executor(
+            "fused" if a.fused else "replay-nofuse", dev, prog, caps, [dec.plan], profile=True
+        )
         ids = ex.plan.slices[(TOKENS, "data")]
         toks = np.random.default_rng(0).integers(0, model.args.vocab_size, a.width).tolist()
         ids.buffer.write_u32(ids.offset // 4, toks)
@@ -96,7 +102,7 @@ def main(argv=None) -> int:
             "tail": a.tail,
             "pos": a.pos,
             "caps": tuning,
-            "fused": False,  # kept for readers of older files, where narrow chunks could fuse
+            "fused": a.fused,  # the chunk rules (older files: False, or narrow chunks that could fuse)
             "n_dispatches": len(ex.items),
             "chunk_gpu_ms": total / 1e3,
             "by_kernel": by_kernel,
