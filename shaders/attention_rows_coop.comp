@@ -55,8 +55,18 @@ const uint PS = BKV + 8;               // halves per probability row (>= 16 + 8:
 const uint TILE8 = BKV * D / 8;        // uvec4s per K (or V) tile
 const uint NLD = (TILE8 + WG - 1) / WG;
 const float RESCALE = 8.0;
+#ifdef ATT_STAGE16
+// 16-byte stores of the staged tiles (8 halves of a row at a time) instead of 16-bit ones
+shared uvec4 ks[BKV * DS / 8];
+shared uvec4 vs[BKV * DS / 8];
+#define KV_AT(row, col) ((row) * (DS / 8) + (col) / 8)
+#define KV_LD (DS / 8)
+#else
 shared float16_t ks[BKV * DS];
 shared float16_t vs[BKV * DS];
+#define KV_AT(row, col) ((row) * DS + (col))
+#define KV_LD DS
+#endif
 shared float ss[NSG * 16 * SS];
 shared float16_t ps[NSG * 16 * PS];
 shared float rowf[NSG * 16];           // per row: the rescale factor, then 1 / l
@@ -79,12 +89,17 @@ void stage(uint tid) {
     for (uint i = 0; i < NLD; i++) {
         const uint e = tid + i * WG;
         if (e >= TILE8) break;
+#ifdef ATT_STAGE16
+        ks[KV_AT(e / (D / 8), 8 * (e % (D / 8)))] = kreg[i];
+        vs[KV_AT(e / (D / 8), 8 * (e % (D / 8)))] = vreg[i];
+#else
         const uint at = (e / (D / 8)) * DS + 8 * (e % (D / 8));
         for (uint c = 0; c < 4; c++) {
             const f16vec2 kk = unpackFloat2x16(kreg[i][c]), vv = unpackFloat2x16(vreg[i][c]);
             ks[at + 2 * c] = kk.x; ks[at + 2 * c + 1] = kk.y;
             vs[at + 2 * c] = vv.x; vs[at + 2 * c + 1] = vv.y;
         }
+#endif
     }
 }
 
@@ -127,15 +142,29 @@ void main() {
         if (base + BKV < n_all) fetch(base + BKV, n_all, kvoff8, tid);   // in flight during the MMAs
         if (base >= n_sg) continue;               // subgroup-uniform: past this subgroup's rows
                                                   // (the loop's trip count, so its barriers, stay uniform)
+#ifdef ATT_QK_ILV
+        // the key blocks' chains of D / 16 dependent multiplies side by side
+        CM_C s[BKV / 16];
+        for (uint b = 0; b < BKV / 16; b++) s[b] = CM_C(0.0);
+        for (uint i = 0; i < D / 16; i++) {
+            for (uint b = 0; b < BKV / 16; b++) {
+                CM_B kb;
+                coopMatLoad(kb, ks, KV_AT(16 * b, 16 * i), KV_LD, CM_COL);
+                s[b] = coopMatMulAdd(qa[i], kb, s[b]);
+            }
+        }
+        for (uint b = 0; b < BKV / 16; b++) coopMatStore(s[b], ss, bs + 16 * b, SS, CM_ROW);
+#else
         for (uint b = 0; b < BKV / 16; b++) {
             CM_C s = CM_C(0.0);
             for (uint i = 0; i < D / 16; i++) {
                 CM_B kb;
-                coopMatLoad(kb, ks, 16 * b * DS + 16 * i, DS, CM_COL);
+                coopMatLoad(kb, ks, KV_AT(16 * b, 16 * i), KV_LD, CM_COL);
                 s = coopMatMulAdd(qa[i], kb, s);
             }
             coopMatStore(s, ss, bs + 16 * b, SS, CM_ROW);
         }
+#endif
         SYNC();
         float mt = NEG_INF;
         for (uint c = 0; c < PK; c++)
@@ -164,7 +193,7 @@ void main() {
             coopMatLoad(pa, ps, bp + 16 * b, PS, CM_ROW);
             for (uint i = 0; i < D / 16; i++) {
                 CM_B vb;
-                coopMatLoad(vb, vs, 16 * b * DS + 16 * i, DS, CM_ROW);
+                coopMatLoad(vb, vs, KV_AT(16 * b, 16 * i), KV_LD, CM_ROW);
                 acc[i] = coopMatMulAdd(pa, vb, acc[i]);
             }
         }
