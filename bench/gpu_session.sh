@@ -46,7 +46,7 @@
 #   bash bench/gpu_session.sh stages    # matmul_rows_coop's two shared stages against one; MoE attention tiles
 #   bash bench/gpu_session.sh moechunk  # the MoE chunk's GPU tests, moeprof, moeprefill
 #   bash bench/gpu_session.sh moefused  # moeprof as the ops and fused, then the suite
-#   bash bench/gpu_session.sh attnvar   # the coop attention's variants, then MoE prompts with them
+#   bash bench/gpu_session.sh attnvar D.. # the coop attention per ATT_* define set (ATT_PREFILL=D: MoE prompts)
 #   bash bench/gpu_session.sh narrowab  # the 8B's 16-48-row batched steps head vs bench/out/base; the coop grid target
 #   bash bench/gpu_session.sh coopdense T.. # the 8B's 512-row chunk matmuls per tensor-core tile, one process each
 #   bash bench/gpu_session.sh moemm V.. # the grouped expert matmul alone per caps variant, then bench/out/base's
@@ -154,22 +154,25 @@ moefused)
     bash "$0" suite
     ;;
 attnvar)
-    # the tensor-core attention's variants (ATT_* defines of attention_rows_coop.comp): their GPU
-    # tests, then one layer's attention (MoE heads 32/4, the 8B's 32/8, 512 rows at positions 0
-    # and 1536) for bench/out/base and each define set, with the driver's statistics; then the MoE
-    # prompts head (with $ATT_DEFINES) against base, and llama.cpp
-    VKDECODE_DEFINES=ATT_STAGE16,ATT_QK_ILV python -m pytest -q tests/lowering/test_coop.py -k attention 2>&1 | tail -2 || true
-    for v in base none ATT_STAGE16 ATT_QK_ILV ATT_STAGE16,ATT_QK_ILV none; do
-        d=.; defs=$v
-        [ $v = base ] && d=bench/out/base
-        [ $v = base ] || [ $v = none ] && defs=
+    # the tensor-core attention's variants (`attnvar DEFS..`, each a VKDECODE_DEFINES set of
+    # attention_rows_coop.comp's ATT_* defines): their GPU tests, then one layer's attention (MoE
+    # heads 32/4, the 8B's 32/8, 512 rows at positions 0 and 1536) per set, the plain kernel first
+    # and last, with the driver's statistics; with ATT_PREFILL=DEFS the MoE prompts (moeprefill)
+    # against bench/out/base with those defines
+    shift
+    for v in "$@"; do
+        VKDECODE_DEFINES=$v python -m pytest -q tests/lowering/test_coop.py -k attention 2>&1 | tail -1 | sed "s/^/$v: /"
+    done
+    for v in none "$@" none; do
+        defs=$v
+        [ $v = none ] && defs=
         for hd in 32,4,128 32,8,128; do
-            (cd $d && VKDECODE_PIPELINE_STATS=1 VKDECODE_DEFINES=$defs python -m bench.attention_rows_bench --heads $hd \
+            VKDECODE_PIPELINE_STATS=1 VKDECODE_DEFINES=$defs python -m bench.attention_rows_bench --heads $hd \
                 --widths 512 --pos 0 1536 --rows-q 0 --reps 10 --out "$OUT/attn-${v//,/+}-${hd//,/_}.json" 2>&1 |
-                grep coop | sed "s/^/$v /")
+                grep coop | sed "s/^/$v /"
         done
     done
-    VKDECODE_DEFINES=${ATT_DEFINES:-ATT_STAGE16,ATT_QK_ILV} bash "$0" moeprefill
+    [ -z "${ATT_PREFILL:-}" ] || VKDECODE_DEFINES=$ATT_PREFILL bash "$0" moeprefill
     ;;
 moeprof)
     # where a 512-row chunk of the Qwen3-30B-A3B shape Q4_K_M goes, by kernel (bench.prefill_profile)

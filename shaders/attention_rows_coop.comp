@@ -55,22 +55,24 @@ const uint PS = BKV + 8;               // halves per probability row (>= 16 + 8:
 const uint TILE8 = BKV * D / 8;        // uvec4s per K (or V) tile
 const uint NLD = (TILE8 + WG - 1) / WG;
 const float RESCALE = 8.0;
-#ifdef ATT_STAGE16
-// 16-byte stores of the staged tiles (8 halves of a row at a time) instead of 16-bit ones
+// K and V tiles staged 8 halves (16 bytes) at a time, as they come from the cache; matrix loads
+// count in those elements. H200, a layer at 512 rows from position 1536: 427.6 -> 380.9 us with
+// the 8B's heads (32 / 8 x 128) against 16-bit stores, 315.5 -> 305.1 with Qwen3-30B-A3B's (32 / 4)
+// (bench/results/nvidia-h200/2026-11-28-attn-staging).
 shared uvec4 ks[BKV * DS / 8];
 shared uvec4 vs[BKV * DS / 8];
 #define KV_AT(row, col) ((row) * (DS / 8) + (col) / 8)
 #define KV_LD (DS / 8)
-#else
-shared float16_t ks[BKV * DS];
-shared float16_t vs[BKV * DS];
-#define KV_AT(row, col) ((row) * DS + (col))
-#define KV_LD DS
-#endif
 shared float ss[NSG * 16 * SS];
 shared float16_t ps[NSG * 16 * PS];
 shared float rowf[NSG * 16];           // per row: the rescale factor, then 1 / l
 #define SYNC() { subgroupMemoryBarrierShared(); subgroupBarrier(); }
+#ifdef ATT_UNROLL
+#extension GL_EXT_control_flow_attributes : require
+#define UNROLL [[unroll]]
+#else
+#define UNROLL
+#endif
 
 uvec4 kreg[NLD], vreg[NLD];
 
@@ -89,17 +91,8 @@ void stage(uint tid) {
     for (uint i = 0; i < NLD; i++) {
         const uint e = tid + i * WG;
         if (e >= TILE8) break;
-#ifdef ATT_STAGE16
         ks[KV_AT(e / (D / 8), 8 * (e % (D / 8)))] = kreg[i];
         vs[KV_AT(e / (D / 8), 8 * (e % (D / 8)))] = vreg[i];
-#else
-        const uint at = (e / (D / 8)) * DS + 8 * (e % (D / 8));
-        for (uint c = 0; c < 4; c++) {
-            const f16vec2 kk = unpackFloat2x16(kreg[i][c]), vv = unpackFloat2x16(vreg[i][c]);
-            ks[at + 2 * c] = kk.x; ks[at + 2 * c + 1] = kk.y;
-            vs[at + 2 * c] = vv.x; vs[at + 2 * c + 1] = vv.y;
-        }
-#endif
     }
 }
 
@@ -119,14 +112,16 @@ void main() {
         coopMatLoad(qa[i], ps, bp, PS, CM_ROW);
         SYNC();
     }
+#ifndef ATT_NOIDX
     for (uint e = lane; e < 256; e += LANES) ss[bs + (e / 16) * SS + e % 16] = float(e / 16);
     SYNC();
     CM_C rowid;
     coopMatLoad(rowid, ss, bs, SS, CM_ROW);
     SYNC();
+#endif
 
     CM_C acc[D / 16];
-    for (uint i = 0; i < D / 16; i++) acc[i] = CM_C(0.0);
+    UNROLL for (uint i = 0; i < D / 16; i++) acc[i] = CM_C(0.0);
     const uint r = lane % 16, c0 = (lane / 16) * PK;          // softmax: row r, keys c0 .. c0 + PK - 1
     const uint qp = pos + tb + r;                 // row r's position: it sees keys 0 .. qp
     const uint n_sg = pos + tb + 16;              // keys this subgroup's last row sees
@@ -142,29 +137,18 @@ void main() {
         if (base + BKV < n_all) fetch(base + BKV, n_all, kvoff8, tid);   // in flight during the MMAs
         if (base >= n_sg) continue;               // subgroup-uniform: past this subgroup's rows
                                                   // (the loop's trip count, so its barriers, stay uniform)
-#ifdef ATT_QK_ILV
-        // the key blocks' chains of D / 16 dependent multiplies side by side
+        // the key blocks' chains of D / 16 dependent multiplies side by side (the same H200 runs:
+        // 2-3% on top of the staging)
         CM_C s[BKV / 16];
         for (uint b = 0; b < BKV / 16; b++) s[b] = CM_C(0.0);
-        for (uint i = 0; i < D / 16; i++) {
-            for (uint b = 0; b < BKV / 16; b++) {
+        UNROLL for (uint i = 0; i < D / 16; i++) {
+            UNROLL for (uint b = 0; b < BKV / 16; b++) {
                 CM_B kb;
                 coopMatLoad(kb, ks, KV_AT(16 * b, 16 * i), KV_LD, CM_COL);
                 s[b] = coopMatMulAdd(qa[i], kb, s[b]);
             }
         }
         for (uint b = 0; b < BKV / 16; b++) coopMatStore(s[b], ss, bs + 16 * b, SS, CM_ROW);
-#else
-        for (uint b = 0; b < BKV / 16; b++) {
-            CM_C s = CM_C(0.0);
-            for (uint i = 0; i < D / 16; i++) {
-                CM_B kb;
-                coopMatLoad(kb, ks, KV_AT(16 * b, 16 * i), KV_LD, CM_COL);
-                s = coopMatMulAdd(qa[i], kb, s);
-            }
-            coopMatStore(s, ss, bs + 16 * b, SS, CM_ROW);
-        }
-#endif
         SYNC();
         float mt = NEG_INF;
         for (uint c = 0; c < PK; c++)
@@ -172,6 +156,7 @@ void main() {
         for (uint x = 16; x < LANES; x *= 2) mt = max(mt, subgroupShuffleXor(mt, x));
         const float mn = max(m, mt);
         const bool moved = subgroupAny(mn > m + RESCALE);     // m = -inf before the first tile
+        const bool fresh = subgroupAll(m == NEG_INF);           // every row's sums still zero
         const float alpha = moved ? (m == NEG_INF ? 0.0 : exp(m - mn)) : 1.0;
         if (moved) m = mn;
         float sum = 0.0;
@@ -185,13 +170,27 @@ void main() {
         l = l * alpha + sum;
         if (lane < 16) rowf[bf + r] = alpha;
         SYNC();
+#ifdef ATT_NOIDX
+        // the rows' factors through the (now read) score rows: no element of an accumulator is
+        // indexed, which kept the accumulators in local memory
+        if (moved && !fresh)
+            UNROLL for (uint i = 0; i < D / 16; i++) {
+                coopMatStore(acc[i], ss, bs, SS, CM_ROW);
+                SYNC();
+                for (uint e = lane; e < 256; e += LANES) ss[bs + (e / 16) * SS + e % 16] *= rowf[bf + e / 16];
+                SYNC();
+                coopMatLoad(acc[i], ss, bs, SS, CM_ROW);
+                SYNC();
+            }
+#else
         if (moved)
             for (uint i = 0; i < D / 16; i++)
                 for (uint e = 0; e < acc[i].length(); e++) acc[i][e] *= rowf[bf + uint(rowid[e])];
-        for (uint b = 0; b < BKV / 16; b++) {
+#endif
+        UNROLL for (uint b = 0; b < BKV / 16; b++) {
             CM_A pa;
             coopMatLoad(pa, ps, bp + 16 * b, PS, CM_ROW);
-            for (uint i = 0; i < D / 16; i++) {
+            UNROLL for (uint i = 0; i < D / 16; i++) {
                 CM_B vb;
                 coopMatLoad(vb, vs, KV_AT(16 * b, 16 * i), KV_LD, CM_ROW);
                 acc[i] = coopMatMulAdd(pa, vb, acc[i]);
@@ -201,8 +200,18 @@ void main() {
     }
     if (lane < 16) rowf[bf + r] = 1.0 / l;
     SYNC();
+#ifdef ATT_NOIDX
+    UNROLL for (uint i = 0; i < D / 16; i++) {
+        coopMatStore(acc[i], ss, bs, SS, CM_ROW);
+        SYNC();
+        for (uint e = lane; e < 256; e += LANES)
+            o[((tb + e / 16) * H + h) * D + 16 * i + e % 16] = ss[bs + (e / 16) * SS + e % 16] * rowf[bf + e / 16];
+        SYNC();
+    }
+#else
     for (uint i = 0; i < D / 16; i++) {
         for (uint e = 0; e < acc[i].length(); e++) acc[i][e] *= rowf[bf + uint(rowid[e])];
         coopMatStore(acc[i], o, (tb * H + h) * D + 16 * i, H * D, CM_ROW);
     }
+#endif
 }
