@@ -4,6 +4,8 @@
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_KHR_shader_subgroup_vote : require
+#extension GL_EXT_control_flow_attributes : require
+#define UNROLL [[unroll]]   // loops over matrices: unrolled, their arrays stay in registers
 // attention over a prompt chunk on the tensor cores (coopmat.glsl; f16 KV caches,
 // causal, no sliding window), one pass with an online softmax, a kv head per workgroup:
 // workgroup (g, b) runs the G = H / KVH query heads of kv head g over chunk rows
@@ -20,9 +22,10 @@
 // The running max m only moves when a row's tile max exceeds it by more than RESCALE (then every
 // row of the subgroup moves to its new max and O, l are multiplied by exp(m_old - m_new)); below
 // that P is at most e^RESCALE, well inside f16, and softmax does not depend on the reference
-// point. The rescale needs each accumulator element's row: a cooperative matrix's element layout
-// is the implementation's, but every matrix of one type shares it, so a matrix loaded with its
-// row index in every element (rowid) names the row of element e of any other.
+// point. The rescale (and the final 1 / l) needs each accumulator element's row, and a cooperative
+// matrix's element layout is the implementation's: the accumulator goes through the subgroup's
+// score rows in shared memory, where rows are rows. Nothing is rescaled while every row still
+// has m = -inf (its sums are zero).
 // Keys past a row's pos + t are masked (later chunk rows, stale rows of rejected drafts); the tile
 // holds zeros past the workgroup's last row (and past the cache's end), so 0 x NaN of an unwritten
 // row never reaches a sum.
@@ -67,12 +70,7 @@ shared float ss[NSG * 16 * SS];
 shared float16_t ps[NSG * 16 * PS];
 shared float rowf[NSG * 16];           // per row: the rescale factor, then 1 / l
 #define SYNC() { subgroupMemoryBarrierShared(); subgroupBarrier(); }
-#ifdef ATT_UNROLL
-#extension GL_EXT_control_flow_attributes : require
-#define UNROLL [[unroll]]
-#else
-#define UNROLL
-#endif
+
 
 uvec4 kreg[NLD], vreg[NLD];
 
@@ -112,13 +110,6 @@ void main() {
         coopMatLoad(qa[i], ps, bp, PS, CM_ROW);
         SYNC();
     }
-#ifndef ATT_NOIDX
-    for (uint e = lane; e < 256; e += LANES) ss[bs + (e / 16) * SS + e % 16] = float(e / 16);
-    SYNC();
-    CM_C rowid;
-    coopMatLoad(rowid, ss, bs, SS, CM_ROW);
-    SYNC();
-#endif
 
     CM_C acc[D / 16];
     UNROLL for (uint i = 0; i < D / 16; i++) acc[i] = CM_C(0.0);
@@ -170,9 +161,11 @@ void main() {
         l = l * alpha + sum;
         if (lane < 16) rowf[bf + r] = alpha;
         SYNC();
-#ifdef ATT_NOIDX
-        // the rows' factors through the (now read) score rows: no element of an accumulator is
-        // indexed, which kept the accumulators in local memory
+        // the rows' factors through the (now read) score rows, and every loop over matrices
+        // unrolled: with accumulator elements indexed by a row-id matrix and the loops left to the
+        // driver, the accumulators sat in local memory (H200: 384 bytes of it an invocation; now
+        // 128). A layer at 512 rows from position 1536: 8B heads 372 -> 249 us, Qwen3-30B-A3B's
+        // 301 -> 170 (bench/results/nvidia-h200/2026-11-28-attn-staging).
         if (moved && !fresh)
             UNROLL for (uint i = 0; i < D / 16; i++) {
                 coopMatStore(acc[i], ss, bs, SS, CM_ROW);
@@ -182,11 +175,6 @@ void main() {
                 coopMatLoad(acc[i], ss, bs, SS, CM_ROW);
                 SYNC();
             }
-#else
-        if (moved)
-            for (uint i = 0; i < D / 16; i++)
-                for (uint e = 0; e < acc[i].length(); e++) acc[i][e] *= rowf[bf + uint(rowid[e])];
-#endif
         UNROLL for (uint b = 0; b < BKV / 16; b++) {
             CM_A pa;
             coopMatLoad(pa, ps, bp + 16 * b, PS, CM_ROW);
@@ -200,7 +188,6 @@ void main() {
     }
     if (lane < 16) rowf[bf + r] = 1.0 / l;
     SYNC();
-#ifdef ATT_NOIDX
     UNROLL for (uint i = 0; i < D / 16; i++) {
         coopMatStore(acc[i], ss, bs, SS, CM_ROW);
         SYNC();
@@ -208,10 +195,4 @@ void main() {
             o[((tb + e / 16) * H + h) * D + 16 * i + e % 16] = ss[bs + (e / 16) * SS + e % 16] * rowf[bf + e / 16];
         SYNC();
     }
-#else
-    for (uint i = 0; i < D / 16; i++) {
-        for (uint e = 0; e < acc[i].length(); e++) acc[i][e] *= rowf[bf + uint(rowid[e])];
-        coopMatStore(acc[i], o, (tb * H + h) * D + 16 * i, H * D, CM_ROW);
-    }
-#endif
 }
