@@ -43,7 +43,6 @@
 #   bash bench/gpu_session.sh ceiling   # the tensor-core matmul's pieces alone: multiplies, fragment loads, tile stores
 #   bash bench/gpu_session.sh moeprefill # MoE prompts head vs bench/out/base, llama.cpp
 #   bash bench/gpu_session.sh moeprof   # the MoE shape's 512-row chunk by kernel
-#   bash bench/gpu_session.sh stages    # matmul_rows_coop's two shared stages against one; MoE attention tiles
 #   bash bench/gpu_session.sh moechunk  # the MoE chunk's GPU tests, moeprof, moeprefill
 #   bash bench/gpu_session.sh moefused  # moeprof as the ops and fused, then the suite
 #   bash bench/gpu_session.sh attnvar D.. # the coop attention per ATT_* define set (ATT_PREFILL=D: MoE prompts)
@@ -123,19 +122,6 @@ moeprefill)
         "bench.prefill --model $m --lengths 512 2000 --modes fused --token-path-max 0 --ctx 4096 --reps 2" 2>&1 | tail -4
     python -m bench.llama_server_peer --server "$LLAMA" --model "$m" --lengths 512 2000 --decode 16 --reps 3 \
         --out "$OUT/llama-moe.json" | tail -4
-    ;;
-stages)
-    # matmul_rows_coop with two shared stages (one barrier a k step; VKDECODE_DEFINES=STAGES=2):
-    # its GPU tests, the grouped expert matmuls (moemm), the 8B's dense chunk matmuls at 512 rows
-    # one, two, one stage; then every coop tile x k split of the MoE shape's attention matmuls
-    VKDECODE_DEFINES=STAGES=2 python -m pytest -q tests/lowering/test_coop.py -k "matmul" 2>&1 | tail -2 || true
-    MOEMM_DEFINES=STAGES=2 bash "$0" moemm
-    for st in 1 2 1 2; do
-        VKDECODE_DEFINES=STAGES=$st python -m bench.matmul_rows_bench --preset llama8b --widths 512 \
-            --variants coop --reps 10 --out "$OUT/mm8b-stages$st.json" 2>&1 | grep -E "^q|layer of" | cut -c1-160
-    done
-    python -m bench.matmul_rows_bench --preset qwen3moe --widths 512 --variants coop --coop-sweep --reps 10 \
-        --out "$OUT/mm-moe-sweep.json" 2>&1 | grep -E "^q|layer of" | cut -c1-160
     ;;
 moechunk)
     # the MoE chunk's GPU tests (coop cases without the validation layer, which predates

@@ -71,7 +71,6 @@ shared float16_t ps[NSG * 16 * PS];
 shared float rowf[NSG * 16];           // per row: the rescale factor, then 1 / l
 #define SYNC() { subgroupMemoryBarrierShared(); subgroupBarrier(); }
 
-
 uvec4 kreg[NLD], vreg[NLD];
 
 // tile keys base .. base + BKV - 1 of kv head g into registers (zeros at keys >= n)

@@ -18,8 +18,6 @@
 // Bindings: f32/f16: 0 W, 1 X, 2 Y (or P); quant: 0 q words, 1 scales, 2 X, 3 Y (or P).
 // Spec: 0 wg size (LANES SG_M SG_N), 1 K, 2 M (rows bound), 3 T, 4 MTOT (Y row stride), 5 S.
 // Defines: SG_M, SG_N, BLK_M, BLK_N; UNITS (dequant.glsl's unit loads) or QUADS or neither.
-// STAGES 2: two shared tiles in turn, so a k step needs one barrier (staging step i + 1 writes the
-// tile step i - 1 read, and every invocation has passed step i's barrier after its step i - 1).
 // MOE (moe_rows.glsl): workgroup y is one tile of one expert's slots (up to BN, rows past its
 // count repeat its last row and are not stored); each 16 x 16 result goes through the subgroup's
 // shared staging block to its slots' scattered rows. Spec 6 XDIV, 7 GROUP_ORDER. GLU_SILU (with
@@ -65,11 +63,8 @@ const uint BM = 16 * BLK_M * SG_M, BN = 16 * BLK_N * SG_N;
 // 8-byte store (H100, Qwen3-0.6B matmuls at 512 rows: 299 -> 253 us a layer against 16-bit stores);
 // matrix loads count offsets and strides in elements of the array.
 const uint LDV = (BK + 8) / 4;
-#ifndef STAGES
-#define STAGES 1
-#endif
-shared uvec2 ws[STAGES * BM * LDV];    // ws[m * LDV + k / 4]: weight row m of the tile (of stage 0)
-shared uvec2 xs[STAGES * BN * LDV];    // xs[t * LDV + k / 4]: chunk row t of the tile
+shared uvec2 ws[BM * LDV];             // ws[m * LDV + k / 4]: weight row m of the tile
+shared uvec2 xs[BN * LDV];             // xs[t * LDV + k / 4]: chunk row t of the tile
 #ifdef MOE
 shared float ys[256 * SG_M * SG_N];   // a 16 x 16 result block per subgroup, on its way to scattered rows
 #endif
@@ -118,24 +113,24 @@ void fetch(uint m0, uint k0, uint tid) {
     for (uint i = 0; i < NXV; i++) xr[i] = x4[xat[i] + k0 / 4];
 }
 
-// Store the registers into stage st's shared tiles as f16 (an index clamped by fetch stores a
-// duplicate of the last element's value onto itself: harmless).
-void stage(uint k0, uint tid, uint st) {
+// Store the registers into the shared tiles as f16 (an index clamped by fetch stores a duplicate
+// of the last element's value onto itself: harmless).
+void stage(uint k0, uint tid) {
     for (uint i = 0; i < NWU; i++) {
 #ifdef UNITS
         const uint e = min(tid + i * WG, BM * UPR - 1), r = e / UPR, u = k0 / UNIT_ELEMS + e % UPR;
         for (uint j = 0; j < XU_VEC4; j++) {
             const uint kk = 4 * unit_vec4(u, j) - k0;
-            STORE4(ws, st * BM + r, kk, wr[i * XU_VEC4 + j]);
+            STORE4(ws, r, kk, wr[i * XU_VEC4 + j]);
         }
 #else
         const uint e = min(tid + i * WG, BM * (BK / 4) - 1), r = e / (BK / 4), kk = 4 * (e % (BK / 4));
-        STORE4(ws, st * BM + r, kk, wr[i]);
+        STORE4(ws, r, kk, wr[i]);
 #endif
     }
     for (uint i = 0; i < NXV; i++) {
         const uint e = min(tid + i * WG, BN * (BK / 4) - 1), c = e / (BK / 4), kk = 4 * (e % (BK / 4));
-        STORE4(xs, st * BN + c, kk, xr[i]);
+        STORE4(xs, c, kk, xr[i]);
     }
 }
 
@@ -150,24 +145,22 @@ void main() {
     x_rows(n0, tid);
     uint k0 = z * BK;
     if (k0 < K) fetch(m0, k0, tid);
-    for (uint st = 0; k0 < K; k0 += S * BK, st = (st + 1) % STAGES) {
-        stage(k0, tid, st);
+    for (; k0 < K; k0 += S * BK) {
+        stage(k0, tid);
         barrier();
         if (k0 + S * BK < K) fetch(m0, k0 + S * BK, tid);
         for (uint kk = 0; kk < BK; kk += 16) {
             CM_A a[BLK_N];
             CM_B b[BLK_M];
             for (uint i = 0; i < BLK_N; i++)
-                coopMatLoad(a[i], xs, TILE_AT(st * BN + 16 * (sn * BLK_N + i), kk), LDV, CM_ROW);
+                coopMatLoad(a[i], xs, TILE_AT(16 * (sn * BLK_N + i), kk), LDV, CM_ROW);
             for (uint j = 0; j < BLK_M; j++)
-                coopMatLoad(b[j], ws, TILE_AT(st * BM + 16 * (sm * BLK_M + j), kk), LDV, CM_COL);
+                coopMatLoad(b[j], ws, TILE_AT(16 * (sm * BLK_M + j), kk), LDV, CM_COL);
             for (uint i = 0; i < BLK_N; i++)
                 for (uint j = 0; j < BLK_M; j++)
                     acc[i * BLK_M + j] = coopMatMulAdd(a[i], b[j], acc[i * BLK_M + j]);
         }
-#if STAGES == 1
         barrier();
-#endif
     }
     for (uint i = 0; i < BLK_N; i++) {
         const uint t = n0 + 16 * (sn * BLK_N + i);
