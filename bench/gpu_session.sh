@@ -46,6 +46,8 @@
 #   bash bench/gpu_session.sh moechunk  # the MoE chunk's GPU tests, moeprof, moeprefill
 #   bash bench/gpu_session.sh moefused  # moeprof as the ops and fused, then the suite
 #   bash bench/gpu_session.sh attnvar D.. # the coop attention per ATT_* define set (ATT_PREFILL=D: MoE prompts)
+#   bash bench/gpu_session.sh halfx     # the coop tile loader without conversions: tests, matmuls by variant
+#   bash bench/gpu_session.sh prompt8b  # the 8B Q4_K_M's prompts against bench/out/base, then llama.cpp
 #   bash bench/gpu_session.sh narrowab  # the 8B's 16-48-row batched steps head vs bench/out/base; the coop grid target
 #   bash bench/gpu_session.sh coopdense T.. # the 8B's 512-row chunk matmuls per tensor-core tile, one process each
 #   bash bench/gpu_session.sh moemm V.. # the grouped expert matmul alone per caps variant, then bench/out/base's
@@ -159,6 +161,43 @@ attnvar)
         done
     done
     [ -z "${ATT_PREFILL:-}" ] || VKDECODE_DEFINES=$ATT_PREFILL bash "$0" moeprefill
+    ;;
+halfx)
+    # the tile loader without conversions (dequant_half.glsl; W_F32: the f32 decode as before) and
+    # x rounded to f16 once (lowering/half_x.py; coop_x16=-1: in the loader): the GPU tests of
+    # the coop kernels, then the grouped expert matmuls and the 8B's 512-row chunk matmuls by
+    # variant (registers and the SM clock logged), each variant twice in one process per define set
+    t0=$SECONDS
+    python -m pytest -q tests/lowering/test_coop.py tests/lowering/test_moe_group.py tests/lowering/test_half_x.py \
+        tests/quant/test_dequant_half.py tests/executors/test_prefill.py tests/executors/test_executors_moe.py \
+        2>&1 | tail -4 || true
+    echo "tests: $((SECONDS - t0)) s"
+    nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+        --format=csv -lms 500 > "$OUT/clocks-halfx.csv" 2>/dev/null &
+    smi=$!
+    for d in half W_F32; do
+        defs=$d
+        [ $d = half ] && defs=
+        VKDECODE_PIPELINE_STATS=1 VKDECODE_DEFINES=$defs python -m bench.moe_matmul_bench --shapes gate down6 \
+            --variants default coop_x16=-1 default coop_x16=-1 --out "$OUT/moe-mm-$d.json" 2>&1 | cut -c1-150 | sed "s/^/$d /"
+        for c in coop_x16=0 coop_x16=-1; do
+            VKDECODE_PIPELINE_STATS=1 VKDECODE_DEFINES=$defs python -m bench.matmul_rows_bench --preset llama8b \
+                --widths 512 --variants coop --reps 10 --caps $c --out "$OUT/mm8b-$d-$c.json" 2>&1 |
+                grep -E "layer of" | sed "s/^/$d $c /"
+        done
+        echo "$d: $((SECONDS - t0)) s"
+    done
+    kill $smi || true
+    ;;
+prompt8b)
+    # the 8B Q4_K_M shape's 512- and 2,000-token prompts, head vs bench/out/base alternating (two
+    # rounds), then llama.cpp on the same file. Carry .device/llama and bench/out/base
+    llama_server
+    f=$(shape_file llama3.1-8b q4_k_m)
+    python -m bench.ab_commits --base-dir bench/out/base --rounds 2 --out "$OUT/prefill-8b-ab.json" \
+        "bench.prefill --model $f --lengths 512 2000 --modes fused --token-path-max 0 --ctx 4096 --reps 2" 2>&1 | tail -4
+    python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 --decode 16 --reps 3 \
+        --out "$OUT/llama-8b.json" | tail -4
     ;;
 moeprof)
     # where a 512-row chunk of the Qwen3-30B-A3B shape Q4_K_M goes, by kernel (bench.prefill_profile)

@@ -71,6 +71,12 @@ def row_norm(o, p: Program) -> bool:
     return x % w == 0 and bool(p.meta.get("batch_rows"))
 
 
+def chunk_norm(o, p: Program) -> bool:
+    """rms_norm over each row of a prompt chunk (fusion/chunk.py: program.meta chunk_rows)."""
+    x, w = shape_of(p, o.inputs[0])[0], shape_of(p, o.inputs[1])[0]
+    return x % w == 0 and "chunk_rows" in p.meta
+
+
 def same_weights(m: Match, p: Program, a: str, b: str) -> bool:
     wa, wb = p.values[m.captures[a]], p.values[m.captures[b]]
     return wa.dtype == wb.dtype and wa.shape == wb.shape

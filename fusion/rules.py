@@ -14,6 +14,7 @@ from fusion.pattern import Match, op
 from fusion.region import (
     Region,
     Rule,
+    chunk_norm,
     eps_of,
     match_region,
     op_attrs,
@@ -24,11 +25,10 @@ from fusion.region import (
     whole_norm,
 )
 from fusion.rules_moe import (
-    CHUNK_RULES,  # noqa: F401  (re-exported: a prompt chunk's rules, as BATCH_RULES a batched step's)
     MOE_MATMUL_SILU_MUL,
-    MOE_MATMUL_SILU_MUL_CHUNK,  # noqa: F401  (re-exported, as every rule)
+    MOE_MATMUL_SILU_MUL_CHUNK,
     MOE_MATMUL_SUM_ADD,
-    MOE_SUM_ADD_CHUNK,  # noqa: F401
+    MOE_SUM_ADD_CHUNK,
     RMS_NORM_MATMUL_MOE_TOPK,
     RMS_NORM_MATMUL_MOE_TOPK_SILU_MUL,
 )
@@ -155,6 +155,12 @@ BATCH_RULES: tuple[Rule, ...] = (
     ROPE_KV_WRITE_ATTENTION_ROWS,
     ADD_RMS_NORM_ROWS,
 )
+
+# A prompt chunk's (the verify step's) residual add and the norm after it, over its rows
+# (fusion.CHUNK_RULES, executors/prefill.py): a dispatch and a pass over the chunk fewer, twice a
+# dense layer (the MoE layer's second add goes into moe_sum: MOE_SUM_ADD_CHUNK, first).
+ADD_RMS_NORM_CHUNK = _add_norm_rule("ADD_RMS_NORM_CHUNK", chunk_norm)
+CHUNK_RULES: tuple[Rule, ...] = (MOE_MATMUL_SILU_MUL_CHUNK, MOE_SUM_ADD_CHUNK, ADD_RMS_NORM_CHUNK)
 
 
 # -- 8. Gemma's sandwich norm: the block output normed, then added to the residual (one pass).

@@ -1,7 +1,7 @@
 """The mixture-of-experts rules (fusion/ir.py moe_*): the router with the norm before it, the chosen
 experts' gate/up with SwiGLU, their down projections with the weighted sum and the residual add.
 Listed in DEFAULT_RULES (rules.py) ahead of the dense projection rules anchored at the same ops;
-CHUNK_RULES are a prompt chunk's (executors/prefill.py).
+MOE_MATMUL_SILU_MUL_CHUNK and MOE_SUM_ADD_CHUNK are a prompt chunk's (fusion.rules.CHUNK_RULES).
 """
 
 from __future__ import annotations
@@ -164,5 +164,3 @@ MOE_SUM_ADD_CHUNK = rule(
     lower=_lower_moe_sum_add,
     check=_chunk_sum_add_applies,
 )
-
-CHUNK_RULES = (MOE_MATMUL_SILU_MUL_CHUNK, MOE_SUM_ADD_CHUNK)

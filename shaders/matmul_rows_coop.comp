@@ -17,7 +17,8 @@
 // SPLITK: workgroup z sums k tiles z, z+S, ... into P[z][t][m]; matmul_rows_splitk adds them.
 // Bindings: f32/f16: 0 W, 1 X, 2 Y (or P); quant: 0 q words, 1 scales, 2 X, 3 Y (or P).
 // Spec: 0 wg size (LANES SG_M SG_N), 1 K, 2 M (rows bound), 3 T, 4 MTOT (Y row stride), 5 S.
-// Defines: SG_M, SG_N, BLK_M, BLK_N; UNITS (dequant.glsl's unit loads) or QUADS or neither.
+// Defines: SG_M, SG_N, BLK_M, BLK_N; UNITS (dequant.glsl's unit loads) or QUADS or neither;
+// X_F16: X is f16 (4 halves a uvec2), converted once per chunk by to_f16.comp (lowering/half_x.py).
 // MOE (moe_rows.glsl): workgroup y is one tile of one expert's slots (up to BN, rows past its
 // count repeat its last row and are not stored); each 16 x 16 result goes through the subgroup's
 // shared staging block to its slots' scattered rows. Spec 6 XDIV, 7 GROUP_ORDER. GLU_SILU (with
@@ -41,6 +42,13 @@
 #ifdef QUADS
 #include "dequant_quad.glsl"
 #endif
+#include "dequant_half.glsl"
+#if defined(HALF_QUADS) && !defined(W_F32)
+// The tile's weights decoded straight to f16 (dequant_half.glsl), four a quad, whatever UNITS says.
+// W_F32: dequant_quad / unit_weights in f32 and a conversion at the store instead (the A/B).
+#define W_HALF 1
+#undef UNITS
+#endif
 #ifndef ROW_SCALES
 #define ROW_SCALES(k) ((k) / 32)
 #endif
@@ -51,7 +59,14 @@ layout(constant_id = 3) const uint T = 1;
 layout(constant_id = 4) const uint MTOT = 1;
 layout(constant_id = 5) const uint S = 1;
 layout(push_constant) uniform Push { uint row0; } pc;
+#ifdef X_F16
+// X already f16 (to_f16.comp, once per chunk): the tile loader copies it, no conversion a k step
+layout(binding = B_X) readonly buffer XB4 { uvec2 x4[]; };
+#define X_REG uvec2
+#else
 layout(binding = B_X) readonly buffer XB4 { vec4 x4[]; };
+#define X_REG vec4
+#endif
 layout(binding = B_Y) writeonly buffer YB { float y[]; };
 #include "moe_rows.glsl"
 
@@ -80,7 +95,12 @@ const uint NWU = (BM * (BK / 4) + WG - 1) / WG;    // weight quads per invocatio
 #define WR_VEC4 1
 #endif
 const uint NXV = (BN * (BK / 4) + WG - 1) / WG;    // activation vec4s per invocation
-vec4 wr[NWU * WR_VEC4], xr[NXV];
+#ifdef W_HALF
+uvec2 wr[NWU];                                     // four f16 weights an element
+#else
+vec4 wr[NWU * WR_VEC4];
+#endif
+X_REG xr[NXV];
 // Where each of an invocation's activation vec4s starts in x4 at k 0: the same chunk rows every
 // k step, so MOE's gathered row (a load of the order list) is read once, not once a step.
 uint xat[NXV];
@@ -103,7 +123,9 @@ void fetch(uint m0, uint k0, uint tid) {
 #else
         const uint e = min(tid + i * WG, BM * (BK / 4) - 1), r = e / (BK / 4), k = k0 + 4 * (e % (BK / 4));
         const uint m = WROW(m0 + r);
-#ifdef QUADS
+#if defined(W_HALF)
+        wr[i] = dequant_half(m * ROW_WORDS(K), m * ROW_SCALES(K), k);
+#elif defined(QUADS)
         wr[i] = dequant_quad(m * ROW_WORDS(K), m * ROW_SCALES(K), k);
 #else
         for (uint c = 0; c < 4; c++) wr[i][c] = dequant_elem(m * ROW_WORDS(K), m * ROW_SCALES(K), k + c);
@@ -125,12 +147,20 @@ void stage(uint k0, uint tid) {
         }
 #else
         const uint e = min(tid + i * WG, BM * (BK / 4) - 1), r = e / (BK / 4), kk = 4 * (e % (BK / 4));
+#ifdef W_HALF
+        ws[TILE_AT(r, kk)] = wr[i];
+#else
         STORE4(ws, r, kk, wr[i]);
+#endif
 #endif
     }
     for (uint i = 0; i < NXV; i++) {
         const uint e = min(tid + i * WG, BN * (BK / 4) - 1), c = e / (BK / 4), kk = 4 * (e % (BK / 4));
+#ifdef X_F16
+        xs[TILE_AT(c, kk)] = xr[i];
+#else
         STORE4(xs, c, kk, xr[i]);
+#endif
     }
 }
 

@@ -60,13 +60,17 @@ def test_verify_refuses_bad_moe_shapes():
 def test_each_moe_layer_of_a_chunk_takes_the_chunk_rules(arch_class):
     """CHUNK_RULES: every MoE layer of a chunk (tail all: every layer's FFN) takes the SwiGLU rule
     (g stays inside: the up matmul reads it) and the weighted sum + the add it feeds (the
-    residual; qwen2moe: the shared expert's output); the dense layer and the decode step none."""
+    residual; qwen2moe: the shared expert's output); the attention's residual add and the norm
+    after it take ADD_RMS_NORM_CHUNK; the decode step none."""
     p = program(arch_class, num_hidden_layers=3, mlp_only_layers=[1])
     chunk = chunk_program(p, 16, "all")
     regions = partition(chunk, CHUNK_RULES)
     rules = [r.rule for r in regions]
     assert rules.count("MOE_MATMUL_SILU_MUL_CHUNK") == rules.count("MOE_SUM_ADD_CHUNK") == 2, rules
-    assert set(rules) <= {None, "MOE_MATMUL_SILU_MUL_CHUNK", "MOE_SUM_ADD_CHUNK"}
+    assert set(rules) <= {None, "MOE_MATMUL_SILU_MUL_CHUNK", "MOE_SUM_ADD_CHUNK", "ADD_RMS_NORM_CHUNK"}
+    # 3 after attention, the dense layer's second; qwen2moe: and the MoE layers' residual adds (the
+    # shared expert's output took their moe_sum)
+    assert rules.count("ADD_RMS_NORM_CHUNK") == (6 if arch_class == "Qwen2MoeForCausalLM" else 4), rules
     for r in regions:
         if r.rule == "MOE_MATMUL_SILU_MUL_CHUNK":
             assert r.outputs == [r.roles["a"]] and r.roles["g"] not in r.outputs

@@ -3,3 +3,4 @@
 from pathlib import Path
 
 TEST_SCALE = str(Path(__file__).resolve().parents[1] / "shaders" / "test_scale.comp")
+DEQUANT_HALF_PROBE = str(Path(__file__).resolve().parents[1] / "shaders" / "dequant_half_probe.comp")

@@ -103,8 +103,14 @@ def test_matmul_rows_coop(device, dtype, rows, out, n_in, tile, splits):
     check_coop_matmul(device, dtype, (rows, out, n_in), tile, splits)
 
 
-def check_coop_matmul(device, dtype, dims, tile, splits):
-    caps = caps_of(device)
+@pytest.mark.parametrize("dtype", ["f16", "q4_k", "q6_k"])
+def test_matmul_rows_coop_x_in_the_loader(device, dtype):
+    """caps.coop_x16 < 0: the tile loader rounds x to f16 itself, as before lowering/half_x.py."""
+    check_coop_matmul(device, dtype, (64, 256, 512), "2x2:4x2", 2, coop_x16=-1)
+
+
+def check_coop_matmul(device, dtype, dims, tile, splits, **knobs):
+    caps = replace(caps_of(device), **knobs)
     if not caps.coop_matrix:
         pytest.skip(f"no coop path: {device.info.features.get('coop_reason')} (runs on the H100)")
     rows, out, n_in = dims
@@ -119,7 +125,10 @@ def check_coop_matmul(device, dtype, dims, tile, splits):
     )
     caps = replace(caps, coop_tile=tile, matmul_splitk=splits, matmul_coop=16)
     calls = op_calls(p, 0, caps)
-    assert [c.shader for c in calls] == ["matmul_rows_coop"] + (["matmul_rows_splitk"] if splits > 1 else [])
+    half = ["to_f16"] if caps.coop_x16 >= 0 else []  # x rounded once (lowering/half_x.py)
+    assert [c.shader for c in calls] == half + ["matmul_rows_coop"] + (
+        ["matmul_rows_splitk"] if splits > 1 else []
+    )
     got, want = run_and_reference(device, p, {"w": w, "x": x}, caps)
     err = nmse(got["y"], want["y"])
     assert err <= LIMIT, f"coop matmul rows={rows} {dtype} [{out}, {n_in}] {tile}/{splits}: nmse {err:.3g}"
@@ -144,7 +153,7 @@ def test_moe_matmul_rows_coop(device, dtype, e, m, n_in, slots, xrows):
         pytest.skip(f"no coop path: {device.info.features.get('coop_reason')} (runs on the H100)")
     p, env = moe_matmul_case(dtype, e, m, n_in, slots, xrows, scale=0.1)
     caps = replace(caps, moe_group=1)
-    assert [c.shader for c in op_calls(p, 0, caps)] == ["moe_group", "matmul_rows_coop"]
+    assert [c.shader for c in op_calls(p, 0, caps)] == ["moe_group", "to_f16", "matmul_rows_coop"]
     got, want = run_and_reference(device, p, env, caps)
     err = nmse(got["y"], want["y"])
     assert err <= LIMIT, f"coop moe matmul {dtype} {e}x{m}x{n_in} slots {slots}: nmse {err:.3g}"

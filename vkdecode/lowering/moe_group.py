@@ -10,7 +10,7 @@ from __future__ import annotations
 from fusion.ir import Program
 from vkdecode.lowering.calls import Binding, KernelCall, KernelCaps, row_chunks, weight_bindings, wg_size
 from vkdecode.lowering.coop import COOP_BK, coop_usable, parse_tile, tile_dims
-from vkdecode.lowering.matmul_rows import expert_matmul_call
+from vkdecode.lowering.matmul_rows import expert_matmul_calls
 
 
 def experts(p: Program, w: str, caps: KernelCaps) -> tuple[tuple[Binding, ...], int, int, str]:
@@ -109,8 +109,8 @@ def grouped_matmul(
     )
     xdiv = slots // (p.values[x].numel // k)
     dims, group = (k, m, slots), (bn, tiles, xdiv, order)
-    call = expert_matmul_call((wb, dtype), (x, name), out, dims, group, tile if coop else None, out, gate)
+    calls = expert_matmul_calls((wb, dtype), (x, name), out, dims, group, tile if coop else None, caps, gate)
     own = (
         [] if any(o.kind == "moe_topk" and ids in o.outputs for o in p.ops) else group_calls(p, ids, e, caps)
     )
-    return own + [call]
+    return own + calls

@@ -42,7 +42,7 @@ KERNELS: dict[str, Builder] = _by_rule(
         # ROWS: over a batched step's rows, writing the x planes too where a matvec reads them (XPLANES,
         # region_calls): H200, GPU ms a step at 2 / 4 / 8 rows, Qwen3-0.6B F16 1.73 / 2.24 / 3.04 apart,
         # 1.67 / 2.12 / 2.95 fused (bench/results/nvidia-h200/2026-11-27-batch-fuse/)
-        ((R.ADD_RMS_NORM, R.ADD_RMS_NORM_ROWS), att.add_rms_norm),
+        ((R.ADD_RMS_NORM, R.ADD_RMS_NORM_ROWS, R.ADD_RMS_NORM_CHUNK), att.add_rms_norm),
         (
             (R.ROPE_KV_WRITE_ATTENTION_ROWS, R.QK_NORM_ROPE_KV_WRITE_ATTENTION_ROWS),
             row_ops.fused_attention_rows,
