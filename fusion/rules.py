@@ -132,6 +132,13 @@ def _lower_add_norm(m: Match, p: Program) -> Region:
     )
 
 
+def _same_sizes(m: Match, p: Program) -> bool:
+    """add_rms_norm.comp adds element by element: not a bias broadcast over a chunk's rows (Qwen3
+    with attention_bias: q + its bias, then the per-head q norm)."""
+    c = m.captures
+    return p.values[c["a"]].numel == p.values[c["b"]].numel == p.values[c["s"]].numel
+
+
 def _add_norm_rule(name: str, where) -> Rule:
     return rule(
         name,
@@ -139,6 +146,7 @@ def _add_norm_rule(name: str, where) -> Rule:
         op("rms_norm", ("s", "norm_w"), ("n",), where=where),
         exports=("s", "n"),
         lower=_lower_add_norm,
+        check=_same_sizes,
     )
 
 
