@@ -3,8 +3,9 @@
 #include "coopmat.glsl"
 // matmul over a wide prompt chunk on the tensor cores (coopmat.glsl: VK_KHR_cooperative_matrix,
 // 16 x 16 x 16 f16 inputs, f32 sums): Y[t, row0 + m] = W[m, :] . X[t, :], W of any weight dtype
-// decoded by dequant.glsl into f16 in the tile loader, X (f32) rounded to f16 there too (the
-// prompt path's only loss against the f32 kernels: one f16 rounding of each input, sums in f32).
+// decoded into f16 in the tile loader (dequant_half.glsl where it has the dtype, without a
+// conversion instruction; else dequant.glsl in f32), X rounded to f16 once before (X_F16) or there
+// (the prompt path's loss against the f32 kernels: an f16 rounding of each input, sums in f32).
 // A workgroup of SG_M x SG_N subgroups (of LANES lanes: fixed there, or required by the pipeline)
 // owns a BM x BN output tile; each subgroup a BLK_M x BLK_N grid of 16 x 16 accumulators. Per
 // BK-wide k step the decoded weight tile and the activation tile are staged in shared memory as
