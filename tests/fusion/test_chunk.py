@@ -54,20 +54,25 @@ def test_refusals():
 
 
 @pytest.mark.parametrize("bias", [False, True])
-def test_a_chunks_residual_add_and_norm_fuse_but_not_a_bias_and_the_head_norm(bias):
-    """CHUNK_RULES' ADD_RMS_NORM_CHUNK takes each residual add and the norm after it (two a dense
-    layer); Qwen3 with attention_bias adds q's bias (one row, broadcast over the chunk) right
-    before the per-head q norm: add_rms_norm.comp adds element by element, so that add stays apart."""
+@pytest.mark.parametrize("form", ["chunk", "batch"])
+def test_residual_add_and_norm_fuse_over_rows_but_not_a_bias_and_the_head_norm(form, bias):
+    """ADD_RMS_NORM_CHUNK (a prompt chunk's) and ADD_RMS_NORM_ROWS (a batched step's) take each
+    residual add and the norm after it (two a dense layer); Qwen3 with attention_bias adds q's
+    bias (one row, broadcast over the rows) right before the per-head q norm: add_rms_norm.comp
+    adds element by element, so that add stays apart."""
+    from fusion.chunk_batch import batch_program
     from fusion.partition import partition
-    from fusion.rules import CHUNK_RULES
+    from fusion.rules import ADD_RMS_NORM_ROWS, CHUNK_RULES
     from tests.helpers.make_models import SMALL
     from vkdecode.models import build_program
     from vkdecode.models.config import ModelArgs
 
     cfg = {**SMALL, "architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 2, "attention_bias": bias}
-    p = chunk_program(build_program(ModelArgs.from_hf_config(cfg), 32), 16, "all")
-    regions = [r for r in partition(p, CHUNK_RULES) if r.rule]
-    assert [r.rule for r in regions] == ["ADD_RMS_NORM_CHUNK"] * 4
+    dec = build_program(ModelArgs.from_hf_config(cfg), 32)
+    p = chunk_program(dec, 16, "all") if form == "chunk" else batch_program(dec, 4, 4)
+    rule = "ADD_RMS_NORM_CHUNK" if form == "chunk" else "ADD_RMS_NORM_ROWS"
+    regions = [r for r in partition(p, CHUNK_RULES if form == "chunk" else [ADD_RMS_NORM_ROWS]) if r.rule]
+    assert [r.rule for r in regions] == [rule] * 4
     for r in regions:
         assert all(p.values[r.roles[k]].kind != "weight" for k in ("a", "b"))
         assert p.values[r.roles["a"]].numel == p.values[r.roles["sum"]].numel
