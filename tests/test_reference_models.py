@@ -1,4 +1,4 @@
-"""Llama 3.x rope scaling and Gemma 3: the numpy reference against transformers on tiny random
+"""Llama 3.x and YaRN rope scaling and Gemma 3: the numpy reference against transformers on tiny random
 models (HF directories and the same weights as GGUF), logits at every step and greedy tokens.
 
 Positions run to 32, past the llama3 config's original context (32: every rope band occurs for
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers.make_models import LLAMA3_ROPE, hf_logits, models_dir, tiny_hf_model, write_gguf
+from tests.helpers.make_models import LLAMA3_ROPE, YARN_ROPE, hf_logits, models_dir, tiny_hf_model, write_gguf
 from tests.test_reference import PROMPT, PROMPT_IDS, reference_for, rel_err, run_greedy
 
 DECODE = 16
@@ -47,15 +47,33 @@ def _v4_config(src: Path, dst: Path) -> Path:
     return dst
 
 
+YARN_NO_TRUNCATE = {**YARN_ROPE, "truncate": False, "beta_fast": 16.0}  # gpt-oss's form, other betas
+
+
 @pytest.mark.parametrize("form", ["rope_parameters", "rope_scaling"])
-@pytest.mark.parametrize("scaling", [LLAMA3_ROPE, LINEAR], ids=["llama3", "linear"])
-def test_llama_rope_scaling_matches_transformers(mdir, scaling, form):
-    d = tiny_hf_model("llama", mdir, rope_scaling=scaling)
+@pytest.mark.parametrize(
+    "family,scaling",
+    [
+        ("llama", LLAMA3_ROPE),
+        ("llama", LINEAR),
+        ("qwen3", YARN_ROPE),
+        ("qwen2", YARN_NO_TRUNCATE),
+    ],
+    ids=["llama3", "linear", "yarn-qwen3", "yarn-qwen2-no-truncate"],
+)
+def test_rope_scaling_matches_transformers(mdir, family, scaling, form):
+    d = tiny_hf_model(family, mdir, rope_scaling=scaling)
     path = d if form == "rope_parameters" else _v4_config(d, mdir / (d.name + "-v4"))
     scaled = check_against_transformers(path, d)
     # the scaling changes the logits (a reader that dropped it would fail above)
-    _, plain_logits = run_greedy(reference_for(tiny_hf_model("llama", mdir), ctx=64), PROMPT_IDS, DECODE)
+    _, plain_logits = run_greedy(reference_for(tiny_hf_model(family, mdir), ctx=64), PROMPT_IDS, DECODE)
     assert rel_err(scaled, plain_logits) > 1e-3
+
+
+def test_yarn_gguf_matches_transformers(mdir):
+    """llama.cpp's YaRN keys (type, factor, original_context_length) read from a GGUF."""
+    d = tiny_hf_model("qwen3", mdir, rope_scaling=YARN_ROPE)
+    check_against_transformers(write_gguf(d, mdir / "qwen3-yarn.f32.gguf", "f32"), d)
 
 
 def test_llama3_gguf_rope_freqs_matches_transformers(mdir):

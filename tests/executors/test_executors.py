@@ -5,20 +5,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.helpers.make_models import LLAMA3_ROPE, tiny_hf_model
+from tests.helpers.make_models import LLAMA3_ROPE, YARN_ROPE, tiny_hf_model
 from tests.helpers.reference_run import greedy_against_reference, replay_host_work
 from vkdecode.errors import ContextError
 from vkdecode.executors import make_executor
 from vkdecode.models.loader import load_model
 from vkdecode.reference import Reference
 
-# name -> (family, tiny_hf_model overrides); llama3-rope: Llama 3.1 rope scaling; gemma3: GeGLU,
+# name -> (family, tiny_hf_model overrides); llama3-rope / yarn-rope: rope scaling; gemma3: GeGLU,
 # sandwich norms, sliding window 6 < STEPS on layer 0, a global layer 1 with another rope base
 MODELS = {
     "llama": ("llama", {}),
     "qwen2": ("qwen2", {}),
     "qwen3": ("qwen3", {}),
     "llama3-rope": ("llama", {"rope_scaling": LLAMA3_ROPE}),
+    "yarn-rope": ("qwen3", {"rope_scaling": YARN_ROPE}),
     "gemma3": ("gemma3", {}),
 }
 ARCHS = tuple(MODELS)

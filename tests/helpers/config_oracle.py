@@ -88,7 +88,9 @@ def _pick(draw, common, rare=(), odds: int = 6):
 def rope_dicts(draw, scaled: bool = True) -> dict:
     """One rope dict, its type spelled rope_type, type, both or neither."""
     kind = _pick(
-        draw, ("default", "linear", "llama3") if scaled else ("default",), ("yarn", "dynamic", "linear")
+        draw,
+        ("default", "linear", "llama3", "yarn") if scaled else ("default",),
+        ("dynamic", "longrope", "linear"),
     )
     spell = _pick(draw, ("rope_type",), ("type", "both", "none"), odds=3)
     d = {}
@@ -103,6 +105,16 @@ def rope_dicts(draw, scaled: bool = True) -> dict:
         d["factor"] = draw(st.sampled_from((2.0, 4.0, 8.0)))
     if kind == "llama3":
         d.update(low_freq_factor=1.0, high_freq_factor=4.0)
+    if kind == "yarn":  # transformers' defaults or gpt-oss's / DeepSeek's spellings
+        for key, values in (
+            ("truncate", (False, True)),
+            ("beta_fast", (16.0, 0)),
+            ("attention_factor", (0.8,)),
+        ):
+            v = _pick(draw, (ABSENT,), values, odds=3)
+            if v is not ABSENT:
+                d[key] = v
+    if kind in ("llama3", "yarn"):
         omp = _pick(draw, (16, 32), (ABSENT,))
         if omp is not ABSENT:
             d["original_max_position_embeddings"] = omp

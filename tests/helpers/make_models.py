@@ -83,6 +83,11 @@ LLAMA3_ROPE = {
     "original_max_position_embeddings": 32,
 }
 
+# YaRN as Qwen3 documents it, with the tiny models' sizes: the original context a quarter of
+# max_position_embeddings (256), so that at head_dim 16 frequency 0 is kept, 1-2 are ramped and
+# 3-7 divided by factor; cos and sin scale by 1 + 0.1 ln 4
+YARN_ROPE = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+
 
 def write_tiny_tokenizer(path) -> None:
     """A byte-level BPE (256 bytes + ChatML specials + a few merges) trained on TEXT."""
@@ -314,6 +319,11 @@ def write_gguf(
     if (args.rope_scaling or {}).get("rope_type") == "linear":
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(args.rope_scaling["factor"])
+    if (args.rope_scaling or {}).get("rope_type") == "yarn":  # llama.cpp always truncates the ramp
+        assert args.rope_scaling["truncate"], "a GGUF cannot say truncate = false"
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(args.rope_scaling["factor"])
+        w.add_rope_scaling_orig_ctx_len(int(args.rope_scaling["original_max_position_embeddings"]))
     if args.arch == "gemma3":
         w.add_sliding_window(args.sliding_window)
         w.add_sliding_window_pattern([t == "sliding_attention" for t in args.layer_types])

@@ -65,7 +65,13 @@ def test_hf_rope_parameters_v5_and_defaults():
     [
         ("rope_scaling", {"rope_type": "llama3", "factor": 8.0}, "needs numbers for low_freq_factor"),
         ("rope_scaling", {"type": "linear"}, "needs numbers for factor"),
-        ("rope_parameters", {"rope_type": "yarn", "rope_theta": 1e4}, "'yarn' .* not supported"),
+        (
+            "rope_parameters",
+            {"rope_type": "yarn", "rope_theta": 1e4},
+            "'yarn' .* needs a positive number for factor",
+        ),
+        ("rope_scaling", {"rope_type": "yarn", "factor": 4.0, "truncate": "no"}, "truncate"),
+        ("rope_parameters", {"rope_type": "longrope", "factor": 4.0}, "'longrope' .* not supported"),
         ("rope_scaling", {"rope_type": "dynamic", "factor": 2.0}, "'dynamic' .* not supported"),
     ],
 )
@@ -153,7 +159,7 @@ def test_gguf_unknown_architecture(models_dir):
     [
         ("quantization_config", {"quant_method": "gptq", "bits": 4}),
         ("quantization_config", {"quant_method": "fp8"}),
-        ("rope_scaling", {"rope_type": "yarn", "factor": 4.0}),
+        ("rope_scaling", {"rope_type": "longrope", "factor": 4.0}),
         ("partial_rotary_factor", 0.5),
         ("logit_scale", 0.25),
         ("layer_types", ["sliding_attention", "full_attention"]),

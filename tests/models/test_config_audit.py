@@ -41,7 +41,13 @@ CASES = [
     ("llama", {"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
     ("llama", {"rope_parameters": {**ROPE, "rope_type": "linear", "factor": 2.0}}, SAME),
     ("llama", {"rope_parameters": {**ROPE, "rope_type": "dynamic", "factor": 2.0}}, "rope_parameters"),
-    ("llama", {"rope_parameters": {**ROPE, "rope_type": "yarn", "factor": 2.0}}, "rope_parameters"),
+    ("llama", {"rope_parameters": {**ROPE, "rope_type": "yarn", "factor": 2.0}}, SAME),
+    ("llama", {"rope_parameters": {**ROPE, "rope_type": "yarn", "factor": 2.0, "truncate": False}}, SAME),
+    (
+        "llama",
+        {"rope_parameters": {**ROPE, "rope_type": "yarn", "factor": 2.0, "attention_factor": 0.5}},
+        SAME,
+    ),
     (
         "llama",
         {
@@ -69,7 +75,8 @@ CASES = [
         },
         SAME,
     ),
-    ("qwen3", {"rope_parameters": {**ROPE, "rope_type": "yarn", "factor": 4.0}}, "rope_parameters"),
+    ("qwen3", {"rope_parameters": {**ROPE, "rope_type": "yarn", "factor": 4.0}}, SAME),
+    ("gemma3", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "yarn"),
     ("llama", {"hidden_act": "swish"}, SAME),  # the same SiLU in transformers
     ("llama", {"hidden_act": "gelu"}, "hidden_act"),
     ("qwen2", {"hidden_act": "relu"}, "hidden_act"),
@@ -163,8 +170,36 @@ GGUF_CASES = [
     ("llama", {"rope_parameters": {**ROPE, "rope_type": "linear", "factor": 2.0}}, {}, {}, SAME),
     (
         "llama",
+        {
+            "rope_parameters": {
+                **ROPE,
+                "rope_type": "yarn",
+                "factor": 2.0,
+                "original_max_position_embeddings": 16,
+            }
+        },
         {},
-        {"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 2.0},
+        {},
+        SAME,
+    ),  # written by write_gguf as llama.cpp's type, factor and original_context_length
+    (
+        "llama",
+        {
+            "rope_parameters": {
+                **ROPE,
+                "rope_type": "yarn",
+                "factor": 2.0,
+                "original_max_position_embeddings": 16,
+            }
+        },
+        {"llama.rope.scaling.yarn_ext_factor": 0.5},
+        {},
+        "llama.rope.scaling.yarn_ext_factor",
+    ),
+    (
+        "llama",
+        {},
+        {"llama.rope.scaling.type": "longrope", "llama.rope.scaling.factor": 2.0},
         {},
         "llama.rope.scaling.type",
     ),

@@ -199,7 +199,18 @@ def test_stored_head_on_the_gpu(device, models_dir, tmp_path, arch):
         ({"rope.scaling.factor": 0.0, "rope.scale_linear": 2.0}, False, None),  # the new name wins
         ({"rope.scaling.factor": 1.0}, True, None),
         ({"rope.scaling.factor": 2.0}, True, "rope_freqs.weight"),  # llama.cpp would apply both
-        ({"rope.scaling.type": "yarn", "rope.scaling.factor": 2.0}, False, "'yarn'"),
+        ({"rope.scaling.type": "longrope", "rope.scaling.factor": 2.0}, False, "'longrope'"),
+        ({"rope.scaling.type": "yarn", "rope.scaling.factor": 2.0, "context_length": 64}, False, "yarn"),
+        (
+            {
+                "rope.scaling.type": "yarn",
+                "rope.scaling.factor": 2.0,
+                "rope.scaling.yarn_log_multiplier": 0.1,
+            },
+            False,
+            "yarn_log_multiplier",
+        ),
+        ({"rope.scaling.type": "yarn", "rope.scaling.factor": 2.0, "context_length": 64}, True, "rope_freqs"),
     ],
 )
 def test_gguf_rope_spellings(meta, factors, expect):
@@ -210,10 +221,20 @@ def test_gguf_rope_spellings(meta, factors, expect):
     def field(name):
         return {f"llama.{k}": v for k, v in meta.items()}.get(name)
 
-    if isinstance(expect, str):
+    if isinstance(expect, str) and expect != "yarn":
         with pytest.raises(ModelError, match="m.gguf: ") as e:
             gguf_rope(field, "llama", "m.gguf", factors)
         assert expect in str(e.value)
+    elif expect == "yarn":  # the original context from context_length, llama.cpp's betas
+        got = gguf_rope(field, "llama", "m.gguf", factors)
+        assert got == {
+            "rope_type": "yarn",
+            "factor": 2.0,
+            "truncate": True,
+            "original_max_position_embeddings": 64.0,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+        }
     else:
         got = gguf_rope(field, "llama", "m.gguf", factors)
         assert got == (None if expect is None else {"rope_type": "linear", "factor": expect})

@@ -1,6 +1,6 @@
 """ModelArgs: the few numbers a decode Program needs, read from an HF config.json or GGUF metadata.
 
-Anything we cannot run exactly (yarn / dynamic rope scaling, logit soft-capping, ...) is refused
+Anything we cannot run exactly (dynamic / longrope rope scaling, logit soft-capping, ...) is refused
 with a ModelError instead of being ignored, because ignoring it gives plausible but wrong tokens;
 the audit of such keys lives in config_audit.py. What differs per architecture is asked of its
 Architecture record (models/arch.py; Gemma 3 brings its own HF reader).

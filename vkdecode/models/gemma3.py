@@ -179,6 +179,8 @@ class Gemma3Builder(Builder):
 def _check(args) -> None:
     if not args.query_pre_attn_scalar > 0:
         raise ModelError(f"query_pre_attn_scalar = {args.query_pre_attn_scalar} must be positive")
+    if (args.rope_scaling or {}).get("rope_type") == "yarn":  # its attention factor on global layers only
+        raise ModelError("yarn rope scaling on a gemma3 model is not supported")
 
 
 # HF post_attention_layernorm is Gemma's post-attention norm, not the FFN's input norm as in Llama

@@ -106,7 +106,8 @@ class Builder:
         return 0
 
     def attn_scale(self) -> float:
-        return 1.0 / math.sqrt(self.args.head_dim)
+        # YaRN scales cos and sin, so q.k by its factor squared: the scale takes it instead
+        return rope.attention_factor(self.args.rope_scaling) / math.sqrt(self.args.head_dim)
 
     def post_norm(self, i: int, which: str, x: str) -> str:
         """Applied to the attention / FFN output before its residual add (Gemma 3's sandwich norms)."""

@@ -1,7 +1,8 @@
 """RoPE inverse-frequency tables, computed once on the host (the rope op reads them as a weight).
 
 A table makes every rope variant the same kernel: plain theta, Llama 3's frequency-dependent
-scaling, llama.cpp's `rope_freqs.weight` divisors, Gemma 3's per-layer-type bases. The math
+scaling, YaRN's ramp between interpolated and kept frequencies, llama.cpp's `rope_freqs.weight`
+divisors, Gemma 3's per-layer-type bases. The math
 follows transformers' modeling_rope_utils (f32 inv_freq; llama3 smoothing as
 _compute_llama3_parameters), so the reference and the GPU use the very table transformers uses.
 """
@@ -37,6 +38,53 @@ def llama3_inv_freq(theta: float, head_dim: int, scaling: dict) -> np.ndarray:
     return np.where(medium, smoothed, scaled).astype(f32)
 
 
+def yarn_inv_freq(theta: float, head_dim: int, scaling: dict) -> np.ndarray:
+    """YaRN (transformers' _compute_yarn_parameters, llama.cpp's ggml_rope_yarn): frequencies that
+    turn fewer than beta_slow times over the original context are divided by factor, those turning
+    more than beta_fast times are kept, and a linear ramp over the dimensions between blends the
+    two. truncate floors / ceils the ramp's ends (llama.cpp always does)."""
+    f32, d = np.float32, head_dim
+    base, factor = float(theta), float(scaling["factor"])
+    old = float(scaling["original_max_position_embeddings"])
+
+    def dim_at(rotations: float) -> float:  # the dimension that turns `rotations` times over old
+        return d * math.log(old / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = dim_at(scaling["beta_fast"]), dim_at(scaling["beta_slow"])
+    if scaling["truncate"]:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
+    if low == high:
+        high += 0.001  # transformers' guard against a zero-width ramp
+    pos_freqs = np.power(f32(base), np.arange(0, d, 2, dtype=f32) / f32(d), dtype=f32)
+    extrapolated = (f32(1) / pos_freqs).astype(f32)
+    interpolated = (f32(1) / (f32(factor) * pos_freqs)).astype(f32)
+    ramp = np.clip((np.arange(d // 2, dtype=f32) - f32(low)) / f32(high - low), 0, 1).astype(f32)
+    keep = (f32(1) - ramp).astype(f32)
+    return (interpolated * (f32(1) - keep) + extrapolated * keep).astype(f32)
+
+
+def yarn_attention_factor(scaling: dict) -> float:
+    """The factor YaRN multiplies cos and sin by (so q.k by its square): a given attention_factor,
+    else 0.1 ln(factor) + 1, DeepSeek's mscale / mscale_all_dim ratio where both are given."""
+    if scaling.get("attention_factor") is not None:
+        return float(scaling["attention_factor"])
+
+    def mscale(m: float) -> float:
+        return 1.0 if scaling["factor"] <= 1 else 0.1 * m * math.log(scaling["factor"]) + 1.0
+
+    if scaling.get("mscale") and scaling.get("mscale_all_dim"):
+        return mscale(scaling["mscale"]) / mscale(scaling["mscale_all_dim"])
+    return mscale(1.0)
+
+
+def attention_factor(scaling: dict | None) -> float:
+    """What a rope scaling multiplies q.k by (1 but for YaRN): the attention scale takes it."""
+    if (scaling or {}).get("rope_type") != "yarn":
+        return 1.0
+    return yarn_attention_factor(scaling) ** 2
+
+
 def factor_inv_freq(theta: float, head_dim: int, factors) -> np.ndarray:
     """llama.cpp's form: the base frequencies divided by the file's `rope_freqs.weight` entries."""
     return (default_inv_freq(theta, head_dim) / np.asarray(factors, dtype=np.float32)).astype(np.float32)
@@ -52,6 +100,8 @@ def inv_freq(theta: float, head_dim: int, scaling: dict | None = None, factors=N
         return default_inv_freq(theta, head_dim)
     if kind == "llama3":
         return llama3_inv_freq(theta, head_dim, scaling)
+    if kind == "yarn":
+        return yarn_inv_freq(theta, head_dim, scaling)
     if kind == "linear":
         return (default_inv_freq(theta, head_dim) / np.float32(scaling["factor"])).astype(np.float32)
     raise ValueError(f"rope type {kind!r} has no table")  # config.py refuses these first

@@ -8,7 +8,7 @@ keys nothing implements are refused in config_audit.py.
 HF config.json, as transformers 5 reads it:
   rope, one table (Llama, Qwen)  a non-empty rope_scaling (v4) replaces rope_parameters (v5) whole;
                                  in the dict used, its rope_theta > top-level rope_theta > 10000,
-                                 rope_type > type > "default", llama3's
+                                 rope_type > type > "default", llama3's and yarn's
                                  original_max_position_embeddings > max_position_embeddings
   rope per layer type (Gemma 3)  rope_parameters.{full,sliding}_attention; a base missing there
                                  comes from rope_theta / rope_local_base_freq, else 1e6 / 1e4; a
@@ -23,6 +23,8 @@ GGUF, as llama.cpp reads it:
   linear rope scaling            rope.scaling.type (absent: linear; none: off); its factor
                                  rope.scaling.factor > rope.scale_linear; 0 or 1: off. Refused
                                  beside a rope_freqs tensor (llama.cpp would apply both)
+  yarn rope scaling              rope.scaling.type = yarn; original context
+                                 rope.scaling.original_context_length > context_length
 """
 
 from __future__ import annotations
@@ -81,10 +83,10 @@ def _base(d: dict, key: str, cfg: dict, top: str, default: float, where: str) ->
 
 
 def _original_context(d: dict, key: str, cfg: dict, max_position: int, where: str) -> dict:
-    """llama3's original_max_position_embeddings: inside the dict, else max_position_embeddings
-    (transformers' standardize_rope_params). A top-level one is read by some models (Phi-3) and
-    ignored by these: refused where it would change the table."""
-    if d.get("rope_type", d.get("type")) != "llama3":
+    """llama3's and yarn's original_max_position_embeddings: inside the dict, else
+    max_position_embeddings (transformers' standardize_rope_params). A top-level one is read by
+    some models (Phi-3) and ignored by these: refused where it would change the table."""
+    if d.get("rope_type", d.get("type")) not in ("llama3", "yarn"):
         return d
     inner = d.get("original_max_position_embeddings", max_position)
     top = cfg.get("original_max_position_embeddings")
@@ -192,15 +194,17 @@ def gguf_rope(field, arch: str, path: str, has_factors: bool) -> dict | None:
         f"{arch}.rope.scale_linear",
     )
     kind = field(type_key)
-    if kind not in (None, "none", "linear"):
+    if kind not in (None, "none", "linear", "yarn"):
         raise ModelError(
             f"{path}: rope scaling {kind!r} (key {type_key!r}) is not supported "
-            "(supported: none, linear, and llama.cpp's rope_freqs tensor)"
+            "(supported: none, linear, yarn, and llama.cpp's rope_freqs tensor)"
         )
     factor, key = field(factor_key), factor_key
     if factor is None:  # llama.cpp's old key name, read only when the new one is absent
         factor, key = field(legacy_key), legacy_key
     factor = 0.0 if factor is None else number(factor, key, path)
+    if kind == "yarn":
+        return _gguf_yarn(field, arch, path, factor, has_factors)
     if kind == "none" or factor in (0.0, 1.0):
         return None
     if factor < 0:
@@ -211,3 +215,39 @@ def gguf_rope(field, arch: str, path: str, has_factors: bool) -> dict | None:
             "llama.cpp applies both, vkdecode builds one or the other"
         )
     return {"rope_type": "linear", "factor": factor}
+
+
+# llama.cpp's YaRN knobs beyond factor, original context and betas, at the values that leave its
+# math as transformers' (ext_factor -1 means 1 for yarn; log_multiplier is DeepSeek's mscale)
+GGUF_YARN_NEUTRAL = {
+    "yarn_ext_factor": (-1.0, 1.0),
+    "yarn_attn_factor": (1.0,),
+    "yarn_log_multiplier": (0.0,),
+}
+
+
+def _gguf_yarn(field, arch: str, path: str, factor: float, has_factors: bool) -> dict:
+    """YaRN as llama.cpp runs it: the ramp's ends always floored / ceiled, the original context
+    rope.scaling.original_context_length (else context_length), betas 32 / 1 unless given, and cos /
+    sin times 1 + 0.1 ln(factor)."""
+    pre = f"{arch}.rope.scaling."
+    for name, neutral in GGUF_YARN_NEUTRAL.items():
+        v = field(pre + name)
+        if v is not None and float(v) not in neutral:
+            raise ModelError(f"{path}: key {pre + name!r} = {v!r} is not supported")
+    if factor < 1 or has_factors:
+        raise ModelError(
+            f"{path}: yarn rope scaling needs key {pre + 'factor'!r} >= 1 and no rope_freqs tensor"
+        )
+    ctx_key = pre + "original_context_length"
+    ctx = field(ctx_key)
+    if ctx is None:
+        ctx_key, ctx = f"{arch}.context_length", field(f"{arch}.context_length")
+    out = {"rope_type": "yarn", "factor": factor, "truncate": True}
+    out["original_max_position_embeddings"] = number(ctx, ctx_key, path)
+    for name, default in (("beta_fast", 32.0), ("beta_slow", 1.0)):
+        v = field(pre + "yarn_" + name)
+        out[name] = default if v is None else number(v, pre + "yarn_" + name, path)
+    if min(out["original_max_position_embeddings"], out["beta_fast"], out["beta_slow"]) <= 0:
+        raise ModelError(f"{path}: yarn rope scaling has out-of-range values {out}")
+    return out
