@@ -10,7 +10,7 @@ Row semantics (attr rows=T; the flat activation x[T*n] is row-major [T, n]):
   matmul     (w[out, in], x[T*in])       -> y[T*out]   row t = w @ x_t
   rope       (x, step)                   -> y          row t at position step.pos + t
   kv_write   (k, v, step)                -> caches     rows step.pos .. step.pos + T - 1
-  attention  (q, k_cache, v_cache, step) -> o          row t causal over 0 .. step.pos + t
+  attention  (q, k_cache, v_cache, step[, sinks]) -> o  row t causal over 0 .. step.pos + t
   add        (a[T*n], b[T*n] or b[n])    -> c[T*n]     a weight b (a bias) is added to every row
   argmax     (logits[T*vocab])           -> token[T]   per row (the speculative verify step)
   rms_norm, silu_mul, moe_*: unchanged (per head / per element / per slot over the flat vector).
@@ -30,6 +30,7 @@ from fusion.ir import Program
 ROW_KINDS = {"embed", "matmul", "rope", "kv_write", "attention", "argmax"}
 # the MoE ops are shape-generic: a chunk's T rows are T times the slots (fusion/ir.py)
 FLAT_KINDS = {"rms_norm", "silu_mul", "gelu_mul", "add", "moe_topk", "moe_matmul", "moe_sum", "sigmoid_scale"}
+FLAT_KINDS |= {"moe_bias", "swiglu_clamp"}  # gpt-oss's expert biases and GLU
 TOKENS = "chunk_tokens"
 
 

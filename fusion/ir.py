@@ -19,10 +19,13 @@ Op semantics (the reference executor and every kernel implement exactly these):
              ...), usually a Program constant that the builder computed (vkdecode/models/rope.py)
   kv_write   (k[kvh*d], v[kvh*d], step)                 -> k_cache, v_cache  (state values of
              shape [ctx, kvh*d], f32): row step.pos := k / v; rows < pos are kept from earlier steps
-  attention  (q[h*d], k_cache, v_cache, step)           -> o[h*d]      attrs n_heads, n_kv_heads,
+  attention  (q[h*d], k_cache, v_cache, step[, sinks])  -> o[h*d]      attrs n_heads, n_kv_heads,
              head_dim, scale, window (0 = none); causal over rows lo .. step.pos (inclusive),
              lo = max(0, pos - window + 1) with a window (a sliding-window layer sees `window`
-             keys, itself included), else 0; head i reads kv head i // (n_heads // n_kv_heads)
+             keys, itself included), else 0; head i reads kv head i // (n_heads // n_kv_heads).
+             Optional 5th input sinks[h] (f32 weight; gpt-oss): head i's softmax has one more
+             logit sinks[i] in its denominator only (no value vector): with scores s_j, c = sinks[i]
+             and m = max(max_j s_j, c), o_i = sum_j e^(s_j - m) v_j / (sum_j e^(s_j - m) + e^(c - m))
   silu_mul   (g[n], u[n])                               -> y[n]        y = g * sigmoid(g) * u
   gelu_mul   (g[n], u[n])                               -> y[n]        y = gelu_tanh(g) * u, gelu_tanh(g) =
              0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (PyTorch's gelu approximate="tanh")
@@ -42,6 +45,10 @@ Mixture of experts (shape-generic: a prompt chunk's T rows are just more rows / 
              S / R slots j of weights[j] * y_j (the experts' weighted sum)
   sigmoid_scale (g[R], y[R*n])                          -> out[R*n]  out row r = sigmoid(g[r]) * y_r
              (Qwen2-MoE's gated shared expert)
+  moe_bias   (x[S*n], b[E, n] weight, ids[S] u32)       -> y[S*n]    slot s: y_s = x_s + b[ids[s]]
+             (gpt-oss's per-expert biases)
+  swiglu_clamp (g[n], u[n])                             -> y[n]      attrs alpha, limit: gpt-oss's
+             GLU, c = min(g, limit): y = c * sigmoid(alpha * c) * (clamp(u, -limit, limit) + 1)
 """
 
 from __future__ import annotations

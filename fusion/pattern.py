@@ -1,8 +1,9 @@
 """A small declarative pattern language over a Program's data flow, and the one legality predicate.
 
 A Pattern is a sequence of items:
-  op(kind, inputs, outputs, attrs=..., where=..., kinds=..., commutative=...)
-      matches one op of that kind; `inputs` / `outputs` are capture names ("_" matches anything).
+  op(kind, inputs, outputs, attrs=..., where=..., kinds=..., commutative=..., optional_inputs=...)
+      matches one op of that kind; `inputs` / `outputs` are capture names ("_" matches anything);
+      `optional_inputs` name trailing inputs the op may leave out (attention's sinks: unbound then).
       A capture bound once must name the same value everywhere in the pattern (unification).
       `attrs` maps attr -> expected value or predicate; `where(op, program)` tests the op;
       `kinds` maps capture -> allowed value kind(s); `commutative` also tries the two inputs swapped.
@@ -53,6 +54,7 @@ class OpPat:
     kinds: tuple = ()  # ((capture, kinds-tuple), ...)
     commutative: bool = False
     optional: bool = False
+    optional_inputs: tuple[str, ...] = ()  # trailing inputs the op may leave out
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,9 @@ class Pattern:
             raise PatternError(f"pattern {self.name}: the first item must be a required op (the anchor)")
 
 
-def op(kind, inputs, outputs, *, attrs=None, where=None, kinds=None, commutative=False) -> OpPat:
+def op(
+    kind, inputs, outputs, *, attrs=None, where=None, kinds=None, commutative=False, optional_inputs=()
+) -> OpPat:
     kinds = {k: (v,) if isinstance(v, str) else tuple(v) for k, v in (kinds or {}).items()}
     return OpPat(
         kind,
@@ -85,6 +89,7 @@ def op(kind, inputs, outputs, *, attrs=None, where=None, kinds=None, commutative
         where,
         tuple(kinds.items()),
         commutative,
+        optional_inputs=tuple(optional_inputs),
     )
 
 
@@ -158,7 +163,10 @@ def _candidates(g: Graph, p: OpPat, env: dict) -> list[int]:
 
 def _op_ok(g: Graph, p: OpPat, i: int) -> bool:
     o = g.ops[i]
-    if o.kind != p.kind or len(o.inputs) != len(p.inputs) or len(o.outputs) != len(p.outputs):
+    n_in = len(p.inputs)
+    if o.kind != p.kind or not n_in <= len(o.inputs) <= n_in + len(p.optional_inputs):
+        return False
+    if len(o.outputs) != len(p.outputs):
         return False
     for k, want in p.attrs:
         if k not in o.attrs:
@@ -176,8 +184,9 @@ def _match_op(g, p: OpPat, env, used, claimed, candidates=None) -> Iterator[tupl
         orders = [o.inputs]
         if p.commutative and len(o.inputs) == 2 and o.inputs[0] != o.inputs[1]:
             orders.append(o.inputs[::-1])
+        names = p.inputs + p.optional_inputs[: len(o.inputs) - len(p.inputs)]  # those the op has
         for ins in orders:
-            e = _unify(env, p.inputs, ins)
+            e = _unify(env, names, ins)
             e = e if e is None else _unify(e, p.outputs, o.outputs)
             if e is None:
                 continue

@@ -65,6 +65,8 @@ def _lower_attention(m: Match, p: Program) -> Region:
     if qk_norm:
         roles.update(q_norm_w=c["q_norm_w"], k_norm_w=c["k_norm_w"])
         attrs["eps"] = eps_of(m, p, "qn")
+    if c.get("sinks"):  # gpt-oss: the attention's optional sinks input
+        roles["sinks"] = c["sinks"]
     return match_region(m, roles, attrs)
 
 
@@ -85,7 +87,7 @@ def _attention_shapes(m: Match, p: Program) -> bool:
 
 # written state is exported: the caches live on across steps
 _ATTN_TAIL = (
-    op("attention", ("qr", "k_cache", "v_cache", "step"), ("o",)),
+    op("attention", ("qr", "k_cache", "v_cache", "step"), ("o",), optional_inputs=("sinks",)),
     op("kv_write", ("kr", "v", "step"), ("k_cache", "v_cache")),
 )
 _QK_NORM_ATTENTION_OPS = (

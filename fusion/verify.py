@@ -20,7 +20,11 @@ ARITY = {  # kind -> (number of inputs, number of outputs)
     "moe_matmul": (3, 1),
     "moe_sum": (2, 1),
     "sigmoid_scale": (2, 1),
+    "swiglu_clamp": (2, 1),
+    "moe_bias": (3, 1),
 }
+# kind -> trailing inputs an op may leave out: attention's sinks (gpt-oss), see fusion/ir.py
+OPTIONAL_INPUTS = {"attention": 1}
 
 
 def verify_program(p) -> None:
@@ -34,8 +38,10 @@ def verify_program(p) -> None:
         if op.kind not in ARITY:
             fail(f"unknown op kind (known: {', '.join(ARITY)})")
         n_in, n_out = ARITY[op.kind]
-        if len(op.inputs) != n_in or len(op.outputs) != n_out:
-            fail(f"takes {n_in} inputs and {n_out} outputs, got {len(op.inputs)} and {len(op.outputs)}")
+        n_opt = OPTIONAL_INPUTS.get(op.kind, 0)
+        if not n_in <= len(op.inputs) <= n_in + n_opt or len(op.outputs) != n_out:
+            ins = f"{n_in}..{n_in + n_opt}" if n_opt else str(n_in)
+            fail(f"takes {ins} inputs and {n_out} outputs, got {len(op.inputs)} and {len(op.outputs)}")
         for name in op.inputs + op.outputs:
             if name not in p.values:
                 fail(f"value {name!r} is not defined")
@@ -103,7 +109,7 @@ def _check_shapes(p, op, fail) -> None:
             f"output {outs[0].name} {outs[0].shape} != ({r * w.shape[0]},)",
         )
         _check_blocks(w, need)
-    elif k in ("add", "silu_mul", "gelu_mul"):
+    elif k in ("add", "silu_mul", "gelu_mul", "swiglu_clamp"):
         # a chunk adds a bias (a weight) to every row
         bias = k == "add" and ins[1].kind == "weight" and ins[0].numel % ins[1].numel == 0
         need(
@@ -135,14 +141,21 @@ def _check_shapes(p, op, fail) -> None:
         )
         need(kk.shape == vv.shape == (r * kc.shape[1],), f"k/v {kk.shape} do not match cache rows {kc.shape}")
     elif k == "attention":
-        q, kc, vc, _ = ins
+        q, kc, vc = ins[:3]
         h, kvh, d = a["n_heads"], a["n_kv_heads"], a["head_dim"]
+        for sk in ins[4:]:  # the optional sinks: one logit per head
+            need(
+                sk.kind == "weight" and sk.dtype == "f32" and sk.shape == (h,),
+                f"sinks {sk.name} must be an f32 weight of shape ({h},)",
+            )
         need(h % kvh == 0, f"n_heads {h} not a multiple of n_kv_heads {kvh}")
         need(q.shape == (r * h * d,), f"q {q.shape} != ({r * h * d},)")
         need(kc.shape[1] == kvh * d and vc.shape == kc.shape, f"cache {kc.shape} != (ctx, {kvh * d})")
         need(outs[0].shape == (r * h * d,), f"output {outs[0].shape} != ({r * h * d},)")
         need("scale" in a, "missing attr scale")
         need(int(a.get("window", 0)) >= 0, f"window {a.get('window')} must be >= 0")
+    if k == "swiglu_clamp":
+        need(float(a.get("limit", 0)) > 0 and "alpha" in a, "needs attrs alpha and a positive limit")
     elif k == "sigmoid_scale":
         g, y = ins
         need(y.numel % g.numel == 0 and outs[0].shape == y.shape, f"{y.name} {y.shape} is not {g.numel} rows")
@@ -178,6 +191,14 @@ def _check_moe(op, ins, outs, need) -> None:
         )
         need(outs[0].shape == (s * w.shape[1],), f"output {outs[0].name} != ({s * w.shape[1]},)")
         _check_blocks(w, need)
+    elif k == "moe_bias":
+        x, b, ids = ins
+        need(
+            b.kind == "weight" and b.dtype == "f32" and len(b.shape) == 2,
+            f"{b.name} must be f32 (experts, n)",
+        )
+        need(ids.dtype == "u32" and x.numel == ids.numel * b.shape[1], f"{x.name} is not {ids.numel} slots")
+        need(outs[0].shape == x.shape, f"output {outs[0].name} {outs[0].shape} != {x.shape}")
     else:  # moe_sum
         y, w = ins
         n = y.numel // max(1, w.numel)

@@ -11,6 +11,10 @@
 // Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK (= ceil(rows / S)), 6 scale (float),
 // 7 WINDOW (0: all rows; else rows [len - WINDOW, len), common.glsl's window_start), 8 MIN_S (live
 // splits at least, attn_partials.glsl).
+// SINKS (gpt-oss): binding 5 sinks[H], one more logit per head in the softmax's max and denominator
+// (no value). Split 0 alone takes it into its (m, l): every combine sums the splits' l, so it counts
+// once, and the partials keep their layout (attention_combine and an o-projection's COMBINE_X, and
+// the one-live-split shortcut, need no change).
 #include "common.glsl"
 #include "attn_partials.glsl"
 
@@ -31,6 +35,9 @@ layout(binding = 0) readonly buffer QB { float q[]; };
 #include "kv_cache.glsl"
 layout(binding = 3) readonly buffer StepB { uint step[]; };
 layout(binding = 4) writeonly buffer OB { float o[]; };
+#ifdef SINKS
+layout(binding = 5) readonly buffer SinkB { float sinks[]; };
+#endif
 
 shared float qs[D];
 shared float sc[MAXCHUNK];
@@ -68,6 +75,9 @@ void main() {
         m = max(m, a);
     }
     m = wg_max(m);  // barrier inside: all scores are visible after it
+#ifdef SINKS
+    if (s == 0u) m = max(m, sinks[h]);   // uniform; a large sink must not overflow exp below
+#endif
     float l = 0.0;
     for (uint i = t; i < n; i += WG) {
         float p = exp(sc[i] - m);
@@ -75,6 +85,9 @@ void main() {
         l += p;
     }
     l = wg_sum(l);
+#ifdef SINKS
+    if (s == 0u) l += exp(sinks[h] - m);
+#endif
 
     for (uint idx = t; idx < RG * D; idx += WG) {
         uint j = idx % D, g = idx / D;

@@ -17,6 +17,9 @@
 // earlier steps) and row pos comes from shared memory, so no workgroup reads what another writes
 // (padding rows excepted: they read their slot's rows of this step, whose outputs nobody uses).
 // FUSED bindings: 5 k, 6 v, QK_NORM: 7 q_norm_w, 8 k_norm_w; B_FREQ the rope table. Spec 8 eps.
+// SINKS (gpt-oss): binding B_SINKS sinks[H], one more logit per head in the softmax's max and
+// denominator (no value): the online softmax starts from it, as from a key of score sinks[h] and
+// value 0 (m = sinks[h], l = 1), so it counts once and a large sink never overflows an exp.
 #include "common.glsl"
 
 layout(constant_id = 1) const uint H = 1;
@@ -50,6 +53,10 @@ layout(binding = 8) readonly buffer KNB { float knw[]; };
 #include "fused_rope.glsl"
 shared float kcur[D];   // the row's own k (normed, roped, rounded as the cache stores it) and v
 shared float vcur[D];
+#endif
+
+#ifdef SINKS
+layout(binding = B_SINKS) readonly buffer SinkB { float sinks[]; };
 #endif
 
 shared float qs[D];
@@ -138,6 +145,10 @@ void main() {
     const uint kend = len;
 #endif
     float m = NEG_INF, l = 0.0, acc = 0.0;
+#ifdef SINKS
+    m = sinks[h];
+    l = 1.0;
+#endif
     vec4 acc4 = vec4(0.0);
     for (uint base = lo; base < kend; base += WG) {
         const uint n = min(WG, kend - base);

@@ -11,6 +11,9 @@
 // used (later chunk rows, stale entries of rejected draft tokens).
 // Bindings: 0 q, 1 k_cache, 2 v_cache, 3 step, 4 o. Spec: 0 wg size (a multiple of BKV dividing QG BKV), 1 H, 2 KVH, 3 D, 4 T,
 // 5 scale (float), 6 WINDOW (0 = none), 7 BQ (chunk rows per workgroup), 8 BKV (keys per tile).
+// SINKS (gpt-oss): binding 5 sinks[H], one more logit per head in the softmax's max and denominator
+// (no value): each query vector's online softmax starts from it, as from a key of score sinks[h]
+// and value 0 (m = sinks[h], l = 1), so it counts once and a large sink never overflows an exp.
 #define NO_WG_REDUCE
 #include "common.glsl"
 
@@ -29,6 +32,9 @@ layout(binding = 0) readonly buffer QB { float q[]; };
 #include "kv_cache.glsl"     // f32 or (KV_F16) f16 caches
 layout(binding = 3) readonly buffer StepB { uint step[]; };
 layout(binding = 4) writeonly buffer OB { float o[]; };
+#ifdef SINKS
+layout(binding = 5) readonly buffer SinkB { float sinks[]; };
+#endif
 
 const uint G = H / KVH, QG = BQ * G, DP = D + 1;   // rows padded by one float: no bank conflicts
 const uint NA = (QG * D + gl_WorkGroupSize.x - 1) / gl_WorkGroupSize.x;   // outputs per invocation
@@ -72,6 +78,12 @@ void main() {
     const uint my_len = pos + t0 + tid / G + 1;
     const uint my_lo = window_start(my_len, WINDOW);
     float m = NEG_INF, l = 0.0;
+#ifdef SINKS
+    if (tid < QG) {
+        m = sinks[g * G + tid % G];
+        l = 1.0;
+    }
+#endif
     float acc[NA];
     for (uint a = 0; a < NA; a++) acc[a] = 0.0;
 

@@ -18,6 +18,8 @@
 // Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK, 6 scale, 7 (unused), 8 eps (QK_NORM),
 // 9 WINDOW (0: all rows), 10 MIN_S (live splits at least: attn_partials.glsl's attn_live_splits;
 // workgroups s >= the live count return at once). Define B_FREQ: the binding of the rope inverse-frequency table.
+// SINKS (gpt-oss): binding B_SINKS sinks[H], one more logit per head in the softmax's max and
+// denominator (no value), taken by split 0 alone into its (m, l), as attention.comp does.
 #include "common.glsl"
 #include "attn_partials.glsl"
 
@@ -59,6 +61,9 @@ layout(binding = 8) readonly buffer KNB { float knw[]; };
 #endif
 
 #include "fused_rope.glsl"
+#ifdef SINKS
+layout(binding = B_SINKS) readonly buffer SinkB { float sinks[]; };
+#endif
 
 shared float qs[D];
 shared float ks[D];
@@ -177,6 +182,9 @@ void main() {
         }
     }
     m = wg_max(m);  // barrier inside: all scores are visible after it
+#ifdef SINKS
+    if (s == 0u) m = max(m, sinks[h]);   // uniform; a large sink must not overflow exp below
+#endif
     float l = 0.0;
     for (uint i = t; i < n; i += WG) {
         float p = exp(sc[i] - m);
@@ -184,6 +192,9 @@ void main() {
         l += p;
     }
     l = wg_sum(l);
+#ifdef SINKS
+    if (s == 0u) l += exp(sinks[h] - m);
+#endif
 
     for (uint idx = t; idx < RG * DU; idx += WG) {
         uint c = idx % DU, g = idx / DU;

@@ -20,6 +20,8 @@
 // Spec: 0 wg size, 1 H, 2 KVH, 3 D, 4 S, 5 MAXCHUNK, 6 scale, 7 (unused), 8 eps (QK_NORM),
 // 9 WINDOW (0: all rows), 10 MIN_S (live splits at least: attn_partials.glsl's attn_live_splits;
 // workgroups s >= the live count return at once). Define B_FREQ: the binding of the rope inverse-frequency table.
+// SINKS (gpt-oss): binding B_SINKS sinks[H], one more logit per head in the softmax's max and
+// denominator (no value), taken by split 0 alone into its merged (m, l), as attention.comp does.
 // Defines: LANES (subgroup size), EPL (D / LANES), RB (rows per batch), NEOX, QK_NORM, SPLIT,
 #define NO_WG_REDUCE
 #include "common.glsl"
@@ -60,6 +62,9 @@ layout(binding = 8) readonly buffer KNB { float knw[]; };
 // whole words of the current row.
 
 #include "fused_rope.glsl"
+#ifdef SINKS
+layout(binding = B_SINKS) readonly buffer SinkB { float sinks[]; };
+#endif
 
 shared float sg_ml[2 * NSG];
 shared float sg_o[NSG * D];
@@ -245,12 +250,18 @@ void main() {
         float mx = NEG_INF;
         for (uint g = 0; g < NSG; g++)
             if (sg_ml[2 * g + 1] > 0.0) mx = max(mx, sg_ml[2 * g]);
+#ifdef SINKS
+        if (s == 0u) mx = max(mx, sinks[h]);   // a large sink must not overflow the exps
+#endif
         sg_w[t] = sg_ml[2 * t + 1] > 0.0 ? exp(sg_ml[2 * t] - mx) : 0.0;
         if (t == 0) sg_mx = mx;
     }
     barrier();
     float lt = 0.0;
     for (uint g = 0; g < NSG; g++) lt += sg_w[g] * sg_ml[2 * g + 1];
+#ifdef SINKS
+    if (s == 0u) lt += exp(sinks[h] - sg_mx);
+#endif
     for (uint j = t; j < D; j += gl_WorkGroupSize.x) {
         float a = 0.0;
         for (uint g = 0; g < NSG; g++) a += sg_w[g] * sg_o[g * D + j];

@@ -156,6 +156,58 @@ def test_attention_gqa_against_loop():
     np.testing.assert_allclose(got, np.concatenate(want), rtol=1e-5, atol=1e-6)
 
 
+def _attention_with_sinks(h, kvh, d, ctx, window):
+    p, op = one_op(
+        "attention",
+        {
+            "q": ((h * d,), "f32", "state"),  # verify(): no op produces it here
+            "kc": ((ctx, kvh * d), "f32", "state"),
+            "vc": ((ctx, kvh * d), "f32", "state"),
+            "step": ((8,), "u32", "step"),
+            "sinks": ((h,), "f32", "weight"),
+        },
+        {"o": ((h * d,), "f32", "activation")},
+        n_heads=h,
+        n_kv_heads=kvh,
+        head_dim=d,
+        scale=0.3,
+        **({"window": window} if window else {}),
+    )
+    return p.verify(), op
+
+
+@pytest.mark.parametrize("window", [0, 3])
+def test_attention_sinks_match_transformers(window):
+    """gpt-oss's sinks against transformers' own eager_attention_forward (cat the sink logit to the
+    scores, subtract the max, softmax, drop its column): GQA, a sliding window, one sink so large it
+    takes nearly all the mass and one so small it takes none."""
+    torch = pytest.importorskip("torch")
+    gpt_oss = pytest.importorskip("transformers.models.gpt_oss.modeling_gpt_oss")
+    h, kvh, d, ctx, pos = 6, 2, 8, 9, 6
+    rng = np.random.default_rng(1)
+    q = rng.standard_normal(h * d)
+    kc, vc = (rng.standard_normal((ctx, kvh * d)) for _ in range(2))
+    sinks = rng.normal(0.0, 2.0, h)
+    sinks[0], sinks[1] = 30.0, -30.0
+    p, op = _attention_with_sinks(h, kvh, d, ctx, window)
+    env = {"q": q, "kc": kc, "vc": vc, "step": make_step(0, pos), "sinks": sinks}
+    got = run_op(op, p, env, dtype=np.float64)["o"]
+
+    lo = max(0, pos - window + 1) if window else 0
+    module = type("Attn", (), {})()
+    module.sinks, module.num_key_value_groups, module.training = torch.tensor(sinks), h // kvh, False
+    keys, values = (torch.tensor(c[lo : pos + 1].reshape(-1, kvh, d)).transpose(0, 1)[None] for c in (kc, vc))
+    want, _ = gpt_oss.eager_attention_forward(
+        module, torch.tensor(q.reshape(1, h, 1, d)), keys, values, None, scaling=0.3
+    )
+    want = want.numpy().reshape(-1)  # (1, 1, h, d): token-major
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-300)
+    # the sink matters: without it (a -inf logit) the result is far off
+    no_sink = run_op(op, p, {**env, "sinks": np.full(h, -np.inf)}, dtype=np.float64)["o"]
+    assert np.abs(no_sink - want).max() > 0.1
+    assert np.abs(got[:d]).max() < 1e-9 < np.abs(no_sink[:d]).max()  # head 0: the sink takes it all
+
+
 def test_rms_norm_per_head_kv_write_argmax():
     x = np.arange(8, dtype=np.float32)
     p, op = one_op(

@@ -39,7 +39,7 @@ def _rope(x: np.ndarray, pos: int, freqs: np.ndarray, a: dict, dtype) -> np.ndar
     return y.reshape(-1)
 
 
-def _attention(q, kc, vc, pos: int, a: dict, dtype) -> np.ndarray:
+def _attention(q, kc, vc, pos: int, a: dict, dtype, sinks=None) -> np.ndarray:
     h, kvh, d = a["n_heads"], a["n_kv_heads"], a["head_dim"]
     window = int(a.get("window", 0))
     lo = max(0, pos - window + 1) if window else 0  # a sliding layer sees `window` keys
@@ -48,9 +48,16 @@ def _attention(q, kc, vc, pos: int, a: dict, dtype) -> np.ndarray:
     v = vc[lo : pos + 1].reshape(n, kvh, d).astype(dtype, copy=False)
     qg = q.reshape(kvh, h // kvh, d)  # head i reads kv head i // group
     s = np.einsum("kgd,nkd->kgn", qg, k) * dtype(a["scale"])
-    s = np.exp(s - s.max(axis=-1, keepdims=True))
-    p = s / s.sum(axis=-1, keepdims=True)
-    return np.einsum("kgn,nkd->kgd", p, v).reshape(-1)
+    m = s.max(axis=-1, keepdims=True)
+    # gpt-oss's sinks: one more logit per head, in the max (no overflow) and the denominator only
+    sink = None if sinks is None else np.asarray(sinks, dtype=dtype).reshape(kvh, h // kvh, 1)
+    if sink is not None:
+        m = np.maximum(m, sink)
+    e = np.exp(s - m)
+    den = e.sum(axis=-1, keepdims=True)
+    if sink is not None:
+        den = den + np.exp(sink - m)
+    return np.einsum("kgn,nkd->kgd", e / den, v).reshape(-1)
 
 
 def _moe(op: Op, program: Program, ins: list, dt) -> list:
@@ -71,6 +78,10 @@ def _moe(op: Op, program: Program, ins: list, dt) -> list:
         xs = ins[1].reshape(-1, w.shape[2])
         per = ids.size // xs.shape[0]  # slots that read one x row
         return [np.concatenate([w[e] @ xs[s // per] for s, e in enumerate(ids)])]
+    if op.kind == "moe_bias":
+        x, b, ids = ins
+        b = b.reshape(program.values[op.inputs[1]].shape)
+        return [(x.reshape(ids.size, -1) + b[ids.astype(np.int64)]).reshape(-1)]
     if op.kind == "sigmoid_scale":
         g, y = ins
         return [(y.reshape(g.size, -1) / (dt(1) + np.exp(-g))[:, None]).reshape(-1)]
@@ -108,10 +119,11 @@ def _rows_op(op: Op, program: Program, env: dict, ins: list, rows: int, dt) -> l
             caches.append(c)
         return caches
     if k == "attention":
-        q, kc, vc, _ = ins
+        q, kc, vc = ins[:3]
+        sinks = ins[4] if len(ins) > 4 else None
         return [
             np.concatenate(
-                [_attention(x, kc, vc, pos0 + t, a, dt) for t, x in enumerate(q.reshape(rows, -1))]
+                [_attention(x, kc, vc, pos0 + t, a, dt, sinks) for t, x in enumerate(q.reshape(rows, -1))]
             )
         ]
     raise ValueError(f"reference: op {k} has no row-wise form")
@@ -161,11 +173,16 @@ def run_op(op: Op, program: Program, env: dict, dtype=np.float32) -> dict[str, n
             caches.append(c)
         out = caches
     elif k == "attention":
-        q, kc, vc, step = ins
-        out = [_attention(q, kc, vc, int(step[STEP_POS]), a, dt)]
+        q, kc, vc, step = ins[:4]
+        out = [_attention(q, kc, vc, int(step[STEP_POS]), a, dt, ins[4] if len(ins) > 4 else None)]
     elif k == "silu_mul":
         g, u = ins
         out = [g / (dt(1) + np.exp(-g)) * u]
+    elif k == "swiglu_clamp":
+        g, u = ins
+        lim, alpha = dt(a["limit"]), dt(a["alpha"])
+        c = np.minimum(g, lim)
+        out = [c / (dt(1) + np.exp(-alpha * c)) * (np.clip(u, -lim, lim) + dt(1))]
     elif k == "gelu_mul":
         g, u = ins
         c = dt(np.sqrt(2.0 / np.pi))

@@ -58,12 +58,13 @@ def build(device, m, mode, caps=None):
 @pytest.fixture(scope="module")
 def tiny(models_dir):
     return {
-        a: load_model(tiny_hf_model(a, models_dir), ctx=CTX) for a in ("llama", "qwen2", "qwen3", "gemma3")
+        a: load_model(tiny_hf_model(a, models_dir), ctx=CTX)
+        for a in ("llama", "qwen2", "qwen3", "gemma3", "gpt_oss")
     }
 
 
 @pytest.mark.parametrize("mode", ["fused", "unfused", "fused-ahead"])
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "gpt_oss"])
 def test_each_sequence_equals_alone(device, tiny, arch, mode):
     """fused-ahead: each step sends the next one ahead (batch_ahead.py), whose results are dropped
     whenever a sequence leaves before it is collected."""
@@ -85,11 +86,12 @@ def test_each_sequence_equals_alone(device, tiny, arch, mode):
 
 
 @pytest.mark.parametrize("kv", ["f16", "f32"])
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "gpt_oss"])
 def test_fused_attention_rows_equal_alone(device, tiny, arch, kv):
     """caps.attn_rows_fused: each layer's (q/k norm,) rope, KV write and attention of a batched step
     as one attention_rows (FUSED): each sequence's tokens as alone, with padding rows (5 live at
-    width 8), sequences leaving, sliding windows (gemma3) and both cache types."""
+    width 8), sequences leaving, sliding windows (gemma3, gpt_oss), sinks (gpt_oss) and both cache
+    types."""
     caps = KernelCaps.from_info(device.info, attn_rows_fused=1)
     m, ps, counts = tiny[arch], prompts(), [12, 4, 9, 2, 7, 1]
     opts = DecodeOptions(mode="fused", ctx=CTX, prefill=(8,), caps=caps, kv_dtype=kv)

@@ -223,3 +223,27 @@ def test_other_families_gguf_q8_0(device, models_dir, family, arch):
     with make_executor("fused", device, m.program, m.weights) as ex:
         assert MOE_RULES <= {r.rule for r in ex.regions}
         greedy_against_reference(ex, Reference(m.program, m.weights), 12)
+
+
+@pytest.mark.parametrize("over", [{}, {"num_key_value_heads": 4, "head_dim": 32}], ids=["gqa", "mha-hd32"])
+def test_gpt_oss_in_every_mode(device, models_dir, over):
+    """gpt-oss (sinks, sliding layers of 6 keys, YaRN, expert biases, the clamped GLU): every decode
+    mode against the reference step by step, then prompt chunks of 16 / 8 / 3 rows and speculative
+    verify steps against the token-by-token path."""
+    m = load_model(tiny_hf_model("gpt_oss", models_dir, **over), ctx=64)
+    ref = Reference(m.program, m.weights)
+    toks = {}
+    for mode in MODES:
+        with make_executor(mode, device, m.program, m.weights) as ex:
+            toks[mode] = greedy_against_reference(ex, ref, STEPS)[0]
+    assert toks["unfused"] == toks["replay-nofuse"] == toks["fused"]
+    with Decoder(make_executor("fused", device, m.program, m.weights, caps=exact(device))) as dec:
+        dec.set_prefill((16, 8, 3))
+        chunked = prompt(37)
+        check_against(dec, chunked, *reference_path(m, chunked), what="gpt_oss")
+    with Decoder(make_executor("fused", device, m.program, m.weights)) as dec:
+        dec.set_prefill((8,))
+        spec = [int(t) for t in np.random.default_rng(3).integers(3, 290, 8)] * 3
+        plain = plain_tokens(dec, spec, 20)
+        dec.set_speculative(4, always_verify=True)
+        assert spec_tokens(dec, spec, 20) == plain

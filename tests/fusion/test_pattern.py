@@ -174,3 +174,35 @@ def test_malformed_patterns():
     disconnected = pattern("P", op("rms_norm", ("x", "w"), ("h",)), op("matmul", ("W", "zz"), ("y",)))
     with pytest.raises(PatternError):
         list(match(disconnected, g, 0))
+
+
+def _attention_prog() -> Program:
+    """Two attention ops over the same caches: #0 with gpt-oss's sinks (a 5th input), #1 without."""
+    p = Program("t")
+    for name, shape, kind in (
+        ("q", (8,), "state"),
+        ("kc", (4, 4), "state"),
+        ("vc", (4, 4), "state"),
+        ("step", (8,), "step"),
+        ("s", (2,), "weight"),
+        ("o1", (8,), "output"),
+        ("o2", (8,), "output"),
+    ):
+        p.value(name, shape, "u32" if kind == "step" else "f32", kind)
+    attrs = {"n_heads": 2, "n_kv_heads": 1, "head_dim": 4, "scale": 0.5}
+    p.op("attention", ["q", "kc", "vc", "step", "s"], ["o1"], **attrs)
+    p.op("attention", ["q", "kc", "vc", "step"], ["o2"], **attrs)
+    return p.verify()
+
+
+def test_optional_inputs():
+    """optional_inputs: trailing inputs an op may leave out (bound when present, absent otherwise);
+    without them a pattern matches only ops of exactly its inputs."""
+    g = Graph(_attention_prog())
+    att = op("attention", ("q", "kc", "vc", "step"), ("o",), optional_inputs=("sinks",))
+    with_sinks, without = (list(match(pattern("A", att), g, i)) for i in (0, 1))
+    assert len(with_sinks) == len(without) == 1
+    assert with_sinks[0].captures["sinks"] == "s" and with_sinks[0].inputs == ["q", "kc", "vc", "step", "s"]
+    assert "sinks" not in without[0].captures and without[0].inputs == ["q", "kc", "vc", "step"]
+    plain = pattern("P", op("attention", ("q", "kc", "vc", "step"), ("o",)))
+    assert not list(match(plain, g, 0)) and len(list(match(plain, g, 1))) == 1

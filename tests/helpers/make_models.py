@@ -54,8 +54,9 @@ HF_CLASSES = {
     "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
     "qwen2moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM"),
     "olmoe": ("OlmoeConfig", "OlmoeForCausalLM"),
+    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM"),
 }
-MOE_ARCHS = ("qwen3moe", "mixtral", "qwen2moe", "olmoe")
+MOE_ARCHS = ("qwen3moe", "mixtral", "qwen2moe", "olmoe", "gpt_oss")
 # the MoE families on top of SMALL: 8 experts of 32 rows, 2 chosen per token (Mixtral: its experts
 # are intermediate_size wide)
 MOE = {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
@@ -63,6 +64,15 @@ MOE_OVERRIDES = {
     "mixtral": {"num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 32},
     "qwen2moe": {**MOE, "shared_expert_intermediate_size": 48},
     "olmoe": {"num_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 32},
+    # gpt-oss: sliding layers of 6 keys (< the tests' 32 positions), a GLU limit the gates reach,
+    # its default YaRN rope (factor 32 over an original 4096)
+    "gpt_oss": {
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "intermediate_size": 32,
+        "sliding_window": 6,
+        "swiglu_limit": 1.5,
+    },
 }
 # Gemma 3 on top of SMALL: a window shorter than the tests' 32 positions, sliding and global
 # layers, rope bases that differ (1e6 global, 1e4 local), a query_pre_attn_scalar != head_dim

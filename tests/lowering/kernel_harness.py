@@ -48,12 +48,13 @@ def _as_bytes(v) -> bytes:
 
 
 class OpRun:
-    """Runs the calls of one op. env: value name -> PackedWeight (weights), np array (others);
-    state values missing from env start as zeros."""
+    """Runs the calls of one op (or `calls`: a region's). env: value name -> PackedWeight (weights),
+    np array (others); state values missing from env start as zeros."""
 
-    def __init__(self, device, program: Program, env: dict, caps: KernelCaps, op_index: int = 0):
+    def __init__(self, device, program: Program, env: dict, caps: KernelCaps, op_index: int = 0, calls=None):
         self.device, self.program, self.env, self.caps = device, program, env, caps
-        self.calls: list[KernelCall] = op_calls(program, op_index, caps)
+        # calls: a region's (several ops' values; those no call writes start as NaN), else the op's
+        self.calls: list[KernelCall] = op_calls(program, op_index, caps) if calls is None else list(calls)
         self.buffers: dict[tuple[str, str], object] = {}
 
     def _buffer(self, name: str, part: str):
@@ -72,7 +73,7 @@ class OpRun:
             elif v.dtype == "f16" and name in self.env:  # an f16 KV cache: halves, whole words
                 arr = np.ascontiguousarray(self.env[name], np.float16).ravel()
                 arr = np.concatenate([arr, np.zeros(arr.size % 2, np.float16)])
-            elif v.kind in ("activation", "step") or (v.kind == "state" and name in self.env):
+            elif v.kind == "step" or (v.kind in ("activation", "state") and name in self.env):
                 arr = np.ascontiguousarray(self.env[name], np.uint32 if v.dtype == "u32" else np.float32)
             elif v.kind == "state":
                 arr = np.zeros(v.shape, np.float32)
@@ -144,10 +145,44 @@ def run_and_reference(device, program: Program, env: dict, caps: KernelCaps):
     return got, want
 
 
+def run_ops_reference(program: Program, env: dict) -> dict[str, np.ndarray]:
+    """Every op of `program` in order through the float64 reference, on copies of env's arrays."""
+    env = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in env.items()}
+    for op in program.ops:
+        env.update(run_op(op, program, env, dtype=np.float64))
+    return env
+
+
+def draw_sinks(rng, h: int) -> np.ndarray:
+    """gpt-oss attention sinks for h heads: N(0, 2), head 0 at +30 (it takes nearly all the mass: its
+    o is ~1e-11 of the others') and head 1 at -30 (none), so both ends of the range are checked."""
+    s = rng.normal(0.0, 2.0, h).astype(np.float32)
+    s[: min(h, 2)] = (30.0, -30.0)[: min(h, 2)]
+    return s
+
+
+def head_nmse(got: np.ndarray, want: np.ndarray, h: int, d: int) -> float:
+    """The worst head's nmse over all rows: a head whose output a large sink shrinks to ~1e-11 is
+    held to the same relative bound as the others (a whole-vector nmse would not see it)."""
+    g, w = (np.asarray(a, np.float64).reshape(-1, h, d) for a in (got, want))
+    return max(nmse(g[:, i], w[:, i]) for i in range(h))
+
+
 def step(token: int = 0, pos: int = 0) -> np.ndarray:
     s = make_step(token, pos)
     assert s.shape == (STEP_WORDS,)
     return s
 
 
-__all__ = ["OpRun", "PackedWeight", "caps_of", "nmse", "one_op", "run_and_reference", "step"]
+__all__ = [
+    "OpRun",
+    "PackedWeight",
+    "caps_of",
+    "draw_sinks",
+    "head_nmse",
+    "nmse",
+    "one_op",
+    "run_and_reference",
+    "run_ops_reference",
+    "step",
+]

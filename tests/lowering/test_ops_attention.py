@@ -1,7 +1,8 @@
 """attention (GQA, causal over rows 0..pos of the caches) against the float64 reference.
 
 Ids read `attention-h<heads>kv<kv heads>d<head_dim>-len<pos+1>-<grid>-<path>`; grid `direct` is a
-single pass (S = 1), `split8` / `split3` the split-K pass plus the combine pass.
+single pass (S = 1), `split8` / `split3` the split-K pass plus the combine pass. `attention-sinks-*`:
+gpt-oss's attention sinks (the op's optional 5th input).
 """
 
 import zlib
@@ -10,9 +11,19 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tests.lowering.kernel_harness import caps_of, nmse, one_op, run_and_reference, step
+from tests.lowering.kernel_harness import (
+    PackedWeight,
+    caps_of,
+    draw_sinks,
+    head_nmse,
+    nmse,
+    one_op,
+    run_and_reference,
+    step,
+)
 from vkdecode.lowering.calls import attention_splits
 from vkdecode.lowering.ops import op_calls
+from vkdecode.reference import run_op
 
 CTX = 128
 # Scores, exp and two weighted sums in f32 against float64: ~1e-13 observed; the bound leaves
@@ -143,3 +154,71 @@ def test_attention_window(device, h, kvh, d, n, window, grid, path):
     assert np.abs(want["o"]).max() < 100  # the reference itself stays inside the window
     err = nmse(got["o"], want["o"])
     assert err <= LIMIT, f"nmse {err:.3g}"
+
+
+def _sinks_params():
+    for h, kvh, d in ((6, 2, 64), (4, 4, 64), (3, 1, 6)):
+        # split8: 16 rows a split, so len 16 is one live split (it writes the final o) and 17 two
+        for grid, lens in (("direct", (1, 33, 100)), ("split8", (16, 17, 100))):
+            for n in lens:
+                for window in (0, 24):
+                    for path in ("sg", "smem"):
+                        yield pytest.param(
+                            h,
+                            kvh,
+                            d,
+                            n,
+                            window,
+                            grid,
+                            path,
+                            id=f"attention-sinks-h{h}kv{kvh}d{d}-len{n}-w{window}-{grid}-{path}",
+                        )
+
+
+@pytest.mark.parametrize("h,kvh,d,n,window,grid,path", list(_sinks_params()))
+def test_attention_sinks(device, h, kvh, d, n, window, grid, path):
+    """gpt-oss's sinks (the op's optional 5th input), one logit per head in the softmax's max and
+    denominator: the single pass and split-K + combine (split 0 alone takes the sink, whether one
+    split is live or several), GQA, a sliding window, sinks N(0, 2) with one head at +30 (its o
+    shrinks to ~1e-11: checked head by head) and one at -30."""
+    caps = caps_of(device)
+    if path == "sg" and not caps.subgroup_arithmetic:
+        pytest.skip("device has no subgroup arithmetic")
+    caps = replace(caps, subgroup_arithmetic=(path == "sg"), attn_max_chunk=GRIDS[grid])
+    rng = np.random.default_rng(zlib.crc32(f"sinks{h},{kvh},{d},{n},{window}".encode()))
+    p = one_op(
+        "attention",
+        {
+            "q": ((h * d,), "f32", "activation"),
+            "kc": ((CTX, kvh * d), "f32", "state"),
+            "vc": ((CTX, kvh * d), "f32", "state"),
+            "step": ((8,), "u32", "step"),
+            "sinks": ((h,), "f32", "weight"),
+        },
+        {"o": ((h * d,), "f32", "output")},
+        n_heads=h,
+        n_kv_heads=kvh,
+        head_dim=d,
+        scale=d**-0.5,
+        **({"window": window} if window else {}),
+    )
+    env = {
+        "q": (rng.standard_normal(h * d) * 2).astype(np.float32),
+        "kc": rng.standard_normal((CTX, kvh * d)).astype(np.float32),
+        "vc": rng.standard_normal((CTX, kvh * d)).astype(np.float32),
+        "step": step(0, n - 1),
+        "sinks": PackedWeight("f32", (h,), {"data": draw_sinks(rng, h)}),
+    }
+    env["kc"][n:] = 1e4  # past pos, and before the window: must not be read
+    env["kc"][: max(0, n - window) if window else 0] = 1e4
+    got, want = run_and_reference(device, p, env, caps)
+    err = head_nmse(got["o"], want["o"], h, d)
+    assert err <= LIMIT, f"worst head nmse {err:.3g}"
+    # the test can fail: the same op without its sinks is far off
+    no_sinks = {**env, "sinks": PackedWeight("f32", (h,), {"data": np.full(h, -np.inf, np.float32)})}
+    assert head_nmse(run_op(p.ops[0], p, no_sinks, dtype=np.float64)["o"], want["o"], h, d) > 1e3 * LIMIT
+    calls = op_calls(p, 0, caps)
+    assert ("SINKS", "1") in calls[0].defines and calls[0].bindings[-1].value == "sinks"
+    # split: the combine is the plain one (split 0's partials hold the sink)
+    assert [c.shader for c in calls[1:]] == (["attention_combine"] if GRIDS[grid] < CTX else [])
+    assert all("sinks" not in {b.value for b in c.bindings} for c in calls[1:])

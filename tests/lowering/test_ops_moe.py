@@ -117,6 +117,46 @@ def test_moe_sum_and_sigmoid_scale(device, n, slots, rows):
     assert nmse(got["o"], want["o"]) <= 1e-12
 
 
+@pytest.mark.parametrize("e,n,slots", [(8, 31, 2), (4, 64, 8), (33, 33, 6)])
+def test_moe_bias_and_swiglu_clamp(device, e, n, slots):
+    """gpt-oss's expert biases (slot s gets its expert's row) and clamped GLU; gates and ups spread
+    past the limit on both sides, so every branch of the clamps runs."""
+    rng = np.random.default_rng(e * n)
+    caps = caps_of(device)
+    p = one_op(
+        "moe_bias",
+        {
+            "x": ((slots * n,), "f32", "activation"),
+            "b": ((e, n), "f32", "weight"),
+            "ids": ((slots,), "u32", "activation"),
+        },
+        {"y": ((slots * n,), "f32", "output")},
+    )
+    env = {
+        "x": rng.standard_normal(slots * n).astype(np.float32),
+        "b": quantize(rng.standard_normal((e, n)).astype(np.float32), "f32"),
+        "ids": rng.integers(0, e, slots).astype(np.uint32),
+    }
+    got, want = run_and_reference(device, p, env, caps)
+    assert nmse(got["y"], want["y"]) <= 1e-14
+    assert not np.allclose(want["y"], env["x"])  # the biases were added
+    p = one_op(
+        "swiglu_clamp",
+        {"g": ((slots * n,), "f32", "activation"), "u": ((slots * n,), "f32", "activation")},
+        {"y": ((slots * n,), "f32", "output")},
+        alpha=1.702,
+        limit=1.5,
+    )
+    env = {"g": 3 * rng.standard_normal(slots * n).astype(np.float32)}
+    env["u"] = 3 * rng.standard_normal(slots * n).astype(np.float32)
+    assert (env["g"] > 1.5).any() and (env["u"] < -1.5).any() and (env["u"] > 1.5).any()
+    got, want = run_and_reference(device, p, env, caps)
+    assert nmse(got["y"], want["y"]) <= 1e-12
+    c = np.minimum(env["g"].astype(np.float64), 1.5)  # transformers' GptOssExperts._apply_gate
+    direct = c / (1 + np.exp(-1.702 * c)) * (np.clip(env["u"], -1.5, 1.5) + 1)
+    np.testing.assert_allclose(want["y"], direct, rtol=1e-6)  # the reference sees f32 inputs
+
+
 @pytest.mark.parametrize("path", ["sg", "smem"])
 def test_fused_moe_regions(device, models_dir, path):
     """The three fused MoE kernels in a whole step (32 experts, top-4: the router's experts straddle

@@ -8,15 +8,28 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tests.lowering.kernel_harness import caps_of, nmse, one_op, run_and_reference, step
+from tests.lowering.kernel_harness import (
+    PackedWeight,
+    caps_of,
+    draw_sinks,
+    head_nmse,
+    nmse,
+    one_op,
+    run_and_reference,
+    step,
+)
 from tests.lowering.test_matmul_rows import DTYPES
+from vkdecode.lowering.calls import KernelCaps
 from vkdecode.lowering.ops import op_calls
 from vkdecode.quant import quantize
+from vkdecode.reference import run_op
 
 HEADS = [(4, 2, 16), (3, 1, 6), (2, 2, 128), (9, 3, 64)]
 
 
-def _attention_case(device, h, kvh, d, rows, pos0, caps, window=0, kv="f32"):
+def _attention_case(device, h, kvh, d, rows, pos0, caps, window=0, kv="f32", sinks=False):
+    """(shader, nmse) of a chunk attention; with sinks (gpt-oss, the op's 5th input) the worst
+    head's nmse, after checking the op without them would be far off (the test can fail)."""
     ctx = 128
     rng = np.random.default_rng(h * 100 + rows + pos0)
     kc = rng.standard_normal((ctx, kvh * d)).astype(np.float32)
@@ -27,14 +40,19 @@ def _attention_case(device, h, kvh, d, rows, pos0, caps, window=0, kv="f32"):
     if kv == "f16":  # the reference reads the very halves the GPU holds
         kc, vc = (c.astype(np.float16).astype(np.float32) for c in (kc, vc))
     q = rng.standard_normal(rows * h * d).astype(np.float32)
+    env = {"q": q, "kc": kc, "vc": vc, "step": step(0, pos0)}
+    ins = {
+        "q": ((rows * h * d,), "f32", "activation"),
+        "kc": ((ctx, kvh * d), kv, "state"),
+        "vc": ((ctx, kvh * d), kv, "state"),
+        "step": ((8,), "u32", "step"),
+    }
+    if sinks:
+        ins["sinks"] = ((h,), "f32", "weight")
+        env["sinks"] = PackedWeight("f32", (h,), {"data": draw_sinks(rng, h)})
     p = one_op(
         "attention",
-        {
-            "q": ((rows * h * d,), "f32", "activation"),
-            "kc": ((ctx, kvh * d), kv, "state"),
-            "vc": ((ctx, kvh * d), kv, "state"),
-            "step": ((8,), "u32", "step"),
-        },
+        ins,
         {"o": ((rows * h * d,), "f32", "output")},
         n_heads=h,
         n_kv_heads=kvh,
@@ -43,8 +61,13 @@ def _attention_case(device, h, kvh, d, rows, pos0, caps, window=0, kv="f32"):
         rows=rows,
         **({"window": window} if window else {}),
     )
-    got, want = run_and_reference(device, p, {"q": q, "kc": kc, "vc": vc, "step": step(0, pos0)}, caps)
-    return op_calls(p, 0, caps)[0].shader, nmse(got["o"], want["o"])
+    got, want = run_and_reference(device, p, env, caps)
+    shader = op_calls(p, 0, caps)[0].shader
+    if not sinks:
+        return shader, nmse(got["o"], want["o"])
+    off = {**env, "sinks": PackedWeight("f32", (h,), {"data": np.full(h, -np.inf, np.float32)})}
+    assert head_nmse(run_op(p.ops[0], p, off, dtype=np.float64)["o"], want["o"], h, d) > 1e-6
+    return shader, head_nmse(got["o"], want["o"], h, d)
 
 
 @pytest.mark.parametrize("h,kvh,d", HEADS, ids=[f"h{h}kv{k}d{d}" for h, k, d in HEADS])
@@ -65,6 +88,50 @@ def test_attention_rows(device, h, kvh, d, rows, pos0, path):
         "attention" if rows == 1 else "attention_rows_gqa" if path == "gqa" else "attention_rows"
     )
     assert err <= 1e-9
+
+
+SINK_CASES = [(3, 0, 0), (8, 60, 0), (17, 28, 0), (8, 60, 13)]  # rows, pos0, window
+SINK_HEADS = [(4, 2, 16), (3, 1, 6), (9, 3, 64)]
+
+
+@pytest.mark.parametrize("h,kvh,d", SINK_HEADS, ids=[f"h{h}kv{k}d{d}" for h, k, d in SINK_HEADS])
+@pytest.mark.parametrize("rows,pos0,window", SINK_CASES, ids=[f"T{t}-pos{p}-w{w}" for t, p, w in SINK_CASES])
+@pytest.mark.parametrize("path", ["sg", "smem", "gqa"])
+def test_attention_rows_sinks(device, h, kvh, d, rows, pos0, window, path):
+    """gpt-oss's sinks in the chunk attention (the per-row kernel, both reductions, and the kv-head
+    one): rows whose keys cross a key tile (attention_rows: 64 keys on a CPU, the kv-head kernel 32),
+    a sliding window, sinks N(0, 2) with one head at +30 and one at -30."""
+    caps = caps_of(device, attn_rows_q=0 if path == "gqa" else -1, attn_gqa_rows=2, attn_coop=-1)
+    if path == "sg" and not caps.subgroup_arithmetic:
+        pytest.skip("device has no subgroup arithmetic")
+    caps = replace(caps, subgroup_arithmetic=path == "sg")
+    shader, err = _attention_case(device, h, kvh, d, rows, pos0, caps, window, sinks=True)
+    assert shader == ("attention_rows_gqa" if path == "gqa" else "attention_rows")
+    assert err <= 1e-9, f"worst head nmse {err:.3g}"
+
+
+def test_attention_rows_sinks_never_on_tensor_cores():
+    """attention_rows_coop has no sinks: a chunk attention with them takes the f32 kernels even where
+    the tensor-core one would run (lavapipe has no cooperative matrices to test it)."""
+    from vkdecode.lowering.coop import coop_attention_shape
+    from vkdecode.lowering.rows import row_op_calls
+
+    gpu = KernelCaps(32, True, (1 << 32) - 1, 1024, 49152, 16, coop_matrix=True)
+    h, kvh, d, rows = 8, 2, 64, 32
+    ins = {
+        "q": ((rows * h * d,), "f32", "activation"),
+        "kc": ((128, kvh * d), "f16", "state"),
+        "vc": ((128, kvh * d), "f16", "state"),
+        "step": ((8,), "u32", "step"),
+    }
+    attrs = {"n_heads": h, "n_kv_heads": kvh, "head_dim": d, "scale": 0.125, "rows": rows}
+    out = {"o": ((rows * h * d,), "f32", "output")}
+    plain = one_op("attention", ins, out, **attrs)
+    sinks = one_op("attention", {**ins, "sinks": ((h,), "f32", "weight")}, out, **attrs)
+    if coop_attention_shape(gpu, "", plain.ops[0].attrs, True) is None:
+        pytest.skip("these caps take no tensor-core attention")
+    assert row_op_calls(plain, plain.ops[0], gpu)[0].shader == "attention_rows_coop"
+    assert row_op_calls(sinks, sinks.ops[0], gpu)[0].shader in ("attention_rows", "attention_rows_gqa")
 
 
 GQA_CASES = [

@@ -8,7 +8,7 @@ from vkdecode.models.llama import Builder
 
 
 def test_records_are_consistent():
-    names = ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "mixtral", "qwen2moe", "olmoe")
+    names = ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "mixtral", "qwen2moe", "olmoe", "gpt_oss")
     assert ARCHS == names == tuple(a.name for a in ARCHITECTURES.values())
     classes = [c for a in ARCHITECTURES.values() for c in a.hf_classes]
     types = [t for a in ARCHITECTURES.values() for t in a.hf_model_types]
@@ -19,4 +19,4 @@ def test_records_are_consistent():
     assert set(ARCHS) - {"qwen3moe", "qwen2moe"} <= set(HF_MODEL_TYPES)
     assert {"qwen3_moe", "qwen2_moe"} <= set(HF_MODEL_TYPES)
     assert all(issubclass(a.builder, Builder) for a in ARCHITECTURES.values())
-    assert COOP_REFUSED_ARCHS == ("gemma3",)
+    assert COOP_REFUSED_ARCHS == ("gemma3", "gpt_oss")

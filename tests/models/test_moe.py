@@ -27,6 +27,8 @@ MOE_MODELS = {
     "qwen2moe-norm-mixed": ("qwen2moe", {"norm_topk_prob": True, "decoder_sparse_step": 2}),
     "olmoe": ("olmoe", {}),
     "olmoe-norm-bias": ("olmoe", {"norm_topk_prob": True, "attention_bias": True}),
+    "gpt_oss": ("gpt_oss", {}),
+    "gpt_oss-mha-full": ("gpt_oss", {"num_key_value_heads": 4, "layer_types": ["full_attention"] * 2}),
 }
 
 
@@ -157,3 +159,48 @@ def test_qwen2moe_gguf_matches_transformers(models_dir):
     assert load_weights(g)[0].shared_expert_ffn == 48
     tokens, logits = run_greedy(reference_for(g), PROMPT_IDS, DECODE)
     assert rel_err(logits, hf_logits(d, tokens)) <= 1e-4
+
+
+def gpt_oss(**kw):
+    cfg = {
+        **SMALL,
+        "architectures": ["GptOssForCausalLM"],
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        **kw,
+    }
+    return {k: v for k, v in cfg.items() if v is not None}
+
+
+def test_gpt_oss_config_defaults():
+    """GptOssConfig's defaults where config.json says nothing: YaRN (factor 32 over 4096,
+    untruncated) on base 150000, even layers sliding over 128 keys, biases, the GLU's constants."""
+    a = ModelArgs.from_hf_config(gpt_oss(rope_theta=None, num_hidden_layers=4))
+    assert a.rope_theta == 150000.0 and a.rope_scaling["rope_type"] == "yarn"
+    assert (a.rope_scaling["factor"], a.rope_scaling["truncate"]) == (32.0, False)
+    assert a.rope_scaling["original_max_position_embeddings"] == 4096
+    assert a.layer_types == ("sliding_attention", "full_attention") * 2 and a.sliding_window == 128
+    assert (
+        a.attention_bias
+        and a.o_bias
+        and a.norm_topk_prob
+        and (a.swiglu_alpha, a.swiglu_limit) == (1.702, 7.0)
+    )
+    assert (a.n_experts, a.n_experts_used, a.expert_ffn) == (8, 2, SMALL["intermediate_size"])
+
+
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        ({"quantization_config": {"quant_method": "mxfp4"}}, "quantization_config"),
+        ({"swiglu_limit": 0}, "swiglu_limit"),
+        ({"layer_types": ["sliding_attention"]}, "layer_types"),
+        ({"sliding_window": 0}, "sliding_window"),
+        ({"num_experts_per_tok": 9}, "num_experts_per_tok"),
+        ({"rope_parameters": {"rope_type": "dynamic", "factor": 2.0}}, "dynamic"),
+        ({"final_logit_softcapping": 30.0}, "final_logit_softcapping"),
+    ],
+)
+def test_gpt_oss_config_refused(kw, msg):
+    with pytest.raises(ModelError, match=msg):
+        ModelArgs.from_hf_config(gpt_oss(**kw))

@@ -164,10 +164,14 @@ def rope_kv_write_attention(p: Program, region: Region, caps: KernelCaps) -> lis
         Binding(r["k_cache"]),
         Binding(r["v_cache"]),
     )
-    # then the q/k norm weights, then the rope table (binding B_FREQ)
+    # then the q/k norm weights, then the rope table (binding B_FREQ), then gpt-oss's sinks (B_SINKS:
+    # split 0 folds them into its partials, so the combine, absorbed or not, is the plain one)
     norms = (Binding(r["q_norm_w"]), Binding(r["k_norm_w"])) if qk_norm else ()
     norms += (Binding(r["freqs"]),)
     defines += (("B_FREQ", str(len(ins) + len(norms))),)
+    if "sinks" in r:
+        norms += (Binding(r["sinks"]),)
+        defines += (("SINKS", "1"), ("B_SINKS", str(len(ins) + len(norms))))
     if s == 1:
         return [
             KernelCall(

@@ -38,7 +38,8 @@ COOP_MAX_SPLITS = 8
 # bench/results/nvidia-h200/2026-11-28-coop-stages/mm-moe-sweep.json).
 COOP_SPLIT2_MIN_K = 4096
 COOP_GROUPS = 132  # default workgroups to reach: one per SM of an H100 (a tile is 4-8 warps of MMAs)
-# architectures whose activations overflow f16, which the kernels round their inputs to (Gemma 3)
+# architectures whose activations overflow f16, which the kernels round their inputs to (Gemma 3),
+# or whose attention the tensor-core kernel lacks (gpt-oss's sinks)
 COOP_REFUSED_ARCHS = tuple(name for name, a in ARCHITECTURES.items() if not a.coop)
 
 

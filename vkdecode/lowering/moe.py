@@ -125,6 +125,25 @@ def moe_sum_call(p: Program, y: str, sw: str, out: str, caps: KernelCaps, res: s
     return KernelCall("moe_sum", spec, b, (2,), flat_groups(-(-n * rows // wg)), defines=defines, label=out)
 
 
+def moe_bias(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
+    x, b, ids = op.inputs
+    out = op.outputs[0]
+    n = p.values[x].numel
+    wg = wg_size(caps, n)
+    bindings = (Binding(x), Binding(b), Binding(ids), Binding(out))
+    spec = (wg, n, p.values[b].shape[1])
+    return [KernelCall("moe_bias", spec, bindings, (3,), flat_groups(-(-n // wg)), label=out)]
+
+
+def swiglu_clamp(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
+    out = op.outputs[0]
+    n = p.values[out].numel
+    wg = wg_size(caps, n)
+    spec = (wg, n, float(op.attrs["alpha"]), float(op.attrs["limit"]))
+    b = tuple(Binding(v) for v in op.inputs + op.outputs)
+    return [KernelCall("swiglu_clamp", spec, b, (2,), flat_groups(-(-n // wg)), label=out)]
+
+
 def sigmoid_scale(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     g, y = op.inputs
     out = op.outputs[0]

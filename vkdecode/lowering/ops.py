@@ -186,7 +186,7 @@ def _kv_write(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
 
 
 def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
-    q, kc, vc, step = op.inputs
+    q, kc, vc, step = op.inputs[:4]
     out = op.outputs[0]
     a = op.attrs
     h, kvh, d = int(a["n_heads"]), int(a["n_kv_heads"]), int(a["head_dim"])
@@ -203,9 +203,15 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     spec = (wg, h, kvh, d, s, maxchunk, float(a["scale"]), window, 1)  # live splits at least 1
     defines = reduce_defines(caps) + ((("KVEC", "1"),) if d % 4 == 0 else ()) + kv_defines(p, kc)
     ins = (Binding(q), Binding(kc), Binding(vc), Binding(step))
+    # gpt-oss's sinks (binding 5, after the output): split 0 folds them into its partials, so the
+    # combine below is the plain one (shaders/attention.comp)
+    sinks = tuple(Binding(v) for v in op.inputs[4:])
+    defines += (("SINKS", "1"),) if sinks else ()
     if s == 1:
         return [
-            KernelCall("attention", spec, ins + (Binding(out),), (4,), (1, h, 1), defines=defines, label=out)
+            KernelCall(
+                "attention", spec, ins + (Binding(out),) + sinks, (4,), (1, h, 1), defines=defines, label=out
+            )
         ]
     part, nbytes = partials(out, h, d, s)
     grid = AttnGrid(h, d, s, maxchunk, 1, window)
@@ -213,7 +219,7 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
         KernelCall(
             "attention",
             spec,
-            ins + (Binding(part),),
+            ins + (Binding(part),) + sinks,
             (4,),
             (s, h, 1),
             defines=defines + (("SPLIT", "1"),),
@@ -286,6 +292,8 @@ BUILDERS = {
     "moe_matmul": moe.moe_matmul,
     "moe_sum": moe.moe_sum,
     "sigmoid_scale": moe.sigmoid_scale,
+    "moe_bias": moe.moe_bias,
+    "swiglu_clamp": moe.swiglu_clamp,
 }
 
 

@@ -142,14 +142,29 @@ def gqa_shared(qg: int, d: int) -> int:
     return 4 * ((qg + GQA_BKV) * (d + 1) + qg * GQA_BKV + qg)
 
 
+def _sinks(bindings: tuple, sinks: tuple) -> tuple:
+    """gpt-oss's sinks (the attention op's optional input), bound right after `bindings`: the
+    define SINKS and the binding B_SINKS (attention_rows.comp; attention_rows_gqa.comp binds 5)."""
+    return (("SINKS", "1"), ("B_SINKS", str(len(bindings)))) if sinks else ()
+
+
 def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
-    q, kc, vc, step = op.inputs
+    q, kc, vc, step = op.inputs[:4]
     a = op.attrs
     h, kvh, d, rows = int(a["n_heads"]), int(a["n_kv_heads"]), int(a["head_dim"]), int(a["rows"])
     b = (Binding(q), Binding(kc), Binding(vc), Binding(step), Binding(op.outputs[0]))
-    # a batched step's rows are different sequences: no K/V tile is shared, the per-row kernel runs
+    sinks = tuple(Binding(v) for v in op.inputs[4:])
+    sink_defines = _sinks(b, sinks)
+    b += sinks
+    # a batched step's rows are different sequences: no K/V tile is shared, the per-row kernel runs.
+    # attention_rows_coop has no sinks (and cannot be tested on lavapipe, which lacks
+    # VK_KHR_cooperative_matrix): with them the f32 kernels below run
     batch = bool(a.get("batch"))
-    coop = not batch and coop_attention_shape(caps, str(p.meta.get("arch", "")), a, bool(kv_defines(p, kc)))
+    coop = (
+        not batch
+        and not sinks
+        and coop_attention_shape(caps, str(p.meta.get("arch", "")), a, bool(kv_defines(p, kc)))
+    )
     if coop:
         rb, bkv = coop
         spec = (32 * (h // kvh) * rb, h, kvh, d, rows, float(a["scale"]), rb, bkv)
@@ -167,7 +182,7 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
                 b,
                 (4,),
                 (kvh, -(-rows // bq), 1),
-                defines=kv_defines(p, kc),
+                defines=kv_defines(p, kc) + sink_defines,
                 label=op.outputs[0],
             )
         ]
@@ -179,7 +194,7 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
             b,
             (4,),
             (h, rows, 1),
-            defines=reduce_defines(caps) + kv_defines(p, kc) + _batch(op),
+            defines=reduce_defines(caps) + kv_defines(p, kc) + _batch(op) + sink_defines,
             label=op.outputs[0],
         )
     ]
@@ -222,6 +237,9 @@ def fused_attention_rows(p: Program, region, caps: KernelCaps) -> list[KernelCal
     defines += ((("NEOX", "1"),) if a["layout"] == "neox" else ()) + ((("QK_NORM", "1"),) if qk_norm else ())
     defines += (("B_FREQ", str(len(b))),)
     b += (Binding(r["freqs"]),)
+    sinks = (Binding(r["sinks"]),) if "sinks" in r else ()
+    defines += _sinks(b, sinks)
+    b += sinks
     return [KernelCall("attention_rows", spec, b, (1, 2, 4), (h, rows, 1), defines=defines, label=out)]
 
 

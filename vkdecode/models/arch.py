@@ -13,6 +13,17 @@ from vkdecode.errors import ModelError
 
 
 @dataclass(frozen=True)
+class HfView:
+    """A program weight read from an HF tensor of another layout (gpt-oss's stacked experts):
+    source is its suffix after "model.layers.{i}.", stored(shape) the stored shape of the program's
+    shape, view(array) the program's array from the stored one (a numpy view, copied at packing)."""
+
+    source: str
+    stored: Callable
+    view: Callable
+
+
+@dataclass(frozen=True)
 class Architecture:
     name: str  # ModelArgs.arch and GGUF `general.architecture`
     builder: type  # the Program builder: llama.Builder or a subclass
@@ -39,6 +50,7 @@ class Architecture:
     check: Callable | None = None
     # tensors and loading
     layer_names: dict = field(default_factory=dict)  # overrides of gguf_names.LAYER_NAMES
+    hf_views: dict = field(default_factory=dict)  # per-layer name -> HfView: read through a view
     hf_norms_plus_one: bool = False  # HF norm weights hold w of x * (1 + w): the 1 is added at load
     tokenizer_defaults: Callable | None = None  # (tokenizer) -> None, once it is loaded
     coop: bool = True  # tensor-core kernels (inputs rounded to f16) allowed

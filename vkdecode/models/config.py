@@ -63,6 +63,9 @@ class ModelArgs:
     norm_topk_prob: bool = False
     dense_layers: tuple[int, ...] = ()
     shared_expert_ffn: int = 0  # Qwen2-MoE's gated shared expert (0: none)
+    # gpt-oss's experts (gpt_oss.py): the clamped GLU's alpha and limit
+    swiglu_alpha: float = 0.0
+    swiglu_limit: float = 0.0
 
     def __post_init__(self):
         if self.arch not in ARCHS:

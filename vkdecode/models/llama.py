@@ -105,6 +105,10 @@ class Builder:
         """Keys layer i's attention sees (0: all); Gemma 3's sliding layers override."""
         return 0
 
+    def attn_sinks(self, i: int) -> list[str]:
+        """Layer i's attention sinks weight, as the attention op's optional input (gpt-oss)."""
+        return []
+
     def attn_scale(self) -> float:
         # YaRN scales cos and sin, so q.k by its factor squared: the scale takes it instead
         return rope.attention_factor(self.args.rope_scaling) / math.sqrt(self.args.head_dim)
@@ -146,7 +150,7 @@ class Builder:
         window = {"window": self.window(i)} if self.window(i) else {}
         self.p.op(
             "attention",
-            [qr, kc, vc, "step"],
+            [qr, kc, vc, "step", *self.attn_sinks(i)],
             [o],
             n_heads=a.n_heads,
             n_kv_heads=a.n_kv_heads,

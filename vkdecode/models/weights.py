@@ -136,9 +136,11 @@ def _load_hf(path: str):
     _check_unused(path, where, {s for names in srcs.values() for s in names})
     headers: dict[str, dict] = {}
     weights, types = {}, {}
-    plus_one = ARCHITECTURES[args.arch].hf_norms_plus_one
+    plus_one, views = ARCHITECTURES[args.arch].hf_norms_plus_one, ARCHITECTURES[args.arch].hf_views
     for name, shape in expected_shapes(args).items():
-        want = shape[1:] if len(shape) == 3 else shape  # 3-D: one tensor per expert, stacked
+        view = views.get(name.split(".", 2)[-1])
+        want = shape[1:] if len(shape) == 3 and not view else shape  # 3-D: one tensor per expert
+        want = view.stored(want) if view else want
         tensors = []
         for src in srcs[name]:
             file = where.get(src)
@@ -149,17 +151,21 @@ def _load_hf(path: str):
             _check_shape(file, src, want, headers[file][src]["shape"])
             tensors.append((file, src, headers[file]))
         types[name] = tensor_dtype(*tensors[0])
-        dtype = "f16" if types[name] == "F16" else "f32"
-        pack = functools.partial(_hf_packed, tensors, dtype, plus_one and is_norm(name))
+        # f16 stays f16 for matrices; the expert biases (2-D, read by moe_bias) are f32 like 1-D ones
+        dtype = "f16" if types[name] == "F16" and not name.endswith("_b") else "f32"
+        pack = functools.partial(_hf_packed, tensors, dtype, plus_one and is_norm(name), view)
         weights[name] = _lazy(tensors[0][0], _float_dtype(shape, dtype), shape, pack)
     meta = {"format": "safetensors", "path": path, "notes": [], "source_types": types}
     return args, weights, meta
 
 
-def _hf_packed(tensors: list[tuple], dtype: str, plus_one: bool) -> PackedWeight:
-    """tensors: (file, name, header) of the weight, or of each expert's part (stacked)."""
+def _hf_packed(tensors: list[tuple], dtype: str, plus_one: bool, view=None) -> PackedWeight:
+    """tensors: (file, name, header) of the weight, or of each expert's part (stacked); view: the
+    architecture's HfView it is read through, if any."""
     parts = [read_tensor(*t) for t in tensors]
     a = np.stack(parts) if len(parts) > 1 else parts[0]
+    if view is not None:
+        a = view.view(a)
     if plus_one:
         # Gemma's RMSNorm computes x * (1 + w) in f32; fold the 1 in once (llama.cpp's
         # converter does the same, so GGUF gemma3 norms already hold 1 + w)
