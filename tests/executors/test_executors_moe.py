@@ -8,7 +8,7 @@ import pytest
 
 from tests.executors.test_prefill import check_against, exact, prompt, reference_path
 from tests.executors.test_speculative import plain_tokens, spec_tokens
-from tests.helpers.make_models import tiny_hf_model, write_gguf
+from tests.helpers.make_models import GPT_OSS_TRUNCATED, tiny_hf_model, write_gguf
 from tests.helpers.reference_run import greedy_against_reference, replay_host_work
 from vkdecode.executors import make_executor
 from vkdecode.executors.decoder import Decoder
@@ -247,3 +247,17 @@ def test_gpt_oss_in_every_mode(device, models_dir, over):
         plain = plain_tokens(dec, spec, 20)
         dec.set_speculative(4, always_verify=True)
         assert spec_tokens(dec, spec, 20) == plain
+
+
+def test_gpt_oss_gguf_q8_0(device, models_dir):
+    """A gpt-oss GGUF as llama.cpp's converter writes it, matrices q8_0 (biases f32): fused and
+    unfused against the reference on the same dequantized weights."""
+    d = tiny_hf_model("gpt_oss", models_dir, **GPT_OSS_TRUNCATED)
+    m = load_model(write_gguf(d, models_dir / "gpt-oss-gpu.q8_0.gguf", "q8_0"), ctx=32)
+    assert m.args.arch == "gpt-oss" and m.weights["layers.0.exp_down"].dtype == "q8_0"
+    assert m.weights["layers.0.exp_down_b"].dtype == "f32"
+    toks = {}
+    for mode in ("unfused", "fused"):
+        with make_executor(mode, device, m.program, m.weights) as ex:
+            toks[mode] = greedy_against_reference(ex, Reference(m.program, m.weights), 12)[0]
+    assert toks["unfused"] == toks["fused"]

@@ -98,6 +98,21 @@ LLAMA3_ROPE = {
 # 3-7 divided by factor; cos and sin scale by 1 + 0.1 ln 4
 YARN_ROPE = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
 
+# llama.cpp always floors / ceils YaRN's ramp and hard-codes the GLU's limit 7: the HF side of a
+# GGUF comparison says truncate and takes that limit
+GPT_OSS_TRUNCATED = {
+    "swiglu_limit": 7.0,
+    "rope_parameters": {
+        "rope_type": "yarn",
+        "rope_theta": 150000.0,
+        "factor": 32.0,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "truncate": True,
+        "original_max_position_embeddings": 4096,
+    },
+}
+
 
 def write_tiny_tokenizer(path) -> None:
     """A byte-level BPE (256 bytes + ChatML specials + a few merges) trained on TEXT."""
@@ -265,8 +280,13 @@ def gguf_source(model_dir, name: str, args) -> np.ndarray:
     from vkdecode.models.moe import hf_sources
 
     state = hf_state(model_dir)
+    from vkdecode.models import ARCHITECTURES
+
     srcs = hf_sources(source_name(name, "hf", args.arch), args.n_experts)
     a = np.stack([state[s] for s in srcs]) if len(srcs) > 1 else state[srcs[0]]  # experts: 3-D
+    view = ARCHITECTURES[args.arch].hf_views.get(name.split(".", 2)[-1])
+    if view is not None:  # gpt-oss's stacked, interleaved experts: the converter splits them
+        a = np.ascontiguousarray(view.view(a))
 
     if args.arch == "gemma3" and is_norm(name):
         return a + 1.0  # llama.cpp's converter stores Gemma norms as 1 + w
@@ -334,6 +354,8 @@ def write_gguf(
         w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
         w.add_rope_scaling_factor(args.rope_scaling["factor"])
         w.add_rope_scaling_orig_ctx_len(int(args.rope_scaling["original_max_position_embeddings"]))
+    if args.arch == "gpt-oss":
+        w.add_sliding_window(args.sliding_window)
     if args.arch == "gemma3":
         w.add_sliding_window(args.sliding_window)
         w.add_sliding_window_pattern([t == "sliding_attention" for t in args.layer_types])
@@ -364,7 +386,7 @@ def write_gguf(
             a = mutate(gname, a)
             if a is None:
                 continue
-        if a.ndim == 1 or dtype == "f32":
+        if a.ndim == 1 or dtype == "f32" or gname.endswith(".bias"):  # biases stay f32 (converter)
             w.add_tensor(gname, np.ascontiguousarray(a, np.float32))
         elif dtype == "f16":
             w.add_tensor(gname, a.astype(np.float16))

@@ -8,7 +8,7 @@ from vkdecode.models.llama import Builder
 
 
 def test_records_are_consistent():
-    names = ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "mixtral", "qwen2moe", "olmoe", "gpt_oss")
+    names = ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "mixtral", "qwen2moe", "olmoe", "gpt-oss")
     assert ARCHS == names == tuple(a.name for a in ARCHITECTURES.values())
     classes = [c for a in ARCHITECTURES.values() for c in a.hf_classes]
     types = [t for a in ARCHITECTURES.values() for t in a.hf_model_types]
@@ -16,7 +16,7 @@ def test_records_are_consistent():
         HF_MODEL_TYPES
     )
     # the MoE Qwens' names are llama.cpp's (GGUF); transformers spells their types qwen3_moe, qwen2_moe
-    assert set(ARCHS) - {"qwen3moe", "qwen2moe"} <= set(HF_MODEL_TYPES)
-    assert {"qwen3_moe", "qwen2_moe"} <= set(HF_MODEL_TYPES)
+    assert set(ARCHS) - {"qwen3moe", "qwen2moe", "gpt-oss"} <= set(HF_MODEL_TYPES)
+    assert {"qwen3_moe", "qwen2_moe", "gpt_oss"} <= set(HF_MODEL_TYPES)
     assert all(issubclass(a.builder, Builder) for a in ARCHITECTURES.values())
-    assert COOP_REFUSED_ARCHS == ("gemma3", "gpt_oss")
+    assert COOP_REFUSED_ARCHS == ("gemma3", "gpt-oss")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.helpers.make_models import MOE, SMALL, hf_logits, tiny_hf_model, write_gguf
+from tests.helpers.make_models import GPT_OSS_TRUNCATED, MOE, SMALL, hf_logits, tiny_hf_model, write_gguf
 from tests.test_reference import PROMPT, PROMPT_IDS, reference_for, rel_err, run_greedy
 from vkdecode.errors import ModelError
 from vkdecode.models.config import ModelArgs
@@ -204,3 +204,17 @@ def test_gpt_oss_config_defaults():
 def test_gpt_oss_config_refused(kw, msg):
     with pytest.raises(ModelError, match=msg):
         ModelArgs.from_hf_config(gpt_oss(**kw))
+
+
+def test_gpt_oss_gguf_matches_transformers(models_dir):
+    """llama.cpp's gpt-oss GGUF: gate and up split and output-major, post_attention_norm, sinks,
+    router and expert biases, YaRN from rope.scaling.*, even layers sliding."""
+    d = tiny_hf_model("gpt_oss", models_dir, **GPT_OSS_TRUNCATED)
+    g = write_gguf(d, models_dir / "gpt-oss.f32.gguf", "f32")
+    a = ModelArgs.from_gguf(load_weights(g)[2]["reader"], g)
+    assert a.arch == "gpt-oss" and a.layer_types == ("sliding_attention", "full_attention")
+    assert a.rope_scaling["rope_type"] == "yarn" and a.o_bias and a.swiglu_limit == 7.0
+    tokens, logits = run_greedy(reference_for(g), PROMPT_IDS, DECODE)
+    ref = hf_logits(d, tokens)
+    assert rel_err(logits, ref) <= 1e-4, rel_err(logits, ref)
+    assert list(ref.argmax(axis=1)[PROMPT - 1 : -1]) == tokens[PROMPT:]

@@ -46,6 +46,46 @@ def test_gguf_byte_level_bpe_matches_tokenizer_json(models_dir, hf_tok):
     assert tok.eos_ids == hf_tok.eos_ids and tok.apply_chat_template(CHAT) == chat
 
 
+def test_gguf_gpt4o_pre_tokenizer_and_unknown_ones_refused(models_dir):
+    """llama.cpp's "gpt-4o" (o200k, gpt-oss's): pieces never cross its splits (case changes, 3-digit
+    groups, punctuation runs with trailing newlines); an unknown pre-tokenizer is refused, as
+    llama.cpp does, instead of splitting text another way."""
+    import regex
+
+    from vkdecode.models.gguf_vocab import PRE_REGEX
+
+    g = write_gguf(tiny_hf_model("llama", models_dir), models_dir / "tok-gpt4o.gguf", "f16", pre="gpt-4o")
+    tok = Tokenizer.from_gguf(open_gguf(str(g)), str(g))
+    text = "HelloWorld's THE cat's 1234567 ab/\n\n  x  $$$/\n"
+    want = [
+        "Hello",
+        "World's",
+        " THE",
+        " cat's",
+        " ",
+        "123",
+        "456",
+        "7",
+        " ab",
+        "/\n\n",
+        " ",
+        " x",
+        " ",
+        " $$$/\n",
+    ]
+    assert regex.findall(PRE_REGEX["gpt-4o"][0], text) == want
+    ids = tok.encode(text)
+    assert tok.decode(ids) == text
+    pieces = [tok.decode([i]) for i in ids]
+    bounds = {sum(map(len, want[:n])) for n in range(len(want) + 1)}
+    assert {sum(map(len, pieces[:n])) for n in range(len(pieces) + 1)} >= bounds
+    bad = write_gguf(
+        tiny_hf_model("llama", models_dir), models_dir / "tok-unknown-pre.gguf", "f16", pre="tekken"
+    )
+    with pytest.raises(ModelError, match="'tekken'.*tokenizer.ggml.pre"):
+        Tokenizer.from_gguf(open_gguf(str(bad)), str(bad))
+
+
 def test_smollm2_tokenizer():
     tok = load_smollm2().tokenizer
     assert tok.encode("What is the capital of France?") == [1780, 314, 260, 3575, 282, 4649, 47]

@@ -13,6 +13,17 @@ _LLAMA3 = (
     r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 _QWEN2 = _LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+# o200k (tiktoken's, llama.cpp's "gpt-4o": gpt-oss): words split at case changes, contractions kept
+_UPPER, _LOWER, _CONTRACTION = (
+    r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]",
+    r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]",
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+)
+_GPT4O = (
+    rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+{_CONTRACTION}|"
+    rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*{_CONTRACTION}|"
+    r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 PRE_REGEX = {
     "gpt2": [_GPT2],
     "default": [_GPT2],
@@ -21,6 +32,7 @@ PRE_REGEX = {
     "llama3": [_LLAMA3],
     "qwen2": [_QWEN2],
     "deepseek-r1-qwen": [_QWEN2],
+    "gpt-4o": [_GPT4O],
 }
 
 
@@ -33,7 +45,12 @@ def byte_level_bpe(path, tokens, merges, pre: str):
     vocab = {t: i for i, t in enumerate(tokens)}
     pairs = [tuple(m.split(" ", 1)) for m in merges]
     tok = HFTokenizer(models.BPE(vocab, pairs, fuse_unk=False, ignore_merges=False))
-    regexes = PRE_REGEX.get(pre, PRE_REGEX["default"])
+    if pre not in PRE_REGEX:  # llama.cpp refuses an unknown one too: another split is another model
+        raise ModelError(
+            f"{path}: pre-tokenizer {pre!r} (key 'tokenizer.ggml.pre') is not supported "
+            f"(supported: {', '.join(PRE_REGEX)})"
+        )
+    regexes = PRE_REGEX[pre]
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in regexes]
         + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]

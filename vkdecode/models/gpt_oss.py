@@ -1,4 +1,5 @@
-"""gpt-oss (HF `GptOssForCausalLM`), as transformers' modeling_gpt_oss.py computes it: Llama's
+"""gpt-oss (HF `GptOssForCausalLM`, GGUF `gpt-oss`), as transformers' modeling_gpt_oss.py computes
+it (and llama.cpp's gpt-oss for GGUF files): Llama's
 layer with q/k/v/o biases, attention sinks (one learned logit per head in each softmax's
 denominator), sliding-window layers (128 keys) alternating with full ones, YaRN rope (config_rope,
 factor 32 untruncated by default), and a mixture of experts whose router has a bias, takes the top
@@ -7,8 +8,11 @@ and a clamped GLU (swiglu_clamp): c = min(g, limit), y = c sigmoid(alpha c) (cla
 
 HF checkpoints stack the experts: gate_up_proj (experts, hidden, 2 x ffn) with gate and up
 interleaved column by column, down_proj (experts, ffn, hidden), both stored input-major; HF_VIEWS
-turns them into the program's (experts, out, in) weights at load. MXFP4-quantized checkpoints
-(quantization_config) are refused by the config audit; bf16 / f32 ones load.
+turns them into the program's (experts, out, in) weights at load. MXFP4-quantized HF checkpoints
+(quantization_config) are refused by the config audit; bf16 / f32 ones load. A GGUF stores gate and
+up apart, output-major, as llama.cpp's converter writes them; llama.cpp hard-codes the GLU's
+constants and floors / ceils YaRN's ramp (transformers' truncate = false does not), so a GGUF runs
+llama.cpp's math.
 """
 
 from __future__ import annotations
@@ -168,6 +172,7 @@ def _interleaved(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 HF_VIEWS = {
+    # program name -> its HF view; LAYER_NAMES has the GGUF names (plain tensors there)
     "exp_gate": HfView("mlp.experts.gate_up_proj", _interleaved, _gate_up(0)),
     "exp_up": HfView("mlp.experts.gate_up_proj", _interleaved, _gate_up(1)),
     "exp_gate_b": HfView("mlp.experts.gate_up_proj_bias", _interleaved, _gate_up(0)),
@@ -175,28 +180,46 @@ HF_VIEWS = {
     "exp_down": HfView("mlp.experts.down_proj", lambda s: (s[0], s[2], s[1]), lambda a: a.swapaxes(-1, -2)),
     "exp_down_b": HfView("mlp.experts.down_proj_bias", tuple, lambda a: a),
 }
+GGUF_EXPERTS = {"exp_gate": "ffn_gate_exps", "exp_up": "ffn_up_exps", "exp_down": "ffn_down_exps"}
 LAYER_NAMES = {
+    "ffn_norm": ("post_attention_layernorm.weight", "post_attention_norm.weight"),
     "router": ("mlp.router.weight", "ffn_gate_inp.weight"),
     "router_b": ("mlp.router.bias", "ffn_gate_inp.bias"),
     "sinks": ("self_attn.sinks", "attn_sinks.weight"),
-    **{name: (view.source, None) for name, view in HF_VIEWS.items()},
+    **{name: (HF_VIEWS[name].source, g + ".weight") for name, g in GGUF_EXPERTS.items()},
+    **{name + "_b": (HF_VIEWS[name + "_b"].source, g + ".bias") for name, g in GGUF_EXPERTS.items()},
 }
 
 
-def _gguf_refused(key, n_layers: int, hidden: int, heads: int) -> dict:
-    raise ModelError(
-        "a gpt_oss GGUF is not supported yet (llama.cpp's gpt-oss files: MXFP4 experts, sinks); "
-        "an HF directory (bf16 / f32) runs"
-    )
+LLAMA_CPP_GLU = {"swiglu_alpha": 1.702, "swiglu_limit": 7.0}  # llama.cpp's gpt-oss hard-codes them
+
+
+def gguf_fields(key, n_layers: int, hidden: int, heads: int) -> dict:
+    """llama.cpp's gpt-oss: every layer MoE, even layers sliding (set_swa_pattern(2)), softmax over
+    the chosen experts' logits."""
+    n, used = int(key("expert_count")), int(key("expert_used_count"))
+    if not 0 < used <= n:
+        raise ModelError(f"expert_used_count {used} must be in 1..{n} (expert_count)")
+    return {
+        "sliding_window": int(key("attention.sliding_window", 128)),
+        "layer_types": tuple(SLIDING if i % 2 == 0 else FULL for i in range(n_layers)),
+        "rope_local_theta": float(key("rope.freq_base", DEFAULT_THETA)),
+        "n_experts": n,
+        "n_experts_used": used,
+        "expert_ffn": int(key("expert_feed_forward_length")),
+        "norm_topk_prob": True,
+        **LLAMA_CPP_GLU,
+    }
 
 
 ARCHITECTURE = Architecture(
-    "gpt_oss",
+    "gpt-oss",  # llama.cpp's name (GGUF general.architecture and key prefix)
     GptOssBuilder,
     ("GptOssForCausalLM",),
     ("gpt_oss",),
     from_hf=from_hf,
-    gguf_fields=_gguf_refused,
+    gguf_fields=gguf_fields,
+    gguf_implemented=frozenset({"attention.sliding_window", "expert_count", "expert_used_count"}),
     layer_names=LAYER_NAMES,
     hf_views=HF_VIEWS,
     # the tensor-core kernels round inputs to f16 and have no attention sinks (lowering/rows.py)
