@@ -249,11 +249,13 @@ def test_gpt_oss_in_every_mode(device, models_dir, over):
         assert spec_tokens(dec, spec, 20) == plain
 
 
-def test_gpt_oss_gguf_q8_0(device, models_dir):
-    """A gpt-oss GGUF as llama.cpp's converter writes it, matrices q8_0 (biases f32): fused and
-    unfused against the reference on the same dequantized weights."""
+@pytest.mark.parametrize("dtype", ["q8_0", "mxfp4"])
+def test_gpt_oss_gguf(device, models_dir, dtype):
+    """A gpt-oss GGUF as llama.cpp's converter writes it, matrices q8_0 or MXFP4 (gpt-oss's own
+    expert format, run as q8_0), biases f32: fused and unfused against the reference on the same
+    dequantized weights."""
     d = tiny_hf_model("gpt_oss", models_dir, **GPT_OSS_TRUNCATED)
-    m = load_model(write_gguf(d, models_dir / "gpt-oss-gpu.q8_0.gguf", "q8_0"), ctx=32)
+    m = load_model(write_gguf(d, models_dir / f"gpt-oss-gpu.{dtype}.gguf", dtype), ctx=32)
     assert m.args.arch == "gpt-oss" and m.weights["layers.0.exp_down"].dtype == "q8_0"
     assert m.weights["layers.0.exp_down_b"].dtype == "f32"
     toks = {}

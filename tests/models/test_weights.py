@@ -134,6 +134,29 @@ def test_gguf_iq4_xs_dequantized_at_load(tmp_path):
     assert np.array_equal(pw.dequantize(), want)
 
 
+@pytest.mark.parametrize("scale", [None, 2.0**-30], ids=["as-q8_0", "f32"])
+def test_gguf_mxfp4(tmp_path, scale):
+    """MXFP4 loads as q8_0 (quant/mxfp4.py), unless a block's scale has no exact q8_0 form (here
+    2^-34, below f16): then the whole tensor is f32. Either way the values are gguf-py's, and the
+    dtype is known before the tensor is packed (a LazyWeight)."""
+    x = np.random.default_rng(0).uniform(-1, 1, (4, 256)).astype(np.float32)
+    if scale is not None:
+        x[2, 64:96] *= scale
+    raw = gguf.quants.quantize(x, gguf.GGMLQuantizationType.MXFP4)
+    t = single_tensor_gguf(tmp_path / "m.gguf", "blk.0.ffn_up.weight", raw, gguf.GGMLQuantizationType.MXFP4)
+    notes = []
+    lazy = _gguf_tensor(str(tmp_path / "m.gguf"), t, (4, 256), notes)
+    pw = lazy.packed()
+    want = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.MXFP4)
+    assert lazy.dtype == pw.dtype == ("q8_0" if scale is None else "f32") and len(notes) == 1
+    assert notes[0].startswith("blk.0.ffn_up.weight: MXFP4 ")
+    if scale is None:
+        assert notes[0].endswith("stored as q8_0 (exact)") and pw.nbytes == 4 * 8 * 36
+    else:
+        assert "dequantized to f32" in notes[0] and "q8_0 cannot hold" in notes[0]
+    assert np.array_equal(pw.dequantize().view(np.uint32), want.view(np.uint32))
+
+
 def test_gguf_unsupported_type_names_tensor(tmp_path):
     t = single_tensor_gguf(tmp_path / "f64.gguf", "blk.0.ffn_up.weight", np.zeros((4, 32), np.float64))
     with pytest.raises(ModelError) as e:

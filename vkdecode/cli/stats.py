@@ -180,8 +180,8 @@ def format_stats(s: dict) -> str:
         + f"; KV cache {m.get('kv_dtype', '?')}"
     )
     notes = m.get("notes", [])
-    if notes:  # tensors with no native kernel (Q2_K, Q3_K, ...) or whose rows do not fit their blocks
-        lines.append(f"  dequantized to f32 at load: {len(notes)} tensor(s), e.g. {notes[0]}")
+    if notes:  # f32 at load (no native kernel, rows that do not fit their blocks), MXFP4 as q8_0
+        lines.append(f"  converted at load: {len(notes)} tensor(s), e.g. {notes[0]}")
     modes = list(s["modes"])
     head = "".join(f"{mo:>15s}" for mo in modes)
     lines.append(f"\nPer token, steady state {'':12s}{head}")

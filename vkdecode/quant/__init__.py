@@ -1,6 +1,6 @@
 """Weight dtypes: the registry (registry.py: one record per dtype, every dtype list derived from
 it), the GPU word layout and packing (blocks.py; kquant.py for the split K-quant / q5_1 / iq4_nl
-blocks)."""
+blocks; mxfp4.py for GGUF MXFP4, which loads as q8_0)."""
 
 from __future__ import annotations
 
