@@ -8,7 +8,7 @@ import pytest
 
 from tests.executors.test_prefill import check_against, exact, prompt, reference_path
 from tests.executors.test_speculative import plain_tokens, spec_tokens
-from tests.helpers.make_models import GPT_OSS_TRUNCATED, tiny_hf_model, write_gguf
+from tests.helpers.make_models import GPT_OSS_TRUNCATED, mxfp4_hf_model, tiny_hf_model, write_gguf
 from tests.helpers.reference_run import greedy_against_reference, replay_host_work
 from vkdecode.executors import make_executor
 from vkdecode.executors.decoder import Decoder
@@ -263,3 +263,12 @@ def test_gpt_oss_gguf(device, models_dir, dtype):
         with make_executor(mode, device, m.program, m.weights) as ex:
             toks[mode] = greedy_against_reference(ex, Reference(m.program, m.weights), 12)[0]
     assert toks["unfused"] == toks["fused"]
+
+
+def test_gpt_oss_mxfp4_checkpoint(device, models_dir):
+    """OpenAI's MXFP4 experts (HF blocks and scales) as q8_0: fused against the reference."""
+    d = mxfp4_hf_model(tiny_hf_model("gpt_oss", models_dir), models_dir / "hf-gpt_oss-mxfp4")
+    m = load_model(d, ctx=32)
+    assert m.weights["layers.0.exp_up"].dtype == "q8_0"
+    with make_executor("fused", device, m.program, m.weights) as ex:
+        greedy_against_reference(ex, Reference(m.program, m.weights), 12)

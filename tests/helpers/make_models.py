@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -112,6 +113,41 @@ GPT_OSS_TRUNCATED = {
         "original_max_position_embeddings": 4096,
     },
 }
+
+
+def mxfp4_hf_model(src, dst) -> Path:
+    """The HF gpt-oss dir `src` with its experts as OpenAI ships them: MXFP4 `*_blocks` / `*_scales`
+    (output-major; element 2j in byte j's low nibble, 2j + 1 in its high one; scale = exponent +
+    127) made with gguf's MXFP4 quantizer, and quantization_config mxfp4. Cached by dst."""
+    import gguf
+    from safetensors.numpy import load_file, save_file
+
+    dst = Path(dst)
+    if (dst / "config.json").exists():
+        return dst
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp)
+    state = {}
+    for f in sorted(tmp.glob("*.safetensors")):
+        state.update(load_file(f))
+        f.unlink()
+    for k in [k for k in state if k.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
+        w = np.ascontiguousarray(state.pop(k).astype(np.float32).swapaxes(1, 2))  # (experts, out, in)
+        raw = gguf.quants.quantize(w.reshape(-1, w.shape[2]), gguf.GGMLQuantizationType.MXFP4)
+        raw = raw.reshape(*w.shape[:2], w.shape[2] // 32, 17)
+        idx = np.concatenate([raw[..., 1:] & 0xF, raw[..., 1:] >> 4], axis=-1)  # ggml: j low, j + 16 high
+        state[k + "_blocks"] = (idx[..., 0::2] | (idx[..., 1::2] << 4)).astype(np.uint8)
+        state[k + "_scales"] = raw[..., 0].copy()
+    save_file(state, str(tmp / "model.safetensors"))
+    cfg = json.loads((tmp / "config.json").read_text())
+    cfg["quantization_config"] = {
+        "quant_method": "mxfp4",
+        "modules_to_not_convert": ["model.layers.*.self_attn"],
+    }
+    (tmp / "config.json").write_text(json.dumps(cfg))
+    os.replace(tmp, dst)
+    return dst
 
 
 def write_tiny_tokenizer(path) -> None:

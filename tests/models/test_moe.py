@@ -6,7 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.helpers.make_models import GPT_OSS_TRUNCATED, MOE, SMALL, hf_logits, tiny_hf_model, write_gguf
+from tests.helpers.make_models import (
+    GPT_OSS_TRUNCATED,
+    MOE,
+    SMALL,
+    hf_logits,
+    mxfp4_hf_model,
+    tiny_hf_model,
+    write_gguf,
+)
 from tests.test_reference import PROMPT, PROMPT_IDS, reference_for, rel_err, run_greedy
 from vkdecode.errors import ModelError
 from vkdecode.models.config import ModelArgs
@@ -192,7 +200,7 @@ def test_gpt_oss_config_defaults():
 @pytest.mark.parametrize(
     "kw,msg",
     [
-        ({"quantization_config": {"quant_method": "mxfp4"}}, "quantization_config"),
+        ({"quantization_config": {"quant_method": "bitsandbytes"}}, "quantization_config"),
         ({"swiglu_limit": 0}, "swiglu_limit"),
         ({"layer_types": ["sliding_attention"]}, "layer_types"),
         ({"sliding_window": 0}, "sliding_window"),
@@ -218,3 +226,43 @@ def test_gpt_oss_gguf_matches_transformers(models_dir):
     ref = hf_logits(d, tokens)
     assert rel_err(logits, ref) <= 1e-4, rel_err(logits, ref)
     assert list(ref.argmax(axis=1)[PROMPT - 1 : -1]) == tokens[PROMPT:]
+
+
+def test_gpt_oss_mxfp4_checkpoint_matches_transformers(models_dir):
+    """OpenAI's form: the experts as MXFP4 blocks and scales (quantization_config mxfp4), loaded as
+    q8_0 exactly; transformers dequantizes the same blocks (on CPU) and gives the same logits."""
+    d = mxfp4_hf_model(tiny_hf_model("gpt_oss", models_dir), models_dir / "hf-gpt_oss-mxfp4")
+    _, weights, meta = load_weights(d)
+    assert weights["layers.0.exp_gate"].dtype == weights["layers.1.exp_down"].dtype == "q8_0"
+    assert sum("MXFP4 stored as q8_0" in n for n in meta["notes"]) == 2 * 3
+    tokens, logits = run_greedy(reference_for(d), PROMPT_IDS, DECODE)
+    ref = hf_logits(d, tokens)
+    assert rel_err(logits, ref) <= 1e-4, rel_err(logits, ref)
+    assert list(ref.argmax(axis=1)[PROMPT - 1 : -1]) == tokens[PROMPT:]
+    # the blocks are not the bf16 weights: a reader that fell back to those would fail above
+    _, plain = run_greedy(reference_for(tiny_hf_model("gpt_oss", models_dir)), PROMPT_IDS, DECODE)
+    assert rel_err(logits, plain) > 1e-3
+
+
+def test_gpt_oss_mxfp4_scale_q8_0_cannot_hold_loads_f32(models_dir, tmp_path):
+    """A block whose scale is far below f16's range (2^-40, odd quants: no shift makes it exact)
+    sends that tensor to f32, with a note; the values are still the MXFP4 ones."""
+    import json
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    src = mxfp4_hf_model(tiny_hf_model("gpt_oss", models_dir), models_dir / "hf-gpt_oss-mxfp4")
+    d = tmp_path / "tiny-scale"
+    shutil.copytree(src, d)
+    state = load_file(str(d / "model.safetensors"))
+    name = "model.layers.0.mlp.experts.down_proj"
+    state[name + "_scales"][0, 0, 0] = 128 - 40
+    state[name + "_blocks"][0, 0, 0] = 0x11  # two elements of value 1 x 2^-40 (after FP4's halving)
+    save_file(state, str(d / "model.safetensors"))
+    assert json.loads((d / "config.json").read_text())["quantization_config"]["quant_method"] == "mxfp4"
+    _, weights, meta = load_weights(d)
+    w = weights["layers.0.exp_down"]
+    assert w.dtype == "f32" and weights["layers.1.exp_down"].dtype == "q8_0"
+    assert any("down_proj_blocks: MXFP4 dequantized to f32" in n for n in meta["notes"])
+    assert np.ldexp(1.0, -40) in np.abs(w.dequantize()[0, :32])

@@ -21,6 +21,9 @@ class HfView:
     source: str
     stored: Callable
     view: Callable
+    # where the source may be MXFP4 blocks and scales (hf_mxfp4.py): the program's rows are every
+    # step-th stored one from start
+    mxfp4: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

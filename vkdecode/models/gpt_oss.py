@@ -8,8 +8,9 @@ and a clamped GLU (swiglu_clamp): c = min(g, limit), y = c sigmoid(alpha c) (cla
 
 HF checkpoints stack the experts: gate_up_proj (experts, hidden, 2 x ffn) with gate and up
 interleaved column by column, down_proj (experts, ffn, hidden), both stored input-major; HF_VIEWS
-turns them into the program's (experts, out, in) weights at load. MXFP4-quantized HF checkpoints
-(quantization_config) are refused by the config audit; bf16 / f32 ones load. A GGUF stores gate and
+turns them into the program's (experts, out, in) weights at load. OpenAI's checkpoints store the
+experts as MXFP4 blocks and scales (quantization_config mxfp4): hf_mxfp4.py loads them as q8_0,
+exactly; other quantization_configs are refused by the config audit. A GGUF stores gate and
 up apart, output-major, as llama.cpp's converter writes them; llama.cpp hard-codes the GLU's
 constants and floors / ceils YaRN's ramp (transformers' truncate = false does not), so a GGUF runs
 llama.cpp's math.
@@ -51,7 +52,10 @@ def _layer_types(cfg: dict, n_layers: int, where: str) -> tuple[str, ...]:
 def from_hf(cfg: dict, where: str) -> dict:
     """The ModelArgs fields of an HF GptOssForCausalLM config.json, with its own refusals."""
     key = hf_key(cfg, where)
-    config_audit.audit_hf({k: v for k, v in cfg.items() if k not in OWN_KEYS}, ARCHITECTURE, where)
+    q = cfg.get("quantization_config")
+    mx = isinstance(q, dict) and q.get("quant_method") == "mxfp4"  # the experts' blocks (hf_mxfp4.py)
+    own = OWN_KEYS + (("quantization_config",) if mx else ())
+    config_audit.audit_hf({k: v for k, v in cfg.items() if k not in own}, ARCHITECTURE, where)
     n_layers, heads = int(key("num_hidden_layers")), int(key("num_attention_heads", 64))
     types = _layer_types(cfg, n_layers, where)
     window = cfg.get("sliding_window", 128)
@@ -173,11 +177,13 @@ def _interleaved(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 HF_VIEWS = {
     # program name -> its HF view; LAYER_NAMES has the GGUF names (plain tensors there)
-    "exp_gate": HfView("mlp.experts.gate_up_proj", _interleaved, _gate_up(0)),
-    "exp_up": HfView("mlp.experts.gate_up_proj", _interleaved, _gate_up(1)),
+    "exp_gate": HfView("mlp.experts.gate_up_proj", _interleaved, _gate_up(0), mxfp4=(2, 0)),
+    "exp_up": HfView("mlp.experts.gate_up_proj", _interleaved, _gate_up(1), mxfp4=(2, 1)),
     "exp_gate_b": HfView("mlp.experts.gate_up_proj_bias", _interleaved, _gate_up(0)),
     "exp_up_b": HfView("mlp.experts.gate_up_proj_bias", _interleaved, _gate_up(1)),
-    "exp_down": HfView("mlp.experts.down_proj", lambda s: (s[0], s[2], s[1]), lambda a: a.swapaxes(-1, -2)),
+    "exp_down": HfView(
+        "mlp.experts.down_proj", lambda s: (s[0], s[2], s[1]), lambda a: a.swapaxes(-1, -2), mxfp4=(1, 0)
+    ),
     "exp_down_b": HfView("mlp.experts.down_proj_bias", tuple, lambda a: a),
 }
 GGUF_EXPERTS = {"exp_gate": "ffn_gate_exps", "exp_up": "ffn_up_exps", "exp_down": "ffn_down_exps"}

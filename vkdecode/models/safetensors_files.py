@@ -97,6 +97,15 @@ def tensor_dtype(file: str, name: str, header: dict) -> str:
     return dt
 
 
+def read_u8(file: str, name: str, header: dict) -> np.ndarray:
+    """A U8 tensor (MXFP4 blocks and scales), read as stored."""
+    h = header[name]
+    start, end = h["data_offsets"]
+    if h["dtype"] != "U8" or end - start != int(np.prod(h["shape"], dtype=object)):
+        raise ModelError(f"{file}: tensor {name!r} is not a U8 array of shape {tuple(h['shape'])}")
+    return read_bytes(file, h["_base"] + start, end - start).reshape(h["shape"])
+
+
 def read_tensor(file: str, name: str, header: dict) -> np.ndarray:
     """The tensor as f32 or f16, read (not mapped) from the file. bf16 is read raw because numpy
     has no bfloat16."""

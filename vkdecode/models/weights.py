@@ -18,7 +18,7 @@ import gguf
 import numpy as np
 
 from vkdecode.errors import ModelError, VkDecodeError
-from vkdecode.models import ARCHITECTURES, settings
+from vkdecode.models import ARCHITECTURES, hf_mxfp4, settings
 from vkdecode.models.config import ModelArgs
 from vkdecode.models.gguf_names import expected_shapes, is_norm, source_name
 from vkdecode.models.lazy import LazyWeight, read_bytes
@@ -136,12 +136,17 @@ def _load_hf(path: str):
     args = settings.stored_head(args, where)  # transformers 5 keeps a stored lm_head
     _check_layers(path, args, len(where))  # and _check_unused: before reading any data
     srcs = {n: hf_sources(source_name(n, "hf", args.arch), args.n_experts) for n in expected_shapes(args)}
-    _check_unused(path, where, {s for names in srcs.values() for s in names})
-    headers: dict[str, dict] = {}
-    weights, types = {}, {}
     plus_one, views = ARCHITECTURES[args.arch].hf_norms_plus_one, ARCHITECTURES[args.arch].hf_views
+    mx = {n: p for n, s in srcs.items() if (p := hf_mxfp4.sources(views.get(n.split(".", 2)[-1]), s, where))}
+    _check_unused(path, where, {s for names in [*srcs.values(), *mx.values()] for s in names})
+    headers: dict[str, dict] = {}
+    weights, types, notes = {}, {}, []
     for name, shape in expected_shapes(args).items():
         view = views.get(name.split(".", 2)[-1])
+        if name in mx:  # gpt-oss's MXFP4 experts: q8_0 on the device
+            dtype, pack = hf_mxfp4.weight(mx[name], view, shape, where, notes)
+            weights[name], types[name] = _lazy(where[mx[name][0]], dtype, shape, pack), "MXFP4"
+            continue
         want = shape[1:] if len(shape) == 3 and not view else shape  # 3-D: one tensor per expert
         want = view.stored(want) if view else want
         tensors = []
@@ -158,7 +163,7 @@ def _load_hf(path: str):
         dtype = "f16" if types[name] == "F16" and not name.endswith("_b") else "f32"
         pack = functools.partial(_hf_packed, tensors, dtype, plus_one and is_norm(name), view)
         weights[name] = _lazy(tensors[0][0], _float_dtype(shape, dtype), shape, pack)
-    meta = {"format": "safetensors", "path": path, "notes": [], "source_types": types}
+    meta = {"format": "safetensors", "path": path, "notes": notes, "source_types": types}
     return args, weights, meta
 
 
