@@ -33,6 +33,40 @@ GRIDS = {"direct": 256, "split8": 16, "split3": 50}  # attn_max_chunk -> S = cei
 HEADS = [(4, 4, 64), (6, 2, 64), (8, 2, 64), (2, 1, 128), (3, 1, 6)]  # GQA ratios 1, 3, 4; odd d
 
 
+def attention_case(rng, h, kvh, d, n, kv="f32", sinks=False, **attrs):
+    """One attention op at position n - 1 over CTX-row caches of `kv`, and its inputs: q, caches
+    with garbage (1e4) in the rows past pos, which the kernel must not read; with sinks, gpt-oss's
+    per-head sinks as a 5th input (draw_sinks)."""
+    ins = {
+        "q": ((h * d,), "f32", "activation"),
+        "kc": ((CTX, kvh * d), kv, "state"),
+        "vc": ((CTX, kvh * d), kv, "state"),
+        "step": ((8,), "u32", "step"),
+    }
+    if sinks:
+        ins["sinks"] = ((h,), "f32", "weight")
+    p = one_op(
+        "attention",
+        ins,
+        {"o": ((h * d,), "f32", "output")},
+        n_heads=h,
+        n_kv_heads=kvh,
+        head_dim=d,
+        scale=d**-0.5,
+        **attrs,
+    )
+    env = {
+        "q": (rng.standard_normal(h * d) * 2).astype(np.float32),
+        "kc": rng.standard_normal((CTX, kvh * d)).astype(np.float32),
+        "vc": rng.standard_normal((CTX, kvh * d)).astype(np.float32),
+        "step": step(0, n - 1),
+    }
+    if sinks:
+        env["sinks"] = PackedWeight("f32", (h,), {"data": draw_sinks(rng, h)})
+    env["kc"][n:] = 1e4
+    return p, env
+
+
 def _params():
     for h, kvh, d in HEADS:
         for n in (1, 2, 31, 33, 100):
@@ -70,28 +104,7 @@ def _check_attention(device, h, kvh, d, n, grid, path, kv):
         pytest.skip("device has no subgroup arithmetic")
     caps = replace(caps, subgroup_arithmetic=(path == "sg"), attn_max_chunk=GRIDS[grid])
     rng = np.random.default_rng(zlib.crc32(f"{h},{kvh},{d},{n}".encode()))
-    p = one_op(
-        "attention",
-        {
-            "q": ((h * d,), "f32", "activation"),
-            "kc": ((CTX, kvh * d), kv, "state"),
-            "vc": ((CTX, kvh * d), kv, "state"),
-            "step": ((8,), "u32", "step"),
-        },
-        {"o": ((h * d,), "f32", "output")},
-        n_heads=h,
-        n_kv_heads=kvh,
-        head_dim=d,
-        scale=d**-0.5,
-    )
-    # Rows past pos hold garbage on purpose: the kernel must not read them.
-    env = {
-        "q": (rng.standard_normal(h * d) * 2).astype(np.float32),
-        "kc": rng.standard_normal((CTX, kvh * d)).astype(np.float32),
-        "vc": rng.standard_normal((CTX, kvh * d)).astype(np.float32),
-        "step": step(0, n - 1),
-    }
-    env["kc"][n:] = 1e4
+    p, env = attention_case(rng, h, kvh, d, n, kv)  # rows past pos: garbage the kernel must not read
     if kv == "f16":  # the reference reads the very halves the GPU holds
         env["kc"], env["vc"] = (env[c].astype(np.float16).astype(np.float32) for c in ("kc", "vc"))
     got, want = run_and_reference(device, p, env, caps)
@@ -126,28 +139,7 @@ def test_attention_window(device, h, kvh, d, n, window, grid, path):
         pytest.skip("device has no subgroup arithmetic")
     caps = replace(caps, subgroup_arithmetic=(path == "sg"), attn_max_chunk=GRIDS[grid] // 8 or 1)
     rng = np.random.default_rng(zlib.crc32(f"w{h},{kvh},{d},{n},{window}".encode()))
-    p = one_op(
-        "attention",
-        {
-            "q": ((h * d,), "f32", "activation"),
-            "kc": ((CTX, kvh * d), "f32", "state"),
-            "vc": ((CTX, kvh * d), "f32", "state"),
-            "step": ((8,), "u32", "step"),
-        },
-        {"o": ((h * d,), "f32", "output")},
-        n_heads=h,
-        n_kv_heads=kvh,
-        head_dim=d,
-        scale=d**-0.5,
-        window=window,
-    )
-    env = {
-        "q": (rng.standard_normal(h * d) * 2).astype(np.float32),
-        "kc": rng.standard_normal((CTX, kvh * d)).astype(np.float32),
-        "vc": rng.standard_normal((CTX, kvh * d)).astype(np.float32),
-        "step": step(0, n - 1),
-    }
-    env["kc"][n:] = 1e4
+    p, env = attention_case(rng, h, kvh, d, n, window=window)
     env["kc"][: max(0, n - window)] = 1e4  # outside the window: would dominate if read
     env["vc"][: max(0, n - window)] = 1e4
     got, want = run_and_reference(device, p, env, caps)
@@ -186,30 +178,7 @@ def test_attention_sinks(device, h, kvh, d, n, window, grid, path):
         pytest.skip("device has no subgroup arithmetic")
     caps = replace(caps, subgroup_arithmetic=(path == "sg"), attn_max_chunk=GRIDS[grid])
     rng = np.random.default_rng(zlib.crc32(f"sinks{h},{kvh},{d},{n},{window}".encode()))
-    p = one_op(
-        "attention",
-        {
-            "q": ((h * d,), "f32", "activation"),
-            "kc": ((CTX, kvh * d), "f32", "state"),
-            "vc": ((CTX, kvh * d), "f32", "state"),
-            "step": ((8,), "u32", "step"),
-            "sinks": ((h,), "f32", "weight"),
-        },
-        {"o": ((h * d,), "f32", "output")},
-        n_heads=h,
-        n_kv_heads=kvh,
-        head_dim=d,
-        scale=d**-0.5,
-        **({"window": window} if window else {}),
-    )
-    env = {
-        "q": (rng.standard_normal(h * d) * 2).astype(np.float32),
-        "kc": rng.standard_normal((CTX, kvh * d)).astype(np.float32),
-        "vc": rng.standard_normal((CTX, kvh * d)).astype(np.float32),
-        "step": step(0, n - 1),
-        "sinks": PackedWeight("f32", (h,), {"data": draw_sinks(rng, h)}),
-    }
-    env["kc"][n:] = 1e4  # past pos, and before the window: must not be read
+    p, env = attention_case(rng, h, kvh, d, n, sinks=True, **({"window": window} if window else {}))
     env["kc"][: max(0, n - window) if window else 0] = 1e4
     got, want = run_and_reference(device, p, env, caps)
     err = head_nmse(got["o"], want["o"], h, d)
