@@ -116,6 +116,13 @@ def test_copy_bandwidth(device):
     assert bench.copy_bandwidth(device, 4 << 20, reps=2, runs=2) > 0
 
 
+def test_copy_bandwidth_past_the_binding_limit(device, monkeypatch):
+    """`vkdecode bench`'s default 256 MiB copy was one binding past lavapipe's 128 MiB
+    maxStorageBufferRange (an error after the timed reps): the copy is clamped to the limit."""
+    monkeypatch.setitem(device.info.limits, "max_storage_buffer_range", 8 << 20)
+    assert bench.copy_bandwidth(device, 64 << 20, reps=1, runs=1) > 0
+
+
 def test_run_bench_on_one_device(device, tmp_path):
     model = bench.random_model("tiny", "q8_0", ctx=64, prompt_tokens=3)
     res = bench.run_bench(

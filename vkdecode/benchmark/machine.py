@@ -18,6 +18,8 @@ def copy_bandwidth(device, nbytes: int = 256 << 20, reps: int = 5, runs: int = 4
 def copy_bandwidths(device, nbytes: int = 256 << 20, reps: int = 5, runs: int = 4) -> dict[str, float]:
     from vkdecode.vk.descriptors import write_descriptor_set
 
+    # one binding each: no bigger than the device lets a shader see (lavapipe: 128 MiB)
+    nbytes = min(nbytes, int(device.limits["max_storage_buffer_range"]))
     nbytes -= nbytes % 16
     a, b = device.buffer(nbytes), device.buffer(nbytes)
     ts = device.timestamp_pool(2)
