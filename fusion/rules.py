@@ -25,6 +25,7 @@ from fusion.region import (
     whole_norm,
 )
 from fusion.rules_moe import (
+    MOE_MATMUL_BIAS,
     MOE_MATMUL_SILU_MUL,
     MOE_MATMUL_SILU_MUL_CHUNK,
     MOE_MATMUL_SUM_ADD,
@@ -200,6 +201,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     RMS_NORM_MATMUL_MOE_TOPK,
     MOE_MATMUL_SILU_MUL,
     MOE_MATMUL_SUM_ADD,
+    MOE_MATMUL_BIAS,
     RMS_NORM_MATMUL_SILU_MUL,
     RMS_NORM_MATMUL_BIAS_SILU_MUL,
     RMS_NORM_MATMUL_GELU_MUL,

@@ -72,6 +72,22 @@ MOE_MATMUL_SUM_ADD = rule(
     check=lambda m, p: shape_of(p, m.captures["s"])[0] == shape_of(p, m.captures["w"])[1],
 )
 
+
+def _lower_moe_bias(m: Match, p: Program) -> Region:
+    c = m.captures
+    return match_region(m, {k: c[k] for k in ("w", "x", "ids", "b", "o")}, {})
+
+
+# gpt-oss: each chosen expert's matvec and its bias row, added as the rows are stored (moe_matmul
+# with BIAS). A chunk's wide slots take the grouped matmul instead (the lowering declines them).
+MOE_MATMUL_BIAS = rule(
+    "MOE_MATMUL_BIAS",
+    op("moe_matmul", ("w", "x", "ids"), ("y",)),
+    op("moe_bias", ("y", "b", "ids"), ("o",)),
+    exports=("o",),
+    lower=_lower_moe_bias,
+)
+
 # Routers of more elements (experts x hidden) than this run on the multi-workgroup rms_norm_matmul,
 # not in one workgroup with their top-k (vkdecode/lowering/moe.py, caps.router_one_wg): in a decode
 # step their top-k goes into the chosen experts' gate/up kernel instead of a dispatch of its own.
@@ -121,6 +137,7 @@ MOE_RULES = (
     RMS_NORM_MATMUL_MOE_TOPK,
     MOE_MATMUL_SILU_MUL,
     MOE_MATMUL_SUM_ADD,
+    MOE_MATMUL_BIAS,
 )
 
 

@@ -5,7 +5,8 @@
 // start at row ids[s] * M, so the ids stay on the GPU. Workgroup g: slot g / BLOCKS, row block
 // g % BLOCKS. Bindings: 0 W (quant: 0 q, 1 scales), then x, ids, y.
 // Spec: 0 wg size, 1 K, 2 M (rows of one expert), 3 ROWS (matvec.glsl), 4 XDIV (slots per x row),
-// 5 BLOCKS (row blocks per slot).
+// 5 BLOCKS (row blocks per slot). BIAS (gpt-oss, MOE_MATMUL_BIAS): binding B_Y + 1 holds the
+// experts' bias rows (experts x M), the slot's expert's row added as y is stored.
 #define NO_WG_REDUCE
 #include "common.glsl"
 
@@ -33,7 +34,12 @@ uint moe_slot = 0u;
 #define X4(i) x4[moe_slot / XDIV * (XK / 4) + (i)]
 #define MV_GROUP() (flat_group_id() % BLOCKS)
 #define MV_ROW_BASE(j) (ids[moe_slot] * M)
+#ifdef BIAS
+layout(binding = B_Y + 1) readonly buffer BiasB { float bias[]; };
+#define MV_STORE(row, v) y[moe_slot * M + (row)] = (v) + bias[ids[moe_slot] * M + (row)]
+#else
 #define MV_STORE(row, v) y[moe_slot * M + (row)] = (v)
+#endif
 
 #include "dequant.glsl"
 #include "matvec.glsl"

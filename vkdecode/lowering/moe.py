@@ -110,6 +110,23 @@ def moe_matmul(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     ]
 
 
+def moe_matmul_bias(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
+    """MOE_MATMUL_BIAS (gpt-oss): moe_matmul.comp with BIAS, the expert's bias row added as each
+    row is stored. Wide slots (a chunk's) decline: the grouped matmul, then moe_bias."""
+    r = region.roles
+    w, x, ids = r["w"], r["x"], r["ids"]
+    if group_rows(p, ids, p.values[w].shape[0], caps):
+        return None
+    k = p.values[w].shape[2]
+    slots, xrows = p.values[ids].numel, p.values[x].numel // k
+    call = _matvec_call(
+        "moe_matmul", p, w, (x, ids), r["o"], lambda n: ((slots // xrows, n, k), slots * n), caps
+    )
+    return [
+        replace(call, bindings=call.bindings + (Binding(r["b"]),), defines=call.defines + (("BIAS", "1"),))
+    ]
+
+
 def moe_sum(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     return [moe_sum_call(p, *op.inputs, op.outputs[0], caps)]
 

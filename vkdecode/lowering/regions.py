@@ -52,6 +52,7 @@ KERNELS: dict[str, Builder] = _by_rule(
         ((R.RMS_NORM_MATMUL_MOE_TOPK,), moe.rms_norm_matmul_moe_topk),
         ((R.MOE_MATMUL_SILU_MUL,), moe.moe_matmul_silu_mul),
         ((R.MOE_MATMUL_SUM_ADD,), moe.moe_matmul_sum_add),
+        ((R.MOE_MATMUL_BIAS,), moe.moe_matmul_bias),
         # a prompt chunk's (fusion.rules.CHUNK_RULES)
         ((R.MOE_MATMUL_SILU_MUL_CHUNK,), moe_chunk.moe_matmul_silu_mul_chunk),
         ((R.MOE_SUM_ADD_CHUNK,), moe_chunk.moe_sum_add_chunk),
