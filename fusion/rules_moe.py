@@ -73,6 +73,28 @@ MOE_MATMUL_SUM_ADD = rule(
 )
 
 
+def _lower_moe_glu_clamp(m: Match, p: Program) -> Region:
+    c = m.captures
+    glu = p.ops[p.producers()[c["a"]]].attrs
+    roles = {k: c[k] for k in ("x", "ids", "w_gate", "w_up", "b_gate", "b_up", "a")}
+    return match_region(m, roles, {"alpha": float(glu["alpha"]), "limit": float(glu["limit"])})
+
+
+# gpt-oss's gate/up: the chosen experts' gate and up matvecs, their bias rows and the clamped GLU
+# in one kernel (fused_swiglu.glsl with MOE, BIAS, GLU_CLAMP), as MOE_MATMUL_SILU_MUL for SwiGLU
+MOE_MATMUL_BIAS_SWIGLU_CLAMP = rule(
+    "MOE_MATMUL_BIAS_SWIGLU_CLAMP",
+    op("moe_matmul", ("w_gate", "x", "ids"), ("g0",)),
+    op("moe_bias", ("g0", "b_gate", "ids"), ("g",)),
+    op("moe_matmul", ("w_up", "x", "ids"), ("u0",)),
+    op("moe_bias", ("u0", "b_up", "ids"), ("u",)),
+    op("swiglu_clamp", ("g", "u"), ("a",)),
+    exports=("a",),
+    lower=_lower_moe_glu_clamp,
+    check=MOE_MATMUL_SILU_MUL.check,  # one x for every slot (the decode step)
+)
+
+
 def _lower_moe_bias(m: Match, p: Program) -> Region:
     c = m.captures
     return match_region(m, {k: c[k] for k in ("w", "x", "ids", "b", "o")}, {})
@@ -137,6 +159,7 @@ MOE_RULES = (
     RMS_NORM_MATMUL_MOE_TOPK,
     MOE_MATMUL_SILU_MUL,
     MOE_MATMUL_SUM_ADD,
+    MOE_MATMUL_BIAS_SWIGLU_CLAMP,
     MOE_MATMUL_BIAS,
 )
 

@@ -41,7 +41,8 @@ layout(binding = B_IDS) readonly buffer MIDS { uint moe_ids[]; };
 #include "fused_wslot.glsl"
 layout(binding = B_Y) writeonly buffer YB { float y[]; };
 #ifdef BIAS
-// RMS_NORM_MATMUL_BIAS_SILU_MUL (Llama mlp_bias): gate and up biases, bindings BB_0 and BB_1
+// RMS_NORM_MATMUL_BIAS_SILU_MUL (Llama mlp_bias): gate and up biases, bindings BB_0 and BB_1; with
+// MOE (gpt-oss) each expert's rows of them (experts x M), from FSW_BASE
 layout(binding = BB_0) readonly buffer BGB { float b_gate[]; };
 layout(binding = BB_1) readonly buffer BUB { float b_up[]; };
 #endif
@@ -88,10 +89,14 @@ void main() {
     float inv = fmv_inv_rms(fmv_total(2 * ROWS));
     float g = fmv_total(t) * inv, u = fmv_total(ROWS + t) * inv;
 #ifdef BIAS
-    g += b_gate[first + t];
-    u += b_up[first + t];
+    g += b_gate[FSW_BASE + first + t];
+    u += b_up[FSW_BASE + first + t];
 #endif
-#ifdef GELU
+#if defined(GLU_CLAMP)
+    // gpt-oss's GLU (swiglu_clamp): c = min(g, limit), c sigmoid(alpha c) (clamp(u, +-limit) + 1)
+    const float c = min(g, GLU_LIMIT);
+    y[FSW_SLOT * M + first + t] = c / (1.0 + exp(-GLU_ALPHA * c)) * (clamp(u, -GLU_LIMIT, GLU_LIMIT) + 1.0);
+#elif defined(GELU)
     y[FSW_SLOT * M + first + t] = gelu_tanh(g) * u;
 #else
     y[FSW_SLOT * M + first + t] = g / (1.0 + exp(-g)) * u;

@@ -236,7 +236,8 @@ def moe_matmul_silu_mul(
 ) -> list[KernelCall] | None:
     """fused_swiglu.glsl with MOE: workgroup g takes slot g / BLOCKS of the chosen experts. With
     route (the router's roles: logits, ids, weights, k, norm), MOE_ROUTE: the kernel ranks the
-    logits itself and writes ids and weights (shaders/moe_route.glsl)."""
+    logits itself and writes ids and weights (shaders/moe_route.glsl). gpt-oss's region
+    (MOE_MATMUL_BIAS_SWIGLU_CLAMP) adds the experts' bias rows (BIAS) and its clamped GLU."""
     r = region.roles
     if group_rows(p, r["ids"], p.values[r["w_gate"]].shape[0], caps):
         return None  # wide: the grouped matmuls, then silu_mul
@@ -255,6 +256,16 @@ def moe_matmul_silu_mul(
     y = s.add("B_Y", Binding(r["a"]))
     blocks = -(-m // rpw)
     spec, writes, defines = (wg, k, rpw, 0.0, m, blocks), (y,), (("MOE", "1"),)
+    if "b_gate" in r:
+        s.add("BB_0", Binding(r["b_gate"]))
+        s.add("BB_1", Binding(r["b_up"]))
+        a = region.attrs
+        defines += (
+            ("BIAS", "1"),
+            ("GLU_CLAMP", "1"),
+            ("GLU_ALPHA", repr(a["alpha"])),
+            ("GLU_LIMIT", repr(a["limit"])),
+        )
     if route is None:
         s.add("B_IDS", Binding(r["ids"]))
     else:
