@@ -119,15 +119,9 @@ def _window_params():
         for n, window in ((5, 1), (33, 4), (100, 32), (20, 64)):  # the last: window longer than len
             for grid in ("direct", "split3"):
                 for path in ("sg", "smem"):
+                    case = (h, kvh, d, n, window, grid, path)
                     yield pytest.param(
-                        h,
-                        kvh,
-                        d,
-                        n,
-                        window,
-                        grid,
-                        path,
-                        id=f"attention-window{window}-h{h}kv{kvh}d{d}-len{n}-{grid}-{path}",
+                        *case, id=f"attention-window{window}-h{h}kv{kvh}d{d}-len{n}-{grid}-{path}"
                     )
 
 
@@ -155,15 +149,9 @@ def _sinks_params():
             for n in lens:
                 for window in (0, 24):
                     for path in ("sg", "smem"):
+                        case = (h, kvh, d, n, window, grid, path)
                         yield pytest.param(
-                            h,
-                            kvh,
-                            d,
-                            n,
-                            window,
-                            grid,
-                            path,
-                            id=f"attention-sinks-h{h}kv{kvh}d{d}-len{n}-w{window}-{grid}-{path}",
+                            *case, id=f"attention-sinks-h{h}kv{kvh}d{d}-len{n}-w{window}-{grid}-{path}"
                         )
 
 
