@@ -53,16 +53,9 @@ def weight(pair: tuple[str, str], view, shape: tuple[int, ...], where: dict, not
     def raw() -> np.ndarray:
         return to_gguf_blocks(rows(bn, bf), rows(sn, sf)).reshape(e * out, -1)
 
-    scales = rows(sn, sf).astype(np.int32) - 128  # small: one byte per 32 weights
-    if ((scales >= mxfp4.D_EXP[0]) & (scales <= mxfp4.D_EXP[1])).all() or mxfp4.exact(raw()):
+    # the scales alone (one byte per 32 weights) decide, unless some are out of f16's range
+    if mxfp4.in_f16_range(rows(sn, sf)) or mxfp4.exact(raw()):
         notes.append(f"{bn}: MXFP4 stored as q8_0 (exact)")
         return "q8_0", lambda: mxfp4.pack_mxfp4(raw(), (e * out, n_in))
     notes.append(f"{bn}: MXFP4 dequantized to f32 at load (a block scale q8_0 cannot hold exactly)")
-    return "f32", lambda: pack_float(_dequantize(raw()).reshape(e * out, n_in), "f32")
-
-
-def _dequantize(raw: np.ndarray) -> np.ndarray:
-    blocks = raw.reshape(-1, mxfp4.BLOCK_BYTES)
-    idx = blocks[:, 1:]
-    q = np.concatenate([mxfp4.KVALUES[idx & 0xF], mxfp4.KVALUES[idx >> 4]], axis=1).astype(np.float32)
-    return np.ldexp(q, blocks[:, :1].astype(np.int32) - 128)
+    return "f32", lambda: pack_float(mxfp4.dequantize(raw()).reshape(e * out, n_in), "f32")

@@ -26,14 +26,31 @@ def _blocks(raw: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(raw, dtype=np.uint8).reshape(-1, BLOCK_BYTES)
 
 
+def in_f16_range(e: np.ndarray) -> bool:
+    """Whether every block exponent (raw e) gives a scale 2^(e - 128) that an f16 holds."""
+    x = np.asarray(e, np.int32) - 128
+    return bool(((x >= D_EXP[0]) & (x <= D_EXP[1])).all())
+
+
+def _values(blocks: np.ndarray) -> np.ndarray:
+    """int8 [n, 32]: each block's KVALUES in element order (low nibbles, then high)."""
+    idx = blocks[:, 1:]
+    return np.concatenate([KVALUES[idx & 0xF], KVALUES[idx >> 4]], axis=1)
+
+
+def dequantize(raw: np.ndarray) -> np.ndarray:
+    """f32 [n, 32] of MXFP4 block bytes: KVALUES[idx] * 2^(e - 128)."""
+    blocks = _blocks(raw)
+    return np.ldexp(_values(blocks).astype(np.float32), blocks[:, :1].astype(np.int32) - 128)
+
+
 def to_q8_0(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """MXFP4 block bytes (any shape, whole blocks) -> (d float16 [n], q int8 [n, 32]) with
     d * q == the MXFP4 values bit for bit, or None where some block has no exact q8_0 form."""
     blocks = _blocks(raw)
     x = blocks[:, 0].astype(np.int32) - 128
     xd = np.clip(x, *D_EXP)
-    idx = blocks[:, 1:]
-    q = np.concatenate([KVALUES[idx & 0xF], KVALUES[idx >> 4]], axis=1)
+    q = _values(blocks)
     moved = np.flatnonzero(x != xd)
     if moved.size:  # rare: scales an f16 cannot hold
         s = np.clip(x[moved] - xd[moved], -8, 8)[:, None]  # past 8 only q = 0 fits either way (|q| <= 12)
