@@ -8,6 +8,9 @@ Variants, each run over the same tokens (the f32 run's greedy continuation of th
   f16       x and the weights rounded to f16 (|x| > 65504 becomes inf, as a conversion does)
   f16-row   x divided by a power of two per row (so max |x| <= 2^14) before rounding, the product
             multiplied back: exact scaling, so only f16's precision remains
+  f16-shiftN x divided by 2^N before rounding and the product multiplied back (N fixed per
+            architecture: the tensor-core kernels' X_SHIFT, Architecture.coop_x_shift); small
+            values lose precision to f16's subnormals instead of large ones overflowing
   bf16      x rounded to bf16 (8 exponent bits: no overflow, 8 mantissa bits), weights f16
 
 Per variant: the logits' relative error against f32 (max over positions), the positions whose
@@ -44,6 +47,10 @@ def _round_x(x: np.ndarray, variant: str) -> tuple[np.ndarray, float]:
     """-> (x as the kernel would read it, the factor to multiply the product by)."""
     if variant == "bf16":
         return _bf16(x), 1.0
+    if variant.startswith("f16-shift"):
+        s = 2.0 ** int(variant[len("f16-shift") :])
+        with np.errstate(over="ignore"):
+            return (x / np.float32(s)).astype(np.float16).astype(np.float32), s
     if variant == "f16-row":
         top = float(np.abs(x).max())
         s = 2.0 ** max(0, int(np.ceil(np.log2(top))) - ROW_MAX_EXP) if top > 0 else 1.0

@@ -25,6 +25,9 @@
 // shared staging block to its slots' scattered rows. Spec 6 XDIV, 7 GROUP_ORDER. GLU_SILU (with
 // MOE): each stored element is silu(G) * the sum, G (the gate matmul's output, Y's layout) at
 // binding B_G + 1 (moe_rows.glsl MOE_OUT).
+// X_ROWSCALE (with X_F16; not with MOE): to_f16.comp ROW_SCALE divided some of X's rows by powers of
+// two (Gemma 3's activations pass f16's range); each result goes through the subgroup's staging
+// block and is multiplied by its row's factor (binding B_Y + 1) as it is stored.
 #define NO_WG_REDUCE
 #include "common.glsl"
 
@@ -70,6 +73,12 @@ layout(binding = B_X) readonly buffer XB4 { vec4 x4[]; };
 #endif
 layout(binding = B_Y) writeonly buffer YB { float y[]; };
 #include "moe_rows.glsl"
+#ifdef X_ROWSCALE
+#ifdef MOE
+#error "X_ROWSCALE: the grouped expert matmul takes no row factors (lowering/coop.py coop_row_scaled)"
+#endif
+layout(binding = B_Y + 1) readonly buffer XSB { float x_scale[]; };
+#endif
 
 const uint BK = 32;                    // a whole quant block per k step (64: H100 Qwen3 shapes mixed, 242 vs 253 us a layer)
 const uint WG = LANES * SG_M * SG_N;
@@ -81,7 +90,7 @@ const uint BM = 16 * BLK_M * SG_M, BN = 16 * BLK_N * SG_N;
 const uint LDV = (BK + 8) / 4;
 shared uvec2 ws[BM * LDV];             // ws[m * LDV + k / 4]: weight row m of the tile
 shared uvec2 xs[BN * LDV];             // xs[t * LDV + k / 4]: chunk row t of the tile
-#ifdef MOE
+#if defined(MOE) || defined(X_ROWSCALE)
 shared float ys[256 * SG_M * SG_N];   // a 16 x 16 result block per subgroup, on its way to scattered rows
 #endif
 #define TILE_AT(row, kk) ((row) * LDV + (kk) / 4)
@@ -205,6 +214,18 @@ void main() {
                     const uint at = YROW(t + e / 16) * MTOT + m + e % 16;
                     y[at] = MOE_OUT(at, ys[256 * sg + e]);
                 }
+            }
+            subgroupBarrier();
+#elif defined(X_ROWSCALE)
+            coopMatStore(acc[i * BLK_M + j], ys, 256 * sg, 16, CM_ROW);
+            subgroupBarrier();
+            for (uint e = gl_SubgroupInvocationID; e < 256; e += LANES) {
+                const uint tt = t + e / 16, mm = m + e % 16;
+#ifdef SPLITK
+                y[(z * T + tt) * M + mm] = ys[256 * sg + e] * x_scale[tt];
+#else
+                y[tt * MTOT + pc.row0 + mm] = ys[256 * sg + e] * x_scale[tt];
+#endif
             }
             subgroupBarrier();
 #elif defined(SPLITK)

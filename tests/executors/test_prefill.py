@@ -20,6 +20,7 @@ from vkdecode.executors import make_executor
 from vkdecode.executors.decoder import Decoder
 from vkdecode.lowering.calls import KernelCaps
 from vkdecode.models.loader import load_model
+from vkdecode.quant import quantize
 from vkdecode.reference import Reference
 
 ARCHS = ("llama", "qwen2", "qwen3")
@@ -179,6 +180,28 @@ def test_prefill_with_the_tensor_core_matmul(device, models_dir, src):
                 w,
                 shaders,
             )
+
+
+@pytest.mark.parametrize("loud", [1.0, 3e4])
+def test_prefill_gemma3_on_the_tensor_cores(device, models_dir, loud):
+    """Gemma 3's chunks of 64 rows on matmul_rows_coop, x rows scaled into f16's range
+    (Architecture.coop_row_scale), a sliding window shorter than the prompt. loud: the FFN norms'
+    weights multiplied so that every gate/up input row passes f16's 65504 (inf without the scaling)."""
+    caps = KernelCaps.from_info(device.info, prefill_chunk_rows=-1, attn_coop=1)  # exact widths
+    if not caps.coop_matrix:
+        pytest.skip(f"no coop path: {device.info.features.get('coop_reason')} (runs on the H100)")
+    m = load_model(tiny_hf_model("gemma3", models_dir, hidden_size=256, intermediate_size=512), ctx=160)
+    for name in [k for k in m.weights if k.endswith(".ffn_norm")]:
+        m.weights[name] = quantize(m.weights[name].dequantize() * np.float32(loud), "f32")
+    toks = prompt(140, seed=10)
+    want = reference_path(m, toks)
+    with Decoder(make_executor("fused", device, m.program, m.weights, caps=caps)) as dec:
+        dec.set_prefill((64, 8, 3))
+        check_against(dec, toks, *want, what=f"coop gemma3 x{loud}", tol=COOP_TOL)
+        for w, runner in dec.prefill.runners.items():
+            calls = [it.call for it in runner.items]
+            scaled = [c for c in calls if c.shader == "matmul_rows_coop" and ("X_ROWSCALE", "1") in c.defines]
+            assert bool(scaled) == (w == 64), (w, [c.shader for c in calls])
 
 
 @pytest.mark.parametrize("dtype", ["f16", "q8_0", "q4_0", "q4_1", "q5_0"])

@@ -64,7 +64,11 @@ def test_coop_shape_choice(device):
     assert coop_shape(narrow, "qwen3", 1024, 8, 1024) is None  # under 16 chunk rows
     assert coop_shape(replace(gpu, matmul_coop=64), "qwen3", 1024, 48, 1024) is None  # under matmul_coop
     assert coop_shape(gpu, "qwen3", 1024, 512, 1000) is None  # k not whole 32-wide steps
-    assert coop_shape(gpu, "gemma3", 1024, 512, 1024) is None  # activations overflow f16
+    assert coop_shape(gpu, "gemma3", 1024, 512, 1024) == (2, 2, 2, 2, 2)  # rows scaled into f16's range
+    assert coop_shape(gpu, "gpt-oss", 1024, 512, 1024) is None  # attention sinks: not on the tensor cores
+    # the row-scaled kernel's staging (1 KiB a subgroup) counts against shared memory
+    assert coop_shape(replace(gpu, max_shared=10240), "qwen3", 1024, 512, 1024) == (2, 2, 2, 2, 2)
+    assert coop_shape(replace(gpu, max_shared=10240), "gemma3", 1024, 512, 1024) is None
     assert coop_shape(replace(gpu, matmul_coop=-1), "qwen3", 1024, 512, 1024) is None
     assert coop_shape(replace(gpu, coop_matrix=False), "qwen3", 1024, 512, 1024) is None
     assert coop_shape(replace(gpu, coop_tile="2x2:2x2", matmul_splitk=1), "qwen3", 1024, 512, 1024) == (
@@ -109,29 +113,47 @@ def test_matmul_rows_coop_x_in_the_loader(device, dtype):
     check_coop_matmul(device, dtype, (64, 256, 512), "2x2:4x2", 2, coop_x16=-1)
 
 
-def check_coop_matmul(device, dtype, dims, tile, splits, **knobs):
+@pytest.mark.parametrize("dtype,splits,coop_x16", [("f16", 1, 0), ("q4_k", 2, 0), ("q6_k", 1, -1)])
+def test_matmul_rows_coop_row_scaled(device, dtype, splits, coop_x16):
+    """Gemma 3 (coop_row_scaled): rows up to 1e9, past f16's 65504, scaled into its range by
+    to_f16 ROW_SCALE (whatever coop_x16 says) and back in the store, each row as exact as a small one."""
+    magnitude = np.array([1e9, 1.0, 4e4, 1e-3, 3e5, 20.0, 1e6, 0.1] * 8, np.float32)
+    check_coop_matmul(
+        device, dtype, (64, 128, 512), "2x2:2x2", splits, "gemma3", magnitude, coop_x16=coop_x16
+    )
+
+
+def check_coop_matmul(device, dtype, dims, tile, splits, arch="llama", row_magnitude=None, **knobs):
+    """row_magnitude: x's rows multiplied by these (held to the LIMIT each, not as a whole)."""
     caps = replace(caps_of(device), **knobs)
     if not caps.coop_matrix:
         pytest.skip(f"no coop path: {device.info.features.get('coop_reason')} (runs on the H100)")
     rows, out, n_in = dims
     rng = np.random.default_rng(rows * 1000 + out * 7 + n_in)
     w = quantize((rng.standard_normal((out, n_in)) * 0.1).astype(np.float32), dtype)
-    x = rng.standard_normal(rows * n_in).astype(np.float32)
+    x = rng.standard_normal((rows, n_in)).astype(np.float32)
+    if row_magnitude is not None:
+        x *= row_magnitude[:, None]
     p = one_op(
         "matmul",
         {"w": ((out, n_in), dtype, "weight"), "x": ((rows * n_in,), "f32", "activation")},
         {"y": ((rows * out,), "f32", "output")},
         rows=rows,
     )
+    p.meta["arch"] = arch
     caps = replace(caps, coop_tile=tile, matmul_splitk=splits, matmul_coop=16)
     calls = op_calls(p, 0, caps)
-    half = ["to_f16"] if caps.coop_x16 >= 0 else []  # x rounded once (lowering/half_x.py)
+    # x rounded once (lowering/half_x.py): always where rows are scaled
+    half = ["to_f16"] if caps.coop_x16 >= 0 or row_magnitude is not None else []
     assert [c.shader for c in calls] == half + ["matmul_rows_coop"] + (
         ["matmul_rows_splitk"] if splits > 1 else []
     )
-    got, want = run_and_reference(device, p, {"w": w, "x": x}, caps)
-    err = nmse(got["y"], want["y"])
-    assert err <= LIMIT, f"coop matmul rows={rows} {dtype} [{out}, {n_in}] {tile}/{splits}: nmse {err:.3g}"
+    got, want = run_and_reference(device, p, {"w": w, "x": x.ravel()}, caps)
+    g, wn = got["y"].reshape(rows, out), want["y"].reshape(rows, out)
+    err = max(nmse(g[t], wn[t]) for t in range(rows))
+    assert err <= LIMIT, (
+        f"coop matmul rows={rows} {dtype} [{out}, {n_in}] {tile}/{splits}: worst row nmse {err:.3g}"
+    )
 
 
 # (dtype, experts, rows per expert, in-dim, slots, x rows): gate/up (k slots share an x row) and
@@ -178,7 +200,8 @@ def test_coop_attention_choice(device):
     assert shape(gpu, "qwen3", dict(qwen3, rows=512), False) is None  # f32 caches
     assert shape(gpu, "qwen3", dict(qwen3, rows=512, window=64), True) is None
     assert shape(gpu, "qwen3", dict(qwen3, rows=512, softcap=30.0), True) is None  # an attribute it lacks
-    assert shape(gpu, "gemma3", dict(qwen3, rows=512), True) is None
+    assert shape(gpu, "gemma3", dict(qwen3, rows=512), True) == (2, 32)  # a global layer (no window)
+    assert shape(gpu, "gpt-oss", dict(qwen3, rows=512), True) is None  # sinks
     assert shape(gpu, "qwen3", dict(qwen3, head_dim=72, rows=512), True) is None
     assert shape(replace(gpu, attn_coop=-1), "qwen3", dict(qwen3, rows=512), True) is None
     # auto: up to COOP_ATTN_AUTO_MAX_D

@@ -1,7 +1,7 @@
 """models/arch.py and the registry in models/__init__.py: one record per architecture, and the
 lists other modules used to type out derived from the records."""
 
-from vkdecode.lowering.coop import COOP_REFUSED_ARCHS
+from vkdecode.lowering.coop import COOP_REFUSED_ARCHS, COOP_ROW_SCALED_ARCHS
 from vkdecode.models import ARCHITECTURES
 from vkdecode.models.config import ARCHS, HF_ARCHS, HF_MODEL_TYPES
 from vkdecode.models.llama import Builder
@@ -19,4 +19,4 @@ def test_records_are_consistent():
     assert set(ARCHS) - {"qwen3moe", "qwen2moe", "gpt-oss"} <= set(HF_MODEL_TYPES)
     assert {"qwen3_moe", "qwen2_moe", "gpt_oss"} <= set(HF_MODEL_TYPES)
     assert all(issubclass(a.builder, Builder) for a in ARCHITECTURES.values())
-    assert COOP_REFUSED_ARCHS == ("gemma3", "gpt-oss")
+    assert COOP_REFUSED_ARCHS == ("gpt-oss",) and COOP_ROW_SCALED_ARCHS == ("gemma3",)

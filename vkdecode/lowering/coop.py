@@ -38,9 +38,10 @@ COOP_MAX_SPLITS = 8
 # bench/results/nvidia-h200/2026-11-28-coop-stages/mm-moe-sweep.json).
 COOP_SPLIT2_MIN_K = 4096
 COOP_GROUPS = 132  # default workgroups to reach: one per SM of an H100 (a tile is 4-8 warps of MMAs)
-# architectures whose activations overflow f16, which the kernels round their inputs to (Gemma 3),
-# or whose attention the tensor-core kernel lacks (gpt-oss's sinks)
+# architectures whose attention the tensor-core kernel lacks (gpt-oss's sinks)
 COOP_REFUSED_ARCHS = tuple(name for name, a in ARCHITECTURES.items() if not a.coop)
+# architectures whose matmul inputs pass f16's range (Gemma 3): rows scaled into it first
+COOP_ROW_SCALED_ARCHS = tuple(name for name, a in ARCHITECTURES.items() if a.coop_row_scale)
 
 
 def tile_dims(tile: tuple) -> tuple[int, int, int]:
@@ -63,8 +64,14 @@ def parse_tile(text: str) -> tuple:
 
 def coop_usable(caps: KernelCaps, arch: str) -> bool:
     """Both coop kernels: the device's coop path (its 16 x 16 x 16 f16 shape, and subgroups of
-    the kernels' 32 lanes, fixed or required per pipeline) and an architecture whose inputs fit f16."""
+    the kernels' 32 lanes, fixed or required per pipeline) and an architecture they take."""
     return caps.coop_matrix and arch not in COOP_REFUSED_ARCHS
+
+
+def coop_row_scaled(arch: str) -> bool:
+    """The matmul's x rows scaled by powers of two into f16's range (to_f16.comp ROW_SCALE), its
+    sums scaled back through a shared staging block of 16 x 16 floats a subgroup."""
+    return arch in COOP_ROW_SCALED_ARCHS
 
 
 def coop_shape(caps: KernelCaps, arch: str, n: int, rows: int, n_in: int) -> tuple | None:
@@ -81,7 +88,7 @@ def coop_shape(caps: KernelCaps, arch: str, n: int, rows: int, n_in: int) -> tup
         fits = []
         for t in tiles:
             bm, bn, wg = tile_dims(t)
-            shared = 2 * (bm + bn) * (COOP_BK + 8)
+            shared = 2 * (bm + bn) * (COOP_BK + 8) + (4 * wg * 8 if coop_row_scaled(arch) else 0)
             if n % bm == 0 and rows % bn == 0 and wg <= caps.max_invocations and shared <= caps.max_shared:
                 fits.append(t)
         return fits

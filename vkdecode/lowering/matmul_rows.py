@@ -21,7 +21,7 @@ from vkdecode.lowering.calls import (
     weight_bindings,
     wg_size,
 )
-from vkdecode.lowering.coop import coop_shape, tile_dims
+from vkdecode.lowering.coop import coop_row_scaled, coop_shape, tile_dims
 from vkdecode.lowering.half_x import half_x
 from vkdecode.quant import FLOAT_TYPES, UNIT_DTYPES
 
@@ -153,7 +153,7 @@ def expert_matmul_calls(
     if ("UNITS", "1") not in defines and n_in % 4 == 0:
         defines += (("QUADS", "1"),)
     defines += tuple((k, str(v)) for k, v in zip(("SG_M", "SG_N", "BLK_M", "BLK_N"), coop))
-    convert, xb, xdefs = half_x(x, slots // xdiv * n_in, caps)
+    convert, xb, xdefs, _ = half_x(x, slots // xdiv * n_in, caps)  # no row scales: coop_row_scaled
     b, defines = wb + (xb,) + b[len(wb) + 1 :], defines + xdefs
     spec = (wg, n_in, m, slots, m, 1, xdiv, order)
     grid = (m // bm, tiles, 1)
@@ -180,10 +180,12 @@ def matmul_calls(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
         b = weight_bindings(w, wv.dtype, r0, None if len(chunks) == 1 else n)
         label = op.outputs[0] + (f"[{r0}:]" if len(chunks) > 1 else "")
         # tensor cores first at any width they take (coop_shape: from caps.matmul_coop rows)
-        coop = coop_shape(caps, str(p.meta.get("arch", "")), n, rows, n_in)
+        arch = str(p.meta.get("arch", ""))
+        coop = coop_shape(caps, arch, n, rows, n_in)
         if coop is not None:
+            dims = (n_in, n, rows, n_out)
             calls += _coop_calls(
-                op.outputs[0], b + (Binding(x),), coop, (n_in, n, rows, n_out), r0, defines, label, caps
+                op.outputs[0], b + (Binding(x),), coop, dims, r0, defines, label, caps, coop_row_scaled(arch)
             )
             continue
         wide = None if narrow else wide_shape(caps, n, rows, n_in)
@@ -220,16 +222,26 @@ def _wide_calls(
 
 
 def _coop_calls(
-    out: str, ins: tuple, shape: tuple, dims: tuple, r0: int, defines: tuple, label: str, caps: KernelCaps
+    out: str,
+    ins: tuple,
+    shape: tuple,
+    dims: tuple,
+    r0: int,
+    defines: tuple,
+    label: str,
+    caps: KernelCaps,
+    row_scaled: bool = False,
 ) -> list[KernelCall]:
-    """matmul_rows_coop (tensor cores) into Y, or into split-k partials like the wide kernel."""
+    """matmul_rows_coop (tensor cores) into Y, or into split-k partials like the wide kernel;
+    row_scaled: x's rows scaled into f16's range first (coop.coop_row_scaled)."""
     *tile, s = shape
     bm, bn, wg = tile_dims(tuple(tile))
     grid = (dims[1] // bm, dims[2] // bn, s)
     defines = defines + tuple((k, str(v)) for k, v in zip(("SG_M", "SG_N", "BLK_M", "BLK_N"), tile))
-    convert, xb, xdefs = half_x(ins[-1].value, dims[2] * dims[0], caps)
+    convert, xb, xdefs, after = half_x(ins[-1].value, dims[2] * dims[0], caps, dims[2] if row_scaled else 0)
     ins, defines = ins[:-1] + (xb,), defines + xdefs
-    return convert + _tiled_calls("matmul_rows_coop", wg, grid, out, ins, dims, r0, defines, label, caps)
+    calls = _tiled_calls("matmul_rows_coop", wg, grid, out, ins, dims, r0, defines, label, caps, after)
+    return convert + calls
 
 
 def _tiled_calls(
@@ -243,10 +255,12 @@ def _tiled_calls(
     defines: tuple,
     label: str,
     caps: KernelCaps,
+    after: tuple = (),
 ) -> list[KernelCall]:
     """A k-tiled matmul (grid z = k splits) into Y, or (splits > 1) into a scratch of partial sums
     that matmul_rows_splitk adds into Y. The scratch is one name for every matmul: the calls run
-    one after another, so the largest split set is all that is ever live."""
+    one after another, so the largest split set is all that is ever live. after: bindings the
+    kernel takes after Y's."""
     n_in, n, rows, n_out = dims
     s = grid[2]
     if ("UNITS", "1") not in defines and n_in % 4 == 0:
@@ -254,17 +268,17 @@ def _tiled_calls(
     push = struct.pack("<I", r0)
     spec = (wg, n_in, n, rows, n_out, s)
     if s == 1:
-        b = ins + (Binding(out),)
-        return [KernelCall(kernel, spec, b, (len(b) - 1,), grid, push=push, defines=defines, label=label)]
+        b = ins + (Binding(out),) + after
+        return [KernelCall(kernel, spec, b, (len(ins),), grid, push=push, defines=defines, label=label)]
     part, nbytes = "scratch:matmul_rows.splitk", s * rows * n * 4
-    b = ins + (Binding(part),)
+    b = ins + (Binding(part),) + after
     sum_wg = wg_size(caps, 256)
     return [
         KernelCall(
             kernel,
             spec,
             b,
-            (len(b) - 1,),
+            (len(ins),),
             grid,
             push=push,
             defines=defines + (("SPLITK", "1"),),

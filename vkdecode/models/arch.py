@@ -57,6 +57,9 @@ class Architecture:
     hf_norms_plus_one: bool = False  # HF norm weights hold w of x * (1 + w): the 1 is added at load
     tokenizer_defaults: Callable | None = None  # (tokenizer) -> None, once it is loaded
     coop: bool = True  # tensor-core kernels (inputs rounded to f16) allowed
+    # their matmul inputs scaled per row by a power of two into f16's range first (shaders/to_f16.comp
+    # ROW_SCALE): activations that pass 65504
+    coop_row_scale: bool = False
 
 
 def hf_key(cfg: dict, where: str):

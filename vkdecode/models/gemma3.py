@@ -189,8 +189,10 @@ LAYER_NAMES = {
     "post_attn_norm": ("post_attention_layernorm.weight", "post_attention_norm.weight"),
     "post_ffn_norm": ("post_feedforward_layernorm.weight", "post_ffw_norm.weight"),
 }
-# coop=False: Gemma's activations overflow f16 (its reference implementations run in bf16 or f32);
-# the tensor-core kernels round their inputs to f16, so Gemma chunks keep the f32 kernels.
+# coop_row_scale: Gemma's activations can pass f16's range (its reference implementations run in
+# bf16 or f32; Gemma-3-270M's matmul inputs peak at 272, its residual stream at 1e5, which stays
+# f32). The tensor cores read each matmul's rows divided by a power of two where needed, exactly:
+# bench/results/llvmpipe/2026-11-28-gemma-f16-inputs (a fixed 2^-8 on every row cost 4x the error).
 ARCHITECTURE = Architecture(
     "gemma3",
     Gemma3Builder,
@@ -204,5 +206,5 @@ ARCHITECTURE = Architecture(
     layer_names=LAYER_NAMES,
     hf_norms_plus_one=True,
     tokenizer_defaults=tokenizer_defaults,
-    coop=False,
+    coop_row_scale=True,
 )
