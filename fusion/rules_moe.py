@@ -16,7 +16,7 @@ def _lower_router(m: Match, p: Program) -> Region:
     topk = p.ops[p.producers()[c["ids"]]].attrs
     return match_region(
         m,
-        {k: c[k] for k in ("x", "norm_w", "w", "h", "ids", "weights")},
+        {k: c[k] for k in ("x", "norm_w", "w", "b", "h", "ids", "weights") if k in c},
         {"eps": eps_of(m, p, "h"), "k": topk["k"], "norm": bool(topk.get("norm"))},
     )
 
@@ -29,6 +29,19 @@ RMS_NORM_MATMUL_MOE_TOPK = rule(
     op("moe_topk", ("logits",), ("ids", "weights")),
     exports=("h", "ids", "weights"),
     lower=_lower_router,
+)
+
+# gpt-oss: the router's bias row added to the logits before the top-k (the same kernels, BIAS)
+RMS_NORM_MATMUL_BIAS_MOE_TOPK = rule(
+    "RMS_NORM_MATMUL_BIAS_MOE_TOPK",
+    op("rms_norm", ("x", "norm_w"), ("h",), where=whole_norm),
+    op("matmul", ("w", "h"), ("logits",)),
+    op("add", ("logits", "b"), ("lb",), kinds={"b": "weight"}, commutative=True),
+    op("moe_topk", ("lb",), ("ids", "weights")),
+    exports=("h", "ids", "weights"),
+    lower=_lower_router,
+    # one bias row of one logits row (a chunk's rows run the ops)
+    check=lambda m, p: shape_of(p, m.captures["b"]) == shape_of(p, m.captures["lb"]),
 )
 
 
@@ -58,7 +71,7 @@ MOE_MATMUL_SILU_MUL = rule(
 
 def _lower_moe_down(m: Match, p: Program) -> Region:
     c = m.captures
-    return match_region(m, {k: c[k] for k in ("w", "x", "ids", "sw", "r", "s")}, {})
+    return match_region(m, {k: c[k] for k in ("w", "x", "ids", "b", "sw", "r", "s") if k in c}, {})
 
 
 MOE_MATMUL_SUM_ADD = rule(
@@ -70,6 +83,19 @@ MOE_MATMUL_SUM_ADD = rule(
     lower=_lower_moe_down,
     # one output row (the decode step)
     check=lambda m, p: shape_of(p, m.captures["s"])[0] == shape_of(p, m.captures["w"])[1],
+)
+
+# gpt-oss's down: each chosen expert's bias row added to its output before the weighting,
+# sum_j w_j (W_j x_j + b_j) + r (moe_matmul_sum_add.comp with BIAS)
+MOE_MATMUL_BIAS_SUM_ADD = rule(
+    "MOE_MATMUL_BIAS_SUM_ADD",
+    op("moe_matmul", ("w", "x", "ids"), ("y",)),
+    op("moe_bias", ("y", "b", "ids"), ("yb",)),
+    op("moe_sum", ("yb", "sw"), ("o",)),
+    op("add", ("o", "r"), ("s",), kinds={"r": "activation"}, commutative=True),
+    exports=("s",),
+    lower=_lower_moe_down,
+    check=MOE_MATMUL_SUM_ADD.check,  # one output row (the decode step)
 )
 
 
@@ -119,10 +145,15 @@ ROUTER_ONE_WORKGROUP_MAX = 1 << 15
 def _lower_route_glu(m: Match, p: Program) -> Region:
     c = m.captures
     topk = p.ops[p.producers()[c["ids"]]].attrs
-    keys = ("x", "norm_w", "w", "h", "logits", "ids", "weights", "w_gate", "w_up", "a")
-    return match_region(
-        m, {k: c[k] for k in keys}, {"eps": eps_of(m, p, "h"), "k": topk["k"], "norm": bool(topk.get("norm"))}
-    )
+    attrs = {"eps": eps_of(m, p, "h"), "k": topk["k"], "norm": bool(topk.get("norm"))}
+    if "b_gate" in c:  # gpt-oss: its clamped GLU's constants
+        glu = p.ops[p.producers()[c["a"]]].attrs
+        attrs.update(alpha=float(glu["alpha"]), limit=float(glu["limit"]))
+    keys = ("x", "norm_w", "w", "b", "h", "logits", "ids", "weights", "w_gate", "w_up", "b_gate", "b_up")
+    roles = {k: c[k] for k in (*keys, "a") if k in c}
+    if "b" in c:  # the logits the top-k ranks: the router's matvec plus its bias row
+        roles["logits"] = c["lb"]
+    return match_region(m, roles, attrs)
 
 
 def _route_glu_applies(m: Match, p: Program) -> bool:
@@ -154,11 +185,29 @@ RMS_NORM_MATMUL_MOE_TOPK_SILU_MUL = rule(
     check=_route_glu_applies,
 )
 
+# gpt-oss's form of it: the router's bias row (rms_norm_matmul's bias), the experts' bias rows and
+# the clamped GLU (the gate/up kernel of MOE_MATMUL_BIAS_SWIGLU_CLAMP, ranking the logits itself)
+RMS_NORM_MATMUL_BIAS_MOE_TOPK_BIAS_SWIGLU_CLAMP = rule(
+    "RMS_NORM_MATMUL_BIAS_MOE_TOPK_BIAS_SWIGLU_CLAMP",
+    *RMS_NORM_MATMUL_BIAS_MOE_TOPK.pattern.items,
+    op("moe_matmul", ("w_gate", "h", "ids"), ("g0",)),
+    op("moe_bias", ("g0", "b_gate", "ids"), ("g",)),
+    op("moe_matmul", ("w_up", "h", "ids"), ("u0",)),
+    op("moe_bias", ("u0", "b_up", "ids"), ("u",)),
+    op("swiglu_clamp", ("g", "u"), ("a",)),
+    exports=("h", "ids", "weights", "a"),
+    lower=_lower_route_glu,
+    check=lambda m, p: RMS_NORM_MATMUL_BIAS_MOE_TOPK.check(m, p) and _route_glu_applies(m, p),
+)
+
 MOE_RULES = (
     RMS_NORM_MATMUL_MOE_TOPK_SILU_MUL,
+    RMS_NORM_MATMUL_BIAS_MOE_TOPK_BIAS_SWIGLU_CLAMP,
     RMS_NORM_MATMUL_MOE_TOPK,
+    RMS_NORM_MATMUL_BIAS_MOE_TOPK,
     MOE_MATMUL_SILU_MUL,
     MOE_MATMUL_SUM_ADD,
+    MOE_MATMUL_BIAS_SUM_ADD,
     MOE_MATMUL_BIAS_SWIGLU_CLAMP,
     MOE_MATMUL_BIAS,
 )

@@ -4,6 +4,8 @@
 // in one matvec: y[r] = res[r] + sum_j sw[j] * (W[ids[j]] row r . x_j), x_j = x[j*K ..] the
 // SwiGLU output of slot j (matvec.glsl MV_SLOTS). Bindings: 0 W (quant: 0 q, 1 scales), then x,
 // ids, sw (slot weights), res, y. Spec: 0 wg size, 1 K, 2 M, 3 ROWS, 4 SLOTS, 5 K again.
+// BIAS (gpt-oss, MOE_MATMUL_BIAS_SUM_ADD): binding B_Y + 1 holds the experts' bias rows (experts x
+// M), each slot's expert's row weighted as its output: y[r] += sum_j sw[j] * b[ids[j]][r].
 #define NO_WG_REDUCE
 #include "common.glsl"
 
@@ -36,9 +38,23 @@ uint mv_slot = 0u;
 #define MV_ROW_BASE(j) (ids[j] * M)
 #define MV_SLOT_WEIGHT(j) sw_slot[j]
 #include "norm_out.glsl"   // NORM_OUT: the next norm's inputs too (lowering/norm_pre.py)
+#ifdef BIAS
+layout(binding = B_Y + 1) readonly buffer BiasB { float bias[]; };
+float slots_bias(uint row);  // after matvec.glsl, which declares M
+#define MV_STORE(row, v) MV_OUT(row, res[row] + (v) + slots_bias(row))
+#else
 #define MV_STORE(row, v) MV_OUT(row, res[row] + (v))
+#endif
 
 #include "dequant.glsl"
 #include "matvec.glsl"
+
+#ifdef BIAS
+float slots_bias(uint row) {
+    float s = 0.0;
+    for (uint j = 0; j < SLOTS; j++) s += sw_slot[j] * bias[ids[j] * M + row];
+    return s;
+}
+#endif
 
 void main() { matvec_main(); }

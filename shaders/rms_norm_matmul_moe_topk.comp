@@ -5,7 +5,8 @@
 // shared memory, then moe_select.glsl's softmax and top-k -> ids, weights. The router is small
 // (experts x hidden), so one workgroup reads it; with subgroup arithmetic each subgroup takes whole
 // experts (no workgroup barrier per expert).
-// Bindings: 0 x, 1 norm_w, 2 W (quant: 2 q, 3 scales), then h, ids, weights.
+// Bindings: 0 x, 1 norm_w, 2 W (quant: 2 q, 3 scales), then h, ids, weights; BIAS (gpt-oss,
+// RMS_NORM_MATMUL_BIAS_MOE_TOPK): then the router's bias row, added to each logit before the top-k.
 // Spec: 0 wg size, 1 K (hidden), 2 E, 3 TOPK, 4 EPS.
 #include "common.glsl"
 
@@ -28,6 +29,12 @@ layout(binding = 1) readonly buffer N4B { vec4 n4[]; };
 layout(binding = B_H) writeonly buffer HB { float h[]; };
 layout(binding = B_H + 1) writeonly buffer IB { uint ids[]; };
 layout(binding = B_H + 2) writeonly buffer WB { float weights[]; };
+#ifdef BIAS
+layout(binding = B_H + 3) readonly buffer BB { float router_b[]; };
+#define LOGIT(e, acc) ((acc) + router_b[e])
+#else
+#define LOGIT(e, acc) (acc)
+#endif
 
 float moe_inv = 1.0;  // 1 / rms(x)
 // the normed activation, recomputed from x where the matvec loads it (h is not read back)
@@ -56,12 +63,12 @@ void main() {
 #ifdef USE_SUBGROUP
     for (uint e = gl_SubgroupID; e < E; e += gl_NumSubgroups) {
         const float acc = subgroupAdd(router_dot(e, gl_SubgroupInvocationID, gl_SubgroupSize));
-        if (subgroupElect()) moe_p[e] = acc;
+        if (subgroupElect()) moe_p[e] = LOGIT(e, acc);
     }
 #else
     for (uint e = 0; e < E; e++) {
         const float acc = wg_sum(router_dot(e, t, gl_WorkGroupSize.x));
-        if (t == 0u) moe_p[e] = acc;
+        if (t == 0u) moe_p[e] = LOGIT(e, acc);
     }
 #endif
     moe_softmax_pick();

@@ -1,5 +1,5 @@
-"""fusion/rules_moe.py: the MoE rules on a qwen3moe / qwen2moe decode Program (no GPU), and the
-MoE ops in a prompt chunk (fusion/chunk.py) and in verify() (fusion/verify.py)."""
+"""fusion/rules_moe.py: the MoE rules on a qwen3moe / qwen2moe / gpt-oss decode Program (no GPU),
+and the MoE ops in a prompt chunk (fusion/chunk.py) and in verify() (fusion/verify.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fusion.chunk import chunk_program
 from fusion.ir import IRError, Program
 from fusion.partition import partition
 from fusion.rules import CHUNK_RULES
-from tests.helpers.make_models import MOE, SMALL
+from tests.helpers.make_models import MOE, MOE_OVERRIDES, SMALL
 from vkdecode.models import build_program
 from vkdecode.models.config import ModelArgs
 
@@ -27,6 +27,72 @@ def test_each_moe_layer_takes_the_three_rules(arch_class):
     for name in ("RMS_NORM_MATMUL_MOE_TOPK", "MOE_MATMUL_SILU_MUL", "MOE_MATMUL_SUM_ADD"):
         assert rules.count(name) == 2, (name, rules)  # layers 0 and 2; layer 1 is dense
     assert rules.count("RMS_NORM_MATMUL_SILU_MUL") == 1
+
+
+def gpt_oss_program(**kw) -> Program:
+    cfg = {**SMALL, **MOE_OVERRIDES["gpt_oss"], "architectures": ["GptOssForCausalLM"], **kw}
+    return build_program(ModelArgs.from_hf_config({k: v for k, v in cfg.items() if v is not None}), 32)
+
+
+GPT_OSS_BLOCK = {  # gpt-oss's MoE block: each region's ops
+    "RMS_NORM_MATMUL_BIAS_MOE_TOPK": ["rms_norm", "matmul", "add", "moe_topk"],
+    "MOE_MATMUL_BIAS_SWIGLU_CLAMP": ["moe_matmul", "moe_bias", "moe_matmul", "moe_bias", "swiglu_clamp"],
+    "MOE_MATMUL_BIAS_SUM_ADD": ["moe_matmul", "moe_bias", "moe_sum", "add"],
+}
+
+
+def test_each_gpt_oss_layer_takes_the_three_biased_rules():
+    """A gpt-oss layer's MoE block is three regions: the router's bias add and the residual add are
+    inside them, so the next layer's norm goes into its q/k/v matvec (RMS_NORM_MATMUL) and the final
+    norm into the lm_head (RMS_NORM_MATMUL_ARGMAX): no region of the step is a lone op but embed."""
+    p = gpt_oss_program(num_hidden_layers=3)
+    regions = partition(p)
+    rules = [r.rule for r in regions]
+    for name, kinds in GPT_OSS_BLOCK.items():
+        mine = [r for r in regions if r.rule == name]
+        assert len(mine) == 3, (name, rules)
+        assert all([p.ops[i].kind for i in r.ops] == kinds for r in mine)
+    assert rules.count("RMS_NORM_MATMUL") == 3 and rules[-1] == "RMS_NORM_MATMUL_ARGMAX", rules
+    assert [r.name for r in regions if r.rule is None] == ["EMBED"]
+    for r in regions:
+        if r.rule == "RMS_NORM_MATMUL_BIAS_MOE_TOPK":
+            assert p.values[r.roles["b"]].kind == "weight" and p.values[r.roles["b"]].shape == (8,)
+            assert set(r.outputs) == {r.roles["h"], r.roles["ids"], r.roles["weights"]}
+        elif r.rule == "MOE_MATMUL_BIAS_SUM_ADD":
+            assert p.values[r.roles["b"]].shape == (8, SMALL["hidden_size"])
+            assert p.values[r.roles["r"]].kind == "activation" and r.outputs == [r.roles["s"]]
+
+
+def test_a_big_gpt_oss_router_goes_into_the_experts_gate_up():
+    """A router past one workgroup (128 experts x 384, as gpt-oss-20b's 32 x 2880 is): its bias, its
+    top-k and the experts' gate/up with their bias rows and the GLU are one region, its roles those
+    of the router (logits: the biased ones the top-k reads) and of the gate/up."""
+    p = gpt_oss_program(hidden_size=384, num_local_experts=128, num_experts_per_tok=4)
+    regions = partition(p)
+    rules = [r.rule for r in regions]
+    name = "RMS_NORM_MATMUL_BIAS_MOE_TOPK_BIAS_SWIGLU_CLAMP"
+    assert rules.count(name) == 2 and rules.count("MOE_MATMUL_BIAS_SUM_ADD") == 2, rules
+    assert not {"RMS_NORM_MATMUL_BIAS_MOE_TOPK", "MOE_MATMUL_BIAS_SWIGLU_CLAMP"} & set(rules), rules
+    for r in (r for r in regions if r.rule == name):
+        kinds = [p.ops[i].kind for i in r.ops]
+        assert (
+            kinds
+            == GPT_OSS_BLOCK["RMS_NORM_MATMUL_BIAS_MOE_TOPK"] + GPT_OSS_BLOCK["MOE_MATMUL_BIAS_SWIGLU_CLAMP"]
+        )
+        topk = next(p.ops[i] for i in r.ops if p.ops[i].kind == "moe_topk")
+        assert r.roles["logits"] == topk.inputs[0] and p.values[r.roles["b"]].shape == (128,)
+        assert {"b_gate", "b_up"} <= r.roles.keys() and r.attrs["limit"] == 1.5 and r.attrs["norm"]
+    small = partition(gpt_oss_program(hidden_size=384, num_local_experts=64, num_experts_per_tok=4))
+    assert name not in {r.rule for r in small}  # 64 x 384: the one-workgroup router
+
+
+def test_the_biased_rules_keep_off_a_chunk():
+    """A prompt chunk's router bias is added to every row and its downs sum each row's slots: the
+    decode step's checks refuse both rules (the chunk's rows run the ops' kernels)."""
+    for experts in (8, 128):  # the one-workgroup router and one past it (with the gate/up)
+        chunk = chunk_program(gpt_oss_program(hidden_size=384, num_local_experts=experts), 5, "all")
+        rules = {r.rule for r in partition(chunk)}
+        assert not {r for r in rules if r and "BIAS_MOE_TOPK" in r or r == "MOE_MATMUL_BIAS_SUM_ADD"}, rules
 
 
 @pytest.mark.parametrize("tail", ["kv", "all"])

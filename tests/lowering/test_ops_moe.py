@@ -170,6 +170,49 @@ def test_fused_moe_regions(device, models_dir, path):
         greedy_against_reference(ex, Reference(m.program, m.weights), 16)
 
 
+GPT_OSS_ROUTERS = {  # caps over the path's -> the router region's shaders, the first one's bias define
+    "one-wg": ({}, ("rms_norm_matmul_moe_topk",), "BIAS"),
+    "two": ({"router_one_wg": 1}, ("rms_norm_matmul", "moe_topk"), "BIAS_0"),
+    "norm-pre": ({"norm_pre": 1}, ("rms_norm_matmul_moe_topk",), "BIAS"),
+}
+
+
+@pytest.mark.parametrize("router", GPT_OSS_ROUTERS)
+@pytest.mark.parametrize("path", ["sg", "smem"])
+def test_gpt_oss_fused_moe_regions(device, models_dir, path, router):
+    """gpt-oss's router with its bias row (RMS_NORM_MATMUL_BIAS_MOE_TOPK: the one-workgroup kernel
+    with BIAS, or past it rms_norm_matmul with the bias, then top-k) and its down with the experts'
+    bias rows, the weighted sum and the residual (MOE_MATMUL_BIAS_SUM_ADD: moe_matmul_sum_add with
+    BIAS; norm-pre: also handing the next norm its inputs, bound after the bias). 33 experts, top-4:
+    the router's experts straddle the subgroups. Greedy decode as the reference; every layer's
+    expert ids and weights of the last step as the reference's."""
+    over, router_shaders, bias = GPT_OSS_ROUTERS[router]
+    caps = _paths(device).get(path) or pytest.skip("no subgroup arithmetic")
+    caps = replace(caps, **over)
+    d = tiny_hf_model("gpt_oss", models_dir, num_local_experts=33, num_experts_per_tok=4)
+    m = load_model(d, ctx=24, kv_dtype="f32")
+    ref = Reference(m.program, m.weights)
+    with make_executor("fused", device, m.program, m.weights, caps=caps) as ex:
+        greedy_against_reference(ex, ref, 12)
+        routers = [ri for ri, r in enumerate(ex.regions) if r.rule == "RMS_NORM_MATMUL_BIAS_MOE_TOPK"]
+        downs = [ri for ri, r in enumerate(ex.regions) if r.rule == "MOE_MATMUL_BIAS_SUM_ADD"]
+        assert len(routers) == len(downs) == m.args.n_layers
+        for ri in routers:
+            calls = [it.call for it in ex.items if it.region == ri]
+            assert tuple(c.shader for c in calls) == router_shaders
+            assert (bias, "1") in calls[0].defines
+            roles = ex.regions[ri].roles
+            np.testing.assert_array_equal(ex.plan.read(roles["ids"], "uint32"), ref.values[roles["ids"]])
+            np.testing.assert_allclose(
+                ex.plan.read(roles["weights"]), ref.values[roles["weights"]], rtol=1e-4, atol=1e-5
+            )
+        down_calls = [it.call for it in ex.items if it.region in downs]
+        assert [c.shader for c in down_calls] == ["moe_matmul_sum_add"] * len(downs)
+        assert all(("BIAS", "1") in c.defines for c in down_calls)
+        # the first layer's down hands the next layer's q/k/v norm its inputs
+        assert (("NORM_OUT", "1") in down_calls[0].defines) == (router == "norm-pre")
+
+
 def _split_caps(device, idot: int, **over):
     """Wide q4_k / q6_k units split (kwide_rows.glsl), as GPUs take them: kwide, kw_split and kq_idot
     forced (lavapipe's defaults are whole units in 16-lane workgroups), the GPU launch shapes."""
@@ -246,32 +289,62 @@ def test_qwen3_30b_a3b_decode_calls_on_a_gpu():
     assert qkv and all(c.spec[0] == 128 and "WVEC" not in dict(c.defines) for c in qkv)
 
 
+BIG_ROUTER = {  # 128 experts x 384: past the one-workgroup router
+    "moe": {"num_experts": 128, "num_experts_per_tok": 8, "hidden_size": 384, "moe_intermediate_size": 16},
+    "gpt_oss": {
+        "num_local_experts": 128,
+        "num_experts_per_tok": 8,
+        "hidden_size": 384,
+        "intermediate_size": 16,
+    },
+}
+ROUTE_RULES = {
+    "moe": "RMS_NORM_MATMUL_MOE_TOPK_SILU_MUL",
+    "gpt_oss": "RMS_NORM_MATMUL_BIAS_MOE_TOPK_BIAS_SWIGLU_CLAMP",
+}
+
+
 @pytest.mark.parametrize("sg", [False, True])
-@pytest.mark.parametrize("arch,norm", [("qwen3moe", True), ("qwen3moe", False), ("qwen2moe", False)])
+@pytest.mark.parametrize(
+    "arch,norm", [("qwen3moe", True), ("qwen3moe", False), ("qwen2moe", False), ("gpt_oss", True)]
+)
 def test_router_top_k_inside_the_experts_gate_up(device, models_dir, arch, norm, sg):
     """A router too big for one workgroup (128 experts x 384) in a decode step: rms_norm_matmul
     writes h and the logits, and the chosen experts' gate/up kernel ranks the logits itself and
     writes the ids and weights (MOE_ROUTE, shaders/moe_route.glsl): no moe_topk dispatch. With and
-    without norm_topk_prob, and qwen2moe's shared expert reading h too: greedy tokens as the
-    reference, and as with the top-k's own dispatch (moe_route=-1). sg: gate/up workgroups of one
-    subgroup (GPUs' shape), the top-k as subgroup argmax passes (MOE_ROUTE_SG); else by ranks."""
+    without norm_topk_prob, qwen2moe's shared expert reading h too, and gpt-oss (the router's bias
+    row in rms_norm_matmul, the experts' bias rows and the clamped GLU in the gate/up): greedy
+    tokens as the reference, and as with the top-k's own dispatch (moe_route=-1). sg: gate/up
+    workgroups of one subgroup (GPUs' shape), the top-k as subgroup argmax passes (MOE_ROUTE_SG);
+    else by ranks."""
     base = caps_of(device)
     if sg and not base.subgroup_arithmetic:
         pytest.skip("no subgroup arithmetic")
     base = replace(base, matvec_wg=base.subgroup_size if sg else 0)
-    over = {"num_experts": 128, "num_experts_per_tok": 8, "hidden_size": 384, "moe_intermediate_size": 16}
-    over.update(num_hidden_layers=2, norm_topk_prob=norm)
+    family = "gpt_oss" if arch == "gpt_oss" else "moe"
+    over = {**BIG_ROUTER[family], "num_hidden_layers": 2}
+    over.update({} if family == "gpt_oss" else {"norm_topk_prob": norm})
     m = load_model(tiny_hf_model(arch, models_dir, **over), ctx=16)
     tokens = {}
     for route in (0, -1):
         caps = replace(base, moe_route=route)
         with make_executor("fused", device, m.program, m.weights, caps=caps) as ex:
             rules = {r.rule for r in ex.regions}
-            assert "RMS_NORM_MATMUL_MOE_TOPK_SILU_MUL" in rules, rules
+            assert ROUTE_RULES[family] in rules, rules
             shaders = [it.call.shader for it in ex.items]
             routed = [it.call for it in ex.items if ("MOE_ROUTE", "1") in it.call.defines]
             assert len(routed) == (2 if route == 0 else 0) and ("moe_topk" in shaders) == (route < 0)
             assert all((("MOE_NORM", "1") in c.defines) == norm for c in routed)
             assert all((("MOE_ROUTE_SG", "1") in c.defines) == sg for c in routed)
+            if family == "gpt_oss":  # the router's bias in its matvec, the experts' in the gate/up
+                router = [
+                    it.call
+                    for it in ex.items
+                    if it.call.shader == "rms_norm_matmul" and "B_H" in dict(it.call.defines)
+                ]
+                glu = [it.call for it in ex.items if it.call.shader == "matmul_silu_mul"]
+                assert len(router) == len(glu) == 2
+                assert all(("BIAS_0", "1") in c.defines for c in router)
+                assert all({"BIAS", "GLU_CLAMP"} <= dict(c.defines).keys() for c in glu)
             tokens[route] = greedy_against_reference(ex, Reference(m.program, m.weights), 6)[0]
     assert tokens[0] == tokens[-1]

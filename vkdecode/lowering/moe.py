@@ -4,9 +4,10 @@ in a call depends on which experts a token picks (the step is recorded once).
 
 Per op: moe_topk (shaders/moe_topk.comp), moe_matmul (moe_matmul.comp, matvec.glsl's slot hooks),
 moe_sum. Fused: RMS_NORM_MATMUL_MOE_TOPK, MOE_MATMUL_SILU_MUL (fused_swiglu.glsl with MOE),
-MOE_MATMUL_SUM_ADD. The expert matvecs take the dense ones' shapes and wide K-quant units (kwide,
-the split loop of kwide_rows.glsl with the expert's row base as KW_BASE): gate/up as the dense
-gate/up (matvec.swiglu_shape) at one expert's rows, down as any other matvec.
+MOE_MATMUL_SUM_ADD, and gpt-oss's forms of them with bias rows (define BIAS). The expert matvecs
+take the dense ones' shapes and wide K-quant units (kwide, the split loop of kwide_rows.glsl with
+the expert's row base as KW_BASE): gate/up as the dense gate/up (matvec.swiglu_shape) at one
+expert's rows, down as any other matvec.
 
 Wide chunks (at least two slots per expert on average) group their slots by expert instead
 (lowering/moe_group.py): per slot, a 512-row chunk of Qwen3-30B-A3B (8 of 128 experts) read each
@@ -122,9 +123,12 @@ def moe_matmul_bias(p: Program, region: Region, caps: KernelCaps) -> list[Kernel
     call = _matvec_call(
         "moe_matmul", p, w, (x, ids), r["o"], lambda n: ((slots // xrows, n, k), slots * n), caps
     )
-    return [
-        replace(call, bindings=call.bindings + (Binding(r["b"]),), defines=call.defines + (("BIAS", "1"),))
-    ]
+    return [_with_bias(call, r["b"])]
+
+
+def _with_bias(call: KernelCall, b: str) -> KernelCall:
+    """A matvec call over expert weights with the experts' bias rows bound after its output (BIAS)."""
+    return replace(call, bindings=call.bindings + (Binding(b),), defines=call.defines + (("BIAS", "1"),))
 
 
 def moe_sum(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
@@ -183,16 +187,17 @@ def sigmoid_scale(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
 
 
 def router_logits_call(p: Program, region: Region, caps: KernelCaps) -> KernelCall:
-    """rms_norm_matmul writing h and the logits (the region's matmul output)."""
+    """rms_norm_matmul writing h and the logits the top-k reads (gpt-oss: + the router's bias)."""
     r = region.roles
-    (mm,) = (p.ops[i] for i in region.ops if p.ops[i].kind == "matmul")
+    (topk,) = (p.ops[i] for i in region.ops if p.ops[i].kind == "moe_topk")
+    roles = {"x": r["x"], "norm_w": r["norm_w"], "weights": [r["w"]], "biases": [r.get("b")]}
     dense = Region(
         region.name,
         region.rule,
         region.ops,
         region.inputs,
         region.outputs,
-        {"x": r["x"], "norm_w": r["norm_w"], "weights": [r["w"]], "biases": [None], "outs": [mm.outputs[0]]},
+        {**roles, "outs": [topk.inputs[0]]},
         {"eps": region.attrs["eps"]},
     )
     return norm_matmul_call(p, dense, [0], caps, normed=r["h"])
@@ -217,15 +222,18 @@ def rms_norm_matmul_moe_topk(p: Program, region: Region, caps: KernelCaps) -> li
     wvec = matvec_shape(v.dtype, k, e, caps)[2]
     b = (Binding(r["x"]), Binding(r["norm_w"])) + weight_bindings(r["w"], v.dtype, 0, None)
     b += (Binding(r["h"]), Binding(r["ids"]), Binding(r["weights"]))
+    writes = (len(b) - 3, len(b) - 2, len(b) - 1)
+    bias = (("BIAS", "1"),) if "b" in r else ()
+    b += (Binding(r["b"]),) if bias else ()
     spec = (wg_size(caps, 256), k, e, int(region.attrs["k"]), float(region.attrs["eps"]))
     return [
         KernelCall(
             "rms_norm_matmul_moe_topk",
             spec,
             b,
-            (len(b) - 3, len(b) - 2, len(b) - 1),
+            writes,
             (1, 1, 1),
-            defines=mv_defines(v.dtype, wvec, caps, k) + _norm(region.attrs),
+            defines=mv_defines(v.dtype, wvec, caps, k) + _norm(region.attrs) + bias,
             label=r["ids"],
         )
     ]
@@ -290,12 +298,15 @@ def moe_matmul_silu_mul(
 
 
 def moe_matmul_sum_add(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
+    """MOE_MATMUL_SUM_ADD, and gpt-oss's MOE_MATMUL_BIAS_SUM_ADD: with BIAS the experts' bias rows
+    bound after y, each slot's weighted as its output."""
     r = region.roles
     if group_rows(p, r["ids"], p.values[r["w"]].shape[0], caps):
         return None  # wide: the grouped matmul, then moe_sum and add
     k = p.values[r["w"]].shape[2]
     slots = p.values[r["ids"]].numel
     inputs = (r["x"], r["ids"], r["sw"], r["r"])
-    return [
-        _matvec_call("moe_matmul_sum_add", p, r["w"], inputs, r["s"], lambda n: ((slots, k), n), caps, slots)
-    ]
+    call = _matvec_call(
+        "moe_matmul_sum_add", p, r["w"], inputs, r["s"], lambda n: ((slots, k), n), caps, slots
+    )
+    return [_with_bias(call, r["b"]) if "b" in r else call]

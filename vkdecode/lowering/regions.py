@@ -48,10 +48,13 @@ KERNELS: dict[str, Builder] = _by_rule(
             row_ops.fused_attention_rows,
         ),
         ((R.RMS_NORM_ADD,), att.rms_norm_add),
-        ((R.RMS_NORM_MATMUL_MOE_TOPK_SILU_MUL,), moe_route.rms_norm_matmul_moe_topk_silu_mul),
-        ((R.RMS_NORM_MATMUL_MOE_TOPK,), moe.rms_norm_matmul_moe_topk),
+        (
+            (R.RMS_NORM_MATMUL_MOE_TOPK_SILU_MUL, R.RMS_NORM_MATMUL_BIAS_MOE_TOPK_BIAS_SWIGLU_CLAMP),
+            moe_route.rms_norm_matmul_moe_topk_silu_mul,
+        ),
+        ((R.RMS_NORM_MATMUL_MOE_TOPK, R.RMS_NORM_MATMUL_BIAS_MOE_TOPK), moe.rms_norm_matmul_moe_topk),
         ((R.MOE_MATMUL_SILU_MUL, R.MOE_MATMUL_BIAS_SWIGLU_CLAMP), moe.moe_matmul_silu_mul),
-        ((R.MOE_MATMUL_SUM_ADD,), moe.moe_matmul_sum_add),
+        ((R.MOE_MATMUL_SUM_ADD, R.MOE_MATMUL_BIAS_SUM_ADD), moe.moe_matmul_sum_add),
         ((R.MOE_MATMUL_BIAS,), moe.moe_matmul_bias),
         # a prompt chunk's (fusion.rules.CHUNK_RULES)
         ((R.MOE_MATMUL_SILU_MUL_CHUNK,), moe_chunk.moe_matmul_silu_mul_chunk),
