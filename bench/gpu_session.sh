@@ -51,6 +51,7 @@
 #   bash bench/gpu_session.sh narrowab  # the 8B's 16-48-row batched steps head vs bench/out/base; the coop grid target
 #   bash bench/gpu_session.sh coopdense T.. # the 8B's 512-row chunk matmuls per tensor-core tile, one process each
 #   bash bench/gpu_session.sh moemm V.. # the grouped expert matmul alone per caps variant, then bench/out/base's
+#   bash bench/gpu_session.sh gemmacoop # Gemma-3-270M's prompts on the tensor cores (rows scaled) vs f32, llama.cpp
 #   bash bench/gpu_session.sh suite     # the whole suite under validation on 8 xdist workers, with a summary
 set -euo pipefail
 OUT=${OUT:?set OUT to the results folder}
@@ -188,6 +189,23 @@ halfx)
         echo "$d: $((SECONDS - t0)) s"
     done
     kill $smi || true
+    ;;
+gemmacoop)
+    # the Gemma-3-270M shape (Q4_K_M): 512- and 2,000-token prompts with its matmuls on the tensor
+    # cores (x rows scaled into f16, Architecture.coop_row_scale) against the f32 chunk kernels it
+    # ran on before, one process each, alternating (two rounds); then llama.cpp on the same file.
+    # Carry .device/llama. Without VKDECODE_VALIDATE: the old layer turns the coop path off.
+    llama_server
+    f=$(shape_file gemma3-270m q4_k_m)
+    for round in 1 2; do
+        for side in f32 coop; do
+            caps=$([ $side = f32 ] && echo "matmul_coop=-1 attn_coop=-1" || true)
+            python -m bench.prefill --model "$f" --lengths 512 2000 --modes fused --token-path-max 0 --ctx 4096 \
+                --reps 3 --caps $caps --out "$OUT/prefill-gemma-$side-$round.json" 2>&1 | grep -i "ttft\|512\|2000" | head -4
+        done
+    done
+    python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 --decode 16 --reps 3 \
+        --out "$OUT/llama-gemma.json" | tail -4
     ;;
 prompt8b)
     # the 8B Q4_K_M shape's 512- and 2,000-token prompts, head vs bench/out/base alternating (two

@@ -133,8 +133,15 @@ def test_rope_kv_write_attention_sinks(device, h, kvh, d, kernel, grid, window, 
     caps = caps_of(device, attn_kernel=kernel if kernel == "wg" else "")
     if kernel == "sg" and not (caps.subgroup_arithmetic and caps.subgroup_fixed):
         pytest.skip("no fixed-size subgroups with arithmetic: the subgroup-rows kernel does not run")
+    if kernel == "sg" and d % caps.subgroup_size:
+        pytest.skip(f"head_dim {d} does not split over {caps.subgroup_size} lanes: no subgroup-rows kernel")
+    # the CPU grid rule on any device (a GPU's splits follow gpu_split_rows): the cases name theirs
     caps = replace(
-        caps, attn_max_chunk=CTX if grid == "direct" else 16, cx_rows=2 if comb == "absorbed" else -1
+        caps,
+        attn_max_chunk=CTX if grid == "direct" else 16,
+        cx_rows=2 if comb == "absorbed" else -1,
+        attn_live_rows=-1,
+        attn_splits=1,
     )
     p = _layer(h, kvh, d, window, qk_norm=qk, o_proj=True)
     calls, rules = _calls(p, caps, absorb=True)
