@@ -193,13 +193,14 @@ halfx)
 gemmacoop)
     # the Gemma-3-270M shape (Q4_K_M): 512- and 2,000-token prompts with its matmuls on the tensor
     # cores (x rows scaled into f16, Architecture.coop_row_scale) against the f32 chunk kernels it
-    # ran on before, one process each, alternating (two rounds); then llama.cpp on the same file.
+    # ran on before, and with its attention (head_dim 256, windows) on them too (attn_coop=1), one
+    # process each, alternating (two rounds); then llama.cpp on the same file.
     # Carry .device/llama. Without VKDECODE_VALIDATE: the old layer turns the coop path off.
     llama_server
     f=$(shape_file gemma3-270m q4_k_m)
     for round in 1 2; do
-        for side in f32 coop; do
-            caps=$([ $side = f32 ] && echo "matmul_coop=-1 attn_coop=-1" || true)
+        for side in f32 coop coopattn; do
+            caps=$(case $side in f32) echo "matmul_coop=-1 attn_coop=-1" ;; coopattn) echo "attn_coop=1" ;; esac)
             python -m bench.prefill --model "$f" --lengths 512 2000 --modes fused --token-path-max 0 --ctx 4096 \
                 --reps 3 --caps $caps --out "$OUT/prefill-gemma-$side-$round.json" 2>&1 | grep -i "ttft\|512\|2000" | head -4
         done

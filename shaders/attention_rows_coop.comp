@@ -7,7 +7,7 @@
 #extension GL_EXT_control_flow_attributes : require
 #define UNROLL [[unroll]]   // loops over matrices: unrolled, their arrays stay in registers
 // attention over a prompt chunk on the tensor cores (coopmat.glsl; f16 KV caches,
-// causal, no sliding window), one pass with an online softmax, a kv head per workgroup:
+// causal, a sliding window or none), one pass with an online softmax, a kv head per workgroup:
 // workgroup (g, b) runs the G = H / KVH query heads of kv head g over chunk rows
 // t0 = b 16 RB .. t0 + 16 RB - 1, one subgroup (LANES >= 16 lanes) per head and 16-row block
 // (subgroup sg: head g G + sg % G, rows t0 + 16 (sg / G) ..), so each tile of BKV keys is read
@@ -28,10 +28,13 @@
 // has m = -inf (its sums are zero).
 // Keys past a row's pos + t are masked (later chunk rows, stale rows of rejected drafts); the tile
 // holds zeros past the workgroup's last row (and past the cache's end), so 0 x NaN of an unwritten
-// row never reaches a sum.
+// row never reaches a sum. WINDOW > 0: row p sees keys p - WINDOW + 1 .. p; the workgroup starts at
+// the tile holding its first row's first key and a subgroup skips the tiles before its own rows'
+// window (uniformly, as past its last row); keys of a tile before a row's window are masked like
+// keys after it (the cache rows there are written: finite).
 // Bindings: 0 q, 1 k_cache, 2 v_cache, 3 step, 4 o. Spec: 0 wg size (LANES G RB), 1 H, 2 KVH,
 // 3 D (a multiple of 16), 4 T (a multiple of 16 RB), 5 scale (float), 6 RB, 7 BKV (keys per tile,
-// a multiple of 16).
+// a multiple of 16), 8 WINDOW (0: none).
 #define NO_WG_REDUCE
 #include "common.glsl"
 
@@ -42,6 +45,7 @@ layout(constant_id = 4) const uint T = 16;
 layout(constant_id = 5) const float SCALE = 1.0;
 layout(constant_id = 6) const uint RB = 1;
 layout(constant_id = 7) const uint BKV = 32;
+layout(constant_id = 8) const uint WINDOW = 0;
 
 layout(binding = 0) readonly buffer QB { float q[]; };
 layout(binding = 1) readonly buffer KB { uvec4 k8[]; };     // 8 halves per element
@@ -58,6 +62,10 @@ const uint PS = BKV + 8;               // halves per probability row (>= 16 + 8:
 const uint TILE8 = BKV * D / 8;        // uvec4s per K (or V) tile
 const uint NLD = (TILE8 + WG - 1) / WG;
 const float RESCALE = 8.0;
+
+uint window_lo(uint p) {  // the first key position p sees
+    return (WINDOW == 0u || p < WINDOW) ? 0u : p + 1u - WINDOW;
+}
 // K and V tiles staged 8 halves (16 bytes) at a time, as they come from the cache; matrix loads
 // count in those elements. H200, a layer at 512 rows from position 1536: 427.6 -> 380.9 us with
 // the 8B's heads (32 / 8 x 128) against 16-bit stores, 315.5 -> 305.1 with Qwen3-30B-A3B's (32 / 4)
@@ -113,19 +121,22 @@ void main() {
     CM_C acc[D / 16];
     UNROLL for (uint i = 0; i < D / 16; i++) acc[i] = CM_C(0.0);
     const uint r = lane % 16, c0 = (lane / 16) * PK;          // softmax: row r, keys c0 .. c0 + PK - 1
-    const uint qp = pos + tb + r;                 // row r's position: it sees keys 0 .. qp
+    const uint qp = pos + tb + r;                 // row r's position: it sees keys lo .. qp
+    const uint lo = window_lo(qp);
     const uint n_sg = pos + tb + 16;              // keys this subgroup's last row sees
+    const uint lo_sg = window_lo(pos + tb);       // ... its first row's first key
     const uint n_all = pos + t0 + 16 * RB;        // ... the workgroup's last row
+    const uint first = window_lo(pos + t0) / BKV * BKV;
     const uint kvoff8 = g * (D / 8);
     float m = NEG_INF, l = 0.0;
 
-    fetch(0u, n_all, kvoff8, tid);
-    for (uint base = 0; base < n_all; base += BKV) {
+    fetch(first, n_all, kvoff8, tid);
+    for (uint base = first; base < n_all; base += BKV) {
         barrier();                                // the previous tile is consumed
         stage(tid);
         barrier();
         if (base + BKV < n_all) fetch(base + BKV, n_all, kvoff8, tid);   // in flight during the MMAs
-        if (base >= n_sg) continue;               // subgroup-uniform: past this subgroup's rows
+        if (base >= n_sg || base + BKV <= lo_sg) continue;   // subgroup-uniform: outside its rows' keys
                                                   // (the loop's trip count, so its barriers, stay uniform)
         // the key blocks' chains of D / 16 dependent multiplies side by side (the same H200 runs:
         // 2-3% on top of the staging)
@@ -142,7 +153,7 @@ void main() {
         SYNC();
         float mt = NEG_INF;
         for (uint c = 0; c < PK; c++)
-            if (base + c0 + c <= qp) mt = max(mt, ss[bs + r * SS + c0 + c]);
+            if (base + c0 + c <= qp && base + c0 + c >= lo) mt = max(mt, ss[bs + r * SS + c0 + c]);
         for (uint x = 16; x < LANES; x *= 2) mt = max(mt, subgroupShuffleXor(mt, x));
         const float mn = max(m, mt);
         const bool moved = subgroupAny(mn > m + RESCALE);     // m = -inf before the first tile
@@ -151,7 +162,7 @@ void main() {
         if (moved) m = mn;
         float sum = 0.0;
         for (uint c = 0; c < PK; c++) {
-            const bool ok = base + c0 + c <= qp;
+            const bool ok = base + c0 + c <= qp && base + c0 + c >= lo;
             const float p = ok ? exp(ss[bs + r * SS + c0 + c] - m) : 0.0;
             ps[bp + r * PS + c0 + c] = float16_t(p);
             sum += p;

@@ -198,7 +198,7 @@ def test_coop_attention_choice(device):
     assert shape(replace(gpu, max_invocations=256), "llama", dict(qwen3, n_kv_heads=1, rows=64), True) is None
     assert shape(gpu, "qwen3", dict(qwen3, rows=40), True) is None  # rows not whole 16-row blocks
     assert shape(gpu, "qwen3", dict(qwen3, rows=512), False) is None  # f32 caches
-    assert shape(gpu, "qwen3", dict(qwen3, rows=512, window=64), True) is None
+    assert shape(gpu, "qwen3", dict(qwen3, rows=512, window=64), True) == (2, 32)  # sliding windows too
     assert shape(gpu, "qwen3", dict(qwen3, rows=512, softcap=30.0), True) is None  # an attribute it lacks
     assert shape(gpu, "gemma3", dict(qwen3, rows=512), True) == (2, 32)  # a global layer (no window)
     assert shape(gpu, "gpt-oss", dict(qwen3, rows=512), True) is None  # sinks
@@ -216,27 +216,36 @@ def test_coop_attention_choice(device):
 # that leave the last key tile partial, caches that end exactly at the chunk's last row, chunks of
 # many tiles, and queries scaled up so that row maxima jump by more than the kernel's rescale
 # threshold from tile to tile (large scores: the online rescale path runs every few tiles)
+# sliding windows (the last value, 0: none): shorter than a key tile, than the chunk, Gemma 3's 512
+# at its head_dim 256 (4 query heads on 1 kv head), and at positions where the window starts mid-tile
 ATTN_CASES = [
-    (16, 8, 128, 64, 0, 64, 1.0),
-    (9, 3, 64, 32, 37, 80, 1.0),
-    (4, 1, 64, 48, 5, 53, 1.0),
-    (4, 4, 16, 16, 100, 120, 1.0),
-    (2, 1, 128, 128, 7, 135, 1.0),
-    (16, 8, 128, 256, 300, 600, 1.0),
-    (16, 8, 128, 128, 200, 328, 12.0),
-    (8, 8, 64, 64, 70, 134, 12.0),
-    (8, 1, 32, 32, 19, 51, 6.0),
+    (16, 8, 128, 64, 0, 64, 1.0, 0),
+    (9, 3, 64, 32, 37, 80, 1.0, 0),
+    (4, 1, 64, 48, 5, 53, 1.0, 0),
+    (4, 4, 16, 16, 100, 120, 1.0, 0),
+    (2, 1, 128, 128, 7, 135, 1.0, 0),
+    (16, 8, 128, 256, 300, 600, 1.0, 0),
+    (16, 8, 128, 128, 200, 328, 12.0, 0),
+    (8, 8, 64, 64, 70, 134, 12.0, 0),
+    (8, 1, 32, 32, 19, 51, 6.0, 0),
+    (4, 1, 256, 64, 0, 64, 1.0, 0),
+    (4, 1, 256, 128, 530, 658, 1.0, 512),
+    (9, 3, 64, 32, 37, 80, 1.0, 20),
+    (16, 8, 128, 128, 200, 328, 12.0, 100),
+    (8, 1, 32, 64, 19, 83, 6.0, 7),
 ]
 
 
 @pytest.mark.parametrize(
-    "h,kvh,d,rows,pos0,ctx,qs",
+    "h,kvh,d,rows,pos0,ctx,qs,window",
     ATTN_CASES,
-    ids=[f"h{h}kv{k}d{d}-T{t}-pos{p}-ctx{c}-q{s:g}" for h, k, d, t, p, c, s in ATTN_CASES],
+    ids=[f"h{h}kv{k}d{d}-T{t}-pos{p}-ctx{c}-q{s:g}-w{w}" for h, k, d, t, p, c, s, w in ATTN_CASES],
 )
-def test_attention_rows_coop(device, h, kvh, d, rows, pos0, ctx, qs):
+def test_attention_rows_coop(device, h, kvh, d, rows, pos0, ctx, qs, window):
     """Causal chunk attention on the tensor cores against the float64 reference; cache rows past
-    the chunk are NaN, so a masked key that still reached a product (0 x NaN) would show."""
+    the chunk are NaN, so a masked key that still reached a product (0 x NaN) would show. With a
+    window, keys before it are large (an unmasked one would dominate its row's softmax) and rows
+    before any tile the chunk needs are NaN."""
     from tests.lowering.kernel_harness import step
 
     caps = caps_of(device, attn_coop=1)
@@ -246,6 +255,11 @@ def test_attention_rows_coop(device, h, kvh, d, rows, pos0, ctx, qs):
     kc = rng.standard_normal((ctx, kvh * d)).astype(np.float16).astype(np.float32)
     vc = rng.standard_normal((ctx, kvh * d)).astype(np.float16).astype(np.float32)
     kc[pos0 + rows :] = vc[pos0 + rows :] = np.nan
+    if window:
+        lo = max(0, pos0 + 1 - window)  # the chunk's first row's first key
+        kc[:lo] *= 8.0
+        vc[:lo] = 1e3
+        kc[: max(0, lo - 64)] = vc[: max(0, lo - 64)] = np.nan  # before the first tile (BKV <= 64)
     # q scaled: scores ~ N(0, qs^2) (the f16 rounding of q s in the kernel keeps the error relative)
     q = (qs * rng.standard_normal(rows * h * d)).astype(np.float32)
     p = one_op(
@@ -262,6 +276,7 @@ def test_attention_rows_coop(device, h, kvh, d, rows, pos0, ctx, qs):
         head_dim=d,
         scale=d**-0.5,
         rows=rows,
+        **({"window": window} if window else {}),
     )
     assert op_calls(p, 0, caps)[0].shader == "attention_rows_coop"
     got, want = run_and_reference(device, p, {"q": q, "kc": kc, "vc": vc, "step": step(0, pos0)}, caps)
@@ -269,5 +284,5 @@ def test_attention_rows_coop(device, h, kvh, d, rows, pos0, ctx, qs):
     # q x scale goes to f16 in the kernel: the scores' error grows with their size, so the limit
     # grows with the square of the q scale
     assert err <= LIMIT * max(1.0, qs) ** 2, (
-        f"coop attention h{h} kv{kvh} d{d} T{rows} pos{pos0} q{qs}: nmse {err:.3g}"
+        f"coop attention h{h} kv{kvh} d{d} T{rows} pos{pos0} q{qs} w{window}: nmse {err:.3g}"
     )

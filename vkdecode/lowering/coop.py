@@ -131,7 +131,7 @@ def coop_attention_shared(g: int, rb: int, d: int, bkv: int) -> int:
 def coop_attention_shape(caps: KernelCaps, arch: str, attrs: dict, kv_f16: bool) -> tuple[int, int] | None:
     """(RB 16-row blocks, BKV keys per tile) of attention_rows_coop, or None (the f32 kernels):
     head_dim <= COOP_ATTN_AUTO_MAX_D unless caps.attn_coop > 0 forces it, f16 caches (it reads them
-    as f16 matrices), no sliding window, head_dim and chunk rows multiples of 16, and no attention
+    as f16 matrices), head_dim and chunk rows multiples of 16, and no attention
     attribute it does not implement. A workgroup is the G query heads of one kv head x RB row
     blocks (a subgroup each; all share each K/V tile): RB = COOP_ATTN_SUBGROUPS / G where that
     divides the chunk, at least 1; then the widest tile that fits the shared memory."""
@@ -142,7 +142,6 @@ def coop_attention_shape(caps: KernelCaps, arch: str, attrs: dict, kv_f16: bool)
         not coop_usable(caps, arch)
         or caps.attn_coop < 0
         or not kv_f16
-        or int(attrs.get("window", 0))
         or d % 16
         or rows % 16
         or set(attrs) - ATTN_KNOWN_ATTRS

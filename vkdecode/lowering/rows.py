@@ -167,7 +167,7 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     )
     if coop:
         rb, bkv = coop
-        spec = (32 * (h // kvh) * rb, h, kvh, d, rows, float(a["scale"]), rb, bkv)
+        spec = (32 * (h // kvh) * rb, h, kvh, d, rows, float(a["scale"]), rb, bkv, int(a.get("window", 0)))
         return [
             KernelCall("attention_rows_coop", spec, b, (4,), (kvh, rows // (16 * rb), 1), label=op.outputs[0])
         ]
