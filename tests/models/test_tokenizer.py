@@ -1,5 +1,6 @@
 """tokenizer.py: tokenizer.json and GGUF vocabularies, chat templates, streaming detokenization."""
 
+import datetime
 import json
 import shutil
 
@@ -126,6 +127,12 @@ def test_chat_template_conventions(hf_tok):
     t.chat_template = "{{ raise_exception('no system role') }}"
     with pytest.raises(ModelError, match="no system role"):
         t.apply_chat_template(CHAT)
+    # Llama 3.1+ and gpt-oss templates date their system message with transformers' strftime_now
+    t.chat_template = "Today Date: {{ strftime_now('%Y-%m-%d') }}"
+    today = datetime.date.today()
+    assert t.apply_chat_template(CHAT) in {
+        f"Today Date: {d.isoformat()}" for d in (today, today + datetime.timedelta(1))
+    }
     t.chat_template = None  # no silent ChatML fallback: an error naming the problem
     with pytest.raises(ModelError, match="no chat template"):
         t.apply_chat_template(CHAT)

@@ -5,6 +5,7 @@ streaming detokenizer.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 
@@ -222,6 +223,9 @@ def _compile_template(text: str):
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
     env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
     env.globals["raise_exception"] = raise_exception
+    # today's date, as transformers gives it: Llama 3.1+'s "Today Date" and gpt-oss's harmony
+    # system message call it (an undefined global would end the render in an error)
+    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
     return env.from_string(text)
 
 
