@@ -45,6 +45,8 @@ def trim(src: str, dst: str, layers: int, vocab: int) -> None:
         value, vtype, sub = _field_value(field)
         if name == f"{arch}.block_count":
             value = layers
+        if name == f"{arch}.vocab_size":
+            value = min(vocab, value)
         if name in VOCAB_FIELDS:
             value = value[:vocab]
         if vtype == gguf.GGUFValueType.ARRAY:

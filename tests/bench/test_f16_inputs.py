@@ -19,6 +19,8 @@ def test_rounding_helpers():
     assert s == 1.0 and np.isinf(xr[0]) and xr[1] == -3.0
     xr, s = f16_inputs._round_x(x, "f16-row")
     assert s == 2.0**3 and np.isfinite(xr).all() and xr[0] * s == 98304.0  # a power of two: exact
+    xr, s = f16_inputs._round_x(x, "f16-shift4")  # a fixed 2^-4 on every row
+    assert s == 16.0 and xr[0] * s == 98304.0 and xr[2] == np.float16(1.0 / 48.0).astype(np.float32)
     assert f16_inputs._bf16(np.array([1.0 + 2**-9], np.float32))[0] == 1.0  # ties to even
 
 
