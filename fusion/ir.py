@@ -10,7 +10,7 @@ Op semantics (the reference executor and every kernel implement exactly these):
   rms_norm   (x[n], w[d])                               -> y[n]        attrs eps; d == n normalises
              the whole vector, d < n normalises each of the n // d heads with the same w
   matmul     (w[out, in] weight, x[in])                 -> y[out]      y = w @ x (w's dtype: f32,
-             f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_k, q5_k, q6_k; math in f32)
+             f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, mxfp4, q*_k; math in f32)
   add        (a[n], b[n])                               -> c[n]        residual and bias adds
   rope       (x[h*d], step, freqs[d/2] weight)          -> y[h*d]      attrs n_heads, head_dim,
              layout "neox" (rotate halves i, i+d/2) or "pairs" (rotate 2i, 2i+1); angle of pair i

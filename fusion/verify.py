@@ -209,6 +209,6 @@ def _check_moe(op, ins, outs, need) -> None:
 def _check_blocks(w, need) -> None:
     """A weight's dtype is known and its rows (the last dim) are whole quant blocks."""
     need(w.dtype in WEIGHT_DTYPES, f"{w.name}: unsupported weight dtype {w.dtype}")
-    if w.dtype.startswith(("q", "iq")):
+    if w.dtype not in ("f32", "f16"):
         blk = K_QUANT_BLOCK if w.dtype.endswith("_k") else QUANT_BLOCK
         need(w.shape[-1] % blk == 0, f"{w.name}: in-dim {w.shape[-1]} not a multiple of {blk}")

@@ -27,13 +27,14 @@ WEIGHT_DTYPES = (
     "q5_0",
     "q5_1",
     "iq4_nl",
+    "mxfp4",
     "q4_k",
     "q5_k",
     "q6_k",
     "q2_k",
     "q3_k",
 )
-QUANT_BLOCK = 32  # elements per block of the q* / iq* dtypes, except the K-quants:
+QUANT_BLOCK = 32  # elements per block of the q* / iq* / mxfp4 dtypes, except the K-quants:
 K_QUANT_BLOCK = 256  # q2_k .. q6_k superblocks
 
 

@@ -1,8 +1,8 @@
 // Weight access for every weight dtype in vkdecode/quant/blocks.py's GPU word layout, shared by the
 // matvec, embed and (later) fused kernels so they all decode blocks the same way.
 //
-// The includer defines one of DT_F32 DT_F16 DT_Q8_0 DT_Q4_0 DT_Q4_1 DT_Q5_0 DT_Q5_1 DT_IQ4_NL DT_Q4_K
-// DT_Q5_K DT_Q6_K DT_Q2_K DT_Q3_K, the binding numbers
+// The includer defines one of DT_F32 DT_F16 DT_Q8_0 DT_Q4_0 DT_Q4_1 DT_Q5_0 DT_Q5_1 DT_IQ4_NL DT_MXFP4
+// DT_Q4_K DT_Q5_K DT_Q6_K DT_Q2_K DT_Q3_K, the binding numbers
 // B_W (data, or q words) and B_S (quant scales), and, for load_x, the activation fetches
 // X1(i) (float at element i) and X4(i) (vec4 at vec4 index i). WVEC selects 16-byte weight loads
 // for f32/f16 (kernels.py sets it when a row is a whole number of uvec4s).
@@ -45,7 +45,8 @@ layout(binding = B_W) readonly buffer WU4 { uvec4 w_u4[]; };
 #if defined(DT_Q4_K) || defined(DT_Q5_K) || defined(DT_Q6_K) || defined(DT_Q2_K) || defined(DT_Q3_K)
 #define KQUANT 1
 #endif
-#if defined(DT_Q8_0) || defined(DT_Q4_0) || defined(DT_Q4_1) || defined(DT_Q5_0) || defined(DT_Q5_1) || defined(DT_IQ4_NL) || defined(KQUANT)
+#if defined(DT_Q8_0) || defined(DT_Q4_0) || defined(DT_Q4_1) || defined(DT_Q5_0) || defined(DT_Q5_1) || defined(DT_IQ4_NL) \
+    || defined(DT_MXFP4) || defined(KQUANT)
 #define QUANT 1
 #if defined(KQUANT) && defined(WVEC)
 // KWIDE: a K-quant unit of 32 elements, four of the 8-element units below that share their scales
@@ -79,6 +80,10 @@ layout(binding = B_W) readonly buffer WU2 { uvec2 w_u2[]; };
 #elif defined(DT_Q3_K)
 #define ROW_WORDS(k) ((k) / 256 * 24)
 #define ROW_SCALES(k) ((k) / 64)
+#elif defined(DT_MXFP4)
+#define ROW_WORDS(k) ((k) / 8)
+#define BLOCK_WORDS 4
+#define ROW_SCALES(k) (((k) + 127) / 128)   // an E8M0 byte a block, a row padded to whole words
 #else
 #define ROW_WORDS(k) ((k) / 8)
 #define BLOCK_WORDS 4
@@ -130,17 +135,46 @@ vec4 hi4(uint w) { return u2f4(bytebits(w, 4u, 0xFu)); }
 #endif
 // Fifth bits of elements b..b+3 of a q5_0 block, already scaled to 16.
 vec4 q5hi(uint qh, uint b) { return vec4(uvec4(qh >> b, qh >> (b + 1), qh >> (b + 2), qh >> (b + 3)) & 1u) * 16.0; }
+#if defined(DT_IQ4_NL) || defined(DT_MXFP4)
+// The 16 levels of a table-indexed nibble as int8 bytes of 4 words (NL_W0: levels 0-3, ...),
+// picked by selects and a byte extract: a dynamically indexed const array goes through local memory
+// (lavapipe, matvec_bench --preset dtypes: 2-4x slower than this, on a noisy shared CPU).
+#undef NL_W0
+#undef NL_W1
+#undef NL_W2
+#undef NL_W3
 #ifdef DT_IQ4_NL
-// iq4_nl's 16 levels (-127, -104, ..., 89, 113) as int8 bytes of 4 words, picked by selects and
-// a byte extract: a dynamically indexed const array goes through local memory (lavapipe, matvec_bench
-// --preset dtypes: 2-4x slower than this, on a noisy shared CPU).
-float IQ4NL(uint n) {
-    const uint w = (n & 8u) != 0u ? ((n & 4u) != 0u ? 0x71594535u : 0x26190D01u)
-                                  : ((n & 4u) != 0u ? 0xF6EADDCFu : 0xBFAD9881u);
+// iq4_nl: -127, -104, ..., 89, 113
+#define NL_W0 0xBFAD9881u
+#define NL_W1 0xF6EADDCFu
+#define NL_W2 0x26190D01u
+#define NL_W3 0x71594535u
+#else
+// mxfp4: e2m1 doubled (quant/mxfp4.py KVALUES): 0, 1, 2, 3, 4, 6, 8, 12, then the same negated
+#define NL_W0 0x03020100u
+#define NL_W1 0x0C080604u
+#define NL_W2 0xFDFEFF00u
+#define NL_W3 0xF4F8FAFCu
+#endif
+float NL16(uint n) {
+    const uint w = (n & 8u) != 0u ? ((n & 4u) != 0u ? NL_W3 : NL_W2) : ((n & 4u) != 0u ? NL_W1 : NL_W0);
     return float(bitfieldExtract(int(w), int(8u * (n & 3u)), 8));
 }
-vec4 iq4lo(uint w) { return vec4(IQ4NL(w & 0xFu), IQ4NL((w >> 8) & 0xFu), IQ4NL((w >> 16) & 0xFu), IQ4NL((w >> 24) & 0xFu)); }
-vec4 iq4hi(uint w) { return iq4lo(w >> 4); }
+vec4 nl4lo(uint w) { return vec4(NL16(w & 0xFu), NL16((w >> 8) & 0xFu), NL16((w >> 16) & 0xFu), NL16((w >> 24) & 0xFu)); }
+vec4 nl4hi(uint w) { return nl4lo(w >> 4); }
+#endif
+#if defined(QUANT) && !defined(KQUANT)
+// Scale d (x) and min m (y; q4_1 / q5_1) of 32-element block b of the row whose scales start at rs.
+vec2 block_dm(uint rs, uint b) {
+#ifdef DT_MXFP4
+    // 2^(e - 128) as the f32 whose exponent field is e - 1: exact for e >= 2, 0 for e <= 1
+    // (quant/mxfp4.py E_KERNEL: other blocks reach the device only with all-zero levels)
+    const uint e = (w_s[rs + b / 4] >> (8 * (b % 4))) & 0xFFu;
+    return vec2(uintBitsToFloat((max(e, 1u) - 1u) << 23), 0.0);
+#else
+    return unpackHalf2x16(w_s[rs + b]);
+#endif
+}
 #endif
 #ifdef DT_Q3_K
 // Signed 6-bit scale of sub-block i from a superblock's s words (the 12 packed bytes, then d): low 4
@@ -313,7 +347,7 @@ float unit_dot_n(uint rw, uint rs, uint u, vec4 xv[XN_VEC4]) {
     return k4_scaled(dm, scm, a0, a1, xs0, xs1);
 #endif
 #else
-    vec2 dm = unpackHalf2x16(w_s[rs + u / 4]);
+    vec2 dm = block_dm(rs, u / 4);
 #if defined(DT_Q8_0)
     uvec2 q = w_u2[rw / 2 + u];
     return dm.x * (dot(i8x4(q.x), xv[0]) + dot(i8x4(q.y), xv[1]));
@@ -323,14 +357,14 @@ float unit_dot_n(uint rw, uint rs, uint u, vec4 xv[XN_VEC4]) {
     uint q = w_u[rw + 5 * b + k];
     uint qh = w_u[rw + 5 * b + 4];
     float s = dot(lo4(q) + q5hi(qh, 4 * k), xv[0]) + dot(hi4(q) + q5hi(qh, 16 + 4 * k), xv[1]);
-#elif defined(DT_IQ4_NL)
+#elif defined(DT_IQ4_NL) || defined(DT_MXFP4)
     uint q = w_u[rw + u];
-    float s = dot(iq4lo(q), xv[0]) + dot(iq4hi(q), xv[1]);
+    float s = dot(nl4lo(q), xv[0]) + dot(nl4hi(q), xv[1]);
 #else
     uint q = w_u[rw + u];
     float s = dot(lo4(q), xv[0]) + dot(hi4(q), xv[1]);
 #endif
-#if defined(DT_IQ4_NL)
+#if defined(DT_IQ4_NL) || defined(DT_MXFP4)
     return dm.x * s;
 #else
     // The x sum is the same for every row, so the compiler keeps one copy per unit.
@@ -518,7 +552,7 @@ float dequant_elem(uint rw, uint rs, uint i) {
     return dm.x * float(scm.x & 0xFFu) * float(q) - dm.y * float(scm.y & 0xFFu);
 #else
     uint b = i / 32, e = i % 32;
-    vec2 dm = unpackHalf2x16(w_s[rs + b]);
+    vec2 dm = block_dm(rs, b);
 #if defined(DT_Q8_0)
     return dm.x * float(bitfieldExtract(int(w_u[rw + 8 * b + e / 4]), int(8 * (e % 4)), 8));
 #else
@@ -528,8 +562,8 @@ float dequant_elem(uint rw, uint rs, uint i) {
     return dm.x * (float(n) - 8.0);
 #elif defined(DT_Q4_1)
     return dm.x * float(n) + dm.y;
-#elif defined(DT_IQ4_NL)
-    return dm.x * IQ4NL(n);
+#elif defined(DT_IQ4_NL) || defined(DT_MXFP4)
+    return dm.x * NL16(n);
 #else
     n |= ((w_u[rw + 5 * b + 4] >> e) & 1u) << 4;
 #if defined(DT_Q5_1)
@@ -564,7 +598,7 @@ void unit_weights(uint rw, uint rs, uint u, out vec4 w[XU_VEC4]) {
     w[0] = vec4(unpackHalf2x16(h.x), unpackHalf2x16(h.y));
     w[1] = vec4(unpackHalf2x16(h.z), unpackHalf2x16(h.w));
 #else
-    vec2 dm = unpackHalf2x16(w_s[rs + u / 4]);
+    vec2 dm = block_dm(rs, u / 4);
 #if defined(DT_Q8_0)
     uvec2 q = w_u2[rw / 2 + u];
     w[0] = dm.x * i8x4(q.x);
@@ -584,6 +618,9 @@ void unit_weights(uint rw, uint rs, uint u, out vec4 w[XU_VEC4]) {
 #elif defined(DT_Q4_1)
     w[0] = dm.x * lo4(q) + dm.y;
     w[1] = dm.x * hi4(q) + dm.y;
+#elif defined(DT_MXFP4)
+    w[0] = dm.x * nl4lo(q);
+    w[1] = dm.x * nl4hi(q);
 #else
 #error "unit_weights: no unit decode for this dtype (kernels_rows.UNIT_DTYPES lists the ones with one)"
 #endif

@@ -44,7 +44,7 @@ vec4 dequant_quad(uint rw, uint rs, uint i) {
     return dm.x * float(scm.x & 0xFFu) * vec4(q) - dm.y * float(scm.y & 0xFFu);
 #else
     const uint b = i / 32, e = i % 32;
-    const vec2 dm = unpackHalf2x16(w_s[rs + b]);
+    const vec2 dm = block_dm(rs, b);
 #if defined(DT_Q8_0)
     return dm.x * i8x4(w_u[rw + 8 * b + e / 4]);
 #else
@@ -54,8 +54,8 @@ vec4 dequant_quad(uint rw, uint rs, uint i) {
     return dm.x * (vec4(n) - 8.0);
 #elif defined(DT_Q4_1)
     return dm.x * vec4(n) + dm.y;
-#elif defined(DT_IQ4_NL)
-    return dm.x * vec4(IQ4NL(n.x), IQ4NL(n.y), IQ4NL(n.z), IQ4NL(n.w));
+#elif defined(DT_IQ4_NL) || defined(DT_MXFP4)
+    return dm.x * vec4(NL16(n.x), NL16(n.y), NL16(n.z), NL16(n.w));
 #else
     const uint qh = w_u[rw + 5 * b + 4];
     n |= (uvec4(qh >> e, qh >> (e + 1), qh >> (e + 2), qh >> (e + 3)) & 1u) << 4;

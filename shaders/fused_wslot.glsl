@@ -25,9 +25,10 @@
 #define bytebits FW_CAT(bytebits_, SLOT)
 #define u2f4 FW_CAT(u2f4_, SLOT)
 #define u2f FW_CAT(u2f_, SLOT)
-#define IQ4NL FW_CAT(IQ4NL_, SLOT)
-#define iq4lo FW_CAT(iq4lo_, SLOT)
-#define iq4hi FW_CAT(iq4hi_, SLOT)
+#define NL16 FW_CAT(NL16_, SLOT)
+#define nl4lo FW_CAT(nl4lo_, SLOT)
+#define nl4hi FW_CAT(nl4hi_, SLOT)
+#define block_dm FW_CAT(block_dm_, SLOT)
 #define k4_scale_min FW_CAT(k4_scale_min_, SLOT)
 #define k3_scale FW_CAT(k3_scale_, SLOT)
 #define w_f FW_CAT(w_f_, SLOT)
@@ -78,6 +79,7 @@
 #undef DT_Q3_K
 #undef DT_Q5_1
 #undef DT_IQ4_NL
+#undef DT_MXFP4
 #undef SLOT_DT
 // (glslang does not expand a token-pasting macro inside #if: pick DTS_<SLOT> by hand)
 #if SLOT == 0
@@ -111,6 +113,8 @@
 #define DT_Q5_1 1
 #elif SLOT_DT == 10
 #define DT_IQ4_NL 1
+#elif SLOT_DT == 11
+#define DT_MXFP4 1
 #endif
 #endif
 

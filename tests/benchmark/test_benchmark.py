@@ -42,7 +42,7 @@ def test_quant_dtypes_follow_llama_cpp():
     assert set(weight_dtypes(a, "f16").values()) == {"f16"}
 
 
-@pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0"])
+@pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "mxfp4"])
 def test_random_weights_are_valid_blocks(dtype):
     w = random_weight(dtype, (64, 96), np.random.default_rng(0))
     x = w.dequantize()

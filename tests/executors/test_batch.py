@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tests.helpers.make_models import load_smollm2, tiny_hf_model, write_gguf
+from tests.helpers.make_models import load_smollm2, mxfp4_hf_model, tiny_hf_model, write_gguf
 from vkdecode.errors import ContextError, UsageError
 from vkdecode.executors.batch import BatchDecode
 from vkdecode.executors.decoder import Decoder
@@ -57,14 +57,19 @@ def build(device, m, mode, caps=None):
 
 @pytest.fixture(scope="module")
 def tiny(models_dir):
-    return {
+    models = {
         a: load_model(tiny_hf_model(a, models_dir), ctx=CTX)
         for a in ("llama", "qwen2", "qwen3", "gemma3", "gpt_oss")
     }
+    # the experts as OpenAI ships them, kept as mxfp4 on the device
+    mx = mxfp4_hf_model(tiny_hf_model("gpt_oss", models_dir), models_dir / "hf-gpt_oss-mxfp4")
+    models["gpt_oss_mxfp4"] = load_model(mx, ctx=CTX)
+    assert models["gpt_oss_mxfp4"].weights["layers.0.exp_down"].dtype == "mxfp4"
+    return models
 
 
 @pytest.mark.parametrize("mode", ["fused", "unfused", "fused-ahead"])
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "gpt_oss"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "gpt_oss", "gpt_oss_mxfp4"])
 def test_each_sequence_equals_alone(device, tiny, arch, mode):
     """fused-ahead: each step sends the next one ahead (batch_ahead.py), whose results are dropped
     whenever a sequence leaves before it is collected."""
@@ -86,7 +91,7 @@ def test_each_sequence_equals_alone(device, tiny, arch, mode):
 
 
 @pytest.mark.parametrize("kv", ["f16", "f32"])
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "gpt_oss"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "gpt_oss", "gpt_oss_mxfp4"])
 def test_fused_attention_rows_equal_alone(device, tiny, arch, kv):
     """caps.attn_rows_fused: each layer's (q/k norm,) rope, KV write and attention of a batched step
     as one attention_rows (FUSED): each sequence's tokens as alone, with padding rows (5 live at

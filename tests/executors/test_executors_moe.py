@@ -231,12 +231,22 @@ def test_other_families_gguf_q8_0(device, models_dir, family, arch):
         greedy_against_reference(ex, Reference(m.program, m.weights), 12)
 
 
-@pytest.mark.parametrize("over", [{}, {"num_key_value_heads": 4, "head_dim": 32}], ids=["gqa", "mha-hd32"])
-def test_gpt_oss_in_every_mode(device, models_dir, over):
+GPT_OSS_CASES = {"gqa": {}, "mha-hd32": {"num_key_value_heads": 4, "head_dim": 32}, "mxfp4": {}}
+
+
+@pytest.mark.parametrize("case", GPT_OSS_CASES)
+def test_gpt_oss_in_every_mode(device, models_dir, case):
     """gpt-oss (sinks, sliding layers of 6 keys, YaRN, expert biases, the clamped GLU): every decode
     mode against the reference step by step, then prompt chunks of 16 / 8 / 3 rows and speculative
-    verify steps against the token-by-token path."""
-    m = load_model(tiny_hf_model("gpt_oss", models_dir, **over), ctx=64)
+    verify steps against the token-by-token path. mxfp4: the experts as OpenAI ships them (MXFP4
+    blocks and scales), kept as mxfp4 on the device."""
+    d = tiny_hf_model("gpt_oss", models_dir, **GPT_OSS_CASES[case])
+    if case == "mxfp4":
+        d = mxfp4_hf_model(d, models_dir / "hf-gpt_oss-mxfp4")
+    m = load_model(d, ctx=64)
+    assert {m.weights[f"layers.0.exp_{p}"].dtype for p in ("gate", "up", "down")} == {
+        "mxfp4" if case == "mxfp4" else m.weights["layers.0.wq"].dtype
+    }
     ref = Reference(m.program, m.weights)
     toks = {}
     for mode in MODES:
@@ -266,11 +276,11 @@ def test_gpt_oss_in_every_mode(device, models_dir, over):
 @pytest.mark.parametrize("dtype", ["q8_0", "mxfp4"])
 def test_gpt_oss_gguf(device, models_dir, dtype):
     """A gpt-oss GGUF as llama.cpp's converter writes it, matrices q8_0 or MXFP4 (gpt-oss's own
-    expert format, run as q8_0), biases f32: fused and unfused against the reference on the same
+    expert format, kept as mxfp4), biases f32: fused and unfused against the reference on the same
     dequantized weights."""
     d = tiny_hf_model("gpt_oss", models_dir, **GPT_OSS_TRUNCATED)
     m = load_model(write_gguf(d, models_dir / f"gpt-oss-gpu.{dtype}.gguf", dtype), ctx=32)
-    assert m.args.arch == "gpt-oss" and m.weights["layers.0.exp_down"].dtype == "q8_0"
+    assert m.args.arch == "gpt-oss" and m.weights["layers.0.exp_down"].dtype == dtype
     assert m.weights["layers.0.exp_down_b"].dtype == "f32"
     toks = {}
     for mode in ("unfused", "fused"):
@@ -280,9 +290,9 @@ def test_gpt_oss_gguf(device, models_dir, dtype):
 
 
 def test_gpt_oss_mxfp4_checkpoint(device, models_dir):
-    """OpenAI's MXFP4 experts (HF blocks and scales) as q8_0: fused against the reference."""
+    """OpenAI's MXFP4 experts (HF blocks and scales) kept as mxfp4: fused against the reference."""
     d = mxfp4_hf_model(tiny_hf_model("gpt_oss", models_dir), models_dir / "hf-gpt_oss-mxfp4")
     m = load_model(d, ctx=32)
-    assert m.weights["layers.0.exp_up"].dtype == "q8_0"
+    assert m.weights["layers.0.exp_up"].dtype == "mxfp4"
     with make_executor("fused", device, m.program, m.weights) as ex:
         greedy_against_reference(ex, Reference(m.program, m.weights), 12)

@@ -14,12 +14,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from fusion.vocab import WEIGHT_DTYPES
 from tests.lowering.kernel_harness import caps_of, nmse, one_op, run_and_reference
 from tests.lowering.test_ops_moe import moe_matmul_case
 from vkdecode.lowering.coop import coop_shape, parse_tile
 from vkdecode.lowering.ops import op_calls
-from vkdecode.quant import quantize
+from vkdecode.quant import TILE_TYPES, quantize
 
 LIMIT = 1e-6
 
@@ -35,6 +34,26 @@ def gpu_caps(device, **over):
         max_invocations=1024,
         **over,
     )
+
+
+def test_mxfp4_takes_no_tiles(device):
+    """mxfp4 (E8M0 scales past f16's range; registry tiles=False) never lowers to the coop kernels:
+    a chunk matmul takes the f32 tiled kernel, the grouped experts matmul_rows, where q8_0 takes coop."""
+    gpu = gpu_caps(device)
+    for dtype, want in (("q8_0", "matmul_rows_coop"), ("mxfp4", "matmul_rows")):
+        p = one_op(
+            "matmul",
+            {"w": ((128, 256), dtype, "weight"), "x": ((64 * 256,), "f32", "activation")},
+            {"y": ((64 * 128,), "f32", "output")},
+            rows=64,
+        )
+        p.meta["arch"] = "llama"
+        shaders = [c.shader for c in op_calls(p, 0, replace(gpu, matmul_wide=-1))]
+        assert want in shaders and ("matmul_rows_coop" in shaders) == (dtype == "q8_0"), shaders
+        p, _ = moe_matmul_case(dtype, 4, 64, 96, 256, 128)
+        p.meta["arch"] = "qwen3moe"
+        shaders = [c.shader for c in op_calls(p, 0, replace(gpu, moe_group=1))]
+        assert shaders[0] == "moe_group" and shaders[-1] == want, shaders
 
 
 def test_coop_shape_choice(device):
@@ -84,7 +103,7 @@ def test_coop_shape_choice(device):
         assert coop_shape(caps_of(device), "qwen3", 1024, 512, 1024) is None
 
 
-DTYPES = WEIGHT_DTYPES  # every weight dtype the tile loader decodes
+DTYPES = TILE_TYPES  # every weight dtype the tile loader decodes
 # (rows T, out, in, tile, splits): every tile, uneven splits (3 of 5 k tiles), in-dims of 4-element
 # quads only (K-quants: whole 256-element superblocks)
 SHAPES = [

@@ -12,7 +12,7 @@ from tests.lowering.kernel_harness import caps_of, nmse, one_op, run_and_referen
 from vkdecode.lowering.ops import op_calls
 from vkdecode.quant import quantize
 
-DTYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0")
+DTYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "mxfp4")  # the ones with a unit decode
 LIMIT = 1e-8  # same weights both sides: f32 rounding only (as test_kernels_matmul.py)
 # (rows T, out, in): T across the BN sizes (4..64) and odd, out around the 64-row tile, in around 16
 SHAPES = [(1, 33, 32), (3, 64, 64), (5, 65, 96), (8, 1, 32), (17, 130, 64), (64, 63, 160), (70, 96, 32)]

@@ -130,8 +130,9 @@ def check_glu_chunk(device, caps: KernelCaps, case: tuple, shader: str, limit: f
 
 
 # (dtype, experts, rows per expert, in-dim, slots, x rows): odd row counts (a tile's rows past M),
-# busy experts (several tiles), f32 / q8_0 / q4_k weights
+# busy experts (several tiles), f32 / q8_0 / q4_k / mxfp4 weights
 GLU_CASES = [("f32", 3, 31, 33, 70, 35), ("q8_0", 8, 64, 96, 40, 20), ("q4_k", 4, 33, 256, 64, 8)]
+GLU_CASES += [("mxfp4", 5, 33, 96, 40, 20)]
 
 
 @pytest.mark.parametrize("case", GLU_CASES, ids=[c[0] for c in GLU_CASES])

@@ -21,7 +21,7 @@ LIMIT_F32 = 1e-10
 # rope: the angle f32(pos) * freqs[i] is the same f32 product on both sides, but GPU sin/cos of a
 # range-reduced angle are a few ulp of the angle: at p = 5000 the phase error is up to ~3e-4 rad.
 LIMIT_ROPE = 3e-7
-DTYPES = ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"]
+DTYPES = ["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "mxfp4"]
 K_TYPES = ["q4_k", "q5_k", "q6_k", "q2_k", "q3_k"]  # in-dims of whole 256-superblocks
 
 

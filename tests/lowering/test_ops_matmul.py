@@ -28,6 +28,7 @@ LIMIT = {
     "q5_0": 1e-8,
     "q5_1": 1e-8,
     "iq4_nl": 1e-8,
+    "mxfp4": 1e-8,
     "q4_k": 1e-8,
     "q5_k": 1e-8,
     "q6_k": 1e-8,
@@ -88,7 +89,7 @@ def _paths(device):
 
 def _straddle_params():
     for dt in DTYPES:
-        for out, n_in in STRADDLE["k" if dt in K_TYPES else "q" if dt.startswith(("q", "iq")) else dt]:
+        for out, n_in in STRADDLE["k" if dt in K_TYPES else "q" if dt not in ("f32", "f16") else dt]:
             for path in ("sg", "smem"):
                 yield pytest.param(dt, out, n_in, path, id=f"matmul-{dt}-{out}x{n_in}-{path}")
 

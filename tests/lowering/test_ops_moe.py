@@ -54,7 +54,14 @@ def moe_matmul_case(dtype: str, e: int, m: int, k: int, slots: int, xrows: int, 
 @pytest.mark.parametrize("path,group", [("sg", "slots"), ("smem", "slots"), ("smem", "grouped")])
 @pytest.mark.parametrize(
     "dtype,e,m,k",
-    [("f32", 3, 31, 33), ("f32", 8, 64, 64), ("f16", 5, 33, 34), ("q8_0", 8, 63, 96), ("q4_k", 4, 33, 256)],
+    [
+        ("f32", 3, 31, 33),
+        ("f32", 8, 64, 64),
+        ("f16", 5, 33, 34),
+        ("q8_0", 8, 63, 96),
+        ("q4_k", 4, 33, 256),
+        ("mxfp4", 5, 33, 160),
+    ],
 )
 @pytest.mark.parametrize("slots,xrows", [(2, 1), (2, 2), (6, 3), (6, 6), (70, 35), (40, 40)])
 def test_moe_matmul(device, path, group, dtype, e, m, k, slots, xrows):

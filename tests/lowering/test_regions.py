@@ -165,6 +165,7 @@ CASES = [
     ("qwen3", "q6_k", "h256d64", "smem", 17, 8),
     ("llama", "q5_1", "h96d32", "smem", 24, 8),
     ("qwen3", "iq4_nl", "h64d16", "sg", 24, 256),
+    ("llama", "mxfp4", "h96d32", "sg", 24, 8),
     ("qwen2", "q3_k", "h256d64", "smem", 17, 256),
     ("llama", "q2_k", "h256d64", "sg", 17, 8),
 ]
@@ -374,7 +375,7 @@ def test_fused_model_gpu_shapes(device, models, arch, dtype, shape, path, ctx):
     assert all(c.spec[0] >= 256 for c in att)  # fused_attention.ATTN_WG(_SG), not lavapipe's 32
 
 
-@pytest.mark.parametrize("v_dtype,dispatches", [("q8_0", 1), ("f16", 2)])
+@pytest.mark.parametrize("v_dtype,dispatches", [("q8_0", 1), ("mxfp4", 1), ("f16", 2)])
 @pytest.mark.parametrize("path", ["sg", "smem"])
 def test_fused_mixed_dtypes(device, models, path, v_dtype, dispatches):
     """q/k/v of different dtypes (GGUF mixes do this): quant dtypes share one rms_norm_matmul

@@ -48,7 +48,9 @@ def need_transformers(at_least: tuple[int, int], what: str) -> None:
 
     have = tuple(int(x) for x in transformers.__version__.split(".")[:2])
     if have < at_least:
-        pytest.skip(f"transformers {transformers.__version__} < {at_least[0]}.{at_least[1]} computes {what} otherwise")
+        pytest.skip(
+            f"transformers {transformers.__version__} < {at_least[0]}.{at_least[1]} computes {what} otherwise"
+        )
 
 
 @pytest.mark.parametrize("name", MOE_MODELS)
@@ -242,13 +244,13 @@ def test_gpt_oss_gguf_matches_transformers(models_dir):
 
 
 def test_gpt_oss_mxfp4_checkpoint_matches_transformers(models_dir):
-    """OpenAI's form: the experts as MXFP4 blocks and scales (quantization_config mxfp4), loaded as
-    q8_0 exactly; transformers dequantizes the same blocks (on CPU) and gives the same logits."""
+    """OpenAI's form: the experts as MXFP4 blocks and scales (quantization_config mxfp4), kept as
+    mxfp4; transformers dequantizes the same blocks (on CPU) and gives the same logits."""
     need_transformers((5, 23), "an MXFP4 gpt-oss checkpoint")
     d = mxfp4_hf_model(tiny_hf_model("gpt_oss", models_dir), models_dir / "hf-gpt_oss-mxfp4")
     _, weights, meta = load_weights(d)
-    assert weights["layers.0.exp_gate"].dtype == weights["layers.1.exp_down"].dtype == "q8_0"
-    assert sum("MXFP4 stored as q8_0" in n for n in meta["notes"]) == 2 * 3
+    assert weights["layers.0.exp_gate"].dtype == weights["layers.1.exp_down"].dtype == "mxfp4"
+    assert not any("MXFP4" in n for n in meta["notes"])
     tokens, logits = run_greedy(reference_for(d), PROMPT_IDS, DECODE)
     ref = hf_logits(d, tokens)
     assert rel_err(logits, ref) <= 1e-4, rel_err(logits, ref)
@@ -258,9 +260,9 @@ def test_gpt_oss_mxfp4_checkpoint_matches_transformers(models_dir):
     assert rel_err(logits, plain) > 1e-3
 
 
-def test_gpt_oss_mxfp4_scale_q8_0_cannot_hold_loads_f32(models_dir, tmp_path):
-    """A block whose scale is far below f16's range (2^-40, odd quants: no shift makes it exact)
-    sends that tensor to f32, with a note; the values are still the MXFP4 ones."""
+def test_gpt_oss_mxfp4_scale_out_of_kernel_range_loads_f32(models_dir, tmp_path):
+    """A block whose scale is below the mxfp4 kernels' range (2^-126: FP4's 0.5 of it, 2^-127, an
+    f32 subnormal) sends that tensor to f32, with a note; the values are still the MXFP4 ones."""
     import json
     import shutil
 
@@ -271,12 +273,12 @@ def test_gpt_oss_mxfp4_scale_q8_0_cannot_hold_loads_f32(models_dir, tmp_path):
     shutil.copytree(src, d)
     state = load_file(str(d / "model.safetensors"))
     name = "model.layers.0.mlp.experts.down_proj"
-    state[name + "_scales"][0, 0, 0] = 128 - 40
-    state[name + "_blocks"][0, 0, 0] = 0x11  # two elements of value 1 x 2^-40 (after FP4's halving)
+    state[name + "_scales"][0, 0, 0] = 1
+    state[name + "_blocks"][0, 0, 0] = 0x11  # two elements of value 0.5 x 2^(1 - 127)
     save_file(state, str(d / "model.safetensors"))
     assert json.loads((d / "config.json").read_text())["quantization_config"]["quant_method"] == "mxfp4"
     _, weights, meta = load_weights(d)
     w = weights["layers.0.exp_down"]
-    assert w.dtype == "f32" and weights["layers.1.exp_down"].dtype == "q8_0"
+    assert w.dtype == "f32" and weights["layers.1.exp_down"].dtype == "mxfp4"
     assert any("down_proj_blocks: MXFP4 dequantized to f32" in n for n in meta["notes"])
-    assert np.ldexp(1.0, -40) in np.abs(w.dequantize()[0, :32])
+    assert np.ldexp(1.0, -127) in np.abs(w.dequantize()[0, :32])

@@ -134,26 +134,28 @@ def test_gguf_iq4_xs_dequantized_at_load(tmp_path):
     assert np.array_equal(pw.dequantize(), want)
 
 
-@pytest.mark.parametrize("scale", [None, 2.0**-30], ids=["as-q8_0", "f32"])
-def test_gguf_mxfp4(tmp_path, scale):
-    """MXFP4 loads as q8_0 (quant/mxfp4.py), unless a block's scale has no exact q8_0 form (here
-    2^-34, below f16): then the whole tensor is f32. Either way the values are gguf-py's, and the
-    dtype is known before the tensor is packed (a LazyWeight)."""
+@pytest.mark.parametrize("e", [None, 1], ids=["mxfp4", "f32"])
+def test_gguf_mxfp4(tmp_path, e):
+    """MXFP4 stays mxfp4 (quant/mxfp4.py), the file's bytes on the device, unless a block with a
+    nonzero value has a scale out of the kernels' range (here e = 1: 2^-127, an f32 subnormal):
+    then the whole tensor is f32. Either way the values are gguf-py's, and the dtype is known
+    before the tensor is packed (a LazyWeight)."""
+    from vkdecode.quant.mxfp4 import NOTE_F32
+
     x = np.random.default_rng(0).uniform(-1, 1, (4, 256)).astype(np.float32)
-    if scale is not None:
-        x[2, 64:96] *= scale
     raw = gguf.quants.quantize(x, gguf.GGMLQuantizationType.MXFP4)
+    if e is not None:
+        raw.reshape(-1, 17)[10, :2] = (e, 0x11)  # elements 0 and 16: 1 x 2^(1 - 128)
     t = single_tensor_gguf(tmp_path / "m.gguf", "blk.0.ffn_up.weight", raw, gguf.GGMLQuantizationType.MXFP4)
     notes = []
     lazy = _gguf_tensor(str(tmp_path / "m.gguf"), t, (4, 256), notes)
     pw = lazy.packed()
     want = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.MXFP4)
-    assert lazy.dtype == pw.dtype == ("q8_0" if scale is None else "f32") and len(notes) == 1
-    assert notes[0].startswith("blk.0.ffn_up.weight: MXFP4 ")
-    if scale is None:
-        assert notes[0].endswith("stored as q8_0 (exact)") and pw.nbytes == 4 * 8 * 36
+    assert lazy.dtype == pw.dtype == ("mxfp4" if e is None else "f32")
+    if e is None:
+        assert not notes and pw.nbytes == raw.nbytes == 4 * 8 * 17  # 8 blocks a row: 2 whole scale words
     else:
-        assert "dequantized to f32" in notes[0] and "q8_0 cannot hold" in notes[0]
+        assert notes == [f"blk.0.ffn_up.weight: {NOTE_F32}"] and np.ldexp(1.0, -127) in np.abs(want)
     assert np.array_equal(pw.dequantize().view(np.uint32), want.view(np.uint32))
 
 

@@ -1,6 +1,7 @@
-"""vkdecode/quant/mxfp4.py: GGUF MXFP4 blocks as q8_0 give gguf-py's MXFP4 values bit for bit
-(through gguf-py's own q8_0 dequantize), or None where a block has no exact q8_0 form; end to end,
-an MXFP4 GGUF loads as q8_0 and decodes on the device as the reference does."""
+"""vkdecode/quant/mxfp4.py: MXFP4 blocks packed as the mxfp4 dtype hold the file's bytes and give
+gguf-py's MXFP4 values bit for bit; the kernels decode every scale in E_KERNEL exactly (and other
+blocks only where all-zero), and a tensor with any other block is refused to f32; end to end, an
+MXFP4 GGUF loads as mxfp4 and decodes on the device as the reference does."""
 
 from __future__ import annotations
 
@@ -11,23 +12,17 @@ from gguf.quants import dequantize, quantize
 
 from tests.helpers.make_models import tiny_hf_model, write_gguf
 from tests.helpers.reference_run import greedy_against_reference
+from tests.lowering.kernel_harness import caps_of, one_op, run_and_reference, step
 from vkdecode.executors import make_executor
 from vkdecode.models.gguf_names import source_name
 from vkdecode.models.loader import load_model
 from vkdecode.models.weights import open_gguf
-from vkdecode.quant import pack_gguf_blocks
-from vkdecode.quant.mxfp4 import exact, pack_mxfp4, to_q8_0
+from vkdecode.quant import PackedWeight, pack_gguf_blocks
+from vkdecode.quant import quantize as vk_quantize
+from vkdecode.quant.mxfp4 import E_KERNEL, in_kernel_range, kernel_exact, load_dtype, to_raw
 from vkdecode.reference import Reference
 
-MX, Q8 = gguf.GGMLQuantizationType.MXFP4, gguf.GGMLQuantizationType.Q8_0
-
-
-def mxfp4_rows(exps, n: int = 256, seed: int = 0) -> np.ndarray:
-    """gguf-py's MXFP4 of rows uniform in +-2^p, one row per p: block scales 2^(p - 4) (mostly)."""
-    rng = np.random.default_rng(seed)
-    x = np.stack([rng.uniform(-1, 1, n) * 2.0**p for p in exps]).astype(np.float32)
-    x[0, 32:64] = 0  # an all-zero block (gguf's quantizer writes e = 0: a scale of 2^-128)
-    return quantize(x, MX)
+MX = gguf.GGMLQuantizationType.MXFP4
 
 
 def block(e: int, idx) -> np.ndarray:
@@ -35,58 +30,77 @@ def block(e: int, idx) -> np.ndarray:
     return np.array([e, *(np.asarray(idx[:16]) | np.asarray(idx[16:]) << 4)], np.uint8)
 
 
-def q8_0_bytes(d: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """(d, q) as GGUF q8_0 blocks: f16 d, then the 32 int8 q."""
-    return np.concatenate([d.view(np.uint8).reshape(-1, 2), q.view(np.uint8)], axis=1)
-
-
 def bits(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, np.float32).view(np.uint32).reshape(-1)
 
 
-def test_q8_0_equals_gguf_mxfp4_bit_for_bit():
-    rng = np.random.default_rng(1)
-    raw = mxfp4_rows(range(-20, 23))  # exponents -24 (f16's least subnormal) .. 18 (2^3 past 2^15)
-    # below f16's range, all quants multiples of 4 (kvalues 0, +-4, +-8): q8_0 holds them as q / 4
-    low = np.stack([block(128 - 26, rng.choice([0, 4, 6, 8, 12, 14], 32)) for _ in range(8)])
-    raw = np.concatenate([raw.reshape(-1, 17), low])
-    e = set((raw[:, 0].astype(int) - 128).tolist())
-    assert {-128, -26, -24, -14, 15, 18} <= e, sorted(e)
-    d, q = to_q8_0(raw)
-    assert d.dtype == np.float16 and q.dtype == np.int8 and exact(raw)
-    assert d.min() == np.float16(2.0**-24) and d.max() == np.float16(2.0**15)
-    want = dequantize(raw, MX)
-    assert np.count_nonzero(want[-8:]) and np.count_nonzero(want[d < 2.0**-14])  # subnormal d: not all zero
-    assert np.array_equal(bits(dequantize(q8_0_bytes(d, q), Q8)), bits(want))
-    # the packed weight: q8_0's words, as a q8_0 GGUF tensor of those bytes packs to
-    pw = pack_mxfp4(raw.reshape(8, -1), (8, raw.size // 17 * 32 // 8))
-    ref = pack_gguf_blocks(q8_0_bytes(d, q).reshape(8, -1), "q8_0", pw.shape)
-    assert pw.dtype == "q8_0" and all(np.array_equal(pw.parts[k], ref.parts[k]) for k in ("q", "s"))
+@pytest.mark.filterwarnings("ignore:overflow encountered")  # e = 255 with index 7: inf, as gguf
+@pytest.mark.parametrize("nb", [1, 3, 4, 5, 90])  # blocks a row: the scale words padded, or not
+def test_packed_equals_gguf_bit_for_bit(nb):
+    """Random bytes (every e 0..255, every index) packed: the device parts hold the file's bytes (17
+    a block, plus the scale row's pad to a word), give them back, and dequantize as gguf-py does."""
+    rows = 7
+    raw = np.random.default_rng(nb).integers(0, 256, (rows, nb * 17), dtype=np.uint8)
+    # the ends of E8M0 and of E_KERNEL first, then every other e
+    raw.reshape(-1, 17)[:, 0] = np.resize(np.r_[0, 1, 255, 2, 252, 253, 254, 127, 3:252], rows * nb)
+    pw = pack_gguf_blocks(raw, "mxfp4", (rows, nb * 32))
+    assert pw.dtype == "mxfp4" and pw.part_bytes == {"q": rows * nb * 16, "s": rows * 4 * -(-nb // 4)}
+    assert np.array_equal(to_raw(pw.parts, pw.shape), raw)
+    want = dequantize(raw, MX).reshape(rows, nb * 32)
     assert np.array_equal(bits(pw.dequantize()), bits(want))
 
 
+def test_quantize_packs_gguf_quantizer_blocks():
+    x = np.random.default_rng(2).standard_normal((3, 160)).astype(np.float32)
+    x[1, 32:64] = 0  # an all-zero block: gguf writes e = 0
+    raw = quantize(x, MX)
+    assert kernel_exact(raw) and not in_kernel_range(raw.reshape(-1, 17)[:, 0])
+    assert np.array_equal(bits(vk_quantize(x, "mxfp4").dequantize()), bits(dequantize(raw, MX)))
+
+
 @pytest.mark.parametrize(
-    "e,bad,fits",
+    "e,idx,ok",
     [
-        (128 - 25, [1] + [4] * 31, [4] * 32),  # below f16 by 2^1: an odd kvalue
-        (128 - 26, [2] + [6] * 31, [14] * 32),  # below f16 by 2^2: a kvalue no multiple of 4
-        (128 + 19, [7] + [5] * 31, [13] * 32),  # above f16 by 2^4: 12 * 16 past int8 (6 * 16 is not)
-        (255, [1] + [0] * 31, [8] * 32),  # 2^127: only zeros fit
-        (0, [0] * 31 + [15], [0] * 32),  # e = 0 with a nonzero quant
+        (E_KERNEL[0], [1] + [15] * 31, True),  # 2^-126 and -12 * 2^-126: normal f32
+        (E_KERNEL[1], [7] + [9] * 31, True),  # 12 * 2^124: finite
+        (E_KERNEL[0] - 1, [1] + [0] * 31, False),  # 2^-127: an f32 subnormal
+        (0, [0] * 16 + [8] * 16, True),  # +-0 indices at any scale
+        (255, [8] * 32, True),
+        (E_KERNEL[1] + 1, [1] + [0] * 31, False),  # 2^125 fits, but the block's 12 * 2^125 would not
+        (255, [0] * 31 + [9], False),
     ],
-    ids=["below-odd", "below-4", "above-int8", "e255", "e0"],
+    ids=["least", "most", "below", "zero-e0", "zero-e255", "above", "e255"],
 )
-def test_no_exact_form(e, bad, fits):
-    """One block q8_0 cannot hold spoils the tensor; the same scale holding only quants that fit
-    (whole after the shift, within int8) is exact."""
-    good = mxfp4_rows([0, 3]).reshape(-1, 17)
-    raw = np.concatenate([good[:5], block(e, bad)[None], good[5:]])
-    assert to_q8_0(raw) is None and not exact(raw)
-    with pytest.raises(ValueError):
-        pack_mxfp4(raw.reshape(1, -1), (1, raw.shape[0] * 32))
-    raw[5] = block(e, fits)
-    d, q = to_q8_0(raw)
-    assert exact(raw) and np.array_equal(bits(dequantize(q8_0_bytes(d, q), Q8)), bits(dequantize(raw, MX)))
+def test_kernel_range(e, idx, ok):
+    good = quantize(np.random.default_rng(0).uniform(-1, 1, (2, 128)).astype(np.float32), MX).reshape(-1, 17)
+    raw = np.concatenate([good[:3], block(e, idx)[None], good[3:]])
+    assert kernel_exact(raw) == ok and load_dtype([raw[:4], raw[4:]]) == ("mxfp4" if ok else "f32")
+    assert in_kernel_range(raw[:, 0]) == (E_KERNEL[0] <= e <= E_KERNEL[1])
+
+
+def test_device_decodes_kernel_range_exactly(device):
+    """The embed kernel (dequant_elem; y = row * 1.0) returns every value of blocks at the ends of
+    E_KERNEL, and of all-zero blocks off it, bit for bit: dequant.glsl's block_dm is exact. Rows of
+    5 blocks: the second scale word a row is padded."""
+    rng = np.random.default_rng(5)
+    es = [E_KERNEL[0], E_KERNEL[1], 127, 0, 255, 1, 128, 90, 3, 251]  # 0, 255, 1: all-zero blocks
+    blocks = [block(e, rng.integers(0, 16, 32)) for e in es]
+    for b, e in zip(blocks, es):
+        if not E_KERNEL[0] <= e <= E_KERNEL[1]:
+            b[1:] &= 0x88  # indices 0 and 8 only
+    raw = np.concatenate([np.stack(blocks).reshape(2, -1), np.stack(blocks[::-1]).reshape(2, -1)])
+    table = pack_gguf_blocks(raw, "mxfp4", (4, 160))
+    assert kernel_exact(raw)
+    p = one_op(
+        "embed",
+        {"t": ((4, 160), "mxfp4", "weight"), "step": ((8,), "u32", "step")},
+        {"y": ((160,), "f32", "output")},
+    )
+    want = dequantize(raw, MX).reshape(4, 160)
+    assert np.abs(want).max() == 12 * 2.0**124 and np.abs(want[want != 0]).min() == 2.0**-126
+    for tok in range(4):
+        got, _ = run_and_reference(device, p, {"t": table, "step": step(tok, 0)}, caps_of(device))
+        assert np.array_equal(bits(got["y"]), bits(want[tok])), tok
 
 
 STEPS = 10
@@ -95,18 +109,19 @@ STEPS = 10
 @pytest.mark.parametrize("arch", ["llama", "qwen3moe"])
 def test_mxfp4_gguf_decodes_as_reference(device, models_dir, arch):
     """Every matrix MXFP4 in the file (qwen3moe: 3-D stacked experts, as gpt-oss's GGUF files store
-    theirs): all q8_0 on the device, equal to gguf-py's MXFP4 values, and the fused executor decodes
-    the reference's tokens on them."""
+    theirs): all mxfp4 on the device in the file's bytes (+ the scale rows' pad), equal to gguf-py's
+    MXFP4 values, and the fused executor decodes the reference's tokens on them."""
     path = write_gguf(tiny_hf_model(arch, models_dir), models_dir / f"{arch}-untied.mxfp4.gguf", "mxfp4")
     tensors = {t.name: t for t in open_gguf(str(path)).tensors}
     m = load_model(path, ctx=STEPS)
     mats = [n for n, w in m.weights.items() if len(w.shape) == 2]
-    assert {m.meta["source_types"][n] for n in mats} == {"MXFP4"} and len(m.meta["notes"]) == len(mats)
-    assert all(note.endswith("MXFP4 stored as q8_0 (exact)") for note in m.meta["notes"])
+    assert {m.meta["source_types"][n] for n in mats} == {"MXFP4"} and not m.meta["notes"]
     for n in mats:
-        w = m.weights[n]
-        want = dequantize(np.asarray(tensors[source_name(n, "gguf", m.args.arch)].data), MX)
-        assert w.dtype == "q8_0" and np.array_equal(bits(w.dequantize()), bits(want)), n
+        w, t = m.weights[n], tensors[source_name(n, "gguf", m.args.arch)]
+        assert isinstance(w, PackedWeight) and w.dtype == "mxfp4", n
+        out, n_in = w.shape
+        assert w.nbytes == int(t.n_bytes) + out * (-(-n_in // 128) * 4 - n_in // 32)
+        assert np.array_equal(bits(w.dequantize()), bits(dequantize(np.asarray(t.data), MX))), n
     assert any(len(tensors[source_name(n, "gguf", m.args.arch)].shape) == 3 for n in mats) == (
         arch != "llama"
     )

@@ -10,7 +10,7 @@ from vkdecode.quant import DTYPES, QUANT_TYPES, kquant, row_words
 def test_fusion_weight_dtypes_are_the_registry():
     assert sorted(WEIGHT_DTYPES) == sorted(DTYPES) and len(set(WEIGHT_DTYPES)) == len(WEIGHT_DTYPES)
     for name, d in DTYPES.items():  # fusion/verify.py's in-dim rule for quant weights
-        if name.startswith(("q", "iq")):
+        if d.quant:
             assert d.block == (K_QUANT_BLOCK if name.endswith("_k") else QUANT_BLOCK)
 
 
@@ -24,7 +24,8 @@ def test_layout_and_slots():
     assert sorted(DTYPES[n].slot for n in QUANT_TYPES) == list(range(len(QUANT_TYPES)))
     assert {n for n, d in DTYPES.items() if d.split} == set(kquant.LAYOUTS)
     for name in QUANT_TYPES:  # a block's device words hold its file bytes, at most a 2-byte pad more
-        d = DTYPES[name]
-        words = row_words(name, d.block, "q") + row_words(name, d.block, "s")
-        assert d.block_bytes <= 4 * words <= d.block_bytes + 2
+        d = DTYPES[name]  # (over 4 blocks: mxfp4's scale bytes share words)
+        words = row_words(name, 4 * d.block, "q") + row_words(name, 4 * d.block, "s")
+        assert 4 * d.block_bytes <= 4 * words <= 4 * (d.block_bytes + 2)
+        assert row_words(name, 5 * d.block, "s") * 4 >= 5 * (d.s_bytes or 4 * d.s_words)  # pad: up
         assert not d.fallback or (DTYPES[d.fallback].block == 32 and d.family == "kquant")

@@ -13,7 +13,16 @@ from vkdecode.benchmark.shapes_moe import MOE_SHAPES, TINY_DIMS
 from vkdecode.models import build_program
 from vkdecode.models.config import ModelArgs
 from vkdecode.models.gguf_names import expected_shapes
-from vkdecode.quant import BLOCK, DTYPES, QUANT_TYPES, WORDS_PER_BLOCK, PackedWeight, block_elems, row_words
+from vkdecode.quant import (
+    BLOCK,
+    DTYPES,
+    QUANT_TYPES,
+    WORDS_PER_BLOCK,
+    PackedWeight,
+    block_elems,
+    pack_gguf_blocks,
+    row_words,
+)
 
 SHAPES = {
     "smollm2-135m": {
@@ -214,6 +223,10 @@ def random_weight(dtype: str, shape: tuple, rng) -> PackedWeight:
     if dtype not in WORDS_PER_BLOCK:
         return _random_split(dtype, shape, rng)
     nb = n_in // BLOCK
+    if dtype == "mxfp4":  # 2^(e - 128) * table[n], table std ~5.9: e within 1 of 128 + log2(STD / 5.9)
+        raw = rng.integers(0, 256, (out, nb, 17), dtype=np.uint8)
+        raw[:, :, 0] = 128 + round(float(np.log2(STD / 5.9))) + rng.integers(-1, 2, (out, nb))
+        return pack_gguf_blocks(raw, dtype, shape)
     q = rng.integers(0, 1 << 32, (out, nb * WORDS_PER_BLOCK[dtype]), dtype=np.uint32)
     # quant values have std about 74 (q8_0), 9.2 (q5_0) or 4.6 (4-bit): scale d so values have std near STD
     d = random_halves(rng, out * nb, STD / {"q8_0": 74.0, "q5_0": 9.2}.get(dtype, 4.6)) & np.uint16(0x7FFF)

@@ -23,7 +23,7 @@ from vkdecode.lowering.calls import (
 )
 from vkdecode.lowering.coop import coop_row_scaled, coop_shape, tile_dims
 from vkdecode.lowering.half_x import half_x
-from vkdecode.quant import FLOAT_TYPES, UNIT_DTYPES
+from vkdecode.quant import FLOAT_TYPES, TILE_TYPES, UNIT_DTYPES
 
 MATMUL_BM = 64  # weight rows per workgroup (shaders/matmul_rows.comp BM)
 NARROW_OUTPUTS = 64  # outputs (weight rows x BN) per matmul_rows_narrow workgroup = its size
@@ -179,9 +179,10 @@ def matmul_calls(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     for r0, n in chunks:
         b = weight_bindings(w, wv.dtype, r0, None if len(chunks) == 1 else n)
         label = op.outputs[0] + (f"[{r0}:]" if len(chunks) > 1 else "")
-        # tensor cores first at any width they take (coop_shape: from caps.matmul_coop rows)
+        # tensor cores first at any width they take (coop_shape: from caps.matmul_coop rows) and
+        # for the dtypes their f16 tiles hold (not mxfp4, whose E8M0 scales reach past f16)
         arch = str(p.meta.get("arch", ""))
-        coop = coop_shape(caps, arch, n, rows, n_in)
+        coop = coop_shape(caps, arch, n, rows, n_in) if wv.dtype in TILE_TYPES else None
         if coop is not None:
             dims = (n_in, n, rows, n_out)
             calls += _coop_calls(

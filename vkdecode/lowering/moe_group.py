@@ -11,6 +11,7 @@ from fusion.ir import Program
 from vkdecode.lowering.calls import Binding, KernelCall, KernelCaps, row_chunks, weight_bindings, wg_size
 from vkdecode.lowering.coop import COOP_BK, coop_usable, parse_tile, tile_dims
 from vkdecode.lowering.matmul_rows import expert_matmul_calls
+from vkdecode.quant import TILE_TYPES
 
 
 def experts(p: Program, w: str, caps: KernelCaps) -> tuple[tuple[Binding, ...], int, int, str]:
@@ -100,6 +101,7 @@ def grouped_matmul(
     shared = 2 * (bm + bn) * (COOP_BK + 8) + 4 * 256 * tile[0] * tile[1]  # + a result block a subgroup
     coop = (
         coop_usable(caps, str(p.meta.get("arch", "")))
+        and dtype in TILE_TYPES  # else matmul_rows (mxfp4: its scales reach past the f16 tiles)
         and caps.matmul_coop >= 0
         and bn >= 16
         and m % bm == 0

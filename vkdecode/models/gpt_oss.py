@@ -9,8 +9,8 @@ and a clamped GLU (swiglu_clamp): c = min(g, limit), y = c sigmoid(alpha c) (cla
 HF checkpoints stack the experts: gate_up_proj (experts, hidden, 2 x ffn) with gate and up
 interleaved column by column, down_proj (experts, ffn, hidden), both stored input-major; HF_VIEWS
 turns them into the program's (experts, out, in) weights at load. OpenAI's checkpoints store the
-experts as MXFP4 blocks and scales (quantization_config mxfp4): hf_mxfp4.py loads them as q8_0,
-exactly; other quantization_configs are refused by the config audit. A GGUF stores gate and
+experts as MXFP4 blocks and scales (quantization_config mxfp4): hf_mxfp4.py keeps them as
+mxfp4; other quantization_configs are refused by the config audit. A GGUF stores gate and
 up apart, output-major, as llama.cpp's converter writes them; llama.cpp hard-codes the GLU's
 constants and floors / ceils YaRN's ramp (transformers' truncate = false does not), so a GGUF runs
 llama.cpp's math.

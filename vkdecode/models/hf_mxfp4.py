@@ -2,8 +2,8 @@
 projection is `{name}_blocks` [experts, out, in / 32, 16] and `{name}_scales` [experts, out, in / 32],
 output-major, with element 2j of a block in byte j's low nibble and 2j + 1 in its high one, and the
 value FP4[idx] * 2^(scale - 127) (transformers' integrations/mxfp4.py). FP4 is ggml's KVALUES halved,
-so a block is ggml's MXFP4 block with e = scale and the nibbles reordered: it then loads as q8_0,
-exactly, through quant/mxfp4.py, or as f32 where some block has no q8_0 form.
+so a block is ggml's MXFP4 block with e = scale and the nibbles reordered: it then loads as mxfp4
+through quant/mxfp4.py (f32 where a block's scale is out of the mxfp4 kernels' range).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 from vkdecode.errors import ModelError
 from vkdecode.models.safetensors_files import read_header, read_u8
 from vkdecode.quant import mxfp4
-from vkdecode.quant.blocks import pack_float
+from vkdecode.quant.blocks import pack_mxfp4_as
 
 
 def sources(view, srcs: list[str], where: dict) -> tuple[str, str] | None:
@@ -53,9 +53,8 @@ def weight(pair: tuple[str, str], view, shape: tuple[int, ...], where: dict, not
     def raw() -> np.ndarray:
         return to_gguf_blocks(rows(bn, bf), rows(sn, sf)).reshape(e * out, -1)
 
-    # the scales alone (one byte per 32 weights) decide, unless some are out of f16's range
-    if mxfp4.in_f16_range(rows(sn, sf)) or mxfp4.exact(raw()):
-        notes.append(f"{bn}: MXFP4 stored as q8_0 (exact)")
-        return "q8_0", lambda: mxfp4.pack_mxfp4(raw(), (e * out, n_in))
-    notes.append(f"{bn}: MXFP4 dequantized to f32 at load (a block scale q8_0 cannot hold exactly)")
-    return "f32", lambda: pack_float(mxfp4.dequantize(raw()).reshape(e * out, n_in), "f32")
+    # the scales alone (one byte per 32 weights) decide, unless some are out of the kernels' range
+    dtype = "mxfp4" if mxfp4.in_kernel_range(rows(sn, sf)) else mxfp4.load_dtype([raw()])
+    if dtype != "mxfp4":
+        notes.append(f"{bn}: {mxfp4.NOTE_F32}")
+    return dtype, lambda: pack_mxfp4_as(raw(), dtype, (e * out, n_in))

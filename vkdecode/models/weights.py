@@ -3,8 +3,9 @@
 
 Keys of the returned dict are the Program's weight value names (gguf_names.py). Matrices keep
 the dtypes of vkdecode/quant/registry.py as stored (repacked to 32-bit words, quant/blocks.py);
-bf16 becomes f32; MXFP4 becomes q8_0, exactly (quant/mxfp4.py); the other IQ* / TQ* types (no
-kernel) are dequantized to f32 at load. Both say so in the notes. Norms and biases are 1-D f32.
+bf16 becomes f32; MXFP4 stays mxfp4 but where a block's scale is out of its kernels' range
+(f32 then: quant/mxfp4.py); the other IQ* / TQ* types (no kernel) are
+dequantized to f32 at load. The notes say where a tensor changed type. Norms and biases are 1-D f32.
 """
 
 from __future__ import annotations
@@ -24,15 +25,21 @@ from vkdecode.models.gguf_names import expected_shapes, is_norm, source_name
 from vkdecode.models.lazy import LazyWeight, read_bytes
 from vkdecode.models.moe import hf_sources
 from vkdecode.models.safetensors_files import read_header, read_tensor, safetensors_index, tensor_dtype
-from vkdecode.quant import DTYPES, PackedWeight, block_elems, mxfp4, pack_float, pack_gguf_blocks
+from vkdecode.quant import (
+    DTYPES,
+    PackedWeight,
+    block_elems,
+    mxfp4,
+    pack_float,
+    pack_gguf_blocks,
+    pack_mxfp4_as,
+)
 
 # repacked, matmul and embed read them quantized (the quant dtypes of the registry, as GGUF names them)
 GGUF_KEPT = tuple(gguf.GGMLQuantizationType(d.gguf_type).name for d in DTYPES.values() if d.quant)
 # no native kernel: f32 at load, through gguf's dequantize (listed in the load notes)
 GGUF_DEQUANT = ("BF16", "IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS")
 GGUF_DEQUANT += ("IQ1_M", "IQ1_S", "TQ1_0", "TQ2_0", "NVFP4")
-# q8_0 holds every value exactly (quant/mxfp4.py); a tensor with a block it cannot hold is f32
-GGUF_AS_Q8_0 = ("MXFP4",)
 
 
 def load_weights(path, stream: bool = False) -> tuple[ModelArgs, dict, dict]:
@@ -143,7 +150,7 @@ def _load_hf(path: str):
     weights, types, notes = {}, {}, []
     for name, shape in expected_shapes(args).items():
         view = views.get(name.split(".", 2)[-1])
-        if name in mx:  # gpt-oss's MXFP4 experts: q8_0 on the device
+        if name in mx:  # gpt-oss's MXFP4 experts: mxfp4 on the device
             dtype, pack = hf_mxfp4.weight(mx[name], view, shape, where, notes)
             weights[name], types[name] = _lazy(where[mx[name][0]], dtype, shape, pack), "MXFP4"
             continue
@@ -246,33 +253,32 @@ def _gguf_tensor(path: str, t, shape, notes: list[str], byte_order: str = "I") -
         np_dt = np.dtype(np.float32 if kind == "F32" else np.float16).newbyteorder(byte_order)
         pack = lambda: _pack(read().view(np_dt).reshape(shape), dtype)
         return _lazy(path, _float_dtype(shape, dtype), shape, pack)
-    if kind in GGUF_KEPT and len(shape) >= 2 and shape[-1] % block_elems(dtype) == 0:
+    fits = len(shape) >= 2 and kind in GGUF_KEPT and shape[-1] % block_elems(dtype) == 0
+    if kind == "MXFP4" and fits:
+        dtype = mxfp4.load_dtype(_chunks(path, int(t.data_offset), int(t.n_bytes)))
+        if dtype != "mxfp4":
+            notes.append(f"{t.name}: {mxfp4.NOTE_F32}")
+        return _lazy(path, dtype, shape, lambda: pack_mxfp4_as(read(), dtype, _rows(shape)))
+    if fits:
         return _lazy(path, dtype, shape, lambda: pack_gguf_blocks(read(), dtype, _rows(shape)))
-    fits = len(shape) >= 2 and shape[-1] % block_elems("q8_0") == 0
-    if kind in GGUF_AS_Q8_0 and fits and _mxfp4_exact(path, int(t.data_offset), int(t.n_bytes)):
-        notes.append(f"{t.name}: MXFP4 stored as q8_0 (exact)")
-        return _lazy(path, "q8_0", shape, lambda: mxfp4.pack_mxfp4(read(), _rows(shape)))
-    if kind in GGUF_KEPT or kind in GGUF_DEQUANT or kind in GGUF_AS_Q8_0:
+    if kind in GGUF_KEPT or kind in GGUF_DEQUANT:
         if kind != "BF16":
             why = "no native kernel" if kind in GGUF_DEQUANT else f"shape {shape} does not fit its blocks"
-            why = "a block scale q8_0 cannot hold exactly" if kind in GGUF_AS_Q8_0 and fits else why
             notes.append(f"{t.name}: {kind} dequantized to f32 at load ({why})")
         qtype = t.tensor_type
         pack = lambda: _pack(gguf.quants.dequantize(read(), qtype).reshape(shape), "f32")
         return _lazy(path, "f32", shape, pack)
     raise ModelError(
         f"{path}: tensor {t.name!r} has type {kind}, which is not supported "
-        f"(supported: F32, F16, {', '.join(GGUF_KEPT + GGUF_AS_Q8_0 + GGUF_DEQUANT)})"
+        f"(supported: F32, F16, {', '.join(GGUF_KEPT + GGUF_DEQUANT)})"
     )
 
 
-def _mxfp4_exact(path: str, offset: int, nbytes: int) -> bool:
-    """Whether q8_0 holds the MXFP4 tensor exactly. The dtype is decided before the weight is
-    packed (the memory plan sizes it first), so this reads the tensor once more, in 68 MiB chunks."""
+def _chunks(path: str, offset: int, nbytes: int):
+    """An MXFP4 tensor's bytes in 68 MiB chunks of whole blocks: its dtype is decided before the
+    weight is packed (the memory plan sizes it first), so mxfp4.load_dtype reads it once more."""
     step = mxfp4.BLOCK_BYTES << 22
-    return all(
-        mxfp4.exact(read_bytes(path, offset + i, min(step, nbytes - i))) for i in range(0, nbytes, step)
-    )
+    return (read_bytes(path, offset + i, min(step, nbytes - i)) for i in range(0, nbytes, step))
 
 
 def _load_gguf(path: str):

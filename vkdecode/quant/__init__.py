@@ -1,10 +1,17 @@
 """Weight dtypes: the registry (registry.py: one record per dtype, every dtype list derived from
 it), the GPU word layout and packing (blocks.py; kquant.py for the split K-quant / q5_1 / iq4_nl
-blocks; mxfp4.py for GGUF MXFP4, which loads as q8_0)."""
+blocks; mxfp4.py for MXFP4's E8M0 scales and e2m1 codes)."""
 
 from __future__ import annotations
 
-from vkdecode.quant.blocks import PackedWeight, dequantize, pack_float, pack_gguf_blocks, quantize  # noqa: F401
+from vkdecode.quant.blocks import (  # noqa: F401
+    PackedWeight,
+    dequantize,
+    pack_float,
+    pack_gguf_blocks,
+    pack_mxfp4_as,
+    quantize,
+)
 from vkdecode.quant.registry import (  # noqa: F401 (the names importers use)
     BLOCK,
     DTYPES,
@@ -15,6 +22,7 @@ from vkdecode.quant.registry import (  # noqa: F401 (the names importers use)
     KSPLIT_TYPES,
     QUANT_TYPES,
     SPLIT_TYPES,
+    TILE_TYPES,
     UNIT_DTYPES,
     WEIGHT_DTYPES,
     WORDS_PER_BLOCK,

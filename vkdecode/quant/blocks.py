@@ -11,6 +11,7 @@ GGUF blocks are 18-210 bytes and not 4-byte aligned, so they are repacked at loa
   q5_1                              bit e is the fifth bit of element e
   q*    s: uint32 [out, in/32]     per block: low 16 bits = scale d (f16 bits), high 16 bits =
                                     min m (f16 bits, q4_1 / q5_1 only; 0 otherwise)
+  mxfp4 q: as q4_0;  s: uint32 [out, ceil(in/128)]  the row's E8M0 bytes, one a block (mxfp4.py)
 K-quants keep the file's 256-element superblock, split into q and s words (kquant.py):
   q4_k  q: [out, in/256*32]  the 128 qs bytes: byte 32c+l holds element 64c+l (low nibble,
                              sub-block 2c) and 64c+32+l (high nibble, sub-block 2c+1)
@@ -24,6 +25,7 @@ K-quants keep the file's 256-element superblock, split into q and s words (kquan
   q3_k  q: [out, in/256*24]  hmask[32] (byte l, bit k: third bit of element 32k+l), then qs as q2_k;
                              s: [out, in/256*4] the 12 bytes of packed 6-bit scales, d, a 2-byte pad
 Values: q8_0 d*q; q4_0 d*(n-8); q4_1 d*n+m; q5_0 d*(n-16); q5_1 d*n+m; iq4_nl d*table[n];
+mxfp4 2^(e-128)*table[n];
 q4_k/q5_k d*sc_j*n - dmin*m_j; q6_k d*sc_j*(n-32); q2_k d*sc_j*n - dmin*m_j; q3_k d*(sc_j-32)*(n-4).
 A shader reads d, m with unpackHalf2x16(s) (core GLSL 4.50, no 16-bit storage needed).
 
@@ -44,6 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vkdecode.quant import kquant as quant_k
+from vkdecode.quant import mxfp4
 from vkdecode.quant.registry import (
     BLOCK,
     FLOAT_TYPES,
@@ -104,6 +107,8 @@ def pack_gguf_blocks(raw: np.ndarray, dtype: str, shape: tuple[int, int]) -> Pac
     """raw: uint8 [out, nblocks * block_bytes] as the GGUF file stores it."""
     if dtype in SPLIT_TYPES:
         return PackedWeight(dtype, tuple(shape), quant_k.pack(raw, dtype, shape))
+    if dtype == "mxfp4":
+        return PackedWeight(dtype, tuple(shape), mxfp4.pack(raw, shape))
     out, n_in = shape
     nb = n_in // BLOCK
     blocks = np.ascontiguousarray(raw, dtype=np.uint8).reshape(out, nb, GGUF_BLOCK_BYTES[dtype])
@@ -122,6 +127,13 @@ def pack_gguf_blocks(raw: np.ndarray, dtype: str, shape: tuple[int, int]) -> Pac
         raise ValueError(f"no block packing for {dtype}")
     qw = np.ascontiguousarray(q).view(np.uint32).reshape(out, nb * WORDS_PER_BLOCK[dtype])
     return PackedWeight(dtype, (out, n_in), {"q": qw, "s": np.ascontiguousarray(d)})
+
+
+def pack_mxfp4_as(raw: np.ndarray, dtype: str, shape: tuple[int, int]) -> PackedWeight:
+    """MXFP4 blocks (uint8 [out, in / 32 * 17]) as the dtype mxfp4.load_dtype chose for them."""
+    if dtype == "mxfp4":
+        return pack_gguf_blocks(raw, dtype, shape)
+    return pack_float(mxfp4.dequantize(raw).reshape(shape), "f32")
 
 
 def quantize(a: np.ndarray, dtype: str) -> PackedWeight:
@@ -144,6 +156,8 @@ def dequantize(w: PackedWeight) -> np.ndarray:
         return w.parts["data"].view(np.float16).astype(np.float32).reshape(w.shape)
     if w.dtype in SPLIT_TYPES:
         return quant_k.dequantize(w.parts, w.dtype, w.shape)
+    if w.dtype == "mxfp4":
+        return mxfp4.dequantize(mxfp4.to_raw(w.parts, w.shape)).reshape(w.shape)
     out, n_in = w.shape
     nb = n_in // BLOCK
     s = w.parts["s"]

@@ -1,35 +1,34 @@
-"""GGUF MXFP4 as q8_0, exactly: no MXFP4 kernel is needed, and the device holds 36 bytes per 32
-weights (q8_0's words) rather than f32's 128.
+"""MXFP4 (gpt-oss's experts) kept as MXFP4 on the device: dtype mxfp4, 17 bytes per 32 weights as
+in the file; f32 only for a tensor with a block the kernels cannot decode exactly.
 
 ggml's MXFP4 block (17 bytes): e, an E8M0 exponent, then 16 bytes of 4-bit indices, byte j holding
 element j in its low nibble and element j + 16 in its high nibble. Element i is
-KVALUES[idx_i] * 2^(e - 128) (the e2m1 values doubled, hence ggml's E8M0_TO_FP32_HALF). A q8_0
-block is d * q (d f16, q int8), so d = 2^(e - 128), q = KVALUES[idx] wherever that d is an f16
-(normal or subnormal: e - 128 in [-24, 15]). Elsewhere d is clamped into that range and q shifted
-by the difference, exact while the shifted q stay integers within int8: all-zero blocks (gguf's
-quantizer writes them with e = 0), small quants up to 2^3 above 2^15, even ones below 2^-24. Other
-blocks have no exact q8_0 form; the loader then keeps the tensor f32 (models/weights.py).
+KVALUES[idx_i] * 2^(e - 128) (the e2m1 values doubled, hence ggml's E8M0_TO_FP32_HALF).
+
+Device layout (blocks.py's words): q: each block's 16 index bytes as 4 words (q4_0's / iq4_nl's
+nibble words); s: a row's e bytes, one a block, zero-padded to a whole word. The kernels
+(dequant.glsl block_dm) make 2^(e - 128) as the f32 whose exponent field is e - 1: exact for e >= 2,
+0 for e <= 1. A value KVALUES[idx] * 2^(e - 128) is then exact (a normal f32) for e in
+E_KERNEL; a block outside it is exact only where all its indices are +-0 (gguf's quantizer writes
+all-zero blocks with e = 0). A tensor with any other block loads as f32 (load_dtype). q8_0, which
+these tensors loaded as before, is no fallback: its f16 d and int8 q hold a block exactly only for
+e - 128 within 8 (the room |q| <= 12 leaves in int8) of f16's [-24, 15], or all-zero indices,
+all of which the kernels take.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Iterable
 
-from vkdecode.quant.blocks import PackedWeight
+import numpy as np
 
 BLOCK_BYTES = 17  # gguf.GGML_QUANT_SIZES[MXFP4] = (32, 17)
 KVALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int8)
-D_EXP = (-24, 15)  # powers of two an f16 holds (subnormal to normal)
+E_KERNEL = (2, 252)  # raw e whose values the kernels decode exactly: 2^-126 <= |v| <= 12 * 2^124
 
 
 def _blocks(raw: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(raw, dtype=np.uint8).reshape(-1, BLOCK_BYTES)
-
-
-def in_f16_range(e: np.ndarray) -> bool:
-    """Whether every block exponent (raw e) gives a scale 2^(e - 128) that an f16 holds."""
-    x = np.asarray(e, np.int32) - 128
-    return bool(((x >= D_EXP[0]) & (x <= D_EXP[1])).all())
 
 
 def _values(blocks: np.ndarray) -> np.ndarray:
@@ -44,41 +43,46 @@ def dequantize(raw: np.ndarray) -> np.ndarray:
     return np.ldexp(_values(blocks).astype(np.float32), blocks[:, :1].astype(np.int32) - 128)
 
 
-def to_q8_0(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """MXFP4 block bytes (any shape, whole blocks) -> (d float16 [n], q int8 [n, 32]) with
-    d * q == the MXFP4 values bit for bit, or None where some block has no exact q8_0 form."""
+def in_kernel_range(e: np.ndarray) -> bool:
+    """Whether every block exponent (raw e) is one the kernels decode whatever the indices."""
+    e = np.asarray(e)
+    return bool(((e >= E_KERNEL[0]) & (e <= E_KERNEL[1])).all())
+
+
+def kernel_exact(raw: np.ndarray) -> bool:
+    """Whether the mxfp4 kernels decode every block exactly: e in E_KERNEL, or indices all +-0."""
     blocks = _blocks(raw)
-    x = blocks[:, 0].astype(np.int32) - 128
-    xd = np.clip(x, *D_EXP)
-    q = _values(blocks)
-    moved = np.flatnonzero(x != xd)
-    if moved.size:  # rare: scales an f16 cannot hold
-        s = np.clip(x[moved] - xd[moved], -8, 8)[:, None]  # past 8 only q = 0 fits either way (|q| <= 12)
-        v = q[moved].astype(np.int32)
-        up, down = np.maximum(s, 0), np.maximum(-s, 0)
-        w = v << up
-        if not ((np.abs(w) <= 127) & ((v & ((1 << down) - 1)) == 0)).all():
-            return None
-        q[moved] = (w >> down).astype(np.int8)  # whole: a right shift of multiples of 2^down
-    d = np.ldexp(np.ones(len(xd), np.float32), xd).astype(np.float16)  # 2^xd: exact in f16
-    return d, q
+    out = blocks[(blocks[:, 0] < E_KERNEL[0]) | (blocks[:, 0] > E_KERNEL[1])]
+    return not (out[:, 1:] & 0x77).any()  # bit 3 of a nibble is the sign: 0 and 8 are both zero
 
 
-def exact(raw: np.ndarray) -> bool:
-    """Whether to_q8_0(raw) is not None; reads the exponents alone unless some are out of range."""
-    blocks = _blocks(raw)
-    e = blocks[:, 0].astype(np.int32) - 128
-    out = np.flatnonzero((e < D_EXP[0]) | (e > D_EXP[1]))
-    return not out.size or to_q8_0(blocks[out]) is not None
-
-
-def pack_mxfp4(raw: np.ndarray, shape: tuple[int, int]) -> PackedWeight:
-    """raw: uint8 [out, in / 32 * 17] as the GGUF file stores it -> a q8_0 PackedWeight (the words
-    blocks.pack_gguf_blocks makes of q8_0). ValueError where exact(raw) is False."""
+def pack(raw: np.ndarray, shape: tuple[int, int]) -> dict[str, np.ndarray]:
+    """raw: uint8 [out, in / 32 * 17] as the file stores it -> {"q", "s"} uint32 words (above)."""
     out, n_in = shape
-    dq = to_q8_0(raw)
-    if dq is None:
-        raise ValueError("MXFP4 blocks with no exact q8_0 form (check exact() first)")
-    d, q = dq
-    s = d.view(np.uint16).astype(np.uint32).reshape(out, n_in // 32)
-    return PackedWeight("q8_0", (out, n_in), {"q": q.reshape(out, n_in).view(np.uint32), "s": s})
+    if n_in % 32:
+        raise ValueError(f"mxfp4 needs an in-dim that is a multiple of 32, got {shape}")
+    nb = n_in // 32
+    blocks = np.ascontiguousarray(raw, dtype=np.uint8).reshape(out, nb, BLOCK_BYTES)
+    s = np.zeros((out, -(-nb // 4) * 4), np.uint8)
+    s[:, :nb] = blocks[:, :, 0]
+    q = np.ascontiguousarray(blocks[:, :, 1:]).view(np.uint32).reshape(out, nb * 4)
+    return {"q": q, "s": s.view(np.uint32)}
+
+
+def to_raw(parts: dict[str, np.ndarray], shape: tuple[int, int]) -> np.ndarray:
+    """The inverse of pack: the file's bytes, uint8 [out, in / 32 * 17]."""
+    out, n_in = shape
+    nb = n_in // 32
+    raw = np.empty((out, nb, BLOCK_BYTES), np.uint8)
+    raw[:, :, 0] = parts["s"].view(np.uint8).reshape(out, -1)[:, :nb]
+    raw[:, :, 1:] = parts["q"].view(np.uint8).reshape(out, nb, 16)
+    return raw.reshape(out, -1)
+
+
+NOTE_F32 = "MXFP4 dequantized to f32 at load (a block scale out of the mxfp4 kernels' range)"
+
+
+def load_dtype(chunks: Iterable[np.ndarray]) -> str:
+    """The device dtype of a tensor whose bytes come in chunks (whole blocks each): mxfp4 where the
+    kernels decode every block exactly, else f32."""
+    return "mxfp4" if all(kernel_exact(c) for c in chunks) else "f32"
