@@ -228,6 +228,8 @@ def test_coop_attention_choice(device):
 
     auto = replace(gpu, attn_coop=0)
     assert (shape(auto, "qwen3", dict(qwen3, rows=512), True) is not None) == (COOP_ATTN_AUTO_MAX_D >= 128)
+    gemma = dict(n_heads=4, n_kv_heads=1, head_dim=256, scale=0.0625, rows=512, window=512)
+    assert (shape(auto, "gemma3", gemma, True) is not None) == (COOP_ATTN_AUTO_MAX_D >= 256)
     assert shape(auto, "qwen3", dict(qwen3, head_dim=64, rows=512), True) == (2, 64)
 
 

@@ -69,7 +69,7 @@ class KernelCaps:
         0  # a prompt chunk's fixed cost in rows, for padded chunk plans (0: 64; < 0: no padding)
     )
     attn_coop: int = (
-        0  # chunk attention on the tensor cores where coop_matrix (0: head_dim <= 128, > 0: any, < 0: never)
+        0  # chunk attention on the tensor cores where coop_matrix (0: head_dim <= 256, > 0: any, < 0: never)
     )
     attn_gqa_rows: int = (
         0  # chunks from this many rows take attention_rows_gqa when attn_rows_q is auto (0: 17)

@@ -116,7 +116,10 @@ def coop_shape(caps: KernelCaps, arch: str, n: int, rows: int, n_in: int) -> tup
 # Qwen3 heads (16/8 x 128) 512 rows at pos 0: 257 -> 73 us, at pos 1536: 1245 -> 246 us; SmolLM2
 # heads (9/3 x 64) 145 -> 44 and 560 -> 152 us. (The kernel before the kv-head form, a subgroup
 # per 16 rows and head reading K and V twice straight from the cache, ran 339 and 124 us at pos 0.)
-COOP_ATTN_AUTO_MAX_D = 128
+# 256 since Gemma 3's heads (4/1 x 256, 512-key windows) measured: H100, Gemma-3-270M shape Q4_K_M,
+# 512-token prompt 11.3 -> 9.3 ms, 2,000 tokens 69.8 -> 38.7 ms against the f32 kv-head kernel
+# (bench/results/nvidia-h100-80gb-hbm3/2026-12-07-gemma-coop)
+COOP_ATTN_AUTO_MAX_D = 256
 ATTN_KNOWN_ATTRS = {"n_heads", "n_kv_heads", "head_dim", "scale", "rows", "window"}
 COOP_ATTN_SUBGROUPS = 4  # subgroups per workgroup to aim for: 16-row blocks x the G heads of a kv head
 COOP_ATTN_TILES = (64, 32, 16)  # keys per shared K/V tile, the largest that fits first
