@@ -32,6 +32,9 @@
 // the tile holding its first row's first key and a subgroup skips the tiles before its own rows'
 // window (uniformly, as past its last row); keys of a tile before a row's window are masked like
 // keys after it (the cache rows there are written: finite).
+// SINKS (gpt-oss): binding 5 sinks[H], one more logit per head in each row's denominator, added at
+// the end as exp(sink - m) against the row's final reference m: P stays relative to the scores
+// (a sink of +30 as the start of m would round every P to f16 zero), and l is f32.
 // Bindings: 0 q, 1 k_cache, 2 v_cache, 3 step, 4 o. Spec: 0 wg size (LANES G RB), 1 H, 2 KVH,
 // 3 D (a multiple of 16), 4 T (a multiple of 16 RB), 5 scale (float), 6 RB, 7 BKV (keys per tile,
 // a multiple of 16), 8 WINDOW (0: none).
@@ -52,6 +55,9 @@ layout(binding = 1) readonly buffer KB { uvec4 k8[]; };     // 8 halves per elem
 layout(binding = 2) readonly buffer VB { uvec4 v8[]; };
 layout(binding = 3) readonly buffer StepB { uint step[]; };
 layout(binding = 4) writeonly buffer OB { float o[]; };
+#ifdef SINKS
+layout(binding = 5) readonly buffer SinkB { float sinks[]; };
+#endif
 
 const uint G = H / KVH;
 const uint WG = gl_WorkGroupSize.x, NSG = WG / LANES;
@@ -196,6 +202,9 @@ void main() {
         }
         SYNC();                                   // rowf, ss and ps are read before they are rewritten
     }
+#ifdef SINKS
+    l += exp(sinks[h] - m);                       // m is finite: a row always sees its own key
+#endif
     if (lane < 16) rowf[bf + r] = 1.0 / l;
     SYNC();
     UNROLL for (uint i = 0; i < D / 16; i++) {

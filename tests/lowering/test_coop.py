@@ -84,7 +84,7 @@ def test_coop_shape_choice(device):
     assert coop_shape(replace(gpu, matmul_coop=64), "qwen3", 1024, 48, 1024) is None  # under matmul_coop
     assert coop_shape(gpu, "qwen3", 1024, 512, 1000) is None  # k not whole 32-wide steps
     assert coop_shape(gpu, "gemma3", 1024, 512, 1024) == (2, 2, 2, 2, 2)  # rows scaled into f16's range
-    assert coop_shape(gpu, "gpt-oss", 1024, 512, 1024) is None  # attention sinks: not on the tensor cores
+    assert coop_shape(gpu, "gpt-oss", 1024, 512, 1024) == (2, 2, 2, 2, 2)  # rows scaled too
     # the row-scaled kernel's staging (1 KiB a subgroup) counts against shared memory
     assert coop_shape(replace(gpu, max_shared=10240), "qwen3", 1024, 512, 1024) == (2, 2, 2, 2, 2)
     assert coop_shape(replace(gpu, max_shared=10240), "gemma3", 1024, 512, 1024) is None
@@ -220,7 +220,7 @@ def test_coop_attention_choice(device):
     assert shape(gpu, "qwen3", dict(qwen3, rows=512, window=64), True) == (2, 32)  # sliding windows too
     assert shape(gpu, "qwen3", dict(qwen3, rows=512, softcap=30.0), True) is None  # an attribute it lacks
     assert shape(gpu, "gemma3", dict(qwen3, rows=512), True) == (2, 32)  # a global layer (no window)
-    assert shape(gpu, "gpt-oss", dict(qwen3, rows=512), True) is None  # sinks
+    assert shape(gpu, "gpt-oss", dict(qwen3, rows=512), True) == (2, 32)  # the kernel takes sinks
     assert shape(gpu, "qwen3", dict(qwen3, head_dim=72, rows=512), True) is None
     assert shape(replace(gpu, attn_coop=-1), "qwen3", dict(qwen3, rows=512), True) is None
     # auto: up to COOP_ATTN_AUTO_MAX_D
@@ -228,7 +228,7 @@ def test_coop_attention_choice(device):
 
     auto = replace(gpu, attn_coop=0)
     assert (shape(auto, "qwen3", dict(qwen3, rows=512), True) is not None) == (COOP_ATTN_AUTO_MAX_D >= 128)
-    gemma = dict(n_heads=4, n_kv_heads=1, head_dim=256, scale=0.0625, rows=512, window=512)
+    gemma = {"n_heads": 4, "n_kv_heads": 1, "head_dim": 256, "scale": 0.0625, "rows": 512, "window": 512}
     assert (shape(auto, "gemma3", gemma, True) is not None) == (COOP_ATTN_AUTO_MAX_D >= 256)
     assert shape(auto, "qwen3", dict(qwen3, head_dim=64, rows=512), True) == (2, 64)
 
@@ -267,7 +267,27 @@ def test_attention_rows_coop(device, h, kvh, d, rows, pos0, ctx, qs, window):
     the chunk are NaN, so a masked key that still reached a product (0 x NaN) would show. With a
     window, keys before it are large (an unmasked one would dominate its row's softmax) and rows
     before any tile the chunk needs are NaN."""
-    from tests.lowering.kernel_harness import step
+    check_coop_attention(device, h, kvh, d, rows, pos0, ctx, qs, window)
+
+
+# gpt-oss: sinks (head 0 at +30, which takes nearly all of its softmax, head 1 at -30), its heads
+# (8 query heads a kv head, head_dim 64), with and without a window
+SINK_CASES = [
+    (16, 2, 64, 64, 37, 101, 1.0, 0),
+    (16, 2, 64, 32, 100, 132, 1.0, 20),
+    (4, 4, 16, 16, 5, 21, 6.0, 0),
+]
+
+
+@pytest.mark.parametrize("h,kvh,d,rows,pos0,ctx,qs,window", SINK_CASES)
+def test_attention_rows_coop_sinks(device, h, kvh, d, rows, pos0, ctx, qs, window):
+    """Attention sinks on the tensor cores: each head's output as exact (relative to its own size,
+    head_nmse) as without them, and the sinks change the result."""
+    check_coop_attention(device, h, kvh, d, rows, pos0, ctx, qs, window, sinks=True)
+
+
+def check_coop_attention(device, h, kvh, d, rows, pos0, ctx, qs, window, sinks=False):
+    from tests.lowering.kernel_harness import PackedWeight, draw_sinks, head_nmse, run_ops_reference, step
 
     caps = caps_of(device, attn_coop=1)
     if not caps.coop_matrix:
@@ -283,14 +303,19 @@ def test_attention_rows_coop(device, h, kvh, d, rows, pos0, ctx, qs, window):
         kc[: max(0, lo - 64)] = vc[: max(0, lo - 64)] = np.nan  # before the first tile (BKV <= 64)
     # q scaled: scores ~ N(0, qs^2) (the f16 rounding of q s in the kernel keeps the error relative)
     q = (qs * rng.standard_normal(rows * h * d)).astype(np.float32)
+    ins = {
+        "q": ((rows * h * d,), "f32", "activation"),
+        "kc": ((ctx, kvh * d), "f16", "state"),
+        "vc": ((ctx, kvh * d), "f16", "state"),
+        "step": ((8,), "u32", "step"),
+    }
+    env = {"q": q, "kc": kc, "vc": vc, "step": step(0, pos0)}
+    if sinks:
+        ins["sinks"] = ((h,), "f32", "weight")
+        env["sinks"] = PackedWeight("f32", (h,), {"data": draw_sinks(rng, h)})
     p = one_op(
         "attention",
-        {
-            "q": ((rows * h * d,), "f32", "activation"),
-            "kc": ((ctx, kvh * d), "f16", "state"),
-            "vc": ((ctx, kvh * d), "f16", "state"),
-            "step": ((8,), "u32", "step"),
-        },
+        ins,
         {"o": ((rows * h * d,), "f32", "output")},
         n_heads=h,
         n_kv_heads=kvh,
@@ -300,8 +325,12 @@ def test_attention_rows_coop(device, h, kvh, d, rows, pos0, ctx, qs, window):
         **({"window": window} if window else {}),
     )
     assert op_calls(p, 0, caps)[0].shader == "attention_rows_coop"
-    got, want = run_and_reference(device, p, {"q": q, "kc": kc, "vc": vc, "step": step(0, pos0)}, caps)
-    err = nmse(got["o"], want["o"])
+    got, want = run_and_reference(device, p, env, caps)
+    err = head_nmse(got["o"], want["o"], h, d) if sinks else nmse(got["o"], want["o"])
+    if sinks:  # the sinks matter: without them (a sink of -inf) the reference differs
+        none = PackedWeight("f32", (h,), {"data": np.full(h, -np.inf, np.float32)})
+        off = run_ops_reference(p, {**env, "sinks": none})
+        assert head_nmse(off["o"], want["o"], h, d) > 1e3 * LIMIT
     # q x scale goes to f16 in the kernel: the scores' error grows with their size, so the limit
     # grows with the square of the q scale
     assert err <= LIMIT * max(1.0, qs) ** 2, (

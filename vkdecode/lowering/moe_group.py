@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fusion.ir import Program
 from vkdecode.lowering.calls import Binding, KernelCall, KernelCaps, row_chunks, weight_bindings, wg_size
-from vkdecode.lowering.coop import COOP_BK, coop_usable, parse_tile, tile_dims
+from vkdecode.lowering.coop import COOP_BK, coop_row_scaled, coop_usable, parse_tile, tile_dims
 from vkdecode.lowering.matmul_rows import expert_matmul_calls
 from vkdecode.quant import TILE_TYPES
 
@@ -41,7 +41,8 @@ def group_rows(p: Program, ids: str, e: int, caps: KernelCaps) -> int:
         if caps.moe_tile not in (4, 8, 16, 32, 64, 128):
             raise ValueError(f"moe_tile {caps.moe_tile}: expected a power of two from 4 to 128")
         return caps.moe_tile
-    bn = 16 if coop_usable(caps, str(p.meta.get("arch", ""))) else 4
+    arch = str(p.meta.get("arch", ""))
+    bn = 16 if coop_usable(caps, arch) and not coop_row_scaled(arch) else 4
     while bn < min(slots // e, GROUP_TILE_MAX):
         bn *= 2
     return bn
@@ -99,8 +100,10 @@ def grouped_matmul(
         raise ValueError(f"coop_tile {caps.coop_tile}: not {bn} slots a tile, as the groups")
     bm, _, wg = tile_dims(tile)
     shared = 2 * (bm + bn) * (COOP_BK + 8) + 4 * 256 * tile[0] * tile[1]  # + a result block a subgroup
+    arch = str(p.meta.get("arch", ""))
     coop = (
-        coop_usable(caps, str(p.meta.get("arch", "")))
+        coop_usable(caps, arch)
+        and not coop_row_scaled(arch)  # the grouped matmul takes no row factors (X_ROWSCALE)
         and dtype in TILE_TYPES  # else matmul_rows (mxfp4: its scales reach past the f16 tiles)
         and caps.matmul_coop >= 0
         and bn >= 16

@@ -157,19 +157,14 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     sink_defines = _sinks(b, sinks)
     b += sinks
     # a batched step's rows are different sequences: no K/V tile is shared, the per-row kernel runs.
-    # attention_rows_coop has no sinks (and cannot be tested on lavapipe, which lacks
-    # VK_KHR_cooperative_matrix): with them the f32 kernels below run
     batch = bool(a.get("batch"))
-    coop = (
-        not batch
-        and not sinks
-        and coop_attention_shape(caps, str(p.meta.get("arch", "")), a, bool(kv_defines(p, kc)))
-    )
+    coop = not batch and coop_attention_shape(caps, str(p.meta.get("arch", "")), a, bool(kv_defines(p, kc)))
     if coop:
         rb, bkv = coop
         spec = (32 * (h // kvh) * rb, h, kvh, d, rows, float(a["scale"]), rb, bkv, int(a.get("window", 0)))
+        grid = (kvh, rows // (16 * rb), 1)
         return [
-            KernelCall("attention_rows_coop", spec, b, (4,), (kvh, rows // (16 * rb), 1), label=op.outputs[0])
+            KernelCall("attention_rows_coop", spec, b, (4,), grid, defines=sink_defines, label=op.outputs[0])
         ]
     bq = 0 if batch else gqa_rows(caps, h // kvh, d, rows)
     if bq:

@@ -228,6 +228,7 @@ ARCHITECTURE = Architecture(
     gguf_implemented=frozenset({"attention.sliding_window", "expert_count", "expert_used_count"}),
     layer_names=LAYER_NAMES,
     hf_views=HF_VIEWS,
-    # the tensor-core kernels round inputs to f16 and have no attention sinks (lowering/rows.py)
-    coop=False,
+    # tensor cores with each matmul's x rows scaled into f16's range: gpt-oss was trained in bf16 and
+    # its activations are unmeasured here; its MXFP4 experts take the f32 tiles (lowering/moe_group.py)
+    coop_row_scale=True,
 )
