@@ -10,6 +10,7 @@ cost one token per byte (no merges).
 
     python -m bench.shape_gguf --shape smollm2-135m --quant q4_1 out.gguf
     python -m bench.shape_gguf --shape qwen3-30b-a3b --quant q4_k_m qwen3-30b-a3b-q4_k_m.gguf  # 17.3 GiB
+    python -m bench.shape_gguf --shape gpt-oss-20b --quant mxfp4 gpt-oss-20b-mxfp4.gguf  # 11.3 GiB
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
 
-from vkdecode.benchmark.shapes import STD, random_halves, shape_args, weight_dtypes
+from vkdecode.benchmark.shapes import MXFP4_E, STD, random_halves, shape_args, weight_dtypes
 from vkdecode.models.gguf_names import expected_shapes, source_name
 from vkdecode.models.rope import llama3_rope_factors
 
@@ -40,11 +41,15 @@ CHATML = (
 )
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-QUANTS = ("f16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k", "q4_k_m")
-# general.file_type of the quants that are llama.cpp file types (q4_k and q6_k alone are not its mixes)
+QUANTS = ("f16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k", "q4_k_m", "mxfp4")
+# general.file_type of the quants that are llama.cpp file types (q4_k and q6_k alone are not its mixes;
+# mxfp4 is its MXFP4_MOE for an MoE model: shapes.weight_dtypes)
 FILE_TYPES = {
-    q: int(getattr(gguf.LlamaFileType, "MOSTLY_" + q.upper()))
-    for q in ("f16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k_m")
+    **{
+        q: int(getattr(gguf.LlamaFileType, "MOSTLY_" + q.upper()))
+        for q in ("f16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k_m")
+    },
+    "mxfp4": int(gguf.LlamaFileType.MOSTLY_MXFP4_MOE),
 }
 
 
@@ -82,6 +87,7 @@ BLOCKS = {
         [("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", 12), ("qh", "u1", 32), ("q", "u1", 128)]
     ),
     "q6_k": np.dtype([("ql", "u1", 128), ("qh", "u1", 64), ("scales", "i1", 16), ("d", "<f2")]),
+    "mxfp4": np.dtype([("e", "u1"), ("q", "u1", 16)]),
 }
 BLOCK_ELEMS = {"q4_k": 256, "q5_k": 256, "q6_k": 256}  # the others: 32
 
@@ -108,9 +114,11 @@ def random_block_bytes(dtype: str, rows: int, cols: int, rng) -> np.ndarray:
         std = 258 if dtype == "q4_k" else 527  # 0..15), ~527 d (q in 0..31)
         blk["d"] = STD / std  # with dmin = mean q * d the mean is zero
         blk["dmin"] = (7.5 if dtype == "q4_k" else 15.5) * STD / std
-    else:  # q6_k: d * sc * (q - 32); sc kept in 0..15 (rms ~9), q - 32 std ~18
+    elif dtype == "q6_k":  # d * sc * (q - 32); sc kept in 0..15 (rms ~9), q - 32 std ~18
         blk["scales"] &= np.int8(0x0F)
         blk["d"] = STD / 9 / 18
+    else:  # mxfp4: 2^(e - 128) * table[q], table std ~5.9 (shapes.MXFP4_E)
+        blk["e"] = MXFP4_E
     return raw.reshape(rows, -1)
 
 
@@ -171,6 +179,47 @@ def _drawn(tensors, workers: int):
             yield ahead.popleft().result()
 
 
+def add_model_keys(w, args) -> None:
+    """args' hyperparameters under the keys llama.cpp's converter writes (models/*.gguf_fields read
+    them back); tests/helpers/make_models.write_gguf writes its files' with this too. Llama 3's rope
+    scaling is the rope_freqs.weight tensor instead (_tensors)."""
+    w.add_block_count(args.n_layers)
+    w.add_context_length(args.max_position)
+    w.add_embedding_length(args.hidden_size)
+    w.add_feed_forward_length(args.intermediate_size)
+    w.add_head_count(args.n_heads)
+    w.add_head_count_kv(args.n_kv_heads)
+    w.add_key_length(args.head_dim)
+    w.add_value_length(args.head_dim)
+    w.add_rope_freq_base(args.rope_theta)
+    w.add_layer_norm_rms_eps(args.rms_eps)
+    w.add_vocab_size(args.vocab_size)
+    if args.n_experts:
+        w.add_expert_count(args.n_experts)
+        w.add_expert_used_count(args.n_experts_used)
+        w.add_expert_feed_forward_length(args.expert_ffn)
+        if args.shared_expert_ffn:
+            w.add_expert_shared_feed_forward_length(args.shared_expert_ffn)
+    scaling = args.rope_scaling or {}
+    if scaling.get("rope_type") == "linear":
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(scaling["factor"])
+    if scaling.get("rope_type") == "yarn":  # llama.cpp always truncates the ramp
+        if not scaling["truncate"]:
+            raise ValueError("a GGUF cannot say yarn truncate = false")
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(scaling["factor"])
+        w.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
+        if scaling.get("beta_fast", 32.0) != 32.0:  # llama.cpp's defaults otherwise (32 / 1)
+            w.add_rope_scaling_yarn_beta_fast(scaling["beta_fast"])
+        if scaling.get("beta_slow", 1.0) != 1.0:
+            w.add_rope_scaling_yarn_beta_slow(scaling["beta_slow"])
+    if args.arch in ("gpt-oss", "gemma3"):  # gpt-oss: even layers slide (set_swa_pattern(2))
+        w.add_sliding_window(args.sliding_window)
+    if args.arch == "gemma3":
+        w.add_sliding_window_pattern([t == "sliding_attention" for t in args.layer_types])
+
+
 def write_shape_gguf(
     path: str,
     shape: str,
@@ -190,22 +239,8 @@ def write_shape_gguf(
     tensors = _tensors(args, dtypes, seed)
     tmp = path + ".tmp"
     w = gguf.GGUFWriter(tmp, args.arch)
-    w.add_block_count(args.n_layers)
-    w.add_context_length(args.max_position)
-    w.add_embedding_length(args.hidden_size)
-    w.add_feed_forward_length(args.intermediate_size)
-    w.add_head_count(args.n_heads)
-    w.add_head_count_kv(args.n_kv_heads)
-    w.add_key_length(args.head_dim)
-    w.add_value_length(args.head_dim)
-    w.add_rope_freq_base(args.rope_theta)
-    w.add_layer_norm_rms_eps(args.rms_eps)
-    w.add_vocab_size(args.vocab_size)
-    if args.n_experts:  # the keys llama.cpp's converter writes for qwen3moe (models/moe.gguf_fields)
-        w.add_expert_count(args.n_experts)
-        w.add_expert_used_count(args.n_experts_used)
-        w.add_expert_feed_forward_length(args.expert_ffn)
-    if quant in FILE_TYPES:  # what llama-bench and llama-cli print as the model's type
+    add_model_keys(w, args)
+    if quant in FILE_TYPES and (quant != "mxfp4" or args.n_experts):  # what llama-bench prints
         w.add_file_type(FILE_TYPES[quant])
     tokens, types = vocabulary(args.vocab_size)
     w.add_tokenizer_model("gpt2")

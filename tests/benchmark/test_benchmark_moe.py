@@ -104,3 +104,68 @@ def test_bench_and_stats_on_the_tiny_moe_shape(device, capsys):
     assert main(["stats", *argv, "--json", "--prefill-width", "0"]) == 0
     s = json.loads(capsys.readouterr().out)
     assert {"RMS_NORM_MATMUL_MOE_TOPK", "MOE_MATMUL_SUM_ADD"} <= {r["rule"] for r in s["regions"]}
+
+
+def test_gpt_oss_20b_is_the_real_one():
+    """gpt-oss-20b's config.json as llama.cpp runs it: 20.9 B weights, 3.6 B of them active (4 of 32
+    experts, the token table aside); its mxfp4 is llama.cpp's MXFP4_MOE (experts mxfp4, the other
+    matrices q8_0; the router and the experts' 2-D biases f32)."""
+    a = shape_args("gpt-oss-20b")
+    assert (a.arch, a.n_layers, a.hidden_size, a.n_heads, a.n_kv_heads, a.head_dim, a.vocab_size) == (
+        "gpt-oss",
+        24,
+        2880,
+        64,
+        8,
+        64,
+        201088,
+    )
+    assert (a.n_experts, a.n_experts_used, a.expert_ffn, a.swiglu_alpha, a.swiglu_limit) == (
+        32,
+        4,
+        2880,
+        1.702,
+        7.0,
+    )
+    assert (a.rope_theta, a.rms_eps, a.max_position, a.tie_embeddings, a.attention_bias, a.o_bias) == (
+        150000.0,
+        1e-5,
+        131072,
+        False,
+        True,
+        True,
+    )
+    assert a.sliding_window == 128 and len(a.layer_types) == 24
+    assert a.layer_types[:3] == ("sliding_attention", "full_attention", "sliding_attention")
+    assert a.rope_scaling["factor"] == 32.0 and a.rope_scaling["original_max_position_embeddings"] == 4096
+    shapes = expected_shapes(a)
+    total = sum(int(np.prod(s)) for s in shapes.values())
+    experts = sum(int(np.prod(s)) for n, s in shapes.items() if ".exp_" in n and not n.endswith("_b"))
+    assert total == 20_914_757_184
+    active = total - experts * (1 - 4 / 32) - int(np.prod(shapes["tok_embd"]))
+    assert round(active / 1e9, 1) == 3.6  # OpenAI's "3.6B active"
+    d = weight_dtypes(a, "mxfp4")
+    assert {d[f"layers.{i}.exp_{k}"] for i in range(24) for k in ("gate", "up", "down")} == {"mxfp4"}
+    assert set(d.values()) == {"mxfp4", "q8_0"} and d["lm_head"] == d["layers.0.wq"] == "q8_0"
+    assert not {"layers.0.router", "layers.0.exp_up_b", "layers.0.sinks"} & set(d)
+    assert weight_dtypes(shape_args("tiny"), "mxfp4")["layers.0.w_down"] == "mxfp4"  # dense: as before
+
+
+def test_bench_on_a_narrow_gpt_oss_shape(device, monkeypatch):
+    """`vkdecode bench --quant mxfp4` on gpt-oss-20b's settings at a lavapipe width: the in-memory
+    random model (mxfp4 experts, f32 expert biases) agrees across modes."""
+    from vkdecode.benchmark.shapes import SHAPES
+
+    narrow = {"hidden_size": 128, "n_heads": 4, "n_kv_heads": 1, "head_dim": 32, "intermediate_size": 128}
+    narrow |= {"vocab_size": 512, "expert_ffn": 64, "sliding_window": 4}
+    monkeypatch.setitem(SHAPES, "narrow-oss", {**SHAPES["gpt-oss-20b"], **narrow})
+    model = bench.random_model("narrow-oss", "mxfp4", ctx=64, prompt_tokens=3, n_layers=2)
+    w = model.weights
+    assert (w["layers.1.exp_down"].dtype, w["layers.1.exp_down_b"].dtype, w["layers.0.wq"].dtype) == (
+        "mxfp4",
+        "f32",
+        "q8_0",
+    )
+    assert all(np.isfinite(w[f"layers.0.exp_{k}"].dequantize()).all() for k in ("gate", "down"))
+    res = bench.run_bench(device, model, ["fused", "unfused"], n=6, reps=1, warmup=0, copy_bytes=1 << 20)
+    assert res["agreement"]["ok"]

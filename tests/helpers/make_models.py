@@ -355,6 +355,7 @@ def write_gguf(
     f32 tensors by GGUF name; add_bos writes tokenizer.ggml.add_bos_token. Cached by `path` only."""
     import gguf
 
+    from bench.shape_gguf import add_model_keys
     from vkdecode.models.config import ModelArgs
     from vkdecode.models.gguf_names import expected_shapes, source_name
 
@@ -363,38 +364,8 @@ def write_gguf(
         return path
     args = ModelArgs.from_hf_config(model_dir)
     w = gguf.GGUFWriter(str(path) + ".tmp", arch or args.arch)
-    w.add_block_count(args.n_layers)
-    w.add_context_length(args.max_position)
-    w.add_embedding_length(args.hidden_size)
-    w.add_feed_forward_length(args.intermediate_size)
-    w.add_head_count(args.n_heads)
-    w.add_head_count_kv(args.n_kv_heads)
-    w.add_key_length(args.head_dim)
-    w.add_value_length(args.head_dim)
-    w.add_rope_freq_base(args.rope_theta)
+    add_model_keys(w, args)  # a None in `metadata` leaves a key out again (below)
     metadata = dict(metadata or {})
-    if metadata.pop(f"{args.arch}.attention.layer_norm_rms_epsilon", 0) is not None:
-        w.add_layer_norm_rms_eps(args.rms_eps)
-    w.add_vocab_size(args.vocab_size)
-    if args.n_experts:
-        w.add_expert_count(args.n_experts)
-        w.add_expert_used_count(args.n_experts_used)
-        w.add_expert_feed_forward_length(args.expert_ffn)
-        if args.shared_expert_ffn:
-            w.add_expert_shared_feed_forward_length(args.shared_expert_ffn)
-    if (args.rope_scaling or {}).get("rope_type") == "linear":
-        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
-        w.add_rope_scaling_factor(args.rope_scaling["factor"])
-    if (args.rope_scaling or {}).get("rope_type") == "yarn":  # llama.cpp always truncates the ramp
-        assert args.rope_scaling["truncate"], "a GGUF cannot say truncate = false"
-        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
-        w.add_rope_scaling_factor(args.rope_scaling["factor"])
-        w.add_rope_scaling_orig_ctx_len(int(args.rope_scaling["original_max_position_embeddings"]))
-    if args.arch == "gpt-oss":
-        w.add_sliding_window(args.sliding_window)
-    if args.arch == "gemma3":
-        w.add_sliding_window(args.sliding_window)
-        w.add_sliding_window_pattern([t == "sliding_attention" for t in args.layer_types])
     _add_tokenizer(w, model_dir, pre)
     if add_bos is not None:
         w.add_add_bos_token(add_bos)

@@ -12,7 +12,7 @@ import numpy as np
 from vkdecode.benchmark.shapes_moe import MOE_SHAPES, TINY_DIMS
 from vkdecode.models import build_program
 from vkdecode.models.config import ModelArgs
-from vkdecode.models.gguf_names import expected_shapes
+from vkdecode.models.gguf_names import expected_shapes, source_name
 from vkdecode.quant import (
     BLOCK,
     DTYPES,
@@ -141,6 +141,8 @@ F32_MATRICES = ("router", "shexp_gate_inp")
 EIGHT_EXPERTS = {"wk": "q8_0", "wv": "q8_0", "wo": "q5_k"}
 # Target std of a weight; with RMSNorm between layers the activations stay O(1).
 STD = 0.02
+# an mxfp4 block is 2^(e - 128) * table[n], table std ~5.9: the e that gives std near STD
+MXFP4_E = 128 + round(float(np.log2(STD / 5.9)))
 
 
 def shape_args(shape: str, max_position: int = 1 << 16, n_layers: int = 0) -> ModelArgs:
@@ -185,13 +187,19 @@ def weight_dtypes(args: ModelArgs, quant: str) -> dict[str, str]:
     """Matrices in `quant`; like llama.cpp's Q4/Q5 files (the real SmolLM2 Q4_1 GGUF included), a
     tied token table that doubles as the output head stays q8_0. q4_k_m mixes types as llama.cpp's
     Q4_K_M does (q4_k_m_dtype); a single K type falls back as llama.cpp does per tensor. Stacked
-    experts (3-D) take a matrix's type; F32_MATRICES are left out (f32)."""
+    experts (3-D) take a matrix's type, except in mxfp4 (llama.cpp's MXFP4_MOE: mxfp4 experts, the
+    other matrices q8_0; a dense model as any quant); F32_MATRICES and biases are left out (f32)."""
     out = {}
     for name, shape in expected_shapes(args).items():
         if len(shape) == 1 or name.rsplit(".", 1)[-1] in F32_MATRICES:
             continue
+        if source_name(name, "gguf", args.arch).endswith(".bias"):  # gpt-oss's expert biases (2-D):
+            continue  # f32, as llama.cpp's converter writes every bias
         if quant == "q4_k_m":
             out[name] = q4_k_m_dtype(name, shape, args)
+            continue
+        if quant == "mxfp4" and args.n_experts:  # llama.cpp's MXFP4_MOE (its gpt-oss files): stacked
+            out[name] = "mxfp4" if len(shape) == 3 else "q8_0"  # experts mxfp4, other matrices q8_0
             continue
         dt = "q8_0" if name == "tok_embd" and args.tie_embeddings and quant in LOW_BIT else quant
         out[name] = _fitted(dt, shape[-1])
@@ -223,9 +231,9 @@ def random_weight(dtype: str, shape: tuple, rng) -> PackedWeight:
     if dtype not in WORDS_PER_BLOCK:
         return _random_split(dtype, shape, rng)
     nb = n_in // BLOCK
-    if dtype == "mxfp4":  # 2^(e - 128) * table[n], table std ~5.9: e within 1 of 128 + log2(STD / 5.9)
+    if dtype == "mxfp4":
         raw = rng.integers(0, 256, (out, nb, 17), dtype=np.uint8)
-        raw[:, :, 0] = 128 + round(float(np.log2(STD / 5.9))) + rng.integers(-1, 2, (out, nb))
+        raw[:, :, 0] = MXFP4_E + rng.integers(-1, 2, (out, nb))
         return pack_gguf_blocks(raw, dtype, shape)
     q = rng.integers(0, 1 << 32, (out, nb * WORDS_PER_BLOCK[dtype]), dtype=np.uint32)
     # quant values have std about 74 (q8_0), 9.2 (q5_0) or 4.6 (4-bit): scale d so values have std near STD
