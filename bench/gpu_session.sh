@@ -52,6 +52,7 @@
 #   bash bench/gpu_session.sh coopdense T.. # the 8B's 512-row chunk matmuls per tensor-core tile, one process each
 #   bash bench/gpu_session.sh moemm V.. # the grouped expert matmul alone per caps variant, then bench/out/base's
 #   bash bench/gpu_session.sh gemmacoop # Gemma-3-270M's prompts on the tensor cores (rows scaled) vs f32, llama.cpp
+#   bash bench/gpu_session.sh gptoss    # the gpt-oss-20b shape (MXFP4 experts): decode and 512-token prompt vs llama.cpp
 #   bash bench/gpu_session.sh suite     # the whole suite under validation on 8 xdist workers, with a summary
 set -euo pipefail
 OUT=${OUT:?set OUT to the results folder}
@@ -207,6 +208,18 @@ gemmacoop)
     done
     python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 --decode 16 --reps 3 \
         --out "$OUT/llama-gemma.json" | tail -4
+    ;;
+gptoss)
+    # the gpt-oss-20b shape (MXFP4 experts, q8_0 elsewhere: llama.cpp's MXFP4_MOE mix, ~12 GB):
+    # vkdecode's decode (user's path and fused bench) and 512-token prompt, then llama.cpp on the
+    # same file. Carry .device/llama.
+    llama_server
+    f=$(shape_file gpt-oss-20b mxfp4)
+    python -m vkdecode bench --model "$f" --modes fused --reps 3 --ctx 4096 --json "$OUT/gptoss-bench.json" 2>&1 | tail -8
+    python -m bench.prefill --model "$f" --lengths 512 --modes fused --token-path-max 0 --ctx 4096 --reps 3 \
+        --out "$OUT/gptoss-prefill.json" 2>&1 | grep "tokens:"
+    python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 --decode 128 --reps 3 \
+        --out "$OUT/llama-gptoss.json" | tail -4
     ;;
 prompt8b)
     # the 8B Q4_K_M shape's 512- and 2,000-token prompts, head vs bench/out/base alternating (two
