@@ -212,13 +212,14 @@ gemmacoop)
 gptoss)
     # the gpt-oss-20b shape (MXFP4 experts, q8_0 elsewhere: llama.cpp's MXFP4_MOE mix, ~12 GB):
     # vkdecode's decode (user's path and fused bench) and 512-token prompt, then llama.cpp on the
-    # same file. Carry .device/llama.
+    # same file. Carry .device/llama. GPTOSS_DECODE_ONLY=1: decode only (a short call).
     llama_server
     f=$(shape_file gpt-oss-20b mxfp4)
     python -m vkdecode bench --model "$f" --modes fused --reps 3 --ctx 4096 --json "$OUT/gptoss-bench.json" 2>&1 | tail -8
-    python -m bench.prefill --model "$f" --lengths 512 --modes fused --token-path-max 0 --ctx 4096 --reps 3 \
-        --out "$OUT/gptoss-prefill.json" 2>&1 | grep "tokens:"
-    python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 --decode 128 --reps 3 \
+    [ -n "${GPTOSS_DECODE_ONLY:-}" ] || python -m bench.prefill --model "$f" --lengths 512 --modes fused \
+        --token-path-max 0 --ctx 4096 --reps 3 --out "$OUT/gptoss-prefill.json" 2>&1 | grep "tokens:"
+    lengths=$([ -n "${GPTOSS_DECODE_ONLY:-}" ] && echo 16 || echo 512)
+    python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths "$lengths" --decode 128 --reps 3 \
         --out "$OUT/llama-gptoss.json" | tail -4
     ;;
 prompt8b)
