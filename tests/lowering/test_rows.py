@@ -110,9 +110,9 @@ def test_attention_rows_sinks(device, h, kvh, d, rows, pos0, window, path):
     assert err <= 1e-9, f"worst head nmse {err:.3g}"
 
 
-def test_attention_rows_sinks_never_on_tensor_cores():
-    """attention_rows_coop has no sinks: a chunk attention with them takes the f32 kernels even where
-    the tensor-core one would run (lavapipe has no cooperative matrices to test it)."""
+def test_attention_rows_coop_binds_the_sinks():
+    """attention_rows_coop takes gpt-oss's sinks (define SINKS, binding 5, after o): the lowering
+    alone, here; the kernel's results are tests/lowering/test_coop.py's (GPU only)."""
     from vkdecode.lowering.coop import coop_attention_shape
     from vkdecode.lowering.rows import row_op_calls
 
@@ -131,7 +131,9 @@ def test_attention_rows_sinks_never_on_tensor_cores():
     if coop_attention_shape(gpu, "", plain.ops[0].attrs, True) is None:
         pytest.skip("these caps take no tensor-core attention")
     assert row_op_calls(plain, plain.ops[0], gpu)[0].shader == "attention_rows_coop"
-    assert row_op_calls(sinks, sinks.ops[0], gpu)[0].shader in ("attention_rows", "attention_rows_gqa")
+    call = row_op_calls(sinks, sinks.ops[0], gpu)[0]
+    assert call.shader == "attention_rows_coop" and ("SINKS", "1") in call.defines
+    assert [b.value for b in call.bindings] == ["q", "kc", "vc", "step", "o", "sinks"] and call.writes == (4,)
 
 
 GQA_CASES = [
