@@ -4,13 +4,10 @@ as the numpy reference does; the full file's tensor table and size, worked out w
 
 from __future__ import annotations
 
-import collections
-
-import numpy as np
 import pytest
 
-from bench.shape_gguf import _tensors, write_shape_gguf
-from tests.helpers.reference_run import greedy_against_reference
+from bench.shape_gguf import write_shape_gguf
+from tests.bench.test_shape_gguf_moe import decodes_as_the_reference, tensor_types
 from vkdecode.benchmark.shapes import SHAPES, shape_args, weight_dtypes
 
 # gpt-oss-20b's settings (GQA 8, 4 of 32 experts, YaRN, biases, sinks) at a lavapipe width, with a
@@ -32,10 +29,7 @@ NARROW_OSS = {
 def test_narrow_gpt_oss_gguf_decodes_as_the_reference(device, tmp_path, monkeypatch):
     import gguf
 
-    import vkdecode
-    from vkdecode.executors import make_executor
     from vkdecode.models.loader import load_model
-    from vkdecode.reference import Reference
 
     monkeypatch.setitem(SHAPES, "narrow-oss", {**SHAPES["gpt-oss-20b"], **NARROW_OSS})
     path = write_shape_gguf(str(tmp_path / "o.gguf"), "narrow-oss", "mxfp4", workers=2)
@@ -95,12 +89,7 @@ def test_narrow_gpt_oss_gguf_decodes_as_the_reference(device, tmp_path, monkeypa
     rest = [n for n in m.weights if n not in dtypes]
     assert "layers.1.sinks" in rest and "layers.0.exp_down_b" in rest and "layers.0.router" in rest
     assert {m.weights[n].dtype for n in rest} == {"f32"}
-    ref = Reference(m.program, m.weights)
-    with make_executor("unfused", device, m.program, m.weights) as ex:
-        toks = greedy_against_reference(ex, ref, 8)[0]
-    with vkdecode.load(path, device=device, ctx=24) as model:  # the user's path, streamed weights
-        assert model.mode == "fused"
-        assert greedy_against_reference(model.executor, ref, 8)[0] == toks
+    decodes_as_the_reference(device, m, path)
 
 
 def test_gpt_oss_20b_mxfp4_file_without_writing_it():
@@ -108,12 +97,7 @@ def test_gpt_oss_20b_mxfp4_file_without_writing_it():
     as llama.cpp's gpt-oss-20b-mxfp4.gguf (12.1 GB): the 72 expert tensors mxfp4, attention and both
     token tables q8_0, routers, biases, sinks and norms f32."""
     args = shape_args("gpt-oss-20b")
-    table = _tensors(args, weight_dtypes(args, "mxfp4"), 0)
-    by_type = collections.defaultdict(lambda: [0, 0])
-    for name, shape, npdt, nbytes, raw, _ in table:
-        kind = raw.name if raw is not None else np.dtype(npdt).name
-        by_type[kind][0] += 1
-        by_type[kind][1] += nbytes
+    table, by_type = tensor_types(args, "mxfp4")
     assert {k: n for k, (n, _) in by_type.items()} == {"MXFP4": 72, "Q8_0": 98, "float32": 289}
     assert {k: b for k, (_, b) in by_type.items()} == {
         "MXFP4": 10_152_345_600,  # 24 x 3 x 32 experts of 2880 x 2880 at 4.25 bits

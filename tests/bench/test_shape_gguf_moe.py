@@ -35,7 +35,6 @@ NARROW_30B = {
 
 def _check_file(path, shape: str, device):
     """The file's settings and types are the shape's; fused and unfused decode as the reference."""
-    import vkdecode
 
     want = shape_args(shape)
     m = load_model(path, ctx=24)
@@ -47,12 +46,7 @@ def _check_file(path, shape: str, device):
     dtypes = weight_dtypes(want, "q4_k_m")
     assert {n: w.dtype for n, w in m.weights.items() if n in dtypes} == dtypes
     assert m.weights["layers.0.router"].dtype == "f32"
-    ref = Reference(m.program, m.weights)
-    with make_executor("unfused", device, m.program, m.weights) as ex:
-        toks = greedy_against_reference(ex, ref, 8)[0]
-    with vkdecode.load(path, device=device, ctx=24) as model:  # the user's path, streamed weights
-        assert model.mode == "fused"
-        assert greedy_against_reference(model.executor, ref, 8)[0] == toks
+    decodes_as_the_reference(device, m, path)
     return dtypes
 
 
@@ -106,17 +100,37 @@ def test_files_do_not_depend_on_the_workers(tmp_path):
 MORE_BITS_48 = [*range(6), *range(8, 42, 3), *range(42, 48)]
 
 
+def decodes_as_the_reference(device, m, path) -> None:
+    """8 greedy steps unfused (packed weights) and through vkdecode.load (the user's path: fused,
+    streamed weights), each against the numpy reference, the same tokens."""
+    import vkdecode
+
+    ref = Reference(m.program, m.weights)
+    with make_executor("unfused", device, m.program, m.weights) as ex:
+        toks = greedy_against_reference(ex, ref, 8)[0]
+    with vkdecode.load(path, device=device, ctx=24) as model:
+        assert model.mode == "fused"
+        assert greedy_against_reference(model.executor, ref, 8)[0] == toks
+
+
+def tensor_types(args, quant: str) -> tuple[list, dict]:
+    """(shape_gguf's tensor table of a shape in quant, {GGUF type or numpy dtype: [tensors, bytes]}),
+    without writing the file."""
+    table = _tensors(args, weight_dtypes(args, quant), 0)
+    by_type = collections.defaultdict(lambda: [0, 0])
+    for _, _, npdt, nbytes, raw, _ in table:
+        kind = raw.name if raw is not None else np.dtype(npdt).name
+        by_type[kind][0] += 1
+        by_type[kind][1] += nbytes
+    return table, by_type
+
+
 def test_qwen3_30b_a3b_q4_k_m_file_without_writing_it():
     """The tensor table of the 30B-A3B Q4_K_M file: 579 tensors, 18.55 GB (17.28 GiB) of data, as
     Qwen's own Qwen3-30B-A3B-Q4_K_M.gguf (18.6 GB): q6_k output, attn_v and ffn_down_exps in the 24
     _more_bits layers, q4_k everything else quantized, f32 norms and routers."""
     args = shape_args("qwen3-30b-a3b")
-    table = _tensors(args, weight_dtypes(args, "q4_k_m"), 0)
-    by_type = collections.defaultdict(lambda: [0, 0])
-    for name, shape, npdt, nbytes, raw, _ in table:
-        kind = raw.name if raw is not None else np.dtype(npdt).name
-        by_type[kind][0] += 1
-        by_type[kind][1] += nbytes
+    table, by_type = tensor_types(args, "q4_k_m")
     assert {k: n for k, (n, _) in by_type.items()} == {"Q4_K": 289, "Q6_K": 49, "float32": 241}
     assert {k: b for k, (_, b) in by_type.items()} == {
         "Q4_K": 14_260_027_392,  # 25.35 G weights at 4.5 bits
