@@ -50,6 +50,14 @@ def tile_dims(tile: tuple) -> tuple[int, int, int]:
     return 16 * blk_m * sg_m, 16 * blk_n * sg_n, COOP_LANES * sg_m * sg_n
 
 
+def coop_shared_bytes(tile: tuple, staged: bool) -> int:
+    """Shared bytes of matmul_rows_coop at a COOP_TILES-style tile: the weight and activation tiles
+    (f16 rows of COOP_BK + 8), and with staged results (MOE's scattered rows, X_ROWSCALE's row
+    factors) one 16 x 16 f32 block a subgroup."""
+    bm, bn, _ = tile_dims(tile)
+    return 2 * (bm + bn) * (COOP_BK + 8) + (4 * 256 * tile[0] * tile[1] if staged else 0)
+
+
 def parse_tile(text: str) -> tuple:
     """'2x2:4x4' -> (2, 2, 4, 4)."""
     try:
@@ -88,7 +96,7 @@ def coop_shape(caps: KernelCaps, arch: str, n: int, rows: int, n_in: int) -> tup
         fits = []
         for t in tiles:
             bm, bn, wg = tile_dims(t)
-            shared = 2 * (bm + bn) * (COOP_BK + 8) + (4 * wg * 8 if coop_row_scaled(arch) else 0)
+            shared = coop_shared_bytes(t, coop_row_scaled(arch))
             if n % bm == 0 and rows % bn == 0 and wg <= caps.max_invocations and shared <= caps.max_shared:
                 fits.append(t)
         return fits

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from fusion.ir import Program
 from vkdecode.lowering.calls import Binding, KernelCall, KernelCaps, row_chunks, weight_bindings, wg_size
-from vkdecode.lowering.coop import COOP_BK, coop_row_scaled, coop_usable, parse_tile, tile_dims
+from vkdecode.lowering.coop import (
+    COOP_BK,
+    coop_row_scaled,
+    coop_shared_bytes,
+    coop_usable,
+    parse_tile,
+    tile_dims,
+)
 from vkdecode.lowering.matmul_rows import expert_matmul_calls
 from vkdecode.quant import TILE_TYPES
 
@@ -99,7 +106,7 @@ def grouped_matmul(
     if caps.coop_tile and tile_dims(tile)[1] != bn:
         raise ValueError(f"coop_tile {caps.coop_tile}: not {bn} slots a tile, as the groups")
     bm, _, wg = tile_dims(tile)
-    shared = 2 * (bm + bn) * (COOP_BK + 8) + 4 * 256 * tile[0] * tile[1]  # + a result block a subgroup
+    shared = coop_shared_bytes(tile, True)  # results go through the staging block to their slots
     arch = str(p.meta.get("arch", ""))
     coop = (
         coop_usable(caps, arch)
