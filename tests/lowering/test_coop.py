@@ -84,7 +84,7 @@ def test_coop_shape_choice(device):
     assert coop_shape(replace(gpu, matmul_coop=64), "qwen3", 1024, 48, 1024) is None  # under matmul_coop
     assert coop_shape(gpu, "qwen3", 1024, 512, 1000) is None  # k not whole 32-wide steps
     assert coop_shape(gpu, "gemma3", 1024, 512, 1024) == (2, 2, 2, 2, 2)  # rows scaled into f16's range
-    assert coop_shape(gpu, "gpt-oss", 1024, 512, 1024) is None  # off until its GPU cases run (gpt_oss.py)
+    assert coop_shape(gpu, "gpt-oss", 1024, 512, 1024) == (2, 2, 2, 2, 2)  # rows scaled too (gpt_oss.py)
     # the row-scaled kernel's staging (1 KiB a subgroup) counts against shared memory
     assert coop_shape(replace(gpu, max_shared=10240), "qwen3", 1024, 512, 1024) == (2, 2, 2, 2, 2)
     assert coop_shape(replace(gpu, max_shared=10240), "gemma3", 1024, 512, 1024) is None
@@ -220,7 +220,7 @@ def test_coop_attention_choice(device):
     assert shape(gpu, "qwen3", dict(qwen3, rows=512, window=64), True) == (2, 32)  # sliding windows too
     assert shape(gpu, "qwen3", dict(qwen3, rows=512, softcap=30.0), True) is None  # an attribute it lacks
     assert shape(gpu, "gemma3", dict(qwen3, rows=512), True) == (2, 32)  # a global layer (no window)
-    assert shape(gpu, "gpt-oss", dict(qwen3, rows=512), True) is None  # off, as its matmuls
+    assert shape(gpu, "gpt-oss", dict(qwen3, rows=512), True) == (2, 32)  # its sinks too
     assert shape(gpu, "qwen3", dict(qwen3, head_dim=72, rows=512), True) is None
     assert shape(replace(gpu, attn_coop=-1), "qwen3", dict(qwen3, rows=512), True) is None
     # auto: up to COOP_ATTN_AUTO_MAX_D

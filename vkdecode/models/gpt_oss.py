@@ -228,8 +228,7 @@ ARCHITECTURE = Architecture(
     gguf_implemented=frozenset({"attention.sliding_window", "expert_count", "expert_used_count"}),
     layer_names=LAYER_NAMES,
     hf_views=HF_VIEWS,
-    # off the tensor cores until their GPU cases with sinks have run (attention_rows_coop SINKS and
-    # tests/lowering/test_coop.py are written; no GPU came after them). Then: coop_row_scale=True,
-    # as gpt-oss's activations (trained in bf16) are unmeasured here.
-    coop=False,
+    # on the tensor cores with its sinks (attention_rows_coop SINKS); x rows scaled into f16's range
+    # like Gemma's, as gpt-oss's activations (trained in bf16) are unmeasured here
+    coop_row_scale=True,
 )
