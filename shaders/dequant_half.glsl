@@ -1,7 +1,7 @@
 // dequant_half(rw, rs, i): elements i .. i + 3 (i % 4 == 0) of the weight row whose words start at
 // rw (scales at rs) as four f16, two a word (element i in the low half of .x), for the tensor-core
 // tile loaders; include after dequant.glsl, which it defines HALF_QUADS beside for the dtypes it
-// decodes (f16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k).
+// decodes (f16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, mxfp4).
 // Why: the tiles are f16, and dequant_quad's f32 decode costs an int-to-float and an f32-to-f16
 // conversion an element, which NVIDIA's throughput tables put at 16 an SM a clock (an eighth of
 // its f32 FMAs). Here the quant fields are ORed into the mantissa of 1024.0hf (exact for fields <
@@ -12,7 +12,8 @@
 // gives the remainder exactly), so that a min that cancels most of q * scale does not leave the
 // scale's rounding behind: with one FMA of an exact product, an element is its correctly rounded
 // f16 or next to it where FMAs are fused (NVIDIA's HFMA2; lavapipe rounds the product first).
-#if defined(DT_F16) || defined(DT_Q8_0) || defined(DT_Q4_0) || defined(DT_Q4_1) || defined(DT_Q4_K) || defined(DT_Q5_K) || defined(DT_Q6_K)
+#if defined(DT_F16) || defined(DT_Q8_0) || defined(DT_Q4_0) || defined(DT_Q4_1) || defined(DT_Q4_K) || defined(DT_Q5_K) \
+    || defined(DT_Q6_K) || defined(DT_MXFP4)
 #define HALF_QUADS 1
 
 // Fields < 1024 at bits 0 and 16 of pair, as exact f16 (minus off, exact for integral off < 1024).
@@ -31,6 +32,15 @@ uvec2 scaled4x2(uint t, float16_t off, f16vec2 sa, f16vec2 lo) {
     const uvec2 p = spread(t);
     return uvec2(packFloat2x16(fma2(h2(p.x, off), sa, lo)), packFloat2x16(fma2(h2(p.y, off), sa, lo)));
 }
+
+#ifdef DT_MXFP4
+// Two e2m1 nibbles at bits 0 and 16 of p as the f16 pair of their values (above: all normal).
+uint e2m1_half2(uint p) {
+    const uint ones = 0x00010001u, nonzero = (p | (p >> 1) | (p >> 2)) & ones, e_set = ((p >> 1) | (p >> 2)) & ones;
+    const uint bits = ((p & 0x00080008u) << 12) | (((p & 0x00060006u) << 9) + 0x38003800u) | ((p & e_set) << 9);
+    return bits & (nonzero * 0xFFFFu);
+}
+#endif
 
 uvec2 dequant_half(uint rw, uint rs, uint i) {
 #if defined(DT_F16)
@@ -56,6 +66,19 @@ uvec2 dequant_half(uint rw, uint rs, uint i) {
     const uint q = (w_u[rw + 32 * b + 8 * c + l / 4] >> (4 * hi)) & 0x0F0F0F0Fu;
 #endif
     return scaled4x2(q, 0.0hf, f16vec2(sm.x, -sm.y), f16vec2(lo.x, -lo.y));
+#elif defined(DT_MXFP4)
+    // Each e2m1 nibble (sign, e1 e0, m) as a normal f16 (no f16 subnormal, which a device may flush
+    // when it is an input): exponent field e + 14 and mantissa bit m, except the level 0.5 (e 0,
+    // m 1), which is 2^-1 (exponent field 14, mantissa 0), and zero; then one f16 multiply by the
+    // block's 2^(x - 127) (E8M0 byte x; the doubled KVALUES' 2^(x - 128) halved), built from bits:
+    // normal from x 113, subnormal down to x 103 (2^-24), 0 below (values under 12 * 2^-25 flush,
+    // as f16 rounding would). So an element is its value correctly rounded to f16. x is capped at
+    // 140 (quant/mxfp4.py E_KERNEL: a block past it with nonzero levels never reaches the device).
+    const uint b = i / 32, e = i % 32;
+    const uvec2 p = spread((w_u[rw + 4 * b + (e % 16) / 4] >> (4 * (e / 16))) & 0x0F0F0F0Fu);
+    const uint x = min((w_s[rs + b / 4] >> (8 * (b % 4))) & 0xFFu, 140u);
+    const f16vec2 s = f16vec2(unpackFloat2x16(x >= 113u ? (x - 112u) << 10 : (x >= 103u ? 1u << (x - 103u) : 0u)).x);
+    return uvec2(packFloat2x16(unpackFloat2x16(e2m1_half2(p.x)) * s), packFloat2x16(unpackFloat2x16(e2m1_half2(p.y)) * s));
 #else
     const uint b = i / 32, e = i % 32;
     const f16vec2 dm = unpackFloat2x16(w_s[rs + b]);

@@ -25,9 +25,10 @@
 // shared staging block to its slots' scattered rows. Spec 6 XDIV, 7 GROUP_ORDER. GLU_SILU (with
 // MOE): each stored element is silu(G) * the sum, G (the gate matmul's output, Y's layout) at
 // binding B_G + 1 (moe_rows.glsl MOE_OUT).
-// X_ROWSCALE (with X_F16; not with MOE): to_f16.comp ROW_SCALE divided some of X's rows by powers of
-// two (Gemma 3's activations pass f16's range); each result goes through the subgroup's staging
-// block and is multiplied by its row's factor (binding B_Y + 1) as it is stored.
+// X_ROWSCALE (with X_F16): to_f16.comp ROW_SCALE divided some of X's rows by powers of two (Gemma
+// 3's activations pass f16's range); each result goes through the subgroup's staging block and is
+// multiplied by its x row's factor (binding B_XS: after Y, or with MOE after the groups and the
+// gate) as it is stored.
 #define NO_WG_REDUCE
 #include "common.glsl"
 
@@ -74,10 +75,17 @@ layout(binding = B_X) readonly buffer XB4 { vec4 x4[]; };
 layout(binding = B_Y) writeonly buffer YB { float y[]; };
 #include "moe_rows.glsl"
 #ifdef X_ROWSCALE
-#ifdef MOE
-#error "X_ROWSCALE: the grouped expert matmul takes no row factors (lowering/coop.py coop_row_scaled)"
+#if defined(GLU_SILU)
+#define B_XS (B_GATE + 1)
+#elif defined(MOE)
+#define B_XS (B_G + 1)
+#else
+#define B_XS (B_Y + 1)
 #endif
-layout(binding = B_Y + 1) readonly buffer XSB { float x_scale[]; };
+layout(binding = B_XS) readonly buffer XSB { float x_scale[]; };
+#define X_FACTOR(n) x_scale[XROW(n)]
+#else
+#define X_FACTOR(n) 1.0
 #endif
 
 const uint BK = 32;                    // a whole quant block per k step (64: H100 Qwen3 shapes mixed, 242 vs 253 us a layer)
@@ -212,7 +220,7 @@ void main() {
             for (uint e = gl_SubgroupInvocationID; e < 256; e += LANES) {
                 if (t + e / 16 < TILE_ROWS) {
                     const uint at = YROW(t + e / 16) * MTOT + m + e % 16;
-                    y[at] = MOE_OUT(at, ys[256 * sg + e]);
+                    y[at] = MOE_OUT(at, ys[256 * sg + e] * X_FACTOR(t + e / 16));
                 }
             }
             subgroupBarrier();
@@ -222,9 +230,9 @@ void main() {
             for (uint e = gl_SubgroupInvocationID; e < 256; e += LANES) {
                 const uint tt = t + e / 16, mm = m + e % 16;
 #ifdef SPLITK
-                y[(z * T + tt) * M + mm] = ys[256 * sg + e] * x_scale[tt];
+                y[(z * T + tt) * M + mm] = ys[256 * sg + e] * X_FACTOR(tt);
 #else
-                y[tt * MTOT + pc.row0 + mm] = ys[256 * sg + e] * x_scale[tt];
+                y[tt * MTOT + pc.row0 + mm] = ys[256 * sg + e] * X_FACTOR(tt);
 #endif
             }
             subgroupBarrier();

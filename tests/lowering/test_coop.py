@@ -18,7 +18,7 @@ from tests.lowering.kernel_harness import caps_of, nmse, one_op, run_and_referen
 from tests.lowering.test_ops_moe import moe_matmul_case
 from vkdecode.lowering.coop import coop_shape, parse_tile
 from vkdecode.lowering.ops import op_calls
-from vkdecode.quant import TILE_TYPES, quantize
+from vkdecode.quant import WEIGHT_DTYPES, quantize
 
 LIMIT = 1e-6
 
@@ -36,11 +36,11 @@ def gpu_caps(device, **over):
     )
 
 
-def test_mxfp4_takes_no_tiles(device):
-    """mxfp4 (E8M0 scales past f16's range; registry tiles=False) never lowers to the coop kernels:
-    a chunk matmul takes the f32 tiled kernel, the grouped experts matmul_rows, where q8_0 takes coop."""
+def test_mxfp4_takes_the_tiles(device):
+    """mxfp4 (dequant_half.glsl decodes it to f16: quant/mxfp4.py E_KERNEL keeps its blocks within
+    f16's range) lowers to the coop kernels as q8_0 does: a chunk matmul and the grouped experts."""
     gpu = gpu_caps(device)
-    for dtype, want in (("q8_0", "matmul_rows_coop"), ("mxfp4", "matmul_rows")):
+    for dtype in ("q8_0", "mxfp4"):
         p = one_op(
             "matmul",
             {"w": ((128, 256), dtype, "weight"), "x": ((64 * 256,), "f32", "activation")},
@@ -48,12 +48,13 @@ def test_mxfp4_takes_no_tiles(device):
             rows=64,
         )
         p.meta["arch"] = "llama"
-        shaders = [c.shader for c in op_calls(p, 0, replace(gpu, matmul_wide=-1))]
-        assert want in shaders and ("matmul_rows_coop" in shaders) == (dtype == "q8_0"), shaders
+        assert "matmul_rows_coop" in [c.shader for c in op_calls(p, 0, replace(gpu, matmul_wide=-1))]
         p, _ = moe_matmul_case(dtype, 4, 64, 96, 256, 128)
-        p.meta["arch"] = "qwen3moe"
-        shaders = [c.shader for c in op_calls(p, 0, replace(gpu, moe_group=1))]
-        assert shaders[0] == "moe_group" and shaders[-1] == want, shaders
+        p.meta["arch"] = "gpt-oss"  # rows scaled: the factors bound after the groups
+        calls = op_calls(p, 0, replace(gpu, moe_group=1))
+        assert [c.shader for c in calls] == ["moe_group", "to_f16", "matmul_rows_coop"]
+        mm = calls[-1]
+        assert ("X_ROWSCALE", "1") in mm.defines and mm.bindings[-1].value == "scratch:coop.xscale"
 
 
 def test_coop_shape_choice(device):
@@ -103,7 +104,7 @@ def test_coop_shape_choice(device):
         assert coop_shape(caps_of(device), "qwen3", 1024, 512, 1024) is None
 
 
-DTYPES = TILE_TYPES  # every weight dtype the tile loader decodes
+DTYPES = WEIGHT_DTYPES  # every weight dtype: the tile loader decodes each
 # (rows T, out, in, tile, splits): every tile, uneven splits (3 of 5 k tiles), in-dims of 4-element
 # quads only (K-quants: whole 256-element superblocks)
 SHAPES = [
@@ -182,6 +183,7 @@ MOE_CASES = [
     ("q8_0", 4, 128, 96, 256, 256),
     ("q4_k", 16, 64, 256, 512, 64),
     ("q6_k", 3, 192, 256, 40, 5),
+    ("mxfp4", 8, 64, 128, 96, 48),
 ]
 
 
@@ -198,6 +200,30 @@ def test_moe_matmul_rows_coop(device, dtype, e, m, n_in, slots, xrows):
     got, want = run_and_reference(device, p, env, caps)
     err = nmse(got["y"], want["y"])
     assert err <= LIMIT, f"coop moe matmul {dtype} {e}x{m}x{n_in} slots {slots}: nmse {err:.3g}"
+
+
+@pytest.mark.parametrize("dtype,xdiv", [("q4_k", 4), ("mxfp4", 1)])
+def test_moe_matmul_rows_coop_row_scaled(device, dtype, xdiv):
+    """The grouped expert matmul with x's rows scaled into f16's range (gpt-oss, coop_row_scaled):
+    rows up to 1e9 (inf in f16 without the scaling), each slot's row as exact as a small one;
+    xdiv 4: four slots share an x row (gate / up), 1: a row a slot (the down)."""
+    caps = caps_of(device)
+    if not caps.coop_matrix:
+        pytest.skip(f"no coop path: {device.info.features.get('coop_reason')} (runs on the H100)")
+    slots = 128
+    p, env = moe_matmul_case(dtype, 4, 64, 256, slots, slots // xdiv, scale=0.1)
+    p.meta["arch"] = "gpt-oss"
+    magnitude = np.array([1e9, 1.0, 4e4, 1e-3, 3e5, 20.0, 1e6, 0.1], np.float32)
+    env["x"] = (env["x"].reshape(slots // xdiv, -1) * np.resize(magnitude, slots // xdiv)[:, None]).ravel()
+    caps = replace(caps, moe_group=1)
+    calls = op_calls(p, 0, caps)
+    assert [c.shader for c in calls] == ["moe_group", "to_f16", "matmul_rows_coop"]
+    assert ("X_ROWSCALE", "1") in calls[-1].defines
+    got, want = run_and_reference(device, p, env, caps)
+    g, wn = got["y"].reshape(slots, -1), want["y"].reshape(slots, -1)
+    assert np.isfinite(g).all()
+    err = max(nmse(g[s], wn[s]) for s in range(slots))
+    assert err <= LIMIT, f"row-scaled coop moe matmul {dtype} xdiv {xdiv}: worst slot nmse {err:.3g}"
 
 
 def test_coop_attention_choice(device):

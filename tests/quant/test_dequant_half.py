@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from tests.helpers.shaders import DEQUANT_HALF_PROBE
-from vkdecode.quant.blocks import dequantize, quantize
+from vkdecode.quant.blocks import dequantize, pack_gguf_blocks, quantize
 from vkdecode.vk import write_descriptor_set
 
 WG = 64
 ROWS, K = 6, 512
-DTYPES = ["f16", "q8_0", "q4_0", "q4_1", "q4_k", "q5_k", "q6_k"]
+DTYPES = ["f16", "q8_0", "q4_0", "q4_1", "q4_k", "q5_k", "q6_k", "mxfp4"]
 
 
 def run_probe(device, w) -> np.ndarray:
@@ -59,7 +59,7 @@ def test_dequant_half_matches_exact_decode(device, dtype):
     got = run_probe(device, w).astype(np.float64)
     assert np.isfinite(got).all()
     nearest = want.astype(np.float16).astype(np.float64)  # the correctly rounded f16 decode
-    if dtype in ("f16", "q8_0", "q4_0"):  # one rounding of an exact product: the nearest f16
+    if dtype in ("f16", "q8_0", "q4_0", "mxfp4"):  # one rounding of an exact product: the nearest f16
         assert np.array_equal(got, nearest)
         return
     if dtype == "q6_k":  # the scale rounded, then the product: within an ulp of the nearest
@@ -75,3 +75,30 @@ def test_dequant_half_matches_exact_decode(device, dtype):
     bound = 2.0**-10 * (bmax + np.abs(want)) + 2.0**-24
     assert (err <= bound).all(), f"{dtype}: worst err / bound {np.max(err / bound):.3g}"
     assert np.mean(got == nearest) > 0.25  # the f16 decode, not something looser
+
+
+def test_dequant_half_mxfp4_scales(device):
+    """mxfp4 over its block scales: every level at E_KERNEL's top (12 * 2^12), at scales whose f16
+    is subnormal (x 103..112: the products rounded once, to even), and flushed to zero below x 103;
+    all-zero blocks at any x (0, 255) stay zero."""
+    if not device.info.features.get("float16"):
+        pytest.skip("no shaderFloat16 (dequant_half runs only in the tensor-core kernels, which need it)")
+    from vkdecode.quant.mxfp4 import E_KERNEL
+
+    xs = [E_KERNEL[1], 139, 127, 114, 113, 112, 108, 104, 103, 102, 90, 0, 255, 128, 120, 117]
+    rng = np.random.default_rng(3)
+    raw = np.zeros((ROWS, K // 32, 17), np.uint8)
+    raw[:, :, 0] = np.resize(xs, (ROWS, K // 32))
+    idx = rng.integers(0, 256, (ROWS, K // 32, 16), dtype=np.uint8)
+    idx[:, :2] = np.arange(16, dtype=np.uint8) * 17  # every level in the first blocks of a row
+    zero = np.isin(raw[:, :, 0], (0, 255))
+    idx[zero] &= 0x88  # +-0 indices only where x is off E_KERNEL (as load_dtype requires)
+    raw[:, :, 1:] = idx
+    w = pack_gguf_blocks(raw.reshape(ROWS, -1), "mxfp4", (ROWS, K))
+    want = dequantize(w).reshape(ROWS, K).astype(np.float64)
+    got = run_probe(device, w).astype(np.float64)
+    x = np.repeat(raw[:, :, 0], 32, axis=1)
+    nearest = np.where(x < 103, 0.0, want.astype(np.float16).astype(np.float64))
+    assert np.isfinite(got).all() and np.array_equal(got, nearest)
+    assert np.abs(got).max() == 12 * 2.0 ** (E_KERNEL[1] - 128)
+    assert (got[x == 103] != 0).any() and not got[x < 103].any()

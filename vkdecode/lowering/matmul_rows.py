@@ -23,7 +23,7 @@ from vkdecode.lowering.calls import (
 )
 from vkdecode.lowering.coop import coop_row_scaled, coop_shape, tile_dims
 from vkdecode.lowering.half_x import half_x
-from vkdecode.quant import FLOAT_TYPES, TILE_TYPES, UNIT_DTYPES
+from vkdecode.quant import FLOAT_TYPES, UNIT_DTYPES
 
 MATMUL_BM = 64  # weight rows per workgroup (shaders/matmul_rows.comp BM)
 NARROW_OUTPUTS = 64  # outputs (weight rows x BN) per matmul_rows_narrow workgroup = its size
@@ -128,6 +128,7 @@ def expert_matmul_calls(
     coop: tuple | None,
     caps: KernelCaps,
     gate: str = "",
+    row_scaled: bool = False,
 ) -> list[KernelCall]:
     """One expert matmul over a chunk's slots grouped by expert (lowering/moe.py): w = (bindings,
     dtype) of the whole 3-D weight, ins its x and the groups, dims (K, M rows of one expert, slots),
@@ -135,7 +136,8 @@ def expert_matmul_calls(
     matmul_rows, or matmul_rows_coop with coop = its (SG_M, SG_N, BLK_M, BLK_N) tile. Workgroup y
     is a tile of one expert's slots; tiles past the count written on the GPU return at once.
     gate: the up matmul of a SwiGLU storing silu(gate) * its sum (GLU_SILU, lowering/moe_chunk.py).
-    The coop kernel reads x through half_x (its f16 conversion first)."""
+    The coop kernel reads x through half_x (its f16 conversion first; row_scaled: x's rows scaled
+    into f16's range, coop.coop_row_scaled, the factors bound after the groups and the gate)."""
     (wb, dtype), (x, groups), (n_in, m, slots) = w, ins, dims
     bn, tiles, xdiv, order = group
     defines = weight_defines(dtype, n_in) + (("MOE", "1"),) + ((("GLU_SILU", "1"),) if gate else ())
@@ -153,8 +155,9 @@ def expert_matmul_calls(
     if ("UNITS", "1") not in defines and n_in % 4 == 0:
         defines += (("QUADS", "1"),)
     defines += tuple((k, str(v)) for k, v in zip(("SG_M", "SG_N", "BLK_M", "BLK_N"), coop))
-    convert, xb, xdefs, _ = half_x(x, slots // xdiv * n_in, caps)  # no row scales: coop_row_scaled
-    b, defines = wb + (xb,) + b[len(wb) + 1 :], defines + xdefs
+    xrows = slots // xdiv
+    convert, xb, xdefs, after = half_x(x, xrows * n_in, caps, xrows if row_scaled else 0)
+    b, defines = wb + (xb,) + b[len(wb) + 1 :] + after, defines + xdefs
     spec = (wg, n_in, m, slots, m, 1, xdiv, order)
     grid = (m // bm, tiles, 1)
     return convert + [
@@ -179,10 +182,9 @@ def matmul_calls(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     for r0, n in chunks:
         b = weight_bindings(w, wv.dtype, r0, None if len(chunks) == 1 else n)
         label = op.outputs[0] + (f"[{r0}:]" if len(chunks) > 1 else "")
-        # tensor cores first at any width they take (coop_shape: from caps.matmul_coop rows) and
-        # for the dtypes their f16 tiles hold (not mxfp4, whose E8M0 scales reach past f16)
+        # tensor cores first at any width they take (coop_shape: from caps.matmul_coop rows)
         arch = str(p.meta.get("arch", ""))
-        coop = coop_shape(caps, arch, n, rows, n_in) if wv.dtype in TILE_TYPES else None
+        coop = coop_shape(caps, arch, n, rows, n_in)
         if coop is not None:
             dims = (n_in, n, rows, n_out)
             calls += _coop_calls(

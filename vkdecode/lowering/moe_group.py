@@ -18,7 +18,6 @@ from vkdecode.lowering.coop import (
     tile_dims,
 )
 from vkdecode.lowering.matmul_rows import expert_matmul_calls
-from vkdecode.quant import TILE_TYPES
 
 
 def experts(p: Program, w: str, caps: KernelCaps) -> tuple[tuple[Binding, ...], int, int, str]:
@@ -49,7 +48,7 @@ def group_rows(p: Program, ids: str, e: int, caps: KernelCaps) -> int:
             raise ValueError(f"moe_tile {caps.moe_tile}: expected a power of two from 4 to 128")
         return caps.moe_tile
     arch = str(p.meta.get("arch", ""))
-    bn = 16 if coop_usable(caps, arch) and not coop_row_scaled(arch) else 4
+    bn = 16 if coop_usable(caps, arch) else 4
     while bn < min(slots // e, GROUP_TILE_MAX):
         bn *= 2
     return bn
@@ -110,8 +109,6 @@ def grouped_matmul(
     arch = str(p.meta.get("arch", ""))
     coop = (
         coop_usable(caps, arch)
-        and not coop_row_scaled(arch)  # the grouped matmul takes no row factors (X_ROWSCALE)
-        and dtype in TILE_TYPES  # else matmul_rows (mxfp4: its scales reach past the f16 tiles)
         and caps.matmul_coop >= 0
         and bn >= 16
         and m % bm == 0
@@ -121,7 +118,9 @@ def grouped_matmul(
     )
     xdiv = slots // (p.values[x].numel // k)
     dims, group = (k, m, slots), (bn, tiles, xdiv, order)
-    calls = expert_matmul_calls((wb, dtype), (x, name), out, dims, group, tile if coop else None, caps, gate)
+    calls = expert_matmul_calls(
+        (wb, dtype), (x, name), out, dims, group, tile if coop else None, caps, gate, coop_row_scaled(arch)
+    )
     own = (
         [] if any(o.kind == "moe_topk" and ids in o.outputs for o in p.ops) else group_calls(p, ids, e, caps)
     )

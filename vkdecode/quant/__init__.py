@@ -22,7 +22,6 @@ from vkdecode.quant.registry import (  # noqa: F401 (the names importers use)
     KSPLIT_TYPES,
     QUANT_TYPES,
     SPLIT_TYPES,
-    TILE_TYPES,
     UNIT_DTYPES,
     WEIGHT_DTYPES,
     WORDS_PER_BLOCK,

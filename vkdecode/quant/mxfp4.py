@@ -9,7 +9,10 @@ Device layout (blocks.py's words): q: each block's 16 index bytes as 4 words (q4
 nibble words); s: a row's e bytes, one a block, zero-padded to a whole word. The kernels
 (dequant.glsl block_dm) make 2^(e - 128) as the f32 whose exponent field is e - 1: exact for e >= 2,
 0 for e <= 1. A value KVALUES[idx] * 2^(e - 128) is then exact (a normal f32) for e in
-E_KERNEL; a block outside it is exact only where all its indices are +-0 (gguf's quantizer writes
+E_KERNEL, whose top is the tensor-core tiles' (dequant_half.glsl: f16, whose largest finite value
+is 65504; a block at e 140 reaches 12 * 2^12, and a weight of 2^13 or more is no trained model's);
+below e 103 the tiles flush a block's values (under 12 * 2^-25) to zero, as f16 rounding would.
+A block outside E_KERNEL is exact only where all its indices are +-0 (gguf's quantizer writes
 all-zero blocks with e = 0). A tensor with any other block loads as f32 (load_dtype). q8_0, which
 these tensors loaded as before, is no fallback: its f16 d and int8 q hold a block exactly only for
 e - 128 within 8 (the room |q| <= 12 leaves in int8) of f16's [-24, 15], or all-zero indices,
@@ -24,7 +27,7 @@ import numpy as np
 
 BLOCK_BYTES = 17  # gguf.GGML_QUANT_SIZES[MXFP4] = (32, 17)
 KVALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int8)
-E_KERNEL = (2, 252)  # raw e whose values the kernels decode exactly: 2^-126 <= |v| <= 12 * 2^124
+E_KERNEL = (2, 140)  # raw e whose values the kernels decode exactly: 2^-126 <= |v| <= 12 * 2^12 (f16 tiles)
 
 
 def _blocks(raw: np.ndarray) -> np.ndarray:

@@ -2,9 +2,8 @@
 from it (fusion/ir.py's WEIGHT_DTYPES, which may not import vkdecode, is checked against it by
 tests/quant/test_registry.py).
 
-Every dtype runs in every weight kernel (embed, matvec, chunk matmul, tensor-core tiles but where
-`tiles` is off) through shaders/dequant.glsl's element decode; the capability flags name the faster
-paths a dtype also has.
+Every dtype runs in every weight kernel (embed, matvec, chunk matmul, tensor-core tiles) through
+shaders/dequant.glsl's element decode; the capability flags name the faster paths a dtype also has.
 Registry order is the order users see (GGUF type lists, `--quant` choices): floats, then by size.
 """
 
@@ -37,7 +36,6 @@ class DType:
     # part "s" as bytes, not words: s_bytes a block, a row's bytes padded to whole words (mxfp4's
     # one E8M0 byte a block: a word each would add 3 bytes to its 17)
     s_bytes: int = 0
-    tiles: bool = True  # matmul_rows_coop's f16 tiles hold its values (mxfp4's scales reach past f16)
 
     @property
     def quant(self) -> bool:
@@ -67,7 +65,7 @@ DTYPES = {
         DType("q5_0", 6, "block32", BLOCK, 22, 5, 1, slot=3, units=True),
         _split("q5_1", 7, "block32", slot=9),
         _split("iq4_nl", 20, "block32", slot=10),
-        DType("mxfp4", 39, "block32", BLOCK, 17, 4, slot=11, units=True, s_bytes=1, tiles=False),
+        DType("mxfp4", 39, "block32", BLOCK, 17, 4, slot=11, units=True, s_bytes=1),
         _split("q2_k", 10, "kquant", slot=7, fallback="iq4_nl"),
         _split("q3_k", 11, "kquant", slot=8, fallback="iq4_nl"),
         _split("q4_k", 12, "kquant", slot=4, ksplit=True, idot=True, fallback="q5_0"),
@@ -85,7 +83,6 @@ SPLIT_TYPES = tuple(n for n, d in DTYPES.items() if d.split)
 UNIT_DTYPES = tuple(n for n, d in DTYPES.items() if d.units)
 KSPLIT_TYPES = tuple(n for n, d in DTYPES.items() if d.ksplit)
 IDOT_TYPES = tuple(n for n, d in DTYPES.items() if d.idot)
-TILE_TYPES = tuple(n for n, d in DTYPES.items() if d.tiles)
 WORDS_PER_BLOCK = {n: d.q_words for n, d in DTYPES.items() if d.quant and not d.split}
 GGUF_BLOCK_BYTES = {n: d.block_bytes for n, d in DTYPES.items() if d.quant and not d.split}
 
