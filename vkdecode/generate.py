@@ -22,6 +22,14 @@ class GenerationResponse:
     token: int
     finish_reason: str | None  # None while generating, then "stop" (EOS) or "length"
     stats: dict | None = None  # the run summary, on the last response only
+    # the text split by a reasoning parser (vkdecode/reasoning.py), when the generation has one:
+    # a marker split across tokens comes out with a later token; else content is text
+    reasoning: str = ""
+    content: str | None = None
+
+    def __post_init__(self):
+        if self.content is None:
+            self.content = self.text
 
 
 @dataclass
