@@ -218,6 +218,18 @@ def gguf_fields(key, n_layers: int, hidden: int, heads: int) -> dict:
     }
 
 
+def tokenizer_defaults(tokenizer) -> None:
+    """Harmony's ends of an assistant turn stop the generation: <|return|> (the answer is done)
+    and <|call|> (a tool call). <|end|> ends a message only, the analysis before the final answer:
+    it must not stop, though a GGUF may name it (llama.cpp drops it from its end tokens the same
+    way). The HF files' generation_config lists <|return|> and <|call|>, the GGUF only its EOS."""
+    ids = {name: tokenizer.tok.token_to_id(name) for name in ("<|return|>", "<|call|>", "<|end|>")}
+    if ids["<|return|>"] is None or ids["<|call|>"] is None:
+        return  # not the harmony vocabulary: keep the file's own
+    tokenizer.eos_ids |= {ids["<|return|>"], ids["<|call|>"]}
+    tokenizer.eos_ids.discard(ids["<|end|>"])
+
+
 ARCHITECTURE = Architecture(
     "gpt-oss",  # llama.cpp's name (GGUF general.architecture and key prefix)
     GptOssBuilder,
@@ -228,6 +240,7 @@ ARCHITECTURE = Architecture(
     gguf_implemented=frozenset({"attention.sliding_window", "expert_count", "expert_used_count"}),
     layer_names=LAYER_NAMES,
     hf_views=HF_VIEWS,
+    tokenizer_defaults=tokenizer_defaults,
     # on the tensor cores with its sinks (attention_rows_coop SINKS); x rows scaled into f16's range
     # like Gemma's, as gpt-oss's activations (trained in bf16) are unmeasured here
     coop_row_scale=True,
