@@ -123,3 +123,29 @@ def test_chat_needs_a_chat_template(device, tiny_dir, tmp_path):
         with pytest.raises(ModelError, match="no chat template"):
             model.generate(chat="Hi", max_tokens=2)
         assert len(list(model.stream_generate("Hi", max_tokens=2))) >= 1
+
+
+def test_a_chat_splits_its_reasoning_and_the_text_stays_raw(device, tiny_gguf, monkeypatch):
+    """The tiny Llama given a template that opens a <think> block (its random text never closes
+    it): chats split by default, raw prompts only when asked, and text is the raw text always."""
+    from tests.helpers.make_models import THINK_CHATML
+
+    with vkdecode.load(tiny_gguf, device=device, ctx=64) as model:
+        assert model.reasoning_format is None  # ChatML, no <think> in the vocabulary
+        plain = model.generate(chat="Hi", max_tokens=6)
+        assert (plain.reasoning, plain.content) == ("", plain)
+        monkeypatch.setattr(model.tokenizer, "chat_template", THINK_CHATML)
+        assert model.reasoning_format == "think"
+        rs = list(model.stream_generate(chat="Hi", max_tokens=6))
+        text = model.generate(chat="Hi", max_tokens=6)
+        raw = model.generate(chat="Hi", max_tokens=6, reasoning_format="none")
+        assert "".join(r.text for r in rs) == text == raw and text.strip() and "</think>" not in text
+        assert (text.reasoning, text.content) == (text.lstrip(), "")
+        assert "".join(r.reasoning for r in rs) == text.lstrip() and (raw.reasoning, raw.content) == ("", raw)
+        # a raw prompt ending in the tag: no split unless asked (it continues text, opens no turn)
+        prompt = model.generate("Hi<think>\n", max_tokens=6)
+        assert (prompt.reasoning, prompt.content) == ("", prompt)
+        asked = model.generate("Hi<think>\n", max_tokens=6, reasoning_format="think")
+        assert (asked.reasoning, asked.content) == (asked.lstrip(), "")
+        with pytest.raises(UsageError, match="reasoning format 'deepseek'"):
+            model.stream_generate(chat="Hi", reasoning_format="deepseek")

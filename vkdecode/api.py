@@ -4,6 +4,9 @@ with vkdecode.load("model.gguf") as model:
     print(model.generate("Hello", max_tokens=32))
     for r in model.stream_generate(chat="What is the capital of France?"):
         print(r.text, end="", flush=True)
+
+A chat with a reasoning model (gpt-oss's harmony channels, Qwen3's <think> block) also splits
+each response's text into r.reasoning and r.content (vkdecode/reasoning.py); r.text stays raw.
 """
 
 from __future__ import annotations
@@ -58,6 +61,13 @@ class Model:
     def mode(self) -> str:
         return self.executor.mode
 
+    @property
+    def reasoning_format(self) -> str | None:
+        """How this model's output carries reasoning: "harmony", "think" or None (reasoning.py)."""
+        from vkdecode.reasoning import detect
+
+        return detect(self.loaded.args.arch, self.tokenizer)
+
     def encode_prompt(self, prompt: str | None = None, chat: str | None = None) -> list[int]:
         """chat: the model's chat template (an error if it has none); prompt: raw text with the
         special tokens the model's tokenizer adds (BOS for Llama-style tokenizers)."""
@@ -80,16 +90,26 @@ class Model:
         seed: int = 0,
         prompt_cache: bool = False,
         should_stop=None,
+        reasoning_format: str | None = "auto",
     ):
         """Yields GenerationResponse per token. temp > 0 samples on the GPU (load with sampling=True).
         prompt_cache=True skips the leading prompt tokens whose K/V rows the last generation left in
         the cache (the previous turn of a chat): same tokens out, fewer steps run; the last
-        response's stats["cached_tokens"] tells how many. should_stop() is polled between prompt steps."""
+        response's stats["cached_tokens"] tells how many. should_stop() is polled between prompt steps.
+        reasoning_format: how r.reasoning / r.content split the text: "auto" (the model's format, for
+        chat= only: a raw prompt continues text, it opens no turn), "harmony", "think", or "none"."""
+        from vkdecode import reasoning
         from vkdecode.sampling import SamplingParams
 
         params = SamplingParams(temp, top_k, top_p, seed)
         ids = prompt_ids if prompt_ids is not None else self.encode_prompt(prompt, chat)
-        return stream_generate(
+        auto = self.reasoning_format if chat is not None else None
+        try:
+            fmt = reasoning.resolve(reasoning_format, auto)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        tail = self.tokenizer.decode(ids[-reasoning.PROMPT_TAIL_TOKENS :]) if fmt else ""
+        gen = stream_generate(
             self.decoder,
             self.tokenizer,
             ids,
@@ -100,11 +120,16 @@ class Model:
             reuse=prompt_cache,
             should_stop=should_stop,
         )
+        return reasoning.split_responses(gen, reasoning.make_parser(fmt, tail)) if fmt else gen
 
     def generate(
-        self, prompt: str | None = None, chat: str | None = None, max_tokens: int = 256, **sampling
-    ) -> str:
-        return "".join(r.text for r in self.stream_generate(prompt, chat, max_tokens, **sampling))
+        self, prompt: str | None = None, chat: str | None = None, max_tokens: int = 256, **kw
+    ) -> GeneratedText:
+        """The text (raw, as before), with .reasoning and .content split as stream_generate's."""
+        rs = list(self.stream_generate(prompt, chat, max_tokens, **kw))
+        out = GeneratedText("".join(r.text for r in rs))
+        out.reasoning, out.content = "".join(r.reasoning for r in rs), "".join(r.content for r in rs)
+        return out
 
     def batch(self, widths=None):
         """The batched decode steps (executors/batch.py), built on first use; widths: the batch
@@ -183,6 +208,13 @@ class Model:
         self.close()
 
 
+class GeneratedText(str):
+    """Model.generate's raw text, a str, carrying the split too: .reasoning and .content."""
+
+    reasoning: str = ""
+    content: str = ""
+
+
 def _upload_bar(loaded):
     from tqdm import tqdm
 
@@ -201,4 +233,4 @@ def load(path, device=None, options: DecodeOptions | None = None, progress: bool
     return Model(path, options or DecodeOptions.from_kwargs(**kw), device=device, progress=progress)
 
 
-__all__ = ["DecodeOptions", "GenerationResponse", "Model", "load"]
+__all__ = ["DecodeOptions", "GeneratedText", "GenerationResponse", "Model", "load"]

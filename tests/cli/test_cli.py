@@ -477,3 +477,64 @@ def test_run_smollm2_capital_of_france(capsys):
     )
     assert rc == 0, err
     assert out.startswith("The capital of France"), out
+
+
+# ---------------------------------------------------------------- run: reasoning
+
+
+@pytest.fixture(scope="module")
+def think_dir(tmp_path_factory):
+    """The tiny Qwen3 with a template that opens a <think> block: its random text is reasoning."""
+    import shutil
+
+    from tests.helpers.make_models import THINK_CHATML
+
+    d = tmp_path_factory.mktemp("qwen3-think") / "model"
+    shutil.copytree(tiny_hf_model("qwen3", models_dir(tmp_path_factory)), d)
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    (d / "tokenizer_config.json").write_text(json.dumps(dict(cfg, chat_template=THINK_CHATML)))
+    return str(d)
+
+
+def test_run_shows_hides_or_passes_the_reasoning(capsys, think_dir):
+    base = ("run", "--model", think_dir, "--chat", "Hi", "--max-tokens", 8, "--ctx", 64, "--no-progress")
+    capsys.readouterr()  # what building the model wrote
+    _, raw_out, raw_err = cli(capsys, *base, "--reasoning", "raw")
+    raw = json.loads(cli(capsys, *base, "--reasoning", "raw", "--json")[1])
+    assert raw_out == raw["text"] + ("" if raw["text"].endswith("\n") else "\n") and "reasoning" not in raw
+    thought = raw["text"].lstrip()  # the block never closes (random text): all of it reasoning
+    assert thought.strip() and "</think>" not in thought
+    _, out, err = cli(capsys, *base)  # --reasoning show: on stderr, before the summary
+    assert out == "\n" and err.startswith(thought) and "prompt tokens" in err
+    _, out, err = cli(capsys, *base, "--reasoning", "hide")
+    assert out == "\n" and thought not in err and err.startswith("-- ") and raw_err.startswith("-- ")
+    d = json.loads(cli(capsys, *base, "--json")[1])
+    assert (d["text"], d["reasoning"], d["tokens"]) == ("", thought, raw["tokens"])
+    assert "reasoning" not in json.loads(cli(capsys, *base, "--reasoning", "hide", "--json")[1])
+
+
+def test_run_harmony_channels_forced(capsys, tmp_path_factory, monkeypatch):
+    """--reasoning-format harmony on a model of another kind, its tokens' texts scripted (random
+    weights write no channels): the answer on stdout, the analysis on stderr."""
+    import vkdecode.api
+    from tests.helpers.serve_case import tiny_serve_gguf
+
+    pieces = ["<|channel|>analysis", "<|message|>", "Easy", ".<|e", "nd|><|start|>assistant"]
+    pieces += ["<|channel|>final<|message|>", "Par", "is"]
+    real = vkdecode.api.stream_generate
+
+    def scripted(*args, **kw):  # the real generation (its summary), with other texts
+        for r, text in zip(real(*args, **kw), pieces):
+            r.text, r.content = text, text
+            yield r
+
+    monkeypatch.setattr(vkdecode.api, "stream_generate", scripted)
+    path = tiny_serve_gguf(tmp_path_factory)  # its EOS never picked: len(pieces) tokens
+    capsys.readouterr()  # what building it wrote
+    base = ("run", "--model", path, "--chat", "Hi", "--max-tokens", len(pieces), "--ctx", 64, "--no-progress")
+    _, out, err = cli(capsys, *base, "--reasoning-format", "harmony")
+    assert out == "Paris\n" and err.startswith("Easy.\n-- ")
+    _, out, _ = cli(capsys, *base)  # auto: the tiny Llama has no reasoning format
+    assert out == "".join(pieces) + "\n"
+    _, out, _ = cli(capsys, *base, "--reasoning", "raw", "--reasoning-format", "harmony")
+    assert out == "".join(pieces) + "\n"

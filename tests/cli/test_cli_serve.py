@@ -77,10 +77,12 @@ def test_serve_process_answers_and_stops_cleanly_on_sigint(tiny_path):
 
     from tests.helpers.serving import ServeProcess
 
-    server = ServeProcess("--model", tiny_path, "--ctx", "64")
+    # a reasoning format the tiny Llama would not get by itself: its chat answers carry the field
+    server = ServeProcess("--model", tiny_path, "--ctx", "64", "--reasoning-format", "harmony")
     try:
         # no --parallel: the tiny model's slots fit 8 times over
         assert "parallel 8 (auto)" in server.banner, server.log()
+        assert "ctx 64, reasoning harmony)" in "".join(server.lines), server.log()
         # a client connecting the moment the banner names the address is not refused
         host, port = server.url.removeprefix("http://").rsplit(":", 1)
         socket.create_connection((host, int(port)), timeout=10).close()
@@ -90,6 +92,9 @@ def test_serve_process_answers_and_stops_cleanly_on_sigint(tiny_path):
             timeout=120,
         )
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] >= 1, (r.text, server.log())
+        chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}
+        r = httpx.post(server.url + "/v1/chat/completions", json=chat, timeout=120)
+        assert "reasoning_content" in r.json()["choices"][0]["message"], (r.text, server.log())
         rc = server.stop(signal.SIGINT, timeout=60)
     finally:
         server.kill()
@@ -113,6 +118,7 @@ def test_parallel_defaults_to_auto_and_the_help_prints(capsys):
 
     parse = lambda *a: build_parser().parse_args(["serve", *a]).parallel
     assert parse() is None and parse("--parallel", "auto") is None and parse("--parallel", "1") == 1
+    assert build_parser().parse_args(["serve"]).reasoning_format == "auto"
     with pytest.raises(SystemExit) as e:
         main(["serve", "--help"])
     out = " ".join(capsys.readouterr().out.split())

@@ -22,6 +22,8 @@ CHATML = (
     " + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
+# ChatML whose generation prompt opens a think block, as Qwen3's with thinking on (tests of reasoning.py)
+THINK_CHATML = CHATML + "{% if add_generation_prompt %}{{ '<think>\n' }}{% endif %}"
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TEXT = [
     "The capital of France is Paris.",

@@ -19,17 +19,24 @@ START_S = 60  # uvicorn's start in a thread: a few ms alone, longer beside 8 bus
 
 @contextlib.contextmanager
 def serving(
-    model, model_id: str = "tiny", api_key: str | None = None, max_queue: int = 8, parallel: int = 1, **app_kw
+    model,
+    model_id: str = "tiny",
+    api_key: str | None = None,
+    max_queue: int = 8,
+    parallel: int = 1,
+    reasoning: str | None = None,
+    **app_kw,
 ):
     """-> (engine, base URL) of a server on 127.0.0.1 (any free port) for an already loaded model;
-    parallel > 1: the batched engine (`serve --parallel N`)."""
+    parallel > 1: the batched engine (`serve --parallel N`); reasoning: the format chat answers'
+    reasoning is split by (`serve --reasoning-format`, resolved; None: raw text)."""
     import uvicorn
 
     from vkdecode.cli.serve import listen_socket
     from vkdecode.serve.app import create_app
     from vkdecode.serve.batch_engine import make_engine
 
-    engine = make_engine(model, model_id, max_queue, parallel, own_model=False)
+    engine = make_engine(model, model_id, max_queue, parallel, own_model=False, reasoning=reasoning)
     app = create_app(engine, api_key=api_key, close_engine=False, **app_kw)
     sock = listen_socket("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))

@@ -112,6 +112,31 @@ def test_model_name_and_prompt_checks():
             completion({"prompt": prompt})
 
 
+def test_chat_reasoning_fields_and_a_reasoning_content_sent_back():
+    seen = []
+
+    class Recording(FakeTokenizer):
+        def apply_chat_template(self, messages, add_generation_prompt=True):
+            seen.append(messages)
+            return super().apply_chat_template(messages, add_generation_prompt) + "<think>"
+
+    turns = MSG + [{"role": "assistant", "content": "Paris", "reasoning_content": "hmm"}] + MSG
+    r = parse_chat({"messages": turns}, Recording(), 128, "m", lambda: 1, reasoning="think")
+    assert r.reasoning == "think" and r.prompt_tail.endswith("<assistant><think>")
+    # passed on under both names templates read it by (Qwen3's, gpt-oss's); other roles' dropped
+    assert seen[-1][1] == {
+        "role": "assistant",
+        "content": "Paris",
+        "reasoning_content": "hmm",
+        "thinking": "hmm",
+    }
+    user = parse_chat({"messages": [dict(MSG[0], reasoning_content="x")]}, Recording(), 128, "m", lambda: 1)
+    assert seen[-1] == MSG and user.reasoning is None and user.prompt_tail == ""
+    with pytest.raises(ApiError) as e:
+        chat({"messages": [{"role": "assistant", "content": "a", "reasoning_content": 5}]})
+    assert e.value.status == 400 and e.value.param == "messages[0].reasoning_content"
+
+
 def run_scanner(stops, pieces):
     s, out = StopScanner(stops), []
     for p in pieces:

@@ -27,6 +27,21 @@ def add_sampling_options(p) -> None:
     p.add_argument("--seed", type=int, default=0, help="sampler seed (same seed, same tokens in every mode)")
 
 
+def add_reasoning_format_option(p, none: bool) -> None:
+    """--reasoning-format: which parser splits a chat answer's reasoning (vkdecode/reasoning.py);
+    none: no parser, the raw text (serve; run says it with --reasoning raw)."""
+    from vkdecode.reasoning import CHOICES
+
+    p.add_argument(
+        "--reasoning-format",
+        default="auto",
+        choices=[c for c in CHOICES if none or c != "none"],
+        help="how chat answers carry reasoning: auto (default: harmony for gpt-oss, think where the "
+        "template or vocabulary has <think>, else none), harmony (<|channel|>analysis / final), think "
+        "(a leading <think>...</think>)" + (", none (raw text in the answer)" if none else ""),
+    )
+
+
 def sampling_kwargs(args) -> dict:
     """{} for greedy; the sampler's keyword arguments otherwise (an error until the sampler lands)."""
     if args.temp < 0 or args.top_k < 0 or not 0.0 < args.top_p <= 1.0:

@@ -6,9 +6,16 @@ import argparse
 import json
 import sys
 
-from vkdecode.cli.options import add_model_options, add_sampling_options, decode_options, sampling_kwargs
+from vkdecode.cli.options import (
+    add_model_options,
+    add_reasoning_format_option,
+    add_sampling_options,
+    decode_options,
+    sampling_kwargs,
+)
 from vkdecode.errors import VkDecodeError
 from vkdecode.options import check_text
+from vkdecode.reasoning import resolve
 
 DEFAULT_CHAT = "What is the capital of France?"
 
@@ -56,6 +63,16 @@ def add_run_parser(sub) -> None:
         help="greedy speculative decoding: K prompt-lookup draft tokens checked per step "
         "(best on text that repeats its prompt: code edits, summaries; 0 = off)",
     )
+    # show by default, as llama.cpp's CLI does: a long think is visible work, not a silent wait; on
+    # stderr, so stdout (a pipe, a script) gets the answer alone
+    p.add_argument(
+        "--reasoning",
+        default="show",
+        choices=("show", "hide", "raw"),
+        help="a reasoning model's thinking (gpt-oss, Qwen3): show it on stderr apart from the answer "
+        "on stdout (default), hide it, or raw: the model's text as it comes, markers and all",
+    )
+    add_reasoning_format_option(p, none=False)
     p.add_argument("--json", action="store_true", help="print one JSON object (text + summary) at the end")
     p.add_argument(
         "--progress",
@@ -83,18 +100,28 @@ def cmd_run(args) -> int:
         prompt, chat = args.prompt, args.chat
         if prompt is None and chat is None:
             chat = DEFAULT_CHAT
-        parts, tokens, last = [], [], None
+        fmt = "none" if args.reasoning == "raw" else args.reasoning_format
+        split = resolve(fmt, model.reasoning_format if chat is not None else None)  # as the API's
+        parts, thought, tokens, last = [], [], [], None
+        echo = ReasoningEcho(sys.stderr if args.reasoning == "show" and not args.json else None)
         try:
-            for r in model.stream_generate(prompt=prompt, chat=chat, max_tokens=args.max_tokens, **sampling):
-                parts.append(r.text)
+            gen = model.stream_generate(
+                prompt=prompt, chat=chat, max_tokens=args.max_tokens, reasoning_format=fmt, **sampling
+            )
+            for r in gen:
+                parts.append(r.content)  # the raw text where nothing is split
+                thought.append(r.reasoning)
                 tokens.append(r.token)
                 last = r
-                if not args.json and r.text:
-                    sys.stdout.write(r.text)
+                echo.write(r.reasoning)
+                if not args.json and r.content:
+                    echo.end()
+                    sys.stdout.write(r.content)
                     sys.stdout.flush()
         except KeyboardInterrupt:
             print("\n[interrupted]", file=sys.stderr)
             return 130
+        echo.end()
         model.device.check_validation()  # only ever non-empty under VKDECODE_VALIDATE=1
         device = model.device.info.name
         text = "".join(parts)
@@ -108,6 +135,7 @@ def cmd_run(args) -> int:
                 json.dumps(
                     {
                         "text": text,
+                        **({"reasoning": "".join(thought)} if split and args.reasoning == "show" else {}),
                         "tokens": tokens,
                         "finish_reason": last.finish_reason,
                         "model": path,
@@ -123,6 +151,28 @@ def cmd_run(args) -> int:
             sys.stdout.flush()
             print(format_summary(summary), file=sys.stderr)
     return 0
+
+
+class ReasoningEcho:
+    """--reasoning show: the reasoning on stderr as it streams (faint on a terminal), then a line
+    break before the answer starts, so the two read apart. stream None: shows nothing."""
+
+    def __init__(self, stream):
+        self.stream, self.last = stream, ""
+        self.faint = stream is not None and stream.isatty()
+
+    def write(self, text: str) -> None:
+        if self.stream is None or not text:
+            return
+        self.stream.write(f"\033[2m{text}\033[0m" if self.faint else text)
+        self.stream.flush()
+        self.last = text
+
+    def end(self) -> None:
+        if self.last and not self.last.endswith("\n"):
+            self.stream.write("\n")
+            self.stream.flush()
+        self.last = ""
 
 
 def format_summary(s: dict) -> str:

@@ -22,7 +22,7 @@ PARALLEL_MOST = 8
 
 
 def add_serve_parser(sub) -> None:
-    from vkdecode.cli.options import add_model_options
+    from vkdecode.cli.options import add_model_options, add_reasoning_format_option
     from vkdecode.executors import MODES
 
     p = sub.add_parser(
@@ -69,6 +69,7 @@ def add_serve_parser(sub) -> None:
         f"most {PARALLEL_MOST}, at least 1; a request alone decodes on the single-sequence step all "
         f"the same); 1: one at a time",
     )
+    add_reasoning_format_option(p, none=True)
     p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB)")
     p.add_argument(
         "--log-level",
@@ -169,6 +170,7 @@ def cmd_serve(args) -> int:
         raise VkDecodeError(f"vkdecode serve needs {e.name}: {INSTALL_SERVE}") from None
     import vkdecode
     from vkdecode.default_model import resolve_model
+    from vkdecode.reasoning import resolve
     from vkdecode.serve.app import create_app
     from vkdecode.serve.batch_engine import make_engine
 
@@ -182,7 +184,10 @@ def cmd_serve(args) -> int:
         sock.close()
         raise
     parallel = args.parallel or model_parallel(model)
-    engine = make_engine(model, args.model_id or default_model_id(path), args.max_queue, parallel)
+    reasoning = resolve(args.reasoning_format, model.reasoning_format)
+    engine = make_engine(
+        model, args.model_id or default_model_id(path), args.max_queue, parallel, reasoning=reasoning
+    )
     app = create_app(
         engine, api_key=args.api_key, max_body_bytes=args.max_body_bytes, allow_origins=args.allow_origin
     )
@@ -192,7 +197,8 @@ def cmd_serve(args) -> int:
     sock.listen(BACKLOG)
     shown = f"[{host}]" if ":" in host else host
     print(
-        f"vkdecode serve: {engine.model_id} ({model.mode}, ctx {model.executor.ctx}) on "
+        f"vkdecode serve: {engine.model_id} ({model.mode}, ctx {model.executor.ctx}"
+        f"{f', reasoning {reasoning}' if reasoning else ''}) on "
         f"{model.device.info.name}\n  OpenAI API at http://{shown}:{port}/v1  (queue {args.max_queue}, "
         f"parallel {parallel}{'' if args.parallel else ' (auto)'}, "
         f"API key {'required' if args.api_key else 'off'})",

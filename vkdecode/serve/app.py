@@ -3,6 +3,8 @@
     POST /v1/chat/completions, POST /v1/completions   (stream: server-sent events)
     GET /v1/models, GET /v1/models/{id}, GET /health, GET /metrics
 
+A reasoning model's chat answers carry their reasoning apart (message.reasoning_content,
+delta.reasoning_content), as llama.cpp's server and vLLM send it (vkdecode/reasoning.py).
 Every error is an OpenAI error body {"error": {"message", "type", "param", "code"}}; with an API key
 set, every request must carry `Authorization: Bearer KEY`. What is refused before parsing (foreign web
 pages, non-JSON bodies, oversized or malformed JSON): vkdecode/serve/guard.py.
@@ -78,17 +80,17 @@ def create_app(
             )
         return JSONResponse(model_card())
 
-    def parse(raw: bytes, parser):
+    def parse(raw: bytes, parser, **kw):
         body = decode_json(raw)
-        return parser(body, engine.tokenizer, engine.model.executor.ctx, engine.model_id, _random_seed)
+        return parser(body, engine.tokenizer, engine.model.executor.ctx, engine.model_id, _random_seed, **kw)
 
-    async def generate(request, parser):
+    async def generate(request, parser, **kw):
         raw = await read_body(request, max_body_bytes)
         # in a thread: decoding and tokenizing a 1 MB prompt takes a second, /health answers meanwhile
-        return await respond(request, await run_in_threadpool(parse, raw, parser))
+        return await respond(request, await run_in_threadpool(parse, raw, parser, **kw))
 
     async def chat(request):
-        return await generate(request, parse_chat)
+        return await generate(request, parse_chat, reasoning=engine.reasoning)
 
     async def completions(request):
         return await generate(request, parse_completion)
@@ -103,7 +105,7 @@ def create_app(
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
-        parts, checked = [], time.monotonic()
+        parts, thought, checked = [], [], time.monotonic()
         try:
             while True:
                 try:
@@ -116,11 +118,14 @@ def create_app(
                         return JSONResponse({}, status_code=499)  # nobody reads it
                 if kind == "text":
                     parts.append(data)
+                elif kind == "reasoning":
+                    thought.append(data)
                 elif kind == "error":
                     return error_response(data)
                 elif kind == "done":
                     request.state.usage = data["usage"]  # for the access log line
-                    return JSONResponse(shape.whole("".join(parts), data))
+                    reasoning = "".join(thought) if req.reasoning is not None else None
+                    return JSONResponse(shape.whole("".join(parts), data, reasoning))
         finally:
             job.cancel()  # a no-op once done; stops the generation when the client left
 
@@ -132,6 +137,8 @@ def create_app(
                 kind, data = await job.events.get()
                 if kind == "text":
                     yield shape.event(shape.chunk(data))
+                elif kind == "reasoning":  # as llama.cpp's server and vLLM send it
+                    yield shape.event(shape.chunk({"reasoning_content": data}))
                 elif kind == "error":
                     yield shape.event(data.body())
                     return
@@ -223,11 +230,15 @@ class Shape:
             choice = {"index": 0, "text": delta or "", "logprobs": None, "finish_reason": finish_reason}
         return dict(self.head("chunk"), choices=[choice], **extra)
 
-    def whole(self, text: str, done: dict) -> dict:
+    def whole(self, text: str, done: dict, reasoning: str | None = None) -> dict:
+        """reasoning: the message's reasoning_content, where the request's output was split."""
         if self.kind == "chat":
+            message = {"role": "assistant", "content": text}
+            if reasoning is not None:
+                message["reasoning_content"] = reasoning
             choice = {
                 "index": 0,
-                "message": {"role": "assistant", "content": text},
+                "message": message,
                 "logprobs": None,
                 "finish_reason": done["finish_reason"],
             }

@@ -44,12 +44,16 @@ def prompt_rows(decoder) -> int:
 
 
 def make_engine(
-    model, model_id: str, max_queue: int = 8, parallel: int = 1, own_model: bool = True
+    model, model_id: str, max_queue: int = 8, parallel: int = 1, own_model: bool = True, reasoning=None
 ) -> Engine:
-    """The one-at-a-time Engine for parallel 1, else a BatchEngine of `parallel` slots."""
+    """The one-at-a-time Engine for parallel 1, else a BatchEngine of `parallel` slots; reasoning:
+    the format chat answers' reasoning is split by (None: the raw text)."""
     if parallel <= 1:
-        return Engine(model, model_id, max_queue, own_model)
-    return BatchEngine(model, model_id, max_queue, own_model, parallel)
+        engine = Engine(model, model_id, max_queue, own_model)
+    else:
+        engine = BatchEngine(model, model_id, max_queue, own_model, parallel)
+    engine.reasoning = reasoning  # read per request, by the HTTP side
+    return engine
 
 
 class BatchEngine(Engine):

@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from vkdecode.reasoning import CONTENT, REASONING, make_parser
 from vkdecode.serve.requests import ApiError, GenRequest, StopScanner
 
 log = logging.getLogger("uvicorn.error")  # the server's error log (uvicorn sets it up, --log-level)
@@ -44,11 +45,13 @@ class Job:
 
 
 class Progress:
-    """One request's generation as the worker sees it: stop strings, tokens so far and times."""
+    """One request's generation as the worker sees it: its reasoning split from its answer
+    ("reasoning" and "text" events), stop strings (in the answer), tokens so far and times."""
 
     def __init__(self, job: Job, cached: int):
         self.job, self.cached = job, cached  # cached: leading prompt tokens the KV cache held
         self.scanner = StopScanner(job.req.stop)
+        self.parser = make_parser(job.req.reasoning, job.req.prompt_tail)
         self.t0 = time.perf_counter()
         self.t_first = self.t_last = None
         self.n, self.finish, self.stats = 0, None, None
@@ -61,17 +64,26 @@ class Progress:
         self.t_first = self.t_first or self.t_last
         if self.job.cancelled.is_set():
             return True
-        text, hit = self.scanner.feed(text)
-        if text:
-            self.job.emit("text", text)
-        if hit:
-            self.finish = "stop"
-            return True
+        pieces = [(CONTENT, text)]
+        if self.parser is not None:
+            pieces = self.parser.feed(text) + (self.parser.flush() if finish_reason is not None else [])
+        for channel, piece in pieces:
+            if channel == REASONING:
+                self.job.emit("reasoning", piece)
+                continue
+            piece, hit = self.scanner.feed(piece)
+            if piece:
+                self.job.emit("text", piece)
+            if hit:
+                self.finish = "stop"
+                return True
         self.finish, self.stats = finish_reason, stats
         return finish_reason is not None
 
 
 class Engine:
+    reasoning: str | None = None  # the chat answers' reasoning format (vkdecode/reasoning.py), or None
+
     def __init__(self, model, model_id: str, max_queue: int = 8, own_model: bool = True):
         self.model, self.model_id, self.max_queue, self.own_model = model, model_id, max_queue, own_model
         self.created = int(time.time())

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from vkdecode.errors import ModelError
 
 MAX_STOPS = 16
+PROMPT_TAIL_CHARS = 256  # of a chat's prompt text, for its reasoning parser (an opened block)
 # fields a client may send that change nothing when they hold these values
 NEUTRAL = {
     "n": (1, None),
@@ -60,6 +61,10 @@ class GenRequest:
     stream: bool = False
     include_usage: bool = False
     cache_prompt: bool = True
+    # chat: the reasoning format its output is split by (vkdecode/reasoning.py; None: raw text in
+    # content), and the end of its prompt text, where the template may have opened a block
+    reasoning: str | None = None
+    prompt_tail: str = ""
 
 
 def bad(message: str, param: str | None = None, code: str | None = None) -> ApiError:
@@ -185,6 +190,20 @@ def _common(
     )
 
 
+def _message(i: int, m) -> dict:
+    """A message as the template gets it. An assistant turn sent back with the reasoning_content
+    this server gave it passes it on as `reasoning_content` (Qwen3's templates) and `thinking`
+    (gpt-oss's); templates that use neither ignore it."""
+    role, content = _message_text(i, m)
+    out = {"role": role, "content": content}
+    r = m.get("reasoning_content")
+    if r is not None and role == "assistant":
+        if not isinstance(r, str):
+            raise bad(f"messages[{i}].reasoning_content must be a string", f"messages[{i}].reasoning_content")
+        out["reasoning_content"] = out["thinking"] = r
+    return out
+
+
 def _message_text(i: int, m) -> tuple[str, str]:
     if not isinstance(m, dict):
         raise bad(f"messages[{i}] must be an object with 'role' and 'content'", f"messages[{i}]")
@@ -209,19 +228,25 @@ def _message_text(i: int, m) -> tuple[str, str]:
     return ("system" if role == "developer" else role), content
 
 
-def parse_chat(body: dict, tok, ctx: int, model_id: str, random_seed) -> GenRequest:
-    """tok: the model's Tokenizer; ctx: the context length."""
+def parse_chat(
+    body: dict, tok, ctx: int, model_id: str, random_seed, reasoning: str | None = None
+) -> GenRequest:
+    """tok: the model's Tokenizer; ctx: the context length; reasoning: the format the answer's
+    reasoning is split by (the server's --reasoning-format, resolved), None for the raw text."""
     check_model(body, model_id)
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs:
         raise bad("'messages' must be a non-empty list of {'role', 'content'} objects", "messages")
-    messages = [dict(zip(("role", "content"), _message_text(i, m))) for i, m in enumerate(msgs)]
+    messages = [_message(i, m) for i, m in enumerate(msgs)]
     try:
-        ids = tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True))
+        text = tok.apply_chat_template(messages, add_generation_prompt=True)
+        ids = tok.encode(text)
     except ModelError as e:  # the model's template refuses these messages (raise_exception)
         raise bad(str(e), "messages") from None
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    return _common(body, "chat", ids, ctx, (key, body.get(key)), ctx, random_seed)
+    req = _common(body, "chat", ids, ctx, (key, body.get(key)), ctx, random_seed)
+    req.reasoning, req.prompt_tail = reasoning, text[-PROMPT_TAIL_CHARS:] if reasoning else ""
+    return req
 
 
 def parse_completion(body: dict, tok, ctx: int, model_id: str, random_seed) -> GenRequest:
@@ -248,7 +273,8 @@ def parse_completion(body: dict, tok, ctx: int, model_id: str, random_seed) -> G
 
 class StopScanner:
     """Cuts generated text at the first stop string; holds back a tail that could start one, so no
-    part of a stop string is ever sent."""
+    part of a stop string is ever sent. Where the reasoning is split from the answer, only the
+    answer is scanned: a stop string ends the answer, and reasoning that quotes it ends nothing."""
 
     def __init__(self, stops: list[str]):
         self.stops, self.held = stops, ""
