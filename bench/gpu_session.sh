@@ -53,6 +53,7 @@
 #   bash bench/gpu_session.sh moemm V.. # the grouped expert matmul alone per caps variant, then bench/out/base's
 #   bash bench/gpu_session.sh gemmacoop # Gemma-3-270M's prompts on the tensor cores (rows scaled) vs f32, llama.cpp
 #   bash bench/gpu_session.sh gptoss    # the gpt-oss-20b shape (MXFP4 experts): decode and 512-token prompt vs llama.cpp
+#   bash bench/gpu_session.sh gptosscoop # its prompts on the tensor cores (MXFP4 tiles, rows scaled) vs f32, llama.cpp
 #   bash bench/gpu_session.sh suite     # the whole suite under validation on 8 xdist workers, with a summary
 set -euo pipefail
 OUT=${OUT:?set OUT to the results folder}
@@ -801,6 +802,23 @@ ceiling)
     nvidia-smi --query-gpu=$q --format=csv | tee "$OUT/clocks-before.csv"
     python -m bench.coop_ceiling --out "$OUT/coop-ceiling.json"
     nvidia-smi --query-gpu=$q --format=csv | tee "$OUT/clocks-after.csv"
+    ;;
+gptosscoop)
+    # the gpt-oss-20b shape's 512- and 2,000-token prompts on the tensor cores (MXFP4 decoded into
+    # the f16 tiles, x rows scaled, sinks in the attention) against the f32 chunk kernels it ran on
+    # before, one process each, alternating (two rounds); the 512-row chunk by kernel; then
+    # llama.cpp on the same file. Carry .device/llama. Without VKDECODE_VALIDATE (coop off under it).
+    llama_server
+    f=$(shape_file gpt-oss-20b mxfp4)
+    for round in 1 2; do
+        for side in f32 coop; do
+            caps=$([ $side = f32 ] && echo "matmul_coop=-1 attn_coop=-1" || echo "matmul_coop=0")
+            python -m bench.prefill --model "$f" --lengths 512 2000 --modes fused --token-path-max 0 --ctx 4096 \
+                --reps 3 --caps $caps --out "$OUT/gptoss-prefill-$side-$round.json" 2>&1 | grep "tokens:"
+        done
+    done
+    python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 --decode 128 --reps 3 \
+        --out "$OUT/llama-gptoss.json" | tail -4
     ;;
 suite)
     # the whole suite under the validation layer on 8 pytest-xdist workers (one GPU shared, a whole
