@@ -806,11 +806,11 @@ ceiling)
 gptosscoop)
     # the gpt-oss-20b shape's 512- and 2,000-token prompts on the tensor cores (MXFP4 decoded into
     # the f16 tiles, x rows scaled, sinks in the attention) against the f32 chunk kernels it ran on
-    # before, one process each, alternating (two rounds); the 512-row chunk by kernel; then
+    # before, one process each, alternating (ROUNDS rounds, default two); then
     # llama.cpp on the same file. Carry .device/llama. Without VKDECODE_VALIDATE (coop off under it).
     llama_server
     f=$(shape_file gpt-oss-20b mxfp4)
-    for round in 1 2; do
+    for round in $(seq "${ROUNDS:-2}"); do
         for side in f32 coop; do
             caps=$([ $side = f32 ] && echo "matmul_coop=-1 attn_coop=-1" || echo "matmul_coop=0")
             python -m bench.prefill --model "$f" --lengths 512 2000 --modes fused --token-path-max 0 --ctx 4096 \
