@@ -54,6 +54,7 @@
 #   bash bench/gpu_session.sh gemmacoop # Gemma-3-270M's prompts on the tensor cores (rows scaled) vs f32, llama.cpp
 #   bash bench/gpu_session.sh gptoss    # the gpt-oss-20b shape (MXFP4 experts): decode and 512-token prompt vs llama.cpp
 #   bash bench/gpu_session.sh gptosscoop # its prompts on the tensor cores (MXFP4 tiles, rows scaled) vs f32, llama.cpp
+#   bash bench/gpu_session.sh coopvalid # the tensor-core cases under Debian 13's validation layer (1.4.309)
 #   bash bench/gpu_session.sh suite     # the whole suite under validation on 8 xdist workers, with a summary
 set -euo pipefail
 OUT=${OUT:?set OUT to the results folder}
@@ -819,6 +820,18 @@ gptosscoop)
     done
     python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 --decode 128 --reps 3 \
         --out "$OUT/llama-gptoss.json" | tail -4
+    ;;
+coopvalid)
+    # the tensor-core cases under a Khronos validation layer that knows SPV_KHR_cooperative_matrix
+    # (Debian 12's 1.3.239 does not, and vkdecode turns the coop path off under it). Carry
+    # .device/trixie-vvl (bash bench/validation_layer_1_4.sh fetch). Whether this machine's glibc
+    # and libstdc++ load that layer is checked first; if not, the tests would error: stop there.
+    source bench/validation_layer_1_4.sh
+    python -c 'import vulkan as vk; vk.vkDestroyInstance(vk.vkCreateInstance(vk.VkInstanceCreateInfo(
+ppEnabledLayerNames=["VK_LAYER_KHRONOS_validation"], enabledLayerCount=1), None), None)' || exit 1
+    VKDECODE_VALIDATE=1 python -m pytest -q -n 8 tests/lowering/test_coop.py tests/lowering/test_moe_group.py \
+        tests/quant/test_dequant_half.py tests/executors/test_prefill.py tests/executors/test_executors_moe.py \
+        -k "coop or sinks or gpt_oss or mxfp4" 2>&1 | grep -v "Warning\|warner" | tail -25
     ;;
 suite)
     # the whole suite under the validation layer on 8 pytest-xdist workers (one GPU shared, a whole
