@@ -83,3 +83,21 @@ def test_batch_generator_runs_a_prompt_a_piece_at_a_time(device, tiny_gguf):
     # steps between pieces: lavapipe runs this prompt as chunks of exact widths and decode steps
     # (several pieces), a GPU as fewer padded chunks (two pieces on the H200: one step between)
     assert texts == want and steps >= 1
+
+
+def test_generate_batch_splits_each_chats_reasoning(device, tiny_gguf, monkeypatch):
+    """A batch of chats with a template that opens a <think> block: each sequence split by its own
+    parser, as generate() splits it alone; raw prompts and reasoning_format="none" stay unsplit."""
+    from tests.helpers.make_models import THINK_CHATML
+
+    chats = PROMPTS[:3]
+    with vkdecode.load(tiny_gguf, device=device, ctx=64) as model:
+        monkeypatch.setattr(model.tokenizer, "chat_template", THINK_CHATML)
+        alone = [model.generate(chat=c, max_tokens=5) for c in chats]
+        got = model.generate_batch(chats=chats, max_tokens=5, widths=(1, 2))
+        raw = model.generate_batch(chats=chats, max_tokens=5, widths=(1, 2), reasoning_format="none")
+        plain = model.generate_batch(PROMPTS[:2], max_tokens=5, widths=(1, 2))
+    assert got == alone == raw and all(t.strip() for t in got)
+    assert [(t.reasoning, t.content) for t in got] == [(a.reasoning, a.content) for a in alone]
+    assert all((t.reasoning, t.content) == (t.lstrip(), "") for t in got)  # the block never closes
+    assert all((t.reasoning, t.content) == ("", t) for t in raw + plain)

@@ -103,11 +103,7 @@ class Model:
 
         params = SamplingParams(temp, top_k, top_p, seed)
         ids = prompt_ids if prompt_ids is not None else self.encode_prompt(prompt, chat)
-        auto = self.reasoning_format if chat is not None else None
-        try:
-            fmt = reasoning.resolve(reasoning_format, auto)
-        except ValueError as e:
-            raise UsageError(str(e)) from None
+        fmt = self._reasoning(reasoning_format, chat is not None)
         tail = self.tokenizer.decode(ids[-reasoning.PROMPT_TAIL_TOKENS :]) if fmt else ""
         gen = stream_generate(
             self.decoder,
@@ -122,14 +118,24 @@ class Model:
         )
         return reasoning.split_responses(gen, reasoning.make_parser(fmt, tail)) if fmt else gen
 
+    def _reasoning(self, choice: str | None, chat: bool) -> str | None:
+        """The reasoning format to split with: "auto" is the model's for chats only (a raw prompt
+        continues text, it opens no turn)."""
+        from vkdecode import reasoning
+
+        try:
+            return reasoning.resolve(choice, self.reasoning_format if chat else None)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+
     def generate(
         self, prompt: str | None = None, chat: str | None = None, max_tokens: int = 256, **kw
     ) -> GeneratedText:
         """The text (raw, as before), with .reasoning and .content split as stream_generate's."""
         rs = list(self.stream_generate(prompt, chat, max_tokens, **kw))
-        out = GeneratedText("".join(r.text for r in rs))
-        out.reasoning, out.content = "".join(r.reasoning for r in rs), "".join(r.content for r in rs)
-        return out
+        return GeneratedText.of(
+            *("".join(getattr(r, f) for r in rs) for f in ("text", "reasoning", "content"))
+        )
 
     def batch(self, widths=None):
         """The batched decode steps (executors/batch.py), built on first use; widths: the batch
@@ -160,10 +166,13 @@ class Model:
         seed=0,
         widths=None,
         prompt_cache: bool = False,
+        reasoning_format: str | None = "auto",
     ):
         """Yields batch.BatchResponse per token of each sequence (its .index: which prompt), the
         sequences decoded together in batched steps. Sampling settings and max_tokens: one value
-        for all prompts or a list of one per prompt."""
+        for all prompts or a list of one per prompt. reasoning_format: as stream_generate's, each
+        sequence split by its own parser (r.reasoning / r.content)."""
+        from vkdecode import reasoning
         from vkdecode.batch import per_prompt, stream_generate_batch
         from vkdecode.sampling import SamplingParams
 
@@ -179,9 +188,14 @@ class Model:
             for k, v in (("temp", temp), ("top_k", top_k), ("top_p", top_p), ("seed", seed))
         ]
         params = [SamplingParams(*c) for c in zip(*cols)]
-        return stream_generate_batch(
+        fmt = self._reasoning(reasoning_format, chats is not None)
+        gen = stream_generate_batch(
             self.batch(widths), self.tokenizer, prompt_ids, max_tokens, params, self.kv, prompt_cache
         )
+        if not fmt:
+            return gen
+        tails = [self.tokenizer.decode(ids[-reasoning.PROMPT_TAIL_TOKENS :]) for ids in prompt_ids]
+        return reasoning.split_batch_responses(gen, [reasoning.make_parser(fmt, t) for t in tails])
 
     def generate_batch(self, prompts=None, chats=None, max_tokens=256, **kw) -> list[str]:
         """The texts of stream_generate_batch, one per prompt, in order (mlx-lm's batch_generate)."""
@@ -213,6 +227,12 @@ class GeneratedText(str):
 
     reasoning: str = ""
     content: str = ""
+
+    @classmethod
+    def of(cls, text: str, reasoning: str, content: str) -> GeneratedText:
+        out = cls(text)
+        out.reasoning, out.content = reasoning, content
+        return out
 
 
 def _upload_bar(loaded):

@@ -21,6 +21,13 @@ class BatchResponse:
     text: str  # new text this token completes (may be "" mid UTF-8 sequence)
     token: int
     finish_reason: str | None  # None while generating, then "stop" (EOS) or "length"
+    # as GenerationResponse's: the text split by a reasoning parser (a batch of chats), else content = text
+    reasoning: str = ""
+    content: str | None = None
+
+    def __post_init__(self):
+        if self.content is None:
+            self.content = self.text
 
 
 def per_prompt(value, n: int, what: str) -> list:
@@ -162,9 +169,14 @@ def stream_generate_batch(
         gen.close()
 
 
-def collect_texts(responses, n: int) -> list[str]:
-    """The texts of n sequences' responses (stream_generate_batch), in the order of the prompts."""
-    texts = [""] * n
+def collect_texts(responses, n: int) -> list:
+    """The texts of n sequences' responses (stream_generate_batch), in the order of the prompts:
+    each the raw text, carrying .reasoning and .content (api.GeneratedText)."""
+    from vkdecode.api import GeneratedText
+
+    texts, reasoning, content = [""] * n, [""] * n, [""] * n
     for r in responses:
         texts[r.index] += r.text
-    return texts
+        reasoning[r.index] += r.reasoning
+        content[r.index] += r.content
+    return [GeneratedText.of(*parts) for parts in zip(texts, reasoning, content)]
