@@ -16,6 +16,7 @@ import time
 from vkdecode.errors import UsageError
 from vkdecode.generate import GenerationResponse, stream_generate
 from vkdecode.options import DecodeOptions, check_text
+from vkdecode.reasoning import GeneratedText
 
 
 class Model:
@@ -220,19 +221,6 @@ class Model:
 
     def __exit__(self, *exc):
         self.close()
-
-
-class GeneratedText(str):
-    """Model.generate's raw text, a str, carrying the split too: .reasoning and .content."""
-
-    reasoning: str = ""
-    content: str = ""
-
-    @classmethod
-    def of(cls, text: str, reasoning: str, content: str) -> GeneratedText:
-        out = cls(text)
-        out.reasoning, out.content = reasoning, content
-        return out
 
 
 def _upload_bar(loaded):

@@ -171,8 +171,8 @@ def stream_generate_batch(
 
 def collect_texts(responses, n: int) -> list:
     """The texts of n sequences' responses (stream_generate_batch), in the order of the prompts:
-    each the raw text, carrying .reasoning and .content (api.GeneratedText)."""
-    from vkdecode.api import GeneratedText
+    each the raw text, carrying .reasoning and .content (reasoning.GeneratedText)."""
+    from vkdecode.reasoning import GeneratedText
 
     texts, reasoning, content = [""] * n, [""] * n, [""] * n
     for r in responses:

@@ -229,3 +229,16 @@ class HarmonyParser(_Parser):
         if self.body is None and not self.opened and self.CHANNEL not in self.header:
             self._emit(CONTENT, self.header[self.primed :])  # text where a header should have begun
         self._new_header()
+
+
+class GeneratedText(str):
+    """Model.generate's (and generate_batch's) raw text, a str, carrying the split too: .reasoning and .content."""
+
+    reasoning: str = ""
+    content: str = ""
+
+    @classmethod
+    def of(cls, text: str, reasoning: str, content: str) -> GeneratedText:
+        out = cls(text)
+        out.reasoning, out.content = reasoning, content
+        return out
