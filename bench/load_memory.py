@@ -8,9 +8,10 @@ Per context, one JSON record: overhead_rss (VmHWM after `import vkdecode` + the 
 load), peak_rss and rss_after (VmHWM / VmRSS once the load returned), load_s, the device's
 allocated bytes and the weights' bytes on it. On a CPU device (lavapipe) device memory is host
 memory, so the issue's target there is peak_rss <= 2.5 x the file; on a discrete GPU it is host
-RSS <= file + 300 MB, estimated here as rss_after - weight_bytes (the uploaded weights are the
-part of lavapipe's RSS that a discrete GPU holds in VRAM; KV pages never written are not resident
-on lavapipe, so the estimate is an upper bound).
+RSS <= file + 300 MB, estimated on lavapipe as rss_after - weight_bytes (the uploaded weights are
+the part of lavapipe's RSS that a discrete GPU holds in VRAM; KV pages never written are not
+resident on lavapipe, so the estimate is an upper bound) and read as rss_after on a GPU. The
+constants, the /proc reader and the targets are vkdecode/benchmark/memory.py's, as in `vkdecode bench`.
 """
 
 from __future__ import annotations
@@ -21,18 +22,9 @@ import os
 import subprocess
 import sys
 
+from vkdecode.benchmark.memory import device_figures, model_file_bytes, status_bytes, target
+
 MB = 1 << 20
-CPU_RATIO = 2.5  # the issue's target on a device whose memory is host memory
-DISCRETE_EXTRA = 300 * 10**6  # and the host RSS it allows over the file on a discrete GPU
-
-
-def status_bytes(key: str) -> int:
-    """A /proc/self/status field (VmRSS, VmHWM) in bytes."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    raise KeyError(key)
 
 
 def child(path: str, ctx: int) -> dict:
@@ -53,7 +45,6 @@ def child(path: str, ctx: int) -> dict:
     load_s = time.perf_counter() - t0
     gc.collect()
     peak, after = status_bytes("VmHWM"), status_bytes("VmRSS")
-    weight_bytes = sum(model.executor.plan.weight_bytes.values())
     out = {
         "ctx": ctx,
         "device": dev.info.name,
@@ -62,8 +53,7 @@ def child(path: str, ctx: int) -> dict:
         "peak_rss": peak,
         "rss_after": after,
         "load_s": round(load_s, 3),
-        "device_allocated_bytes": dev.allocated_bytes,
-        "weight_bytes": weight_bytes,
+        **device_figures(dev, model.executor),
     }
     model.close()
     dev.close()
@@ -75,16 +65,18 @@ def measure(path: str, ctx: int) -> dict:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     done = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=root)
     rec = json.loads(done.stdout.strip().splitlines()[-1])
-    file_bytes = os.path.getsize(path)
-    host_est = rec["rss_after"] - rec["weight_bytes"]
+    file_bytes = model_file_bytes(path)
+    # the weights on lavapipe's device are host memory that a discrete GPU holds in VRAM
+    on_host = rec["weight_bytes"] if rec["device_type"] == "cpu" else 0
+    host_est = rec["rss_after"] - on_host
     rec.update(
         file_bytes=file_bytes,
         peak_over_file=round(rec["peak_rss"] / file_bytes, 3),
         after_over_file=round(rec["rss_after"] / file_bytes, 3),
         load_peak_over_file=round((rec["peak_rss"] - rec["overhead_rss"]) / file_bytes, 3),
         discrete_host_rss_est=host_est,
-        cpu_target_met=rec["peak_rss"] <= CPU_RATIO * file_bytes,
-        discrete_target_met=host_est <= file_bytes + DISCRETE_EXTRA,
+        cpu_target_met=target("cpu", file_bytes, rec["peak_rss"], host_est)["target_met"],
+        discrete_target_met=target("discrete", file_bytes, rec["peak_rss"], host_est)["target_met"],
     )
     return rec
 

@@ -409,6 +409,15 @@ def test_bench_json_plot_profile(capsys, tiny_gguf, tmp_path):
     up = res["user_path"]
     assert up["ctx"] == res["settings"]["ctx"] == 256 and up["tok_s"]["median"] > 0 and up["vs_fused"] > 0
     assert "user path (vkdecode.load + stream_generate, ctx 256" in out
+    # memory: the bench's load and first executor, and the RSS around the user path's load
+    mem = res["memory"]
+    assert mem["file_bytes"] == os.path.getsize(tiny_gguf) and mem["peak_rss"] >= mem["rss_after_load"] > 0
+    assert mem["device_allocated_bytes"] >= mem["weight_bytes"] > 0 and isinstance(mem["target_met"], bool)
+    load = mem["user_path"]
+    assert load["peak_rss"] >= load["rss_after_load"] > 0 and load["rss_before_load"] > 0
+    assert load["device_allocated_bytes"] >= load["weight_bytes"] == mem["weight_bytes"]
+    assert f"memory (bench's load + first executor): file {mem['file_bytes'] / 1e6:.1f} MB" in out
+    assert "its load: host RSS" in out and "memory" not in up
     assert res["settings"]["tokens"] == 4 and res["settings"]["reps"] == 2
     for mode in MODES:
         r = res["modes"][mode]
@@ -435,6 +444,9 @@ def test_bench_shape_to_stdout(capsys):
     res = json.loads(out)
     assert res["model"]["name"] == "tiny" and res["model"]["quant"] == "Q4_1"
     assert list(res["modes"]) == ["fused", "unfused"] and "| tiny" in err
+    # random weights: no file to hold the memory against, and no verdict
+    assert res["memory"]["file_bytes"] is None and res["memory"]["target_met"] is None
+    assert res["memory"]["peak_rss"] > 0 and "memory (bench's load + first executor): no model file" in err
 
 
 def test_bench_reports_a_mismatch_loudly(capsys, monkeypatch, tmp_path):

@@ -9,6 +9,7 @@ does, so every mode and repetition times exactly the same steps. Never asserts t
     machine.py      where a run ran (device, driver, date, commit); the device's copy bandwidth
     shapes.py       bench shapes: real models' dimensions with random weights
     user_path.py    the API's load + stream_generate timed, for the bench's comparison
+    memory.py       host RSS and device bytes of a load against issue 33's targets (the `memory` record)
 
 The names below are this package's API for the CLI and bench/*.py (`from vkdecode import benchmark`).
 """

@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 
+from vkdecode.benchmark import memory
 from vkdecode.benchmark.machine import copy_bandwidth, environment
 from vkdecode.benchmark.model import BenchModel, weight_bytes_per_token
 from vkdecode.stats import executed_per_token, host_calls_per_token, mean_counters
@@ -110,8 +111,17 @@ def parse_mode(mode: str) -> tuple[str, dict]:
 
 
 def run_mode(
-    device, model: BenchModel, mode: str, n: int, reps: int, warmup: int, profile: bool = False, log=None
+    device,
+    model: BenchModel,
+    mode: str,
+    n: int,
+    reps: int,
+    warmup: int,
+    profile: bool = False,
+    log=None,
+    on_build=None,
 ) -> dict:
+    """on_build(executor): called once the executor is built, before it runs (run_bench's memory)."""
     from vkdecode.executors import make_executor
 
     base, kw = parse_mode(mode)
@@ -119,6 +129,8 @@ def run_mode(
     ex = make_executor(base, device, model.program, model.weights, **kw)
     try:
         build_s = time.perf_counter() - t0
+        if on_build:
+            on_build(ex)
         for _ in range(warmup):
             decode_run(ex, model.prompt_ids, n)
         runs = []
@@ -186,7 +198,13 @@ def run_bench(
     log=None,
 ) -> dict:
     """Everything `vkdecode bench` reports, as one JSON-able dict."""
-    results = {m: run_mode(device, model, m, n, reps, warmup, profile, log) for m in modes}
+    first_build = {}
+
+    def measure(ex) -> None:  # the first build only: the process then holds the load and one executor
+        if not first_build:
+            first_build.update(memory.after_build(device, ex, model.source))
+
+    results = {m: run_mode(device, model, m, n, reps, warmup, profile, log, on_build=measure) for m in modes}
     agree = agreement(results)
     copy = copy_bandwidth(device, copy_bytes) if copy_bytes else 0.0
     wb = weight_bytes_per_token(model.program, model.weights)
@@ -207,6 +225,7 @@ def run_bench(
             "ctx": model.program.meta.get("ctx"),
             "profile": profile,
         },
+        "memory": first_build,
         "copy_GBps": copy,
         "weight_bytes_per_token": wb,
         "host_us_ratio_unfused_fused": ratio,

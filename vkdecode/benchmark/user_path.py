@@ -7,6 +7,7 @@ the first, per second of wall time)."""
 
 from __future__ import annotations
 
+from vkdecode.benchmark.memory import measure_load
 from vkdecode.benchmark.runner import spread
 
 
@@ -22,7 +23,9 @@ def user_path(
     # tiles, other sums), and on random weights a near-tie then flips a greedy token; the decode
     # steps timed here do not depend on how the prompt ran
     options = DecodeOptions(ctx=ctx, prefill=False)
-    model = Model(path, options, device=device)
+    # host memory around the load (the bench's executors are closed by now; its packed host weights
+    # are still held, so the RSS figures include them)
+    model, memory = measure_load(device, lambda: Model(path, options, device=device))
     try:
         rates, tokens = [], None
         for i in range(reps + 1):
@@ -42,6 +45,7 @@ def user_path(
             "mode": model.mode,
             "tok_s": spread(rates),
             "tokens": tokens,
+            "memory": memory,
         }
     finally:
         model.close()

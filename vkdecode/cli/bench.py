@@ -113,6 +113,7 @@ def user_path_figures(dev, args, model, res: dict, log) -> dict:
     from vkdecode import benchmark as bench
 
     up = bench.user_path(dev, model.source, model.prompt_ids, args.tokens, args.reps, log=log)
+    res["memory"]["user_path"] = up.pop("memory")  # all memory figures in one record
     fused = res["modes"].get("fused")
     up["vs_fused"] = up["tok_s"]["median"] / fused["tok_s"]["median"] if fused else None
     base = next(iter(res["modes"].values()))["tokens"]
@@ -190,6 +191,8 @@ def format_table(results: list[dict]) -> str:
 
 
 def format_notes(res: dict) -> str:
+    from vkdecode.benchmark.memory import mb, memory_note
+
     lines, agree = [], res["agreement"]
     if agree["ok"]:
         lines.append(
@@ -212,12 +215,21 @@ def format_notes(res: dict) -> str:
             f"{mode}: weights {_size(wb)}/token x {r['tok_s']['median']:.1f} tok/s = "
             f"{bw['GBps']:.2f} GB/s{frac}"
         )
+    if res.get("memory"):
+        lines.append(memory_note(res["memory"]))
     up = res.get("user_path")
     if up:
         vs = f" = {up['vs_fused']:.3f} x fused" if up.get("vs_fused") else ""
+        load = res.get("memory", {}).get("user_path")
+        rss = (
+            f"; its load: host RSS {mb(load['rss_before_load'])} -> {mb(load['rss_after_load'])}, "
+            f"peak {mb(load['peak_rss'])} since {load['peak_rss_since']}"
+            if load
+            else ""
+        )
         lines.append(
             f"user path (vkdecode.load + stream_generate, ctx {up['ctx']}, {up['mode']}): "
-            f"{up['tok_s']['median']:.1f} tok/s{vs}"
+            f"{up['tok_s']['median']:.1f} tok/s{vs}{rss}"
         )
     if copy:
         lines.append(
