@@ -135,11 +135,20 @@ def test_run_bench_on_one_device(device, tmp_path):
         res["modes"]["fused"]["executed_per_token"]["dispatches"]
         < res["modes"]["unfused"]["executed_per_token"]["dispatches"]
     )
+    # each rule's weight read rate over its GPU time, and its share of the copy rate
+    rules = res["modes"]["fused"]["region_us"]
+    reads = {k: e for k, e in rules.items() if e["weight_bytes"] and e["us"] > 0}
+    assert reads and all(
+        e["GBps"] == pytest.approx(e["weight_bytes"] / e["us"] / 1e3)
+        and e["fraction_of_copy"] == pytest.approx(e["GBps"] / res["copy_GBps"])
+        for e in reads.values()
+    )
+    assert all(e["GBps"] is None for k, e in rules.items() if k not in reads)
     json.dumps(res)  # JSON-able as is
     table = format_table([res, res])
     assert table.count("| tiny") == 4 and "± " in table
     notes = format_notes(res)
-    assert "agree" in notes and "GB/s" in notes and "by rule" in notes
+    assert "agree" in notes and "GB/s" in notes and "by rule" in notes and "% of copy" in notes
     plot_results([res, res], str(tmp_path / "two.png"))
     assert (tmp_path / "two.png").stat().st_size > 1000
 

@@ -100,6 +100,15 @@ def region_profile(ex, prompt_ids: list[int], n: int) -> dict:
     return dict(sorted(by.items(), key=lambda kv: -kv[1]["us"]))
 
 
+def rule_read_rate(e: dict, copy_gbps: float) -> None:
+    """A region_profile entry's weight read rate (GB/s over its GPU time) and its fraction of the
+    device's copy rate (issue 33 asks >= 85% of the K-quant matvecs and the lm_head): None where
+    the rule reads no weights or took no time."""
+    gbps = e["weight_bytes"] / e["us"] / 1e3 if e["weight_bytes"] and e["us"] > 0 else None
+    e["GBps"] = gbps
+    e["fraction_of_copy"] = gbps / copy_gbps if gbps is not None and copy_gbps else None
+
+
 def parse_mode(mode: str) -> tuple[str, dict]:
     """A bench mode: an executor mode, or "fused:k<K>" for fused replay with K tokens per submit."""
     base, _, k = mode.partition(":k")
@@ -211,6 +220,8 @@ def run_bench(
     for r in results.values():
         gbps = wb * r["tok_s"]["median"] / 1e9
         r["bandwidth"] = {"GBps": gbps, "fraction_of_copy": gbps / copy if copy else None}
+        for e in r.get("region_us", {}).values():
+            rule_read_rate(e, copy)
     ratio = None
     if "unfused" in results and "fused" in results and results["fused"]["host_us"]["median"] > 0:
         ratio = results["unfused"]["host_us"]["median"] / results["fused"]["host_us"]["median"]

@@ -240,10 +240,18 @@ def format_notes(res: dict) -> str:
             total = sum(e["us"] for e in r["region_us"].values())
             lines.append(f"{mode}: GPU µs per token by rule (total {total:.1f}):")
             lines += [
-                f"  {rule:34s} {e['us']:10.1f} µs  {e['regions']:4d} regions"
+                f"  {rule:34s} {e['us']:10.1f} µs  {e['regions']:4d} regions{_read_rate(e)}"
                 for rule, e in r["region_us"].items()
             ]
     return "\n".join(lines)
+
+
+def _read_rate(e: dict) -> str:
+    """A rule's weight read rate, and its share of the copy rate where that was measured."""
+    if not e.get("GBps"):
+        return ""
+    frac = f" ({100 * e['fraction_of_copy']:.0f}% of copy)" if e.get("fraction_of_copy") else ""
+    return f"  {e['GBps']:8.1f} GB/s{frac}"
 
 
 def require_matplotlib() -> None:
