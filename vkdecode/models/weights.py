@@ -22,6 +22,7 @@ from vkdecode.errors import ModelError, VkDecodeError
 from vkdecode.models import ARCHITECTURES, hf_mxfp4, settings
 from vkdecode.models.config import ModelArgs
 from vkdecode.models.gguf_names import expected_shapes, is_norm, source_name
+from vkdecode.models.gguf_reader import open_gguf
 from vkdecode.models.lazy import LazyWeight, read_bytes
 from vkdecode.models.moe import hf_sources
 from vkdecode.models.safetensors_files import read_header, read_tensor, safetensors_index, tensor_dtype
@@ -189,52 +190,6 @@ def _hf_packed(tensors: list[tuple], dtype: str, plus_one: bool, view=None) -> P
 
 
 # ---------------------------------------------------------------- GGUF
-
-
-def open_gguf(path: str):
-    """GGUFReader, with its exceptions (bad magic, truncation, ...) turned into ModelError."""
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(4)
-    except OSError as e:
-        raise ModelError(f"{path}: cannot open: {e}") from None
-    if magic != b"GGUF":
-        raise ModelError(f"{path}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
-    try:
-        return _Reader(path)
-    except ModelError as e:
-        raise ModelError(f"{path}: {e}") from None
-    except Exception as e:  # noqa: BLE001 - the reader raises ValueError/IndexError/... on truncated files
-        raise ModelError(f"{path}: cannot read GGUF ({type(e).__name__}: {e}; truncated?)") from None
-
-
-class _Reader(gguf.GGUFReader):
-    """Says a file is truncated where the stock reader would fail with numpy's words: a header
-    (metadata, tensor infos) that runs past the end of the file, and the first tensor whose data
-    does (the stock reader fails later with a reshape error that names no tensor)."""
-
-    def _get(self, offset, dtype, count=1, override_order=None):
-        end = int(offset) + np.dtype(dtype).itemsize * int(count)
-        if end > len(self.data):  # numpy would return a short view: IndexError / ValueError next
-            raise ModelError(f"truncated: its header runs past the end of the file ({len(self.data)} bytes)")
-        return super()._get(offset, dtype, count, override_order)
-
-    def _build_tensors(self, start_offs, fields):
-        size = len(self.data)
-        for field in fields:
-            try:
-                _, name, _, dims, raw_dtype, offset = field.parts
-                block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(int(raw_dtype[0]))]
-                # Python ints: fuzzed u64 fields must not wrap (numpy scalars would, with a warning)
-                end = int(start_offs) + int(offset[0]) + math.prod(int(d) for d in dims) * type_size // block
-                name = bytes(name).decode("utf-8", "replace")
-            except Exception:  # noqa: BLE001 - layout not as expected: leave the checking to the reader
-                break
-            if end > size:
-                raise ModelError(
-                    f"tensor {name!r} ends at byte {end}, past the end of the file ({size} bytes; truncated?)"
-                )
-        super()._build_tensors(start_offs, fields)
 
 
 def _gguf_tensor(path: str, t, shape, notes: list[str], byte_order: str = "I") -> LazyWeight:
