@@ -70,3 +70,26 @@ def test_a_huge_string_count_stops_at_the_file_size(tiny, tmp_path):
     bad.write_bytes(bytes(data))
     with pytest.raises(ModelError, match="truncated"):
         open_gguf(str(bad))
+
+
+@pytest.mark.parametrize("endian", [gguf.GGUFEndian.LITTLE, gguf.GGUFEndian.BIG])
+def test_arrays_in_either_byte_order(tmp_path, endian):
+    """Strings' u64 lengths and numeric arrays read in the file's byte order, as the stock reader."""
+    path = tmp_path / f"{endian.name.lower()}.gguf"
+    w = gguf.GGUFWriter(str(path), "llama", endianess=endian)
+    w.add_array("t.strings", ["a", "", "naïve", "x" * 300])
+    w.add_array("t.ints", [1, -2, 3 << 20])
+    w.add_array("t.floats", [0.5, -1.25])
+    w.add_tensor("w", np.arange(8, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    ours, stock = open_gguf(str(path)), gguf.GGUFReader(str(path))
+    for key, want in (
+        ("t.strings", ["a", "", "naïve", "x" * 300]),
+        ("t.ints", [1, -2, 3 << 20]),
+        ("t.floats", [0.5, -1.25]),
+    ):
+        assert ours.fields[key].contents() == stock.fields[key].contents() == want, key
+        assert isinstance(ours.fields[key], CompactArray)
