@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 
+from vkdecode import reasoning
 from vkdecode.errors import UsageError
 from vkdecode.generate import GenerationResponse, stream_generate
 from vkdecode.options import DecodeOptions, check_text
@@ -65,9 +66,7 @@ class Model:
     @property
     def reasoning_format(self) -> str | None:
         """How this model's output carries reasoning: "harmony", "think" or None (reasoning.py)."""
-        from vkdecode.reasoning import detect
-
-        return detect(self.loaded.args.arch, self.tokenizer)
+        return reasoning.detect(self.loaded.args.arch, self.tokenizer)
 
     def encode_prompt(self, prompt: str | None = None, chat: str | None = None) -> list[int]:
         """chat: the model's chat template (an error if it has none); prompt: raw text with the
@@ -99,13 +98,11 @@ class Model:
         response's stats["cached_tokens"] tells how many. should_stop() is polled between prompt steps.
         reasoning_format: how r.reasoning / r.content split the text: "auto" (the model's format, for
         chat= only: a raw prompt continues text, it opens no turn), "harmony", "think", or "none"."""
-        from vkdecode import reasoning
         from vkdecode.sampling import SamplingParams
 
         params = SamplingParams(temp, top_k, top_p, seed)
         ids = prompt_ids if prompt_ids is not None else self.encode_prompt(prompt, chat)
         fmt = self._reasoning(reasoning_format, chat is not None)
-        tail = self.tokenizer.decode(ids[-reasoning.PROMPT_TAIL_TOKENS :]) if fmt else ""
         gen = stream_generate(
             self.decoder,
             self.tokenizer,
@@ -117,17 +114,20 @@ class Model:
             reuse=prompt_cache,
             should_stop=should_stop,
         )
-        return reasoning.split_responses(gen, reasoning.make_parser(fmt, tail)) if fmt else gen
+        return reasoning.split_responses(gen, self._parser(fmt, ids)) if fmt else gen
 
     def _reasoning(self, choice: str | None, chat: bool) -> str | None:
         """The reasoning format to split with: "auto" is the model's for chats only (a raw prompt
         continues text, it opens no turn)."""
-        from vkdecode import reasoning
-
         try:
             return reasoning.resolve(choice, self.reasoning_format if chat else None)
         except ValueError as e:
             raise UsageError(str(e)) from None
+
+    def _parser(self, fmt: str, ids: list[int]):
+        """A reasoning parser for one generation, started from its prompt's last tokens (a block
+        the template opened)."""
+        return reasoning.make_parser(fmt, self.tokenizer.decode(ids[-reasoning.PROMPT_TAIL_TOKENS :]))
 
     def generate(
         self, prompt: str | None = None, chat: str | None = None, max_tokens: int = 256, **kw
@@ -173,7 +173,6 @@ class Model:
         sequences decoded together in batched steps. Sampling settings and max_tokens: one value
         for all prompts or a list of one per prompt. reasoning_format: as stream_generate's, each
         sequence split by its own parser (r.reasoning / r.content)."""
-        from vkdecode import reasoning
         from vkdecode.batch import per_prompt, stream_generate_batch
         from vkdecode.sampling import SamplingParams
 
@@ -195,8 +194,7 @@ class Model:
         )
         if not fmt:
             return gen
-        tails = [self.tokenizer.decode(ids[-reasoning.PROMPT_TAIL_TOKENS :]) for ids in prompt_ids]
-        return reasoning.split_batch_responses(gen, [reasoning.make_parser(fmt, t) for t in tails])
+        return reasoning.split_batch_responses(gen, [self._parser(fmt, ids) for ids in prompt_ids])
 
     def generate_batch(self, prompts=None, chats=None, max_tokens=256, **kw) -> list[str]:
         """The texts of stream_generate_batch, one per prompt, in order (mlx-lm's batch_generate)."""

@@ -54,28 +54,27 @@ def make_parser(fmt: str | None, prompt_tail: str = ""):
     return {"harmony": HarmonyParser, "think": ThinkParser}[fmt](prompt_tail)
 
 
-def split_batch_responses(responses, parsers: list):
-    """split_responses for a batch: each response goes through the parser of its sequence
-    (parsers[r.index]; None leaves that sequence's text as its content)."""
-    for r in responses:
-        parser = parsers[r.index]
-        if parser is not None:
-            pieces = parser.feed(r.text) + (parser.flush() if r.finish_reason is not None else [])
-            r.reasoning = "".join(t for c, t in pieces if c == REASONING)
-            r.content = "".join(t for c, t in pieces if c == CONTENT)
-        yield r
+def feed_token(parser, text: str, finished: bool) -> list[tuple[str, str]]:
+    """One token's (channel, text) pieces; the last token's (finished) also carry what was held."""
+    return parser.feed(text) + (parser.flush() if finished else [])
+
+
+def _split(r, parser):
+    pieces = feed_token(parser, r.text, r.finish_reason is not None)
+    r.reasoning = "".join(t for c, t in pieces if c == REASONING)
+    r.content = "".join(t for c, t in pieces if c == CONTENT)
+    return r
 
 
 def split_responses(responses, parser):
     """GenerationResponses with .reasoning and .content set from parser; the last one (its
     finish_reason set) also carries what the parser held."""
-    for r in responses:
-        pieces = parser.feed(r.text)
-        if r.finish_reason is not None:
-            pieces += parser.flush()
-        r.reasoning = "".join(t for c, t in pieces if c == REASONING)
-        r.content = "".join(t for c, t in pieces if c == CONTENT)
-        yield r
+    return (_split(r, parser) for r in responses)
+
+
+def split_batch_responses(responses, parsers: list):
+    """split_responses for a batch: each response through the parser of its sequence (parsers[r.index])."""
+    return (_split(r, parsers[r.index]) for r in responses)
 
 
 class _Parser:

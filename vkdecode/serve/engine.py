@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from vkdecode.reasoning import CONTENT, REASONING, make_parser
+from vkdecode.reasoning import CONTENT, REASONING, feed_token, make_parser
 from vkdecode.serve.requests import ApiError, GenRequest, StopScanner
 
 log = logging.getLogger("uvicorn.error")  # the server's error log (uvicorn sets it up, --log-level)
@@ -66,7 +66,7 @@ class Progress:
             return True
         pieces = [(CONTENT, text)]
         if self.parser is not None:
-            pieces = self.parser.feed(text) + (self.parser.flush() if finish_reason is not None else [])
+            pieces = feed_token(self.parser, text, finish_reason is not None)
         for channel, piece in pieces:
             if channel == REASONING:
                 self.job.emit("reasoning", piece)
