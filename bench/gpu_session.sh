@@ -55,6 +55,7 @@
 #   bash bench/gpu_session.sh gptoss    # the gpt-oss-20b shape (MXFP4 experts): decode and 512-token prompt vs llama.cpp
 #   bash bench/gpu_session.sh gptosscoop # its prompts on the tensor cores (MXFP4 tiles, rows scaled) vs f32, llama.cpp
 #   bash bench/gpu_session.sh coopvalid # the tensor-core cases under Debian 13's validation layer (1.4.309)
+#   bash bench/gpu_session.sh owed15    # coopvalid, the 8B's decode by rule + memory, its prompts, llama.cpp
 #   bash bench/gpu_session.sh suite     # the whole suite under validation on 8 xdist workers, with a summary
 set -euo pipefail
 OUT=${OUT:?set OUT to the results folder}
@@ -820,6 +821,21 @@ gptosscoop)
     done
     python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 --decode 128 --reps 3 \
         --out "$OUT/llama-gptoss.json" | tail -4
+    ;;
+owed15)
+    # the fifteenth session's first call: the coop cases under the 1.4 layer (coopvalid, in a
+    # subshell: its layer path stays there), then the 8B Q4_K_M shape: decode profiled by rule
+    # with the memory record, its 512- and 2,000-token prompts, llama.cpp on the same file.
+    # Carry .device/llama and .device/trixie-vvl
+    llama_server
+    (bash bench/gpu_session.sh coopvalid) > "$OUT/coopvalid.txt" 2>&1 || true
+    tail -6 "$OUT/coopvalid.txt"
+    f=$(shape_file llama3.1-8b q4_k_m)
+    python -m vkdecode bench --model "$f" --modes fused --profile --reps 3 --quiet --json "$OUT/bench-8b.json" 2>&1 | tail -30
+    python -m bench.prefill --model "$f" --lengths 512 2000 --modes fused --token-path-max 0 --ctx 4096 \
+        --reps 3 --out "$OUT/prefill-8b.json" 2>&1 | grep "tokens:"
+    python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 --decode 128 --reps 3 \
+        --out "$OUT/llama-8b.json" | tail -4
     ;;
 coopvalid)
     # the tensor-core cases under a Khronos validation layer that knows SPV_KHR_cooperative_matrix
