@@ -100,6 +100,14 @@ def test_coop_shape_choice(device):
     )
     with pytest.raises(ValueError, match="coop_tile"):
         parse_tile("4x4")
+    # a 64-wide k step (caps.coop_bk): in-dims of whole 64s only, splits counted in 64s
+    bk64 = replace(gpu, coop_bk=64)
+    assert coop_shape(bk64, "qwen3", 1024, 512, 1024) == (2, 2, 2, 2, 2)
+    assert coop_shape(bk64, "qwen3", 576, 64, 576) == (2, 2, 2, 2, 8)  # 9 k steps: 8 splits
+    assert coop_shape(bk64, "qwen3", 192, 512, 96) is None  # 96: not whole 64-wide steps
+    assert coop_shape(replace(bk64, max_shared=10240), "qwen3", 1024, 512, 1024) is None  # 2x the tiles
+    with pytest.raises(ValueError, match="coop_bk"):
+        coop_shape(replace(gpu, coop_bk=48), "qwen3", 1024, 512, 1024)
     if not caps_of(device).coop_matrix:
         assert coop_shape(caps_of(device), "qwen3", 1024, 512, 1024) is None
 
@@ -133,6 +141,19 @@ def test_matmul_rows_coop_x_in_the_loader(device, dtype):
     check_coop_matmul(device, dtype, (64, 256, 512), "2x2:4x2", 2, coop_x16=-1)
 
 
+BK64_TILES = [((64, 128, 512), "2x2:2x4", 3), ((128, 128, 256), "4x4:2x2", 1), ((256, 64, 768), "2x4:2x4", 2)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dims,tile,splits", BK64_TILES, ids=[t for _, t, _ in BK64_TILES])
+def test_matmul_rows_coop_bk64(device, dtype, dims, tile, splits):
+    """caps.coop_bk 64: the 64-wide k step through every weight dtype's tile loader, uneven splits
+    (3 of 8 k steps), 4- 8- and 16-subgroup tiles."""
+    if dtype.endswith("_k") and dims[2] % 256:
+        dims = dims[:2] + (256 * -(-dims[2] // 256),)
+    check_coop_matmul(device, dtype, dims, tile, splits, coop_bk=64)
+
+
 @pytest.mark.parametrize("dtype,splits,coop_x16", [("f16", 1, 0), ("q4_k", 2, 0), ("q6_k", 1, -1)])
 def test_matmul_rows_coop_row_scaled(device, dtype, splits, coop_x16):
     """Gemma 3 (coop_row_scaled): rows up to 1e9, past f16's 65504, scaled into its range by
@@ -141,6 +162,7 @@ def test_matmul_rows_coop_row_scaled(device, dtype, splits, coop_x16):
     check_coop_matmul(
         device, dtype, (64, 128, 512), "2x2:2x2", splits, "gemma3", magnitude, coop_x16=coop_x16
     )
+    check_coop_matmul(device, dtype, (64, 128, 512), "2x2:2x2", splits, "gemma3", magnitude, coop_bk=64)
 
 
 def check_coop_matmul(device, dtype, dims, tile, splits, arch="llama", row_magnitude=None, **knobs):

@@ -50,12 +50,19 @@ def tile_dims(tile: tuple) -> tuple[int, int, int]:
     return 16 * blk_m * sg_m, 16 * blk_n * sg_n, COOP_LANES * sg_m * sg_n
 
 
-def coop_shared_bytes(tile: tuple, staged: bool) -> int:
+def coop_bk(caps: KernelCaps) -> int:
+    """The dense matmul's k step: caps.coop_bk where set (64 or 32), else COOP_BK."""
+    if caps.coop_bk not in (0, 32, 64):
+        raise ValueError(f"coop_bk {caps.coop_bk}: 32 or 64")
+    return caps.coop_bk or COOP_BK
+
+
+def coop_shared_bytes(tile: tuple, staged: bool, bk: int = COOP_BK) -> int:
     """Shared bytes of matmul_rows_coop at a COOP_TILES-style tile: the weight and activation tiles
-    (f16 rows of COOP_BK + 8), and with staged results (MOE's scattered rows, X_ROWSCALE's row
+    (f16 rows of bk + 8), and with staged results (MOE's scattered rows, X_ROWSCALE's row
     factors) one 16 x 16 f32 block a subgroup."""
     bm, bn, _ = tile_dims(tile)
-    return 2 * (bm + bn) * (COOP_BK + 8) + (4 * 256 * tile[0] * tile[1] if staged else 0)
+    return 2 * (bm + bn) * (bk + 8) + (4 * 256 * tile[0] * tile[1] if staged else 0)
 
 
 def parse_tile(text: str) -> tuple:
@@ -89,14 +96,15 @@ def coop_shape(caps: KernelCaps, arch: str, n: int, rows: int, n_in: int) -> tup
     COOP_SPLIT2_MIN_K (then split in two over k), else the smallest dividing tile, split over k
     until it does; COOP_NARROW_TILES likewise where no COOP_TILES entry divides."""
     start = COOP_START if caps.matmul_coop == 0 else caps.matmul_coop
-    if not coop_usable(caps, arch) or caps.matmul_coop < 0 or rows < start or n_in % COOP_BK:
+    bk = coop_bk(caps)
+    if not coop_usable(caps, arch) or caps.matmul_coop < 0 or rows < start or n_in % bk:
         return None
 
     def fitting(tiles):
         fits = []
         for t in tiles:
             bm, bn, wg = tile_dims(t)
-            shared = coop_shared_bytes(t, coop_row_scaled(arch))
+            shared = coop_shared_bytes(t, coop_row_scaled(arch), bk)
             if n % bm == 0 and rows % bn == 0 and wg <= caps.max_invocations and shared <= caps.max_shared:
                 fits.append(t)
         return fits
@@ -116,7 +124,7 @@ def coop_shape(caps: KernelCaps, arch: str, n: int, rows: int, n_in: int) -> tup
     long_k = n_in >= COOP_SPLIT2_MIN_K
     tile = next((t for t in fits if groups(t) * (2 if long_k else 1) >= target), fits[-1])
     splits = caps.matmul_splitk or max(1, min(COOP_MAX_SPLITS, -(-target // groups(tile))))
-    return tile + (max(1, min(splits, n_in // COOP_BK)),)
+    return tile + (max(1, min(splits, n_in // bk)),)
 
 
 # Auto (attn_coop 0) up to this head_dim (the largest measured); > 0 forces the kernel at any
