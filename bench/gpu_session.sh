@@ -57,6 +57,7 @@
 #   bash bench/gpu_session.sh coopvalid # the tensor-core cases under Debian 13's validation layer (1.4.309)
 #   bash bench/gpu_session.sh owed15    # coopvalid, the 8B's decode by rule + memory, its prompts, llama.cpp
 #   bash bench/gpu_session.sh coopbk    # the 64-wide coop k step: its tests, the 8B's prompts per tile x k step
+#   bash bench/gpu_session.sh sweep15   # coopbk, then attnvar ATT_NOPREFETCH=1
 #   bash bench/gpu_session.sh suite     # the whole suite under validation on 8 xdist workers, with a summary
 set -euo pipefail
 OUT=${OUT:?set OUT to the results folder}
@@ -846,13 +847,19 @@ coopbk)
     f=$(shape_file llama3.1-8b q4_k_m)
     for r in $(seq "${ROUNDS:-2}"); do
         for c in "matmul_coop=0" "coop_bk=64" "coop_tile=4x4:2x2" "coop_tile=4x4:2x2 coop_bk=64" \
-            "coop_tile=2x4:2x4 coop_bk=64" "coop_tile=2x8:2x2 coop_bk=64" "coop_tile=2x2:4x4 coop_bk=64"; do
+            "coop_tile=2x4:2x4 coop_bk=64" "coop_tile=2x8:2x2 coop_bk=64"; do
             { python -m bench.prefill --model "$f" --lengths 512 2000 --modes fused --token-path-max 0 \
                 --ctx 4096 --reps 3 --caps $c --out "$OUT/8b-bk-r$r$(echo " $c" | tr ' =:' '__x').json" \
                 2>&1 || true; } | { grep -o "tokens: TTFT *[0-9.]* ms" || true; } | tr '\n' ' '
             echo " $c"
         done
     done
+    ;;
+sweep15)
+    # the fifteenth session's second call: coopbk, then the coop attention without its register
+    # prefetch (attnvar ATT_NOPREFETCH=1)
+    bash "$0" coopbk
+    bash "$0" attnvar ATT_NOPREFETCH=1
     ;;
 coopvalid)
     # the tensor-core cases under a Khronos validation layer that knows SPV_KHR_cooperative_matrix
