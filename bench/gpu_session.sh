@@ -58,6 +58,7 @@
 #   bash bench/gpu_session.sh owed15    # coopvalid, the 8B's decode by rule + memory, its prompts, llama.cpp
 #   bash bench/gpu_session.sh coopbk    # the 64-wide coop k step: its tests, the 8B's prompts per tile x k step
 #   bash bench/gpu_session.sh sweep15   # coopbk, then attnvar ATT_NOPREFETCH=1
+#   bash bench/gpu_session.sh final15   # the suite, then the Qwen3-30B-A3B shape's prompts and llama.cpp's
 #   bash bench/gpu_session.sh suite     # the whole suite under validation on 8 xdist workers, with a summary
 set -euo pipefail
 OUT=${OUT:?set OUT to the results folder}
@@ -843,7 +844,7 @@ coopbk)
     # the 64-wide k step (caps.coop_bk): its coop cases (no validation: the old layer turns the
     # path off), then the 8B Q4_K_M's 512- and 2,000-token prompts per tile x k step, one process
     # each, alternating (ROUNDS rounds, default two)
-    python -m pytest -q -n 8 tests/lowering/test_coop.py -k "bk64 or row_scaled or shape_choice" 2>&1 | tail -2
+    python -m pytest -q -n 8 tests/lowering/test_coop.py -k "bk64 or row_scaled or shape_choice" 2>&1 | tail -2 || true
     f=$(shape_file llama3.1-8b q4_k_m)
     for r in $(seq "${ROUNDS:-2}"); do
         for c in "matmul_coop=0" "coop_bk=64" "coop_tile=4x4:2x2" "coop_tile=4x4:2x2 coop_bk=64" \
@@ -860,6 +861,17 @@ sweep15)
     # prefetch (attnvar ATT_NOPREFETCH=1)
     bash "$0" coopbk
     bash "$0" attnvar ATT_NOPREFETCH=1
+    ;;
+final15)
+    # the fifteenth session's last call: the whole suite under validation, then the Qwen3-30B-A3B
+    # shape Q4_K_M's 512- and 2,000-token prompts and llama.cpp on the same file. Carry .device/llama
+    (bash "$0" suite) || true
+    llama_server
+    m=$(shape_file qwen3-30b-a3b q4_k_m)
+    python -m bench.prefill --model "$m" --lengths 512 2000 --modes fused --token-path-max 0 --ctx 4096 \
+        --reps 3 --out "$OUT/prefill-moe.json" 2>&1 | grep "tokens:"
+    python -m bench.llama_server_peer --server "$LLAMA" --model "$m" --lengths 512 2000 --decode 16 --reps 3 \
+        --out "$OUT/llama-moe.json" | tail -4
     ;;
 coopvalid)
     # the tensor-core cases under a Khronos validation layer that knows SPV_KHR_cooperative_matrix

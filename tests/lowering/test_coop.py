@@ -141,7 +141,7 @@ def test_matmul_rows_coop_x_in_the_loader(device, dtype):
     check_coop_matmul(device, dtype, (64, 256, 512), "2x2:4x2", 2, coop_x16=-1)
 
 
-BK64_TILES = [((64, 128, 512), "2x2:2x4", 3), ((128, 128, 256), "4x4:2x2", 1), ((256, 64, 768), "2x4:2x4", 2)]
+BK64_TILES = [((128, 64, 512), "2x2:2x4", 3), ((128, 128, 256), "4x4:2x2", 1), ((256, 64, 768), "2x4:2x4", 2)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
