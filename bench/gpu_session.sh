@@ -58,7 +58,7 @@
 #   bash bench/gpu_session.sh owed15    # coopvalid, the 8B's decode by rule + memory, its prompts, llama.cpp
 #   bash bench/gpu_session.sh coopbk    # the 64-wide coop k step: its tests, the 8B's prompts per tile x k step
 #   bash bench/gpu_session.sh sweep15   # coopbk, then attnvar ATT_NOPREFETCH=1
-#   bash bench/gpu_session.sh final15   # the suite, then the Qwen3-30B-A3B shape's prompts and llama.cpp's
+#   bash bench/gpu_session.sh ab15      # coopvalid, the wide coop tile vs the tiles before (8B, 1B, MoE), llama.cpp
 #   bash bench/gpu_session.sh suite     # the whole suite under validation on 8 xdist workers, with a summary
 set -euo pipefail
 OUT=${OUT:?set OUT to the results folder}
@@ -862,16 +862,30 @@ sweep15)
     bash "$0" coopbk
     bash "$0" attnvar ATT_NOPREFETCH=1
     ;;
-final15)
-    # the fifteenth session's last call: the whole suite under validation, then the Qwen3-30B-A3B
-    # shape Q4_K_M's 512- and 2,000-token prompts and llama.cpp on the same file. Carry .device/llama
-    (bash "$0" suite) || true
+ab15)
+    # the fifteenth session's A/B of the wide tensor-core tile (coop.COOP_WIDE_TILE, 64 x 256 with a
+    # 64-wide k step) against the tiles before it (caps coop_wide=-1): the coop cases under the 1.4
+    # validation layer (coopvalid), then per shape the 512- and 2,000-token prompts, one process
+    # each, alternating (ROUNDS rounds, default two; the MoE shape one), and llama.cpp on the same
+    # file. Carry .device/llama and .device/trixie-vvl
     llama_server
-    m=$(shape_file qwen3-30b-a3b q4_k_m)
-    python -m bench.prefill --model "$m" --lengths 512 2000 --modes fused --token-path-max 0 --ctx 4096 \
-        --reps 3 --out "$OUT/prefill-moe.json" 2>&1 | grep "tokens:"
-    python -m bench.llama_server_peer --server "$LLAMA" --model "$m" --lengths 512 2000 --decode 16 --reps 3 \
-        --out "$OUT/llama-moe.json" | tail -4
+    (bash "$0" coopvalid) > "$OUT/coopvalid.txt" 2>&1 || true
+    tail -4 "$OUT/coopvalid.txt"
+    for s in "llama3.1-8b q4_k_m ${ROUNDS:-2}" "llama3.2-1b f16 ${ROUNDS:-2}" "qwen3-30b-a3b q4_k_m 1"; do
+        set -- $s
+        f=$(shape_file "$1" "$2")
+        for r in $(seq "$3"); do
+            for c in coop_wide=-1 coop_wide=0; do
+                python -m bench.prefill --model "$f" --lengths 512 2000 --modes fused --token-path-max 0 \
+                    --ctx 4096 --reps 3 --caps $c --out "$OUT/prefill-$1-$c-r$r.json" 2>&1 |
+                    grep -o "tokens: TTFT *[0-9.]* ms" | tr '\n' ' '
+                echo " $1 $c"
+            done
+        done
+        python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 --decode 16 --reps 3 \
+            --out "$OUT/llama-$1.json" | grep prompt
+        rm -f "$f"
+    done
     ;;
 coopvalid)
     # the tensor-core cases under a Khronos validation layer that knows SPV_KHR_cooperative_matrix

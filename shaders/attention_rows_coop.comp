@@ -85,20 +85,6 @@ shared float16_t ps[NSG * 16 * PS];
 shared float rowf[NSG * 16];           // per row: the rescale factor, then 1 / l
 #define SYNC() { subgroupMemoryBarrierShared(); subgroupBarrier(); }
 
-#ifdef ATT_NOPREFETCH
-// (the A/B) each tile loaded straight into shared memory after the barrier: no registers held
-// across the multiplies (16 a lane at head_dim 128), the loads' latency exposed
-void load_tile(uint base, uint n, uint kvoff8, uint tid) {
-    for (uint i = 0; i < NLD; i++) {
-        const uint e = tid + i * WG, key = e / (D / 8), j = e % (D / 8);
-        if (e >= TILE8) break;
-        const bool live = base + key < n;
-        const uint at = live ? (base + key) * (KVH * D / 8) + kvoff8 + j : 0u;
-        ks[KV_AT(key, 8 * j)] = live ? k8[at] : uvec4(0u);
-        vs[KV_AT(key, 8 * j)] = live ? v8[at] : uvec4(0u);
-    }
-}
-#else
 uvec4 kreg[NLD], vreg[NLD];
 
 // tile keys base .. base + BKV - 1 of kv head g into registers (zeros at keys >= n)
@@ -120,7 +106,6 @@ void stage(uint tid) {
         vs[KV_AT(e / (D / 8), 8 * (e % (D / 8)))] = vreg[i];
     }
 }
-#endif
 
 void main() {
     const uint tid = gl_LocalInvocationID.x, lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
@@ -151,19 +136,12 @@ void main() {
     const uint kvoff8 = g * (D / 8);
     float m = NEG_INF, l = 0.0;
 
-#ifndef ATT_NOPREFETCH
     fetch(first, n_all, kvoff8, tid);
-#endif
     for (uint base = first; base < n_all; base += BKV) {
         barrier();                                // the previous tile is consumed
-#ifdef ATT_NOPREFETCH
-        load_tile(base, n_all, kvoff8, tid);
-        barrier();
-#else
         stage(tid);
         barrier();
         if (base + BKV < n_all) fetch(base + BKV, n_all, kvoff8, tid);   // in flight during the MMAs
-#endif
         if (base >= n_sg || base + BKV <= lo_sg) continue;   // subgroup-uniform: outside its rows' keys
                                                   // (the loop's trip count, so its barriers, stay uniform)
         // the key blocks' chains of D / 16 dependent multiplies side by side (the same H200 runs:

@@ -91,8 +91,9 @@ layout(binding = B_XS) readonly buffer XSB { float x_scale[]; };
 #ifndef BK_STEP
 #define BK_STEP 32
 #endif
-// a whole quant block per k step; BK_STEP 64 (caps.coop_bk): half the barriers a k, twice the
-// staged tile (64: H100 Qwen3 shapes mixed, 242 vs 253 us a layer)
+// a whole quant block per k step; BK_STEP 64 (coop.coop_bk: tiles of 8 or more subgroups) halves
+// the barriers a k for twice the staged tile: it pays on those (H100, the 8B's prompt on 64 x 256
+// 63.2 -> 53.4 ms) and lost on 4-subgroup tiles (58.0 -> 77.8 on 64 x 128)
 const uint BK = BK_STEP;
 const uint WG = LANES * SG_M * SG_N;
 const uint BM = 16 * BLK_M * SG_M, BN = 16 * BLK_N * SG_N;

@@ -59,16 +59,31 @@ def test_mxfp4_takes_the_tiles(device):
 
 def test_coop_shape_choice(device):
     gpu = gpu_caps(device)
-    # the first tile dividing both whose grid reaches 132 workgroups, else 64 x 64 split over k
-    assert coop_shape(gpu, "llama", 8192, 512, 4096) == (2, 2, 2, 4, 1)  # 64 x 128: 128 x 4 = 512
+    # from an in-dim of 2048: 64 x 256 (8 subgroups, 64-wide k) wherever it divides, split to 132
+    assert coop_shape(gpu, "llama", 8192, 512, 4096) == (2, 4, 2, 4, 1)  # 128 x 2 = 256
+    assert coop_shape(gpu, "llama", 1024, 512, 4096) == (2, 4, 2, 4, 5)  # 16 x 2 = 32: 5 splits
+    assert coop_shape(gpu, "llama", 4096, 256, 4096) == (2, 4, 2, 4, 3)  # 256-row chunks too
+    assert coop_shape(gpu, "llama", 4096, 128, 4096) == (2, 2, 2, 2, 2)  # 128 rows: the tiles below
+    assert coop_shape(replace(gpu, coop_wide=-1), "llama", 8192, 512, 4096) == (
+        2,
+        2,
+        2,
+        4,
+        1,
+    )  # off: as before
+    assert coop_shape(gpu, "qwen3moe", 512, 512, 2048) == (2, 4, 2, 4, 8)  # 8 x 2: at most 8 splits
+    # with its staging block the row-scaled wide tile passes 48 KiB: the tiles below
+    assert coop_shape(gpu, "gemma3", 2048, 512, 2048) == (2, 2, 2, 2, 1)
+    # under 2048: the first tile dividing both whose grid reaches 132 workgroups, else 64 x 64 split over k
     assert coop_shape(gpu, "qwen3", 3072, 512, 1024) == (2, 2, 2, 4, 1)  # 64 x 128: 48 x 4 = 192
     assert coop_shape(gpu, "qwen3", 3072, 64, 1024) == (2, 2, 2, 2, 3)  # 64 rows: 48 x 1, 3 splits
     assert coop_shape(gpu, "qwen3", 2048, 512, 1024) == (2, 2, 2, 2, 1)  # 64 x 64: 32 x 8 = 256
     assert coop_shape(gpu, "qwen3", 1024, 512, 1024) == (2, 2, 2, 2, 2)  # 16 x 8 = 128: 2 splits
-    # from k 4096 the preferred tile in two splits before a smaller tile whole: 32 x 4 = 128 x 2
-    assert coop_shape(gpu, "qwen3moe", 2048, 512, 4096) == (2, 2, 2, 4, 2)
-    assert coop_shape(gpu, "qwen3moe", 2048, 512, 2048) == (2, 2, 2, 2, 1)  # k 2048: 64 x 64
-    assert coop_shape(gpu, "llama", 1024, 512, 4096) == (2, 2, 2, 2, 2)  # 64 x 128 would need 3
+    # where 64 x 256 does not divide (384 rows): from k 4096 the preferred tile in two splits
+    # before a smaller tile whole: 32 x 3 = 96 x 2
+    assert coop_shape(gpu, "qwen3moe", 2048, 384, 4096) == (2, 2, 2, 4, 2)
+    assert coop_shape(gpu, "qwen3moe", 2048, 384, 2048) == (2, 2, 2, 2, 1)  # k 2048: 64 x 64
+    assert coop_shape(gpu, "llama", 1024, 384, 4096) == (2, 2, 2, 2, 2)  # 64 x 128 would need 3
     assert coop_shape(gpu, "qwen3", 192, 512, 576) == (2, 2, 2, 2, 6)  # 3 x 8 = 24: 6 splits
     assert coop_shape(gpu, "qwen3", 576, 64, 576) == (2, 2, 2, 2, 8)  # 9 x 1: at most 8 splits
     assert coop_shape(replace(gpu, matmul_groups=64), "qwen3", 2048, 512, 1024) == (2, 2, 2, 4, 1)
@@ -154,6 +169,13 @@ def test_matmul_rows_coop_bk64(device, dtype, dims, tile, splits):
     check_coop_matmul(device, dtype, dims, tile, splits, coop_bk=64)
 
 
+@pytest.mark.parametrize("dtype", ["f16", "q8_0", "q4_k", "q6_k", "mxfp4"])
+def test_matmul_rows_coop_auto_wide(device, dtype):
+    """The automatic choice from an in-dim of 2048: 64 x 256 with its 64-wide k step, split 8 ways."""
+    assert coop_shape(gpu_caps(device), "llama", 64, 256, 2048) == (2, 4, 2, 4, 8)
+    check_coop_matmul(device, dtype, (256, 64, 2048), "", 0)
+
+
 @pytest.mark.parametrize("dtype,splits,coop_x16", [("f16", 1, 0), ("q4_k", 2, 0), ("q6_k", 1, -1)])
 def test_matmul_rows_coop_row_scaled(device, dtype, splits, coop_x16):
     """Gemma 3 (coop_row_scaled): rows up to 1e9, past f16's 65504, scaled into its range by
@@ -185,6 +207,7 @@ def check_coop_matmul(device, dtype, dims, tile, splits, arch="llama", row_magni
     p.meta["arch"] = arch
     caps = replace(caps, coop_tile=tile, matmul_splitk=splits, matmul_coop=16)
     calls = op_calls(p, 0, caps)
+    splits = splits or next(c.grid[2] for c in calls if c.shader == "matmul_rows_coop")
     # x rounded once (lowering/half_x.py): always where rows are scaled
     half = ["to_f16"] if caps.coop_x16 >= 0 or row_magnitude is not None else []
     assert [c.shader for c in calls] == half + ["matmul_rows_coop"] + (

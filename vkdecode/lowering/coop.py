@@ -25,6 +25,17 @@ COOP_START = 16
 # at a third of the rate of its other matmuls on it (1.9 ms each; bench/results/nvidia-h200/
 # 2026-11-27-coop-tiles); coop_tile="2x2:4x4" still forces it.
 COOP_TILES = ((2, 2, 2, 4), (2, 2, 4, 2), (2, 2, 2, 2))
+# Taken first wherever it divides the matmul (split over k to reach the workgroup target, as a
+# forced coop_tile is): 64 x 256 as 2 x 4 subgroups of 2 x 4 blocks with a 64-wide k step (the
+# 8-subgroup tile halves its barriers a k; at a 32-wide step it lost). H100, 512- / 2,000-token
+# prompts, every matmul on it against the tiles above: Llama-3.1-8B Q4_K_M 58.0-58.6 -> 53.4 ms /
+# 236-237 -> 216 ms, Llama-3.2-1B F16 10.9 -> 9.5 ms / 43.3 -> 37.7 ms; at a 32-wide step 63.2 ms;
+# 4-subgroup tiles at a 64-wide step 77.8 (bench/results/nvidia-h100-80gb-hbm3/2026-12-07-coop-bk64)
+# Only from an in-dim of 2048 (the shapes measured; Qwen3-0.6B's and SmolLM2's matmuls of 1024 and
+# 576 would be split into a handful of k steps a workgroup)
+COOP_WIDE_TILE = (2, 4, 2, 4)
+COOP_WIDE_BK = 64
+COOP_WIDE_MIN_K = 2048
 # Chunks of 16 to 63 rows (batched steps of 16 or 32 users, narrow prompt chunks) that no tile above
 # divides: 64 weight rows x 32 or 16 chunk rows as subgroups of one 16 x 16 block (few registers a
 # lane). H200, a Llama-3.1-8B Q4_K_M layer's matmuls: 32 rows 602.7 -> 399.8 us against 128 x 32 as
@@ -50,11 +61,12 @@ def tile_dims(tile: tuple) -> tuple[int, int, int]:
     return 16 * blk_m * sg_m, 16 * blk_n * sg_n, COOP_LANES * sg_m * sg_n
 
 
-def coop_bk(caps: KernelCaps) -> int:
-    """The dense matmul's k step: caps.coop_bk where set (64 or 32), else COOP_BK."""
+def coop_bk(caps: KernelCaps, tile: tuple) -> int:
+    """The dense matmul's k step at a tile: caps.coop_bk where set (64 or 32), else COOP_WIDE_BK
+    for 8 or more subgroups (a 64-wide step pays there only), else COOP_BK."""
     if caps.coop_bk not in (0, 32, 64):
         raise ValueError(f"coop_bk {caps.coop_bk}: 32 or 64")
-    return caps.coop_bk or COOP_BK
+    return caps.coop_bk or (COOP_WIDE_BK if tile[0] * tile[1] >= 8 else COOP_BK)
 
 
 def coop_shared_bytes(tile: tuple, staged: bool, bk: int = COOP_BK) -> int:
@@ -91,28 +103,41 @@ def coop_row_scaled(arch: str) -> bool:
 
 def coop_shape(caps: KernelCaps, arch: str, n: int, rows: int, n_in: int) -> tuple | None:
     """(SG_M, SG_N, BLK_M, BLK_N, k splits) of matmul_rows_coop for n weight rows x `rows` chunk
-    rows over n_in, or None. Auto: the first COOP_TILES entry dividing both whose grid reaches
+    rows over n_in, or None. Auto: COOP_WIDE_TILE wherever it divides from COOP_WIDE_MIN_K (split
+    over k until the grid reaches the target), else the first COOP_TILES entry dividing both whose grid reaches
     caps.matmul_groups workgroups (COOP_GROUPS by default), or half of it from n_in
     COOP_SPLIT2_MIN_K (then split in two over k), else the smallest dividing tile, split over k
     until it does; COOP_NARROW_TILES likewise where no COOP_TILES entry divides."""
     start = COOP_START if caps.matmul_coop == 0 else caps.matmul_coop
-    bk = coop_bk(caps)
-    if not coop_usable(caps, arch) or caps.matmul_coop < 0 or rows < start or n_in % bk:
+    if not coop_usable(caps, arch) or caps.matmul_coop < 0 or rows < start or n_in % COOP_BK:
         return None
 
     def fitting(tiles):
         fits = []
         for t in tiles:
             bm, bn, wg = tile_dims(t)
+            bk = coop_bk(caps, t)
             shared = coop_shared_bytes(t, coop_row_scaled(arch), bk)
-            if n % bm == 0 and rows % bn == 0 and wg <= caps.max_invocations and shared <= caps.max_shared:
+            if (
+                n % bm == 0
+                and rows % bn == 0
+                and n_in % bk == 0
+                and wg <= caps.max_invocations
+                and shared <= caps.max_shared
+            ):
                 fits.append(t)
         return fits
 
+    wide = (
+        not caps.coop_tile
+        and caps.coop_wide >= 0
+        and n_in >= COOP_WIDE_MIN_K
+        and bool(fitting([COOP_WIDE_TILE]))
+    )
     fits = fitting([parse_tile(caps.coop_tile)] if caps.coop_tile else COOP_TILES)
     if not fits and not caps.coop_tile:
         fits = fitting(COOP_NARROW_TILES)
-    if not fits:
+    if not fits and not wide:
         return None
     target = caps.matmul_groups or COOP_GROUPS
 
@@ -120,11 +145,16 @@ def coop_shape(caps: KernelCaps, arch: str, n: int, rows: int, n_in: int) -> tup
         bm, bn, _ = tile_dims(t)
         return (n // bm) * (rows // bn)
 
-    # a tile reaching the target by itself, or split in two over a long k
+    # the wide tile wherever it divides; else a tile reaching the target by itself, or split in
+    # two over a long k
     long_k = n_in >= COOP_SPLIT2_MIN_K
-    tile = next((t for t in fits if groups(t) * (2 if long_k else 1) >= target), fits[-1])
+    tile = (
+        COOP_WIDE_TILE
+        if wide
+        else next((t for t in fits if groups(t) * (2 if long_k else 1) >= target), fits[-1])
+    )
     splits = caps.matmul_splitk or max(1, min(COOP_MAX_SPLITS, -(-target // groups(tile))))
-    return tile + (max(1, min(splits, n_in // bk)),)
+    return tile + (max(1, min(splits, n_in // coop_bk(caps, tile))),)
 
 
 # Auto (attn_coop 0) up to this head_dim (the largest measured); > 0 forces the kernel at any
