@@ -874,6 +874,8 @@ ab15)
     for s in "llama3.1-8b q4_k_m ${ROUNDS:-2}" "llama3.2-1b f16 ${ROUNDS:-2}" "qwen3-30b-a3b q4_k_m 1"; do
         set -- $s
         f=$(shape_file "$1" "$2")
+        [ "$1" != llama3.1-8b ] || python -m bench.load_memory "$f" --ctx 4096 --out "$OUT/load-memory-8b.json" |
+            grep -E '"(peak_rss|rss_after|load_s|discrete_target_met)"'
         for r in $(seq "$3"); do
             for c in coop_wide=-1 coop_wide=0; do
                 python -m bench.prefill --model "$f" --lengths 512 2000 --modes fused --token-path-max 0 \
