@@ -207,7 +207,7 @@ def check_coop_matmul(device, dtype, dims, tile, splits, arch="llama", row_magni
     p.meta["arch"] = arch
     caps = replace(caps, coop_tile=tile, matmul_splitk=splits, matmul_coop=16)
     calls = op_calls(p, 0, caps)
-    splits = splits or next(c.grid[2] for c in calls if c.shader == "matmul_rows_coop")
+    splits = splits or next(c.groups[2] for c in calls if c.shader == "matmul_rows_coop")
     # x rounded once (lowering/half_x.py): always where rows are scaled
     half = ["to_f16"] if caps.coop_x16 >= 0 or row_magnitude is not None else []
     assert [c.shader for c in calls] == half + ["matmul_rows_coop"] + (
