@@ -67,7 +67,11 @@ class Executor:
         self.caps = caps or KernelCaps.from_info(device.info)
         self.token_stats: list[TokenStats] = []
         self.regions = self._partition()
-        self.plan = MemoryPlan(device, program, weights, progress, share)
+        # a chunk's or a batched step's activations share memory by lifetime (executors/alias.py)
+        wide = "chunk_rows" in program.meta or bool(program.meta.get("batch_rows"))
+        self.plan = MemoryPlan(
+            device, program, weights, progress, share, alias=wide and self.caps.alias_acts >= 0
+        )
         try:
             self._build(show_progress=progress is not None)
         except BaseException:  # a shader that does not compile, out of memory: free the plan
@@ -95,13 +99,17 @@ class Executor:
             if added:
                 owners.append(owners[-1])  # counted with the last region (the token choice)
         assert len(self.grids) == 0 or "chunk_rows" not in self.program.meta
+        if self.plan.aliased:
+            self.plan.place_activations(calls, barriers_before(calls))
         self.plan.add_grid_args(self.grids)
         self.plan.add_scratch(calls)
         pipelines = [self._pipeline(c) for c in _shader_progress(calls, show_progress)]
         index = self.grids.index + [None] * (len(calls) - len(self.grids.index))  # the advance: direct
         self.items = [
             Item(c, pipe, self.plan.ranges(c), b, ri, g)
-            for c, pipe, b, ri, g in zip(calls, pipelines, barriers_before(calls), owners, index)
+            for c, pipe, b, ri, g in zip(
+                calls, pipelines, barriers_before(calls, self.plan.alias), owners, index
+            )
         ]
         self._grid_slice = self.plan.slices.get((GRID_ARGS, "data"))
         self.timestamps = self.device.timestamp_pool(2 + len(self.regions))

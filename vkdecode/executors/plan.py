@@ -160,8 +160,10 @@ class MemoryPlan:
     activations of the widest). Only slices at least as large are taken; runs never overlap
     (one queue, each chunk waited for), so sharing activations between programs is safe."""
 
-    def __init__(self, device, program: Program, weights: dict, progress=None, share=()):
+    def __init__(self, device, program: Program, weights: dict, progress=None, share=(), alias=False):
         self.share = tuple(share)
+        self.aliased = alias  # activations placed later, sharing memory by lifetime (place_activations)
+        self.alias: dict[str, str] = {}  # activation -> its slot's name (executors/alias.py)
         if not self.share:
             check_fits(device, program, weights)
         self.device = device
@@ -188,7 +190,8 @@ class MemoryPlan:
                 sum(
                     self._acts.padded(value_bytes(v))
                     for v in vals
-                    if v.kind in ("activation", "state")
+                    if (v.kind == "activation" and not alias)
+                    or v.kind == "state"
                     or (v.kind == "output" and value_bytes(v) > SMALL_OUTPUT_BYTES)
                 )
             )
@@ -216,7 +219,7 @@ class MemoryPlan:
             self.slices[(name, "data")] = shared[0] if shared else self._host.alloc(nbytes, name)
         self.step, self.ring = self.slices[("step", "data")], self.slices[("token_ring", "data")]
         for v in program.values.values():
-            if v.name == "step" or self._take_shared(v):
+            if v.name == "step" or (self.aliased and v.kind == "activation") or self._take_shared(v):
                 continue
             if v.kind == "step" and v.name != "step":
                 # chunk token ids: written by the host once per chunk
@@ -249,6 +252,14 @@ class MemoryPlan:
         if v.name not in weights:
             raise KeyError(f"weight {v.name} missing from the loaded weights")
         return weights[v.name]
+
+    def place_activations(self, calls: list[KernelCall], barriers: list[bool]) -> None:
+        """An aliased plan's activations: by lifetime over the recorded calls (executors/alias.py)."""
+        from vkdecode.executors.alias import place
+
+        acts = {v.name: value_bytes(v) for v in self.program.values.values() if v.kind == "activation"}
+        slices, self.alias = place(self._acts, acts, calls, barriers)
+        self.slices.update({(n, "data"): s for n, s in slices.items()})
 
     def add_grid_args(self, grids: GridArgs) -> None:
         """The host-visible records of the step's indirect attention grids, written at position 0."""
@@ -299,15 +310,17 @@ class MemoryPlan:
             a.close()
 
 
-def barriers_before(calls: list[KernelCall]) -> list[bool]:
+def barriers_before(calls: list[KernelCall], alias: dict[str, str] | None = None) -> list[bool]:
     """Only the barriers the data flow needs: one before a call that reads or writes a value written
-    since the last barrier, or writes a value read since then (the hazards of one compute queue)."""
+    since the last barrier, or writes a value read since then (the hazards of one compute queue).
+    alias: values sharing memory (MemoryPlan.alias) count as their slot."""
     out = []
     written: set[str] = set()
     read: set[str] = set()
+    at = alias or {}
     for call in calls:
-        w = {call.bindings[i].value for i in call.writes}
-        r = {b.value for i, b in enumerate(call.bindings) if i not in call.writes}
+        w = {at.get(call.bindings[i].value, call.bindings[i].value) for i in call.writes}
+        r = {at.get(b.value, b.value) for i, b in enumerate(call.bindings) if i not in call.writes}
         need = bool((r | w) & written) or bool(w & read)
         if need:
             written, read = set(), set()

@@ -67,6 +67,7 @@ class KernelCaps:
     matmul_tile: str = ""  # its TMxTN micro-tile ("8x8", "8x4", "4x8", "4x4"; "": matmul_rows.py chooses)
     matmul_splitk: int = 0  # its k splits (0: enough for matmul_groups workgroups, 1: none)
     matmul_groups: int = 0  # workgroups a wide matmul should reach at least (0: 264, 2 per SM of an H100)
+    alias_acts: int = 0  # a chunk's / batched step's activations share memory by lifetime (< 0: never)
     prefill_chunk_rows: int = (
         0  # a prompt chunk's fixed cost in rows, for padded chunk plans (0: 64; < 0: no padding)
     )
