@@ -57,7 +57,6 @@
 #   bash bench/gpu_session.sh coopvalid # the tensor-core cases under Debian 13's validation layer (1.4.309)
 #   bash bench/gpu_session.sh owed15    # coopvalid, the 8B's decode by rule + memory, its prompts, llama.cpp
 #   bash bench/gpu_session.sh coopbk    # the 64-wide coop k step: its tests, the 8B's prompts per tile x k step
-#   bash bench/gpu_session.sh sweep15   # coopbk, then attnvar ATT_NOPREFETCH=1
 #   bash bench/gpu_session.sh ab15      # coopvalid, the wide coop tile vs the tiles before (8B, 1B, MoE), llama.cpp
 #   bash bench/gpu_session.sh suite     # the whole suite under validation on 8 xdist workers, with a summary
 set -euo pipefail
@@ -855,12 +854,6 @@ coopbk)
             echo " $c"
         done
     done
-    ;;
-sweep15)
-    # the fifteenth session's second call: coopbk, then the coop attention without its register
-    # prefetch (attnvar ATT_NOPREFETCH=1)
-    bash "$0" coopbk
-    bash "$0" attnvar ATT_NOPREFETCH=1
     ;;
 ab15)
     # the fifteenth session's A/B of the wide tensor-core tile (coop.COOP_WIDE_TILE, 64 x 256 with a
