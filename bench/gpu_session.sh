@@ -58,6 +58,7 @@
 #   bash bench/gpu_session.sh owed15    # coopvalid, the 8B's decode by rule + memory, its prompts, llama.cpp
 #   bash bench/gpu_session.sh coopbk    # the 64-wide coop k step: its tests, the 8B's prompts per tile x k step
 #   bash bench/gpu_session.sh ab15      # coopvalid, the wide coop tile vs the tiles before (8B, 1B, MoE), llama.cpp
+#   bash bench/gpu_session.sh alias16   # chunk activations shared by lifetime vs a buffer each: prompts, 8B memory
 #   bash bench/gpu_session.sh suite     # the whole suite under validation on 8 xdist workers, with a summary
 set -euo pipefail
 OUT=${OUT:?set OUT to the results folder}
@@ -116,6 +117,28 @@ serve_vs_llama() {   # serve_vs_llama "LEVELS" SHAPE QUANT [SHAPE QUANT...]: for
             --clients $levels $levels --out "$OUT/serve-vk-$1.json" | cut -c1-200
         serve_llama_np "$f" "$1" $levels
         shift 2
+    done
+}
+
+prompt_ttft() {   # prompt_ttft GGUF OUT.json [CAPS...]: the 512- and 2,000-token prompts' TTFT on one line
+    local f=$1 out=$2
+    shift 2
+    { python -m bench.prefill --model "$f" --lengths 512 2000 --modes fused --token-path-max 0 --ctx 4096 \
+        --reps 3 ${@:+--caps "$@"} --out "$out" 2>&1 || true; } | { grep -o "tokens: TTFT *[0-9.]* ms" || true; } |
+        tr '\n' ' '
+    echo " $*"
+}
+
+ab_pair() {   # ab_pair SHAPE QUANT ROUNDS CAPS_A CAPS_B: the shape's file (shape_file), the 8B's load
+    # memory, then its prompts under CAPS_A and CAPS_B, one process each, alternating
+    local f=/tmp/$1-$2.gguf r c
+    shape_file "$1" "$2" > /dev/null
+    [ "$1" != llama3.1-8b ] || python -m bench.load_memory "$f" --ctx 4096 --out "$OUT/load-memory-8b.json" |
+        grep -E '"(peak_rss|rss_after|device_allocated_bytes|load_s)"'
+    for r in $(seq "$3"); do
+        for c in "$4" "$5"; do
+            prompt_ttft "$f" "$OUT/prefill-$1-$(echo "$c" | tr '=-' '_m')-r$r.json" $c
+        done
     done
 }
 
@@ -450,10 +473,7 @@ tiles)
     python -m bench.batch_decode --model "$f" --widths 1 --steps 8 --ctx 512 > /dev/null  # GPU warm-up
     for r in 1 2; do
         for c in "" "coop_tile=2x4:2x4" "coop_tile=2x4:4x2" "coop_tile=4x2:2x4" "coop_tile=4x4:2x2" "coop_tile=2x8:2x2"; do
-            { python -m bench.prefill --model "$f" --lengths 512 2000 --modes fused --token-path-max 0 \
-                --ctx 4096 --reps 2 --caps $c --out "$OUT/8b-prefill-r$r$(echo " $c" | tr ' =:' '__x').json" \
-                2>&1 || true; } | { grep -o "tokens: TTFT *[0-9.]* ms" || true; } | tr '\n' ' '
-            echo " $c"
+            prompt_ttft "$f" "$OUT/8b-prefill-r$r$(echo " $c" | tr ' =:' '__x').json" $c
         done
     done
     ;;
@@ -848,10 +868,7 @@ coopbk)
     for r in $(seq "${ROUNDS:-2}"); do
         for c in "matmul_coop=0" "coop_bk=64" "coop_tile=4x4:2x2" "coop_tile=4x4:2x2 coop_bk=64" \
             "coop_tile=2x4:2x4 coop_bk=64" "coop_tile=2x8:2x2 coop_bk=64"; do
-            { python -m bench.prefill --model "$f" --lengths 512 2000 --modes fused --token-path-max 0 \
-                --ctx 4096 --reps 3 --caps $c --out "$OUT/8b-bk-r$r$(echo " $c" | tr ' =:' '__x').json" \
-                2>&1 || true; } | { grep -o "tokens: TTFT *[0-9.]* ms" || true; } | tr '\n' ' '
-            echo " $c"
+            prompt_ttft "$f" "$OUT/8b-bk-r$r$(echo " $c" | tr ' =:' '__x').json" $c
         done
     done
     ;;
@@ -866,20 +883,21 @@ ab15)
     tail -4 "$OUT/coopvalid.txt"
     for s in "llama3.1-8b q4_k_m ${ROUNDS:-2}" "llama3.2-1b f16 ${ROUNDS:-2}" "qwen3-30b-a3b q4_k_m 1"; do
         set -- $s
-        f=$(shape_file "$1" "$2")
-        [ "$1" != llama3.1-8b ] || python -m bench.load_memory "$f" --ctx 4096 --out "$OUT/load-memory-8b.json" |
-            grep -E '"(peak_rss|rss_after|load_s|discrete_target_met)"'
-        for r in $(seq "$3"); do
-            for c in coop_wide=-1 coop_wide=0; do
-                python -m bench.prefill --model "$f" --lengths 512 2000 --modes fused --token-path-max 0 \
-                    --ctx 4096 --reps 3 --caps $c --out "$OUT/prefill-$1-$c-r$r.json" 2>&1 |
-                    grep -o "tokens: TTFT *[0-9.]* ms" | tr '\n' ' '
-                echo " $1 $c"
-            done
-        done
+        f=/tmp/$1-$2.gguf
+        ab_pair "$1" "$2" "$3" coop_wide=-1 coop_wide=0
         python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 --decode 16 --reps 3 \
             --out "$OUT/llama-$1.json" | grep prompt
         rm -f "$f"
+    done
+    ;;
+alias16)
+    # prompt chunks' activations shared by lifetime (executors/alias.py) against a buffer each
+    # (caps alias_acts=-1): the 8B Q4_K_M's and Llama-3.2-1B F16's prompts, one process each,
+    # alternating (ROUNDS rounds, default two), and the 8B's device memory through vkdecode.load
+    for s in "llama3.1-8b q4_k_m" "llama3.2-1b f16"; do
+        set -- $s
+        ab_pair "$1" "$2" "${ROUNDS:-2}" alias_acts=-1 alias_acts=0
+        rm -f "/tmp/$1-$2.gguf"
     done
     ;;
 coopvalid)
