@@ -342,6 +342,10 @@ def test_stats_table_and_json(capsys, tiny_gguf):
         }
     assert unfused["prefill"]["host_calls_per_chunk"]["command_buffer_recordings"] == 1
     assert unfused["prefill"]["executed_per_chunk"] == nofuse["prefill"]["executed_per_chunk"]
+    # a chunk's activations share slots by lifetime (executors/alias.py): far fewer than values
+    for m in (fused, nofuse, unfused):
+        a = m["prefill"]["activations"]
+        assert 0 < a["slots"] < a["values"] / 2 and a["bytes"] > 0, a
     # batched decode: every width recorded once in replay modes (JSON keys are strings)
     for m in (fused, nofuse):
         assert set(m["batch"]) == {"1", "4"}
@@ -350,6 +354,7 @@ def test_stats_table_and_json(capsys, tiny_gguf):
     assert unfused["batch"]["4"]["host_calls_per_step"]["command_buffer_recordings"] == 1
     rc, out, _ = cli(capsys, "stats", "--model", tiny_gguf, "--ctx", 64, "--batch-widths", "2")
     assert rc == 0 and "×2" in out and "descriptor writes" in out and "replay-nofuse" in out
+    assert "activations (MiB, values/slots)" in out
     assert "prompt chunk of 32 tokens" in out and "fused B=2" in out
 
 

@@ -88,6 +88,8 @@ def prefill_stats(ex, width: int) -> dict:
 
 
 def _chunk_stats(prefill, width: int, executed_per_token, host_calls_per_token) -> dict:
+    from vkdecode.executors.alias import activation_memory
+
     ch = prefill.runners[width]
     last = prefill.chunks[-1].stats
     return {
@@ -97,6 +99,7 @@ def _chunk_stats(prefill, width: int, executed_per_token, host_calls_per_token) 
         "host_calls_per_chunk": host_calls_per_token(last.counters.as_dict()),
         "host_us": last.host_us,
         "gpu_us": last.gpu_us,
+        "activations": activation_memory(ch.plan),
     }
 
 
@@ -244,6 +247,9 @@ def format_prefill(s: dict) -> list[str]:
         f"    {'GPU µs (one chunk)':34s}"
         + "".join(f"{s['modes'][mo]['prefill']['gpu_us']:15.0f}" for mo in modes)
     )
+    acts = [s["modes"][mo]["prefill"]["activations"] for mo in modes]
+    cells = [f"{a['bytes'] / 2**20:.1f} {a['values']}/{a['slots']}" for a in acts]
+    lines.append(f"    {'activations (MiB, values/slots)':34s}" + "".join(f"{c:>15s}" for c in cells))
     return lines
 
 

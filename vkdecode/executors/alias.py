@@ -94,3 +94,10 @@ def place(arena, acts: dict[str, int], calls: list[KernelCall], barriers: list[b
     slices = {n: Slice(slots[i].buffer, slots[i].offset, acts[n], n) for n, i in slot_of.items()}
     slices.update({n: arena.alloc(acts[n], n) for n in unused})
     return slices, {n: slot_key(i) for n, i in slot_of.items()}
+
+
+def activation_memory(plan) -> dict:
+    """{"bytes": what a MemoryPlan's activation slices take, "values", "slots" (values where not aliased)}."""
+    acts = [v.name for v in plan.program.values.values() if v.kind == "activation"]
+    own = {(s.buffer, s.offset): s.size for n in acts if (s := plan.slices.get((n, "data")))}
+    return {"bytes": sum(own.values()), "values": len(acts), "slots": len(own)}
