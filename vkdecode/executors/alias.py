@@ -3,8 +3,9 @@ plan: a 512-row chunk of Llama-3.1-8B allocated 5.4 GB of activations, one buffe
 over 32 layers, where a few layers' worth are ever live at once).
 
 Planning over the recorded calls (lifetimes, assign_slots: no Vulkan), then place() carves the
-slots from the plan's activation arena (executors/plan.py MemoryPlan.place_activations). Lifetimes count in barrier epochs (the calls between two barriers of
-barriers_before): a slot goes to a value only when its last use lies in an earlier epoch than the
+slots from the plan's activation arena (executors/plan.py MemoryPlan.place_activations).
+Lifetimes count in barrier epochs (the calls between two barriers of barriers_before): a slot
+goes to a value only when its last use lies in an earlier epoch than the
 value's first, so a barrier already separates the old reads from the new writes and the aliasing
 adds none (barriers_before over the slots equals the one over the names; tests hold it to that).
 A value read before it is written in the step (carried from the previous step) is live throughout.
