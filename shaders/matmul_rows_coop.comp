@@ -18,7 +18,8 @@
 // SPLITK: workgroup z sums k tiles z, z+S, ... into P[z][t][m]; matmul_rows_splitk adds them.
 // Bindings: f32/f16: 0 W, 1 X, 2 Y (or P); quant: 0 q words, 1 scales, 2 X, 3 Y (or P).
 // Spec: 0 wg size (LANES SG_M SG_N), 1 K, 2 M (rows bound), 3 T, 4 MTOT (Y row stride), 5 S.
-// Defines: SG_M, SG_N, BLK_M, BLK_N; BK_STEP (the k step, 32 unless 64); UNITS (dequant.glsl's unit loads) or QUADS or neither;
+// Defines: SG_M, SG_N, BLK_M, BLK_N; BK_STEP (the k step, 32 unless 64); UNITS (dequant.glsl's
+// unit loads) or QUADS or neither;
 // X_F16: X is f16 (4 halves a uvec2), converted once per chunk by to_f16.comp (lowering/half_x.py).
 // MOE (moe_rows.glsl): workgroup y is one tile of one expert's slots (up to BN, rows past its
 // count repeat its last row and are not stored); each 16 x 16 result goes through the subgroup's

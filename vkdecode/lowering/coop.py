@@ -30,7 +30,7 @@ COOP_TILES = ((2, 2, 2, 4), (2, 2, 4, 2), (2, 2, 2, 2))
 # 8-subgroup tile halves its barriers a k; at a 32-wide step it lost). H100, 512- / 2,000-token
 # prompts, every matmul on it against the tiles above: Llama-3.1-8B Q4_K_M 58.0-58.6 -> 53.4 ms /
 # 236-237 -> 216 ms, Llama-3.2-1B F16 10.9 -> 9.5 ms / 43.3 -> 37.7 ms; at a 32-wide step 63.2 ms;
-# 4-subgroup tiles at a 64-wide step 77.8 (bench/results/nvidia-h100-80gb-hbm3/2026-12-07-coop-bk64)
+# 4-subgroup tiles at a 64-wide step 77.8 (bench/results/nvidia-h100-80gb-hbm3/2026-12-07-coop-wide)
 # Only from an in-dim of 2048 (the shapes measured; Qwen3-0.6B's and SmolLM2's matmuls of 1024 and
 # 576 would be split into a handful of k steps a workgroup)
 COOP_WIDE_TILE = (2, 4, 2, 4)
@@ -104,8 +104,8 @@ def coop_row_scaled(arch: str) -> bool:
 def coop_shape(caps: KernelCaps, arch: str, n: int, rows: int, n_in: int) -> tuple | None:
     """(SG_M, SG_N, BLK_M, BLK_N, k splits) of matmul_rows_coop for n weight rows x `rows` chunk
     rows over n_in, or None. Auto: COOP_WIDE_TILE wherever it divides from COOP_WIDE_MIN_K (split
-    over k until the grid reaches the target), else the first COOP_TILES entry dividing both whose grid reaches
-    caps.matmul_groups workgroups (COOP_GROUPS by default), or half of it from n_in
+    over k until the grid reaches the target), else the first COOP_TILES entry dividing both
+    whose grid reaches caps.matmul_groups workgroups (COOP_GROUPS by default), or half of it from n_in
     COOP_SPLIT2_MIN_K (then split in two over k), else the smallest dividing tile, split over k
     until it does; COOP_NARROW_TILES likewise where no COOP_TILES entry divides."""
     start = COOP_START if caps.matmul_coop == 0 else caps.matmul_coop
@@ -128,16 +128,12 @@ def coop_shape(caps: KernelCaps, arch: str, n: int, rows: int, n_in: int) -> tup
                 fits.append(t)
         return fits
 
-    wide = (
-        not caps.coop_tile
-        and caps.coop_wide >= 0
-        and n_in >= COOP_WIDE_MIN_K
-        and bool(fitting([COOP_WIDE_TILE]))
-    )
-    fits = fitting([parse_tile(caps.coop_tile)] if caps.coop_tile else COOP_TILES)
+    auto_wide = not caps.coop_tile and caps.coop_wide >= 0 and n_in >= COOP_WIDE_MIN_K
+    wide = fitting([COOP_WIDE_TILE]) if auto_wide else []
+    fits = wide or fitting([parse_tile(caps.coop_tile)] if caps.coop_tile else COOP_TILES)
     if not fits and not caps.coop_tile:
         fits = fitting(COOP_NARROW_TILES)
-    if not fits and not wide:
+    if not fits:
         return None
     target = caps.matmul_groups or COOP_GROUPS
 
@@ -149,9 +145,7 @@ def coop_shape(caps: KernelCaps, arch: str, n: int, rows: int, n_in: int) -> tup
     # two over a long k
     long_k = n_in >= COOP_SPLIT2_MIN_K
     tile = (
-        COOP_WIDE_TILE
-        if wide
-        else next((t for t in fits if groups(t) * (2 if long_k else 1) >= target), fits[-1])
+        fits[0] if wide else next((t for t in fits if groups(t) * (2 if long_k else 1) >= target), fits[-1])
     )
     splits = caps.matmul_splitk or max(1, min(COOP_MAX_SPLITS, -(-target // groups(tile))))
     return tile + (max(1, min(splits, n_in // coop_bk(caps, tile))),)

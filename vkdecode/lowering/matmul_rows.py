@@ -238,11 +238,12 @@ def _coop_calls(
     """matmul_rows_coop (tensor cores) into Y, or into split-k partials like the wide kernel;
     row_scaled: x's rows scaled into f16's range first (coop.coop_row_scaled)."""
     *tile, s = shape
-    bm, bn, wg = tile_dims(tuple(tile))
+    tile = tuple(tile)
+    bm, bn, wg = tile_dims(tile)
     grid = (dims[1] // bm, dims[2] // bn, s)
     defines = defines + tuple((k, str(v)) for k, v in zip(("SG_M", "SG_N", "BLK_M", "BLK_N"), tile))
-    if coop_bk(caps, tuple(tile)) != COOP_BK:
-        defines += (("BK_STEP", str(coop_bk(caps, tuple(tile)))),)
+    bk = coop_bk(caps, tile)
+    defines += (("BK_STEP", str(bk)),) if bk != COOP_BK else ()
     convert, xb, xdefs, after = half_x(ins[-1].value, dims[2] * dims[0], caps, dims[2] if row_scaled else 0)
     ins, defines = ins[:-1] + (xb,), defines + xdefs
     calls = _tiled_calls("matmul_rows_coop", wg, grid, out, ins, dims, r0, defines, label, caps, after)
