@@ -900,6 +900,13 @@ alias16)
         rm -f "/tmp/$1-$2.gguf"
     done
     ;;
+owed16)
+    # the sixteenth session's owed figures: alias16, then the Qwen3-30B-A3B shape's prompts with the
+    # wide tensor-core tile (coop_wide=0, the default) against the tiles before it (-1), two rounds
+    (bash "$0" alias16) || true
+    ab_pair qwen3-30b-a3b q4_k_m "${ROUNDS:-2}" coop_wide=-1 coop_wide=0
+    rm -f /tmp/qwen3-30b-a3b-q4_k_m.gguf
+    ;;
 coopvalid)
     # the tensor-core cases under a Khronos validation layer that knows SPV_KHR_cooperative_matrix
     # (Debian 12's 1.3.239 does not, and vkdecode turns the coop path off under it). Carry
