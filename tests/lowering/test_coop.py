@@ -72,6 +72,9 @@ def test_coop_shape_choice(device):
         1,
     )  # off: as before
     assert coop_shape(gpu, "qwen3moe", 512, 512, 2048) == (2, 4, 2, 4, 8)  # 8 x 2: at most 8 splits
+    # a model with expert layers keeps the tiles before the wide one (its attention matmuls lost)
+    assert coop_shape(gpu, "qwen3moe", 512, 512, 2048, experts=True) == (2, 2, 2, 2, 3)
+    assert coop_shape(gpu, "qwen3moe", 2048, 512, 4096, experts=True) == (2, 2, 2, 4, 2)
     # with its staging block the row-scaled wide tile passes 48 KiB: the tiles below
     assert coop_shape(gpu, "gemma3", 2048, 512, 2048) == (2, 2, 2, 2, 1)
     # under 2048: the first tile dividing both whose grid reaches 132 workgroups, else 64 x 64 split over k
@@ -174,6 +177,25 @@ def test_matmul_rows_coop_auto_wide(device, dtype):
     """The automatic choice from an in-dim of 2048: 64 x 256 with its 64-wide k step, split 8 ways."""
     assert coop_shape(gpu_caps(device), "llama", 64, 256, 2048) == (2, 4, 2, 4, 8)
     check_coop_matmul(device, dtype, (256, 64, 2048), "", 0)
+
+
+def test_experts_keep_the_tiles_before_the_wide_one(device):
+    """A chunk matmul of a model with expert layers (matmul_rows.has_experts) lowers to the tiles
+    before the wide one; the same matmul without them takes 64 x 256. Lowering only: no GPU."""
+    p = one_op(
+        "matmul",
+        {"w": ((512, 2048), "f16", "weight"), "x": ((512 * 2048,), "f32", "activation")},
+        {"y": ((512 * 512,), "f32", "output")},
+        rows=512,
+    )
+    p.meta["arch"] = "qwen3moe"
+
+    def groups():
+        return next(c.groups for c in op_calls(p, 0, gpu_caps(device)) if c.shader == "matmul_rows_coop")
+
+    assert groups() == (8, 2, 8)  # 64 x 256: 512 / 64 weight-row tiles x 512 / 256, 8 splits
+    p.op("moe_matmul", ["w", "x"], ["y"])  # only its kind matters here
+    assert groups() == (8, 8, 3)  # 64 x 64: 8 x 8 tiles, 3 splits
 
 
 @pytest.mark.parametrize("dtype,splits,coop_x16", [("f16", 1, 0), ("q4_k", 2, 0), ("q6_k", 1, -1)])

@@ -32,7 +32,10 @@ COOP_TILES = ((2, 2, 2, 4), (2, 2, 4, 2), (2, 2, 2, 2))
 # 236-237 -> 216 ms, Llama-3.2-1B F16 10.9 -> 9.5 ms / 43.3 -> 37.7 ms; at a 32-wide step 63.2 ms;
 # 4-subgroup tiles at a 64-wide step 77.8 (bench/results/nvidia-h100-80gb-hbm3/2026-12-07-coop-wide)
 # Only from an in-dim of 2048 (the shapes measured; Qwen3-0.6B's and SmolLM2's matmuls of 1024 and
-# 576 would be split into a handful of k steps a workgroup)
+# 576 would be split into a handful of k steps a workgroup), and not in models with expert layers:
+# the Qwen3-30B-A3B shape's attention matmuls lost on it, two rounds in one H100 call, 512 / 2,000
+# tokens 54.5 / 211.2 and 54.6 / 211.1 ms before it, 55.0 / 212.8 and 55.1 / 212.8 with it
+# (bench/results/nvidia-h100-80gb-hbm3/2026-12-07-owed16)
 COOP_WIDE_TILE = (2, 4, 2, 4)
 COOP_WIDE_BK = 64
 COOP_WIDE_MIN_K = 2048
@@ -101,11 +104,12 @@ def coop_row_scaled(arch: str) -> bool:
     return arch in COOP_ROW_SCALED_ARCHS
 
 
-def coop_shape(caps: KernelCaps, arch: str, n: int, rows: int, n_in: int) -> tuple | None:
+def coop_shape(caps: KernelCaps, arch: str, n: int, rows: int, n_in: int, experts: bool = False) -> tuple | None:
     """(SG_M, SG_N, BLK_M, BLK_N, k splits) of matmul_rows_coop for n weight rows x `rows` chunk
-    rows over n_in, or None. Auto: COOP_WIDE_TILE wherever it divides from COOP_WIDE_MIN_K (split
-    over k until the grid reaches the target), else the first COOP_TILES entry dividing both
-    whose grid reaches caps.matmul_groups workgroups (COOP_GROUPS by default), or half of it from n_in
+    rows over n_in, or None. Auto: COOP_WIDE_TILE (not in a model with `experts`) wherever it
+    divides from COOP_WIDE_MIN_K (split over k until the grid reaches the target), else the first
+    COOP_TILES entry dividing both whose grid reaches caps.matmul_groups workgroups (COOP_GROUPS
+    by default), or half of it from n_in
     COOP_SPLIT2_MIN_K (then split in two over k), else the smallest dividing tile, split over k
     until it does; COOP_NARROW_TILES likewise where no COOP_TILES entry divides."""
     start = COOP_START if caps.matmul_coop == 0 else caps.matmul_coop
@@ -128,7 +132,7 @@ def coop_shape(caps: KernelCaps, arch: str, n: int, rows: int, n_in: int) -> tup
                 fits.append(t)
         return fits
 
-    auto_wide = not caps.coop_tile and caps.coop_wide >= 0 and n_in >= COOP_WIDE_MIN_K
+    auto_wide = not caps.coop_tile and caps.coop_wide >= 0 and n_in >= COOP_WIDE_MIN_K and not experts
     wide = fitting([COOP_WIDE_TILE]) if auto_wide else []
     fits = wide or fitting([parse_tile(caps.coop_tile)] if caps.coop_tile else COOP_TILES)
     if not fits and not caps.coop_tile:

@@ -167,6 +167,11 @@ def expert_matmul_calls(
     ]
 
 
+def has_experts(p: Program) -> bool:
+    """Whether the program has expert layers (their chunks keep the tiles before the wide one)."""
+    return any(o.kind == "moe_matmul" for o in p.ops)
+
+
 def matmul_calls(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     """A chunk matmul, per row range of its weight: the coop, wide, narrow or tiled kernel."""
     w, x = op.inputs
@@ -184,7 +189,7 @@ def matmul_calls(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
         label = op.outputs[0] + (f"[{r0}:]" if len(chunks) > 1 else "")
         # tensor cores first at any width they take (coop_shape: from caps.matmul_coop rows)
         arch = str(p.meta.get("arch", ""))
-        coop = coop_shape(caps, arch, n, rows, n_in)
+        coop = coop_shape(caps, arch, n, rows, n_in, has_experts(p))
         if coop is not None:
             dims = (n_in, n, rows, n_out)
             calls += _coop_calls(
