@@ -919,6 +919,21 @@ ppEnabledLayerNames=["VK_LAYER_KHRONOS_validation"], enabledLayerCount=1), None)
         tests/quant/test_dequant_half.py tests/executors/test_prefill.py tests/executors/test_executors_moe.py \
         -k "coop or sinks or gpt_oss or mxfp4" 2>&1 | grep -v "Warning\|warner" | tail -25
     ;;
+suite14)
+    # the whole suite (as `suite`) under Debian 13's validation layer 1.4.309, which knows
+    # SPV_KHR_cooperative_matrix: the tensor-core cases run under validation in the same run instead
+    # of skipping (1.3.239) and running apart (coopvalid). Carry .device/trixie-vvl too
+    source bench/validation_layer_1_4.sh
+    bash "$0" suite "${2:-1}" "${3:-1}"
+    ;;
+mmmoe16)
+    # the grouped expert matmuls' tiles and k step (Qwen3-30B-A3B's gate / down at 512 rows):
+    # the default 64 x 32 on 4 subgroups at a 32-wide step against 8-subgroup tiles and a 64-wide step
+    python -m pytest -q tests/lowering/test_coop.py -k moe_matmul_rows_coop 2>&1 | tail -2 || true
+    python -m bench.moe_matmul_bench --shapes gate down down6 --variants default coop_bk=64 \
+        coop_tile=4x2:1x1 coop_tile=4x2:1x1,coop_bk=64 coop_tile=8x1:1x2 coop_tile=8x1:1x2,coop_bk=64 \
+        coop_tile=4x1:2x2,coop_bk=64 coop_tile=2x1:2x2 --out "$OUT/mm-moe16.json" 2>&1 | tail -40
+    ;;
 suite)
     # the whole suite under the validation layer on 8 pytest-xdist workers (one GPU shared, a whole
     # test file per worker, slowest first), every failure's reason kept (suite-part*.log: pytest's

@@ -254,15 +254,20 @@ MOE_CASES = [
 ]
 
 
+@pytest.mark.parametrize("bk", [0, 64])
 @pytest.mark.parametrize("dtype,e,m,n_in,slots,xrows", MOE_CASES, ids=[c[0] for c in MOE_CASES])
-def test_moe_matmul_rows_coop(device, dtype, e, m, n_in, slots, xrows):
+def test_moe_matmul_rows_coop(device, dtype, e, m, n_in, slots, xrows, bk):
     """The grouped expert matmul (lowering/moe.py) on the tensor cores: moe_group, then
-    matmul_rows_coop with MOE scattering each 16 x 16 block to its slots' rows."""
+    matmul_rows_coop with MOE scattering each 16 x 16 block to its slots' rows; bk 64: the
+    64-wide k step (caps coop_bk) where the in-dim takes it."""
     caps = caps_of(device)
     if not caps.coop_matrix:
         pytest.skip(f"no coop path: {device.info.features.get('coop_reason')} (runs on the H100)")
+    if n_in % (bk or 32):
+        pytest.skip(f"in-dim {n_in} is not whole {bk}-wide k steps (the f32 tiles take it: test_ops_moe)")
     p, env = moe_matmul_case(dtype, e, m, n_in, slots, xrows, scale=0.1)
-    caps = replace(caps, moe_group=1)
+    caps = replace(caps, moe_group=1, coop_bk=bk)
+    assert (("BK_STEP", "64") in op_calls(p, 0, caps)[-1].defines) == (bk == 64)
     assert [c.shader for c in op_calls(p, 0, caps)] == ["moe_group", "to_f16", "matmul_rows_coop"]
     got, want = run_and_reference(device, p, env, caps)
     err = nmse(got["y"], want["y"])

@@ -69,6 +69,16 @@ def test_qwen3_30b_a3b_prompt_chunk_on_tensor_cores():
     )
 
 
+def test_a_forced_k_step_reaches_the_experts():
+    """caps coop_bk=64 gives the grouped expert matmul a 64-wide k step (only where forced: its
+    tiles of one block a subgroup lost at 64); an in-dim not whole 64-wide steps leaves the tiles."""
+    p = _expert_matmul(128, 768, 2048, 512, 8)
+    assert "BK_STEP" not in dict(op_calls(p, 0, GPU)[-1].defines)
+    assert dict(op_calls(p, 0, replace(GPU, coop_bk=64))[-1].defines)["BK_STEP"] == "64"
+    odd = _expert_matmul(16, 64, 96, 64, 2)
+    assert op_calls(odd, 0, replace(GPU, moe_group=1, coop_bk=64))[-1].shader == "matmul_rows"
+
+
 def test_a_forced_tile_must_match_the_groups():
     p = _expert_matmul(128, 768, 2048, 512, 8)
     assert [c.shader for c in op_calls(p, 0, replace(GPU, coop_tile="2x1:2x2"))][2] == "matmul_rows_coop"

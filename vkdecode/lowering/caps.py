@@ -61,7 +61,7 @@ class KernelCaps:
     matmul_wide: int = 0  # chunk widths from this take matmul_rows_wide (0: 17, < 0: never)
     matmul_coop: int = 0  # chunk widths from this take matmul_rows_coop where coop_matrix (0: 16, < 0: never)
     coop_tile: str = ""  # its subgroups x 16x16 blocks, "SG_MxSG_N:BLK_MxBLK_N" ("": coop.py chooses)
-    coop_bk: int = 0  # its k step (0: 64 on 8+ subgroups, else 32; 32 or 64 forces it; dense matmuls)
+    coop_bk: int = 0  # its k step (0: 64 on 8+ subgroups, else 32, the experts always 32; 32 or 64 forces it)
     coop_wide: int = 0  # coop.COOP_WIDE_TILE first from in-dim 2048 (0), never (< 0: the tiles before)
     coop_x16: int = 0  # its x rounded to f16 once before it (lowering/half_x.py; < 0: in the tile loader)
     matmul_tile: str = ""  # its TMxTN micro-tile ("8x8", "8x4", "4x8", "4x4"; "": matmul_rows.py chooses)

@@ -119,6 +119,12 @@ def weight_defines(dtype: str, n_in: int) -> tuple:
     return defines
 
 
+def expert_bk(caps: KernelCaps) -> int:
+    """The grouped expert matmul's k step: COOP_BK unless caps.coop_bk forces 64 (its tiles of
+    one block a subgroup lost at 64 on the H200, bench/results/nvidia-h200/2026-11-27-moe-tiles)."""
+    return caps.coop_bk or COOP_BK
+
+
 def expert_matmul_calls(
     w: tuple,
     ins: tuple,
@@ -155,6 +161,7 @@ def expert_matmul_calls(
     if ("UNITS", "1") not in defines and n_in % 4 == 0:
         defines += (("QUADS", "1"),)
     defines += tuple((k, str(v)) for k, v in zip(("SG_M", "SG_N", "BLK_M", "BLK_N"), coop))
+    defines += (("BK_STEP", str(expert_bk(caps))),) if expert_bk(caps) != COOP_BK else ()
     xrows = slots // xdiv
     convert, xb, xdefs, after = half_x(x, xrows * n_in, caps, xrows if row_scaled else 0)
     b, defines = wb + (xb,) + b[len(wb) + 1 :] + after, defines + xdefs

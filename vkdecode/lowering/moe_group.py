@@ -10,14 +10,13 @@ from __future__ import annotations
 from fusion.ir import Program
 from vkdecode.lowering.calls import Binding, KernelCall, KernelCaps, row_chunks, weight_bindings, wg_size
 from vkdecode.lowering.coop import (
-    COOP_BK,
     coop_row_scaled,
     coop_shared_bytes,
     coop_usable,
     parse_tile,
     tile_dims,
 )
-from vkdecode.lowering.matmul_rows import expert_matmul_calls
+from vkdecode.lowering.matmul_rows import expert_bk, expert_matmul_calls
 
 
 def experts(p: Program, w: str, caps: KernelCaps) -> tuple[tuple[Binding, ...], int, int, str]:
@@ -105,14 +104,15 @@ def grouped_matmul(
     if caps.coop_tile and tile_dims(tile)[1] != bn:
         raise ValueError(f"coop_tile {caps.coop_tile}: not {bn} slots a tile, as the groups")
     bm, _, wg = tile_dims(tile)
-    shared = coop_shared_bytes(tile, True)  # results go through the staging block to their slots
+    bk = expert_bk(caps)
+    shared = coop_shared_bytes(tile, True, bk)  # results go through the staging block to their slots
     arch = str(p.meta.get("arch", ""))
     coop = (
         coop_usable(caps, arch)
         and caps.matmul_coop >= 0
         and bn >= 16
         and m % bm == 0
-        and k % COOP_BK == 0
+        and k % bk == 0
         and wg <= caps.max_invocations
         and shared <= caps.max_shared
     )
