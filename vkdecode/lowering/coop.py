@@ -104,7 +104,9 @@ def coop_row_scaled(arch: str) -> bool:
     return arch in COOP_ROW_SCALED_ARCHS
 
 
-def coop_shape(caps: KernelCaps, arch: str, n: int, rows: int, n_in: int, experts: bool = False) -> tuple | None:
+def coop_shape(
+    caps: KernelCaps, arch: str, n: int, rows: int, n_in: int, experts: bool = False
+) -> tuple | None:
     """(SG_M, SG_N, BLK_M, BLK_N, k splits) of matmul_rows_coop for n weight rows x `rows` chunk
     rows over n_in, or None. Auto: COOP_WIDE_TILE (not in a model with `experts`) wherever it
     divides from COOP_WIDE_MIN_K (split over k until the grid reaches the target), else the first
