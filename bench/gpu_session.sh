@@ -934,6 +934,29 @@ mmmoe16)
         coop_tile=4x2:1x1 coop_tile=4x2:1x1,coop_bk=64 coop_tile=8x1:1x2 coop_tile=8x1:1x2,coop_bk=64 \
         coop_tile=4x1:2x2,coop_bk=64 coop_tile=2x1:2x2 --out "$OUT/mm-moe16.json" 2>&1 | tail -40
     ;;
+long16)
+    # issue 32's 8,000-token prompts (never measured before), with 2,000 beside them, against
+    # llama.cpp on the same file (ctx 8448 both); then the sync-validation check under the 1.4
+    # layer (which reported no hazard in suite14). Carry .device/llama and .device/trixie-vvl
+    llama_server
+    for s in "llama3.1-8b q4_k_m" "llama3.2-1b f16" "qwen3-0.6b f16" "gemma3-270m q4_k_m" "smollm2-135m q4_1"; do
+        set -- $s
+        f=$(shape_file "$1" "$2")
+        { python -m bench.prefill --model "$f" --lengths 2000 8000 --modes fused --token-path-max 0 --ctx 8448 \
+            --reps 2 --out "$OUT/long-$1.json" 2>&1 || true; } | { grep -o "tokens: TTFT *[0-9.]* ms" || true; } |
+            tr '\n' ' '
+        echo " $1"
+        python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 2000 8000 --ctx 8448 --reps 2 \
+            --out "$OUT/llama-long-$1.json" | grep -i "prompt" | tail -2
+        rm -f "$f"
+    done
+    source bench/validation_layer_1_4.sh
+    python -c 'from vkdecode.vk.instance import _instance_exts, VALIDATION_LAYER as L; print(L, _instance_exts(L))'
+    for e in "" "VK_LAYER_VALIDATE_SYNC=true"; do
+        env $e VKDECODE_VALIDATE=1 python -m pytest -q tests/reliability/test_validation.py -k missing_barrier 2>&1 |
+            tail -1 | sed "s/^/[$e] /"
+    done
+    ;;
 suite)
     # the whole suite under the validation layer on 8 pytest-xdist workers (one GPU shared, a whole
     # test file per worker, slowest first), every failure's reason kept (suite-part*.log: pytest's

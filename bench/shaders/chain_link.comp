@@ -12,7 +12,9 @@ layout(constant_id = 2) const uint SPIN = 1048576;
 layout(constant_id = 3) const uint LINKS = 1;
 
 layout(binding = 0) coherent buffer Sync { uint count; uint err; } s;
-layout(binding = 0) volatile coherent buffer SyncV { uint count; uint err; } sv;
+// volatile alone: glslang decorates it Coherent too, and `volatile coherent` decorated each member
+// Coherent twice, which the 1.4 validation layer's spirv-val rejects
+layout(binding = 0) volatile buffer SyncV { uint count; uint err; } sv;
 layout(binding = 1) coherent buffer A { float a[]; };
 layout(binding = 2) coherent buffer B { float b[]; };
 layout(push_constant) uniform P { uint link; uint groups; } pc;

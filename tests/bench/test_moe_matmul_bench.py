@@ -30,5 +30,8 @@ def test_bench_writes_each_variant_and_the_dense_case(tmp_path, monkeypatch):
     grouped = rows[:2]
     assert all(r["us"] > 0 and r["TFLOPs"] > 0 for r in rows)
     assert all(r["calls"][0]["shader"] == "moe_group" for r in grouped)
-    # 32 slots over 4 experts: 8 a tile by default (the f32 tiles' power of two), 4 when forced
-    assert [r["calls"][1]["groups"][1] for r in grouped] == [32 // 8 + 4, 32 // 4 + 4]
+    # 32 slots over 4 experts: 8 a tile by default (the f32 tiles' power of two; 16 on the tensor
+    # cores, after x's f16 conversion), 4 when forced (under the tensor cores' 16: the f32 tiles)
+    default = grouped[0]["calls"][-1]
+    bn = 16 if default["shader"] == "matmul_rows_coop" else 8
+    assert [r["calls"][-1]["groups"][1] for r in grouped] == [32 // bn + 4, 32 // 4 + 4]
