@@ -936,17 +936,17 @@ mmmoe16)
     ;;
 long16)
     # issue 32's 8,000-token prompts (never measured before), with 2,000 beside them, against
-    # llama.cpp on the same file (ctx 8448 both); then the sync-validation check under the 1.4
+    # llama.cpp on the same file (ctx 8192 both: the files' context length); then the sync-validation check under the 1.4
     # layer (which reported no hazard in suite14). Carry .device/llama and .device/trixie-vvl
     llama_server
     for s in "llama3.1-8b q4_k_m" "llama3.2-1b f16" "qwen3-0.6b f16" "gemma3-270m q4_k_m" "smollm2-135m q4_1"; do
         set -- $s
         f=$(shape_file "$1" "$2")
-        { python -m bench.prefill --model "$f" --lengths 2000 8000 --modes fused --token-path-max 0 --ctx 8448 \
+        { python -m bench.prefill --model "$f" --lengths 2000 8000 --modes fused --token-path-max 0 --ctx 8192 \
             --reps 2 --out "$OUT/long-$1.json" 2>&1 || true; } | { grep -o "tokens: TTFT *[0-9.]* ms" || true; } |
             tr '\n' ' '
         echo " $1"
-        python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 2000 8000 --ctx 8448 --reps 2 \
+        python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 2000 8000 --ctx 8192 --reps 2 \
             --out "$OUT/llama-long-$1.json" | grep -i "prompt" | tail -2
         rm -f "$f"
     done
