@@ -936,8 +936,9 @@ mmmoe16)
     ;;
 long16)
     # issue 32's 8,000-token prompts (never measured before), with 2,000 beside them, against
-    # llama.cpp on the same file (ctx 8192 both: the files' context length); then the sync-validation check under the 1.4
-    # layer (which reported no hazard in suite14). Carry .device/llama and .device/trixie-vvl
+    # llama.cpp on the same file (ctx 8192 both: the files' context length); then the
+    # sync-validation check under the 1.4 layer (which reported no hazard in suite14).
+    # Carry .device/llama and .device/trixie-vvl
     llama_server
     for s in "llama3.1-8b q4_k_m" "llama3.2-1b f16" "qwen3-0.6b f16" "gemma3-270m q4_k_m" "smollm2-135m q4_1"; do
         set -- $s
