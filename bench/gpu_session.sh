@@ -958,6 +958,31 @@ long16)
             tail -1 | sed "s/^/[$e] /"
     done
     ;;
+wide16)
+    # prompt chunks wider than 512 rows for long prompts: the chunk attention's grid is kv heads x
+    # 16-row blocks (256 workgroups a 512-row chunk of the 1B, under two a SM), so at 8,000 tokens
+    # each workgroup walks up to 8,000 keys with the GPU half idle. Widths auto (512 first) against
+    # 2048 and 1024 first, 2,000 / 8,000 tokens, one process each, alternating, two rounds
+    wide=2048,1024,512,256,128,64,16,4
+    for s in "llama3.2-1b f16" "qwen3-0.6b f16" "llama3.1-8b q4_k_m"; do
+        set -- $s
+        f=$(shape_file "$1" "$2")
+        for r in 1 2; do
+            for w in auto $wide; do
+                { python -m bench.prefill --model "$f" --lengths 2000 8000 --modes fused --token-path-max 0 \
+                    --ctx 8192 --reps 2 --widths $w --out "$OUT/wide-$1-$(echo $w | cut -c1-4)-r$r.json" 2>&1 ||
+                    true; } | { grep -o "tokens: TTFT *[0-9.]* ms" || true; } | tr '\n' ' '
+                echo " $1 widths $w"
+            done
+        done
+        rm -f "$f"
+    done
+    source bench/validation_layer_1_4.sh
+    for e in "VK_LAYER_VALIDATE_SYNC=true" "VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT"; do
+        { env $e VKDECODE_VALIDATE=1 python -m pytest -q tests/reliability/test_validation.py -k missing_barrier 2>&1 ||
+            true; } | tail -1 | sed "s/^/[$e] /"
+    done
+    ;;
 suite)
     # the whole suite under the validation layer on 8 pytest-xdist workers (one GPU shared, a whole
     # test file per worker, slowest first), every failure's reason kept (suite-part*.log: pytest's
