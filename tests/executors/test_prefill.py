@@ -271,7 +271,7 @@ def test_padded_last_chunk_then_decode(device, tiny, mode):
 def test_chunk_plan():
     """plan_chunks: the cheapest cover (chunk = fixed + width rows, decode token = step), padding
     only the last chunk and only within the context."""
-    from vkdecode.executors.prefill import plan_chunks
+    from vkdecode.executors.prefill import WIDTHS_GPU, plan_chunks
 
     gpu = (512, 256, 128, 64, 16, 4)
     assert plan_chunks(511, gpu, 10**6, 64, 21) == ((512, 511),)
@@ -287,6 +287,10 @@ def test_chunk_plan():
         (4, 4),
     )  # 512 rows do not fit
     assert plan_chunks(1999, gpu, 10**6, 64, 21) == ((512, 512),) * 3 + ((512, 463),)
+    # the GPU's default widths take a 2,000-token prompt as one padded 2048-row chunk, and 8,000
+    # tokens in whole 2048-row chunks first
+    assert plan_chunks(1999, WIDTHS_GPU, 10**6, 64, 21) == ((2048, 1999),)
+    assert plan_chunks(8000, WIDTHS_GPU, 10**6, 64, 21)[:2] == ((2048, 2048),) * 2
     assert plan_chunks(3, gpu, 10**6, 64, 21) == ()  # three decode steps
     assert plan_chunks(19, gpu, 10**6, 64, 21) == ((64, 19),)
     for n in range(0, 700, 7):

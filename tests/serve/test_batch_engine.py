@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -17,7 +18,7 @@ httpx = pytest.importorskip("httpx", reason="the test extra installs httpx: pip 
 
 from tests.helpers.serve_case import QUESTION, post_all
 from tests.helpers.serving import serving
-from vkdecode.serve.batch_engine import parallel_widths
+from vkdecode.serve.batch_engine import TURN_ROWS_MAX, parallel_widths, prompt_rows
 
 BODIES = [
     {"messages": QUESTION, "max_tokens": 9, "temperature": 0},
@@ -54,6 +55,18 @@ def test_parallel_widths():
     assert (
         parallel_widths(1) == (1,) and parallel_widths(4) == (1, 2, 4) and parallel_widths(6) == (1, 2, 4, 6)
     )
+
+
+def test_a_prompt_turn_is_its_widest_chunk_up_to_512_rows():
+    """A joining prompt runs a chunk of its widths per turn, but not the GPU's 2048-row chunks:
+    the others' next tokens wait for the turn."""
+
+    def decoder(widths):
+        return SimpleNamespace(prefill=SimpleNamespace(widths=widths) if widths else None)
+
+    assert prompt_rows(decoder((2048, 1024, 512, 256, 128, 64, 16, 4))) == TURN_ROWS_MAX == 512
+    assert prompt_rows(decoder((64, 32, 16))) == 64
+    assert prompt_rows(decoder(())) == 16  # no prompt chunks: 16 decode steps a turn
 
 
 def test_concurrent_requests_equal_one_at_a_time(model, monkeypatch):

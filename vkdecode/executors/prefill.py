@@ -34,7 +34,12 @@ from fusion.chunk import TOKENS, chunk_program
 # 16/4 alone 25/34, 105/146, 823/1084 (many chunks' attention adds up at 2000); 512/256/128/64
 # 66/119, 105/205, 264/717; 512/256/128/64/16/4 30/52, 74/148, 283/728, the best balance.
 # bench/results/nvidia-h100-80gb-hbm3/*-prefill-*/
-WIDTHS_GPU = (512, 256, 128, 64, 16, 4)
+# Chunks of 2048 and 1024 rows first since 2026-12-07: a long prompt's weights are read once per
+# chunk, its matmuls take wider grids, and the chunk attention's grid (kv heads x 16-row blocks: 256
+# workgroups a 512-row chunk of Llama-3.2-1B, under two an SM) fills the GPU. H100, two rounds,
+# 2,000 / 8,000 tokens: Llama-3.2-1B F16 37.5 / 213.0 -> 29.6 / 184.7 ms, Llama-3.1-8B Q4_K_M
+# 214.9 / 1056 -> 192.9 / 970 (bench/results/nvidia-h100-80gb-hbm3/2026-12-07-wide-chunks)
+WIDTHS_GPU = (2048, 1024, 512, 256, 128, 64, 16, 4)
 WIDTHS_CPU = (64, 32, 16)
 
 
