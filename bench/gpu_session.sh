@@ -983,6 +983,31 @@ wide16)
             true; } | tail -1 | sed "s/^/[$e] /"
     done
     ;;
+final16)
+    # the sixteenth session's prompts, same call as llama.cpp on the same file: the default widths
+    # (2048 first) at 512 / 2,000 / 8,000 tokens, the widths before (512 first) at 2,000 / 8,000
+    # where OLD=1, llama-server at the three lengths. `final16 SHAPE:QUANT:OLD ...`
+    llama_server
+    shift
+    for s in "$@"; do
+        IFS=: read -r shape quant old <<< "$s"
+        f=$(shape_file "$shape" "$quant")
+        { python -m bench.prefill --model "$f" --lengths 512 2000 8000 --modes fused --token-path-max 0 \
+            --ctx 8192 --reps 2 --out "$OUT/final-$shape.json" 2>&1 || true; } |
+            { grep -o "tokens: TTFT *[0-9.]* ms" || true; } | tr '\n' ' '
+        echo " $shape default widths"
+        if [ "$old" = 1 ]; then
+            { python -m bench.prefill --model "$f" --lengths 2000 8000 --modes fused --token-path-max 0 \
+                --ctx 8192 --reps 1 --widths 512,256,128,64,16,4 --out "$OUT/final-$shape-w512.json" 2>&1 ||
+                true; } | { grep -o "tokens: TTFT *[0-9.]* ms" || true; } | tr '\n' ' '
+            echo " $shape widths 512 first"
+        fi
+        python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 8000 --ctx 8192 \
+            --reps 2 --out "$OUT/llama-$shape.json" | grep -i "prompt"
+        grep -h "offloaded" "$OUT/llama-$shape.json.log" || true
+        rm -f "$f"
+    done
+    ;;
 suite)
     # the whole suite under the validation layer on 8 pytest-xdist workers (one GPU shared, a whole
     # test file per worker, slowest first), every failure's reason kept (suite-part*.log: pytest's
