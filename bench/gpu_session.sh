@@ -1008,6 +1008,21 @@ final16)
         rm -f "$f"
     done
     ;;
+wide4k)
+    # a 4096-row width before 2048 at 8,000 tokens (the 8B's grid at 2048 rows is already 1,024
+    # attention workgroups); small shapes only (device time), one process each
+    for s in "llama3.2-1b f16" "qwen3-0.6b f16"; do
+        set -- $s
+        f=$(shape_file "$1" "$2")
+        for w in auto 4096,2048,1024,512,256,128,64,16,4; do
+            { python -m bench.prefill --model "$f" --lengths 8000 --modes fused --token-path-max 0 --ctx 8192 \
+                --reps 2 --widths $w --out "$OUT/w4k-$1-$(echo $w | cut -c1-4).json" 2>&1 || true; } |
+                { grep -o "tokens: TTFT *[0-9.]* ms" || true; } | tr '\n' ' '
+            echo " $1 widths $w"
+        done
+        rm -f "$f"
+    done
+    ;;
 suite)
     # the whole suite under the validation layer on 8 pytest-xdist workers (one GPU shared, a whole
     # test file per worker, slowest first), every failure's reason kept (suite-part*.log: pytest's
