@@ -120,9 +120,10 @@ def weight_defines(dtype: str, n_in: int) -> tuple:
 
 
 def expert_bk(caps: KernelCaps) -> int:
-    """The grouped expert matmul's k step: COOP_BK unless caps.coop_bk forces 64 (its tiles of
-    one block a subgroup lost at 64 on the H200, bench/results/nvidia-h200/2026-11-27-moe-tiles)."""
-    return caps.coop_bk or COOP_BK
+    """The grouped expert matmul's k step: COOP_BK unless caps.coop_bk forces 64. Its 32-slot tiles
+    lost at 64 by 17-20%, and on 8 subgroups (the dense tile's lesson) by 8-9% (H100,
+    bench/results/nvidia-h100-80gb-hbm3/2026-12-07-owed16/mm-moe16.json)."""
+    return coop_bk(caps, (1, 1)) if caps.coop_bk else COOP_BK
 
 
 def expert_matmul_calls(
