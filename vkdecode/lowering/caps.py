@@ -74,6 +74,8 @@ class KernelCaps:
     attn_coop: int = (
         0  # chunk attention on the tensor cores where coop_matrix (0: head_dim <= 256, > 0: any, < 0: never)
     )
+    attn_subgroups: int = 0  # the tensor-core chunk attention's subgroups a workgroup to aim for, a
+    # power of two (0: coop.COOP_ATTN_SUBGROUPS): more share each staged K/V tile, fewer workgroups
     attn_gqa_rows: int = (
         0  # chunks from this many rows take attention_rows_gqa when attn_rows_q is auto (0: 17)
     )

@@ -182,7 +182,8 @@ def coop_attention_shape(caps: KernelCaps, arch: str, attrs: dict, kv_f16: bool)
     head_dim <= COOP_ATTN_AUTO_MAX_D unless caps.attn_coop > 0 forces it, f16 caches (it reads them
     as f16 matrices), head_dim and chunk rows multiples of 16, and no attention
     attribute it does not implement. A workgroup is the G query heads of one kv head x RB row
-    blocks (a subgroup each; all share each K/V tile): RB = COOP_ATTN_SUBGROUPS / G where that
+    blocks (a subgroup each; all share each K/V tile): RB = COOP_ATTN_SUBGROUPS (caps.attn_subgroups
+    where set) / G where that
     divides the chunk, at least 1; then the widest tile that fits the shared memory."""
     d, rows = int(attrs["head_dim"]), int(attrs.get("rows", 1))
     if caps.attn_coop == 0 and d > COOP_ATTN_AUTO_MAX_D:
@@ -197,7 +198,7 @@ def coop_attention_shape(caps: KernelCaps, arch: str, attrs: dict, kv_f16: bool)
     ):
         return None
     g = int(attrs["n_heads"]) // int(attrs["n_kv_heads"])
-    rb = max(1, COOP_ATTN_SUBGROUPS // g)
+    rb = max(1, (caps.attn_subgroups or COOP_ATTN_SUBGROUPS) // g)
     while rb > 1 and rows % (16 * rb):
         rb //= 2
     if COOP_LANES * g * rb > caps.max_invocations:
