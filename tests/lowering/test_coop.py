@@ -324,7 +324,8 @@ def test_coop_attention_choice(device):
     # caps.attn_subgroups: more row blocks a workgroup share each K/V tile (a smaller tile to fit)
     assert shape(replace(gpu, attn_subgroups=8), "qwen3", dict(qwen3, rows=512), True) == (4, 32)
     assert shape(replace(gpu, attn_subgroups=16), "qwen3", dict(qwen3, rows=512), True) == (8, 16)
-    assert shape(replace(gpu, attn_subgroups=32), "qwen3", dict(qwen3, rows=512), True) is None  # no tile fits
+    # 32: no tile fits the shared memory
+    assert shape(replace(gpu, attn_subgroups=32), "qwen3", dict(qwen3, rows=512), True) is None
     # auto: up to COOP_ATTN_AUTO_MAX_D
     from vkdecode.lowering.coop import COOP_ATTN_AUTO_MAX_D
 
