@@ -1023,6 +1023,28 @@ wide4k)
         rm -f "$f"
     done
     ;;
+long17)
+    # for the seventeenth session: 8,000-token prompts, (a) a 4096-row width first against the
+    # default (2048 first) on the 8B and the MoE shapes (two rounds), (b) the chunk attention's
+    # subgroups a workgroup (caps attn_subgroups 8, 16) against the default 4 on the 1B and the 8B.
+    # Carry .device/cmeel.tar.xz (glslang 13: without it every chunk runs the f32 tiles)
+    w4k=4096,2048,1024,512,256,128,64,16,4
+    for s in "llama3.1-8b q4_k_m" "qwen3-30b-a3b q4_k_m" "llama3.2-1b f16"; do
+        set -- $s
+        f=$(shape_file "$1" "$2")
+        for r in 1 2; do
+            for v in "--widths auto" "--widths $w4k" "--caps attn_subgroups=8" "--caps attn_subgroups=16"; do
+                [ "$1" != qwen3-30b-a3b ] || [ "${v#--caps}" = "$v" ] || continue
+                [ "$1" != llama3.2-1b ] || [ "$v" != "--widths $w4k" ] || continue
+                { python -m bench.prefill --model "$f" --lengths 8000 --modes fused --token-path-max 0 \
+                    --ctx 8192 --reps 2 $v --out "$OUT/l17-$1-$(echo "$v" | tr -c 'a-z0-9' _ | cut -c1-24)-r$r.json" \
+                    2>&1 || true; } | { grep -o "tokens: TTFT *[0-9.]* ms" || true; } | tr '\n' ' '
+                echo " $1 $v"
+            done
+        done
+        rm -f "$f"
+    done
+    ;;
 suite)
     # the whole suite under the validation layer on 8 pytest-xdist workers (one GPU shared, a whole
     # test file per worker, slowest first), every failure's reason kept (suite-part*.log: pytest's
