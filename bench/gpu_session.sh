@@ -63,6 +63,8 @@
 set -euo pipefail
 OUT=${OUT:?set OUT to the results folder}
 LLAMA=/tmp/llama/llama-server
+# the GPU machine's copy of .git can lag the tree that runs (2026-12-07: b8fbdb9 all session): pass
+# VKDECODE_GIT_COMMIT=$(git rev-parse --short=12 HEAD) from here in the run command
 export VKDECODE_GIT_COMMIT=${VKDECODE_GIT_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 
 llama_server() {   # llama.cpp's Vulkan server from .device/llama/llama.tar.xz (prepare.sh)
