@@ -64,12 +64,17 @@ def tile_dims(tile: tuple) -> tuple[int, int, int]:
     return 16 * blk_m * sg_m, 16 * blk_n * sg_n, COOP_LANES * sg_m * sg_n
 
 
-def coop_bk(caps: KernelCaps, tile: tuple) -> int:
-    """The dense matmul's k step at a tile: caps.coop_bk where set (64 or 32), else COOP_WIDE_BK
-    for 8 or more subgroups (a 64-wide step pays there only), else COOP_BK."""
+def forced_bk(caps: KernelCaps) -> int:
+    """caps.coop_bk, the k step forced for an A/B (32 or 64; 0: none)."""
     if caps.coop_bk not in (0, 32, 64):
         raise ValueError(f"coop_bk {caps.coop_bk}: 32 or 64")
-    return caps.coop_bk or (COOP_WIDE_BK if tile[0] * tile[1] >= 8 else COOP_BK)
+    return caps.coop_bk
+
+
+def coop_bk(caps: KernelCaps, tile: tuple) -> int:
+    """The dense matmul's k step at a tile: the forced one, else COOP_WIDE_BK for 8 or more
+    subgroups (a 64-wide step pays there only), else COOP_BK."""
+    return forced_bk(caps) or (COOP_WIDE_BK if tile[0] * tile[1] >= 8 else COOP_BK)
 
 
 def coop_shared_bytes(tile: tuple, staged: bool, bk: int = COOP_BK) -> int:

@@ -21,7 +21,7 @@ from vkdecode.lowering.calls import (
     weight_bindings,
     wg_size,
 )
-from vkdecode.lowering.coop import COOP_BK, coop_bk, coop_row_scaled, coop_shape, tile_dims
+from vkdecode.lowering.coop import COOP_BK, coop_bk, coop_row_scaled, coop_shape, forced_bk, tile_dims
 from vkdecode.lowering.half_x import half_x
 from vkdecode.quant import FLOAT_TYPES, UNIT_DTYPES
 
@@ -123,7 +123,7 @@ def expert_bk(caps: KernelCaps) -> int:
     """The grouped expert matmul's k step: COOP_BK unless caps.coop_bk forces 64. Its 32-slot tiles
     lost at 64 by 17-20%, and on 8 subgroups (the dense tile's lesson) by 8-9% (H100,
     bench/results/nvidia-h100-80gb-hbm3/2026-12-07-owed16/mm-moe16.json)."""
-    return coop_bk(caps, (1, 1)) if caps.coop_bk else COOP_BK
+    return forced_bk(caps) or COOP_BK
 
 
 def expert_matmul_calls(
@@ -162,7 +162,8 @@ def expert_matmul_calls(
     if ("UNITS", "1") not in defines and n_in % 4 == 0:
         defines += (("QUADS", "1"),)
     defines += tuple((k, str(v)) for k, v in zip(("SG_M", "SG_N", "BLK_M", "BLK_N"), coop))
-    defines += (("BK_STEP", str(expert_bk(caps))),) if expert_bk(caps) != COOP_BK else ()
+    bk = expert_bk(caps)
+    defines += (("BK_STEP", str(bk)),) if bk != COOP_BK else ()
     xrows = slots // xdiv
     convert, xb, xdefs, after = half_x(x, xrows * n_in, caps, xrows if row_scaled else 0)
     b, defines = wb + (xb,) + b[len(wb) + 1 :] + after, defines + xdefs
