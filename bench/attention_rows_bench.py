@@ -25,9 +25,20 @@ from bench.matmul_rows_bench import time_calls
 from fusion.ir import STEP_WORDS, Program
 from vkdecode.cli.bench import write_json
 from vkdecode.lowering.calls import KernelCaps
+from vkdecode.lowering.caps import parse_tuning
 from vkdecode.lowering.ops import op_calls
 
-MODELS = {"qwen3-0.6b": ((16, 8, 128), 28), "smollm2-135m": ((9, 3, 64), 30)}
+MODELS = {
+    "qwen3-0.6b": ((16, 8, 128), 28),
+    "smollm2-135m": ((9, 3, 64), 30),
+    "llama3.2-1b": ((32, 8, 64), 16),
+    "llama3.1-8b": ((32, 8, 128), 32),
+}
+
+
+def causal_flops(h: int, d: int, rows: int, pos: int) -> int:
+    """Multiply-adds x 2 of a causal chunk: row t sees pos + t + 1 keys, QK^T and PV each 2 d."""
+    return 4 * h * d * (rows * (pos + 1) + rows * (rows - 1) // 2)
 
 
 def _program(h, kvh, d, rows, ctx) -> Program:
@@ -59,11 +70,19 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--rows-q",
         type=int,
-        nargs="+",
+        nargs="*",
         default=[-1, 0, 4, 8, 16],
         help="KernelCaps.attn_rows_q settings (-1: per-row kernel, 0: auto)",
     )
     ap.add_argument("--no-coop", action="store_true", help="leave out attention_rows_coop (tensor cores)")
+    ap.add_argument(
+        "--coop-caps",
+        nargs="*",
+        default=[""],
+        metavar="K=V,K=V",
+        help="attention_rows_coop variants, each KernelCaps tuning and +DEFINEs for its shader "
+        "(attn_subgroups=8,attn_bkv=48,+ATT_QK2; '': default)",
+    )
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
@@ -91,24 +110,37 @@ def main(argv=None) -> int:
                     ("vc", "data"): rng.standard_normal(ctx * kvh * d).astype(np.float16),
                     ("step", "data"): step,
                 }
-                variants = [replace(base, attn_rows_q=rq, attn_coop=-1) for rq in a.rows_q]
+                variants = [("", replace(base, attn_rows_q=rq, attn_coop=-1)) for rq in a.rows_q]
                 if base.coop_matrix and not a.no_coop:
-                    variants.append(replace(base, attn_coop=1))
-                for caps in variants:
+                    for v in a.coop_caps:
+                        tuning = parse_tuning([t for t in v.split(",") if t and not t.startswith("+")])
+                        variants.append((v, replace(base, attn_coop=1, **tuning)))
+                flops = causal_flops(h, d, rows, pos)
+                for name, caps in variants:
                     rq = caps.attn_rows_q
-                    r = time_calls(dev, p, op_calls(p, 0, caps), arrays, a.reps)
+                    try:
+                        # "+NAME" in a variant: a define for the coop kernel (an experiment's switch)
+                        extra = tuple((t[1:], "1") for t in name.split(",") if t.startswith("+"))
+                        calls = [replace(c, defines=tuple(c.defines) + extra) for c in op_calls(p, 0, caps)]
+                    except ValueError as e:  # a forced tile that does not fit: say so, go on
+                        print(f"{model:12s} pos {pos:5d} T {rows:4d} {name}: {e}", flush=True)
+                        continue
+                    r = time_calls(dev, p, calls, arrays, a.reps)
                     r.update(
                         model=model,
                         heads=[h, kvh, d],
                         rows=rows,
                         pos=pos,
                         attn_rows_q=rq,
+                        coop_caps=name,
+                        tflops=flops / r["us"] / 1e6,
                         attention_ms_per_chunk=r["us"] * layers / 1e3,
                     )
                     res["rows"].append(r)
                     print(
                         f"{model:12s} pos {pos:5d} T {rows:4d} rows_q {rq:3d} {r['calls'][0]['shader']:20s} "
-                        f"{r['us']:9.1f} us  x{layers} layers {r['attention_ms_per_chunk']:7.2f} ms",
+                        f"{name:28s} {r['us']:9.1f} us {r['tflops']:6.1f} TFLOP/s  x{layers} layers "
+                        f"{r['attention_ms_per_chunk']:7.2f} ms",
                         flush=True,
                     )
     dev.check_validation()

@@ -37,6 +37,8 @@
 #   bash bench/gpu_session.sh moe8e     # the MoE step by rule under rows / lanes a workgroup
 #   bash bench/gpu_session.sh final8    # the suite, then MoE decode head vs base and by rule
 #   bash bench/gpu_session.sh final7    # the 7th session's last call: failed tests, 8B serve, 8B batch and MoE A/B
+#   bash bench/gpu_session.sh long17    # 8,000-token prompts: a 4096-row width first vs the default, two rounds
+#   bash bench/gpu_session.sh attn17    # the chunk attention's variants at long contexts; the 8B's 512-row chunk by kernel
 #   bash bench/gpu_session.sh followup  # attnfuse, batch8b4, then suite: the sixth session's open measurements
 #   bash bench/gpu_session.sh batchfuse # batched steps with the residual add + norm fused vs apart (Qwen3-0.6B, 8B)
 #   bash bench/gpu_session.sh coop2     # VK_NV_cooperative_matrix2's matmul rate (glslang 15 from Debian 13)
@@ -1026,18 +1028,16 @@ wide4k)
     done
     ;;
 long17)
-    # for the seventeenth session: 8,000-token prompts, (a) a 4096-row width first against the
-    # default (2048 first) on the 8B and the MoE shapes (two rounds), (b) the chunk attention's
-    # subgroups a workgroup (caps attn_subgroups 8, 16) against the default 4 on the 1B and the 8B.
-    # Carry .device/cmeel.tar.xz (glslang 13: without it every chunk runs the f32 tiles)
+    # for the seventeenth session: 8,000-token prompts, a 4096-row width first against the default
+    # (2048 first), two rounds; `long17 SHAPE QUANT ...` for some shapes only (default: the 8B, the
+    # MoE and the 1B). Carry .device/cmeel.tar.xz (glslang 13: without it every chunk runs the f32 tiles)
     w4k=4096,2048,1024,512,256,128,64,16,4
-    for s in "llama3.1-8b q4_k_m" "qwen3-30b-a3b q4_k_m" "llama3.2-1b f16"; do
-        set -- $s
+    shift
+    [ $# -gt 0 ] || set -- llama3.1-8b q4_k_m qwen3-30b-a3b q4_k_m llama3.2-1b f16
+    while [ $# -ge 2 ]; do
         f=$(shape_file "$1" "$2")
         for r in 1 2; do
-            for v in "--widths auto" "--widths $w4k" "--caps attn_subgroups=8" "--caps attn_subgroups=16"; do
-                [ "$1" != qwen3-30b-a3b ] || [ "${v#--caps}" = "$v" ] || continue
-                [ "$1" != llama3.2-1b ] || [ "$v" != "--widths $w4k" ] || continue
+            for v in "--widths auto" "--widths $w4k"; do
                 { python -m bench.prefill --model "$f" --lengths 8000 --modes fused --token-path-max 0 \
                     --ctx 8192 --reps 2 $v --out "$OUT/l17-$1-$(echo "$v" | tr -c 'a-z0-9' _ | cut -c1-24)-r$r.json" \
                     2>&1 || true; } | { grep -o "tokens: TTFT *[0-9.]* ms" || true; } | tr '\n' ' '
@@ -1045,7 +1045,21 @@ long17)
             done
         done
         rm -f "$f"
+        shift 2
     done
+    ;;
+attn17)
+    # the tensor-core chunk attention's variants at long contexts, one layer at a time (2048-row
+    # chunks from positions 0, 2048 and 5952: the last chunk of an 8,000-token prompt): subgroups a
+    # workgroup, keys a tile, and the kernel's experiment switches (+ATT_QK2: two chains a key block
+    # in QK^T, +ATT_SREG: scores kept in registers through the softmax). Then the 8B's 512-row chunk
+    # by kernel (2 layers), for where a 512-token prompt's time goes.
+    python -m bench.attention_rows_bench --models llama3.1-8b qwen3-0.6b llama3.2-1b --widths 2048 \
+        --pos 0 2048 5952 --rows-q --reps 3 --out "$OUT/attn17.json" --coop-caps "" attn_subgroups=8 \
+        attn_subgroups=16 attn_bkv=48 attn_bkv=16 +ATT_QK2 +ATT_SREG +ATT_QK2,+ATT_SREG \
+        attn_bkv=48,+ATT_QK2,+ATT_SREG | cut -c1-160 || true
+    python -m bench.prefill_profile --shape llama3.1-8b --quant q4_k_m --width 512 --layers 2 --fused \
+        --reps 5 --out "$OUT/prof8b-512.json" 2>&1 | tail -40 || true
     ;;
 suite)
     # the whole suite under the validation layer on 8 pytest-xdist workers (one GPU shared, a whole

@@ -45,6 +45,7 @@ def main(argv=None) -> int:
         help="kv: a prompt chunk; all: a speculative verify step (every row's logits and argmax)",
     )
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--layers", type=int, default=0, help="the shape's first N layers only (0: all)")
     ap.add_argument(
         "--fused", action="store_true", help="the chunk rules too (executors/prefill.chunk_executor)"
     )
@@ -55,7 +56,7 @@ def main(argv=None) -> int:
     from vkdecode.vk import Device
 
     ctx = -(-(a.pos + a.width + 1) // 64) * 64
-    model = bench.random_model(a.shape, a.quant, ctx, 1)
+    model = bench.random_model(a.shape, a.quant, ctx, 1, n_layers=a.layers)
     dev = Device()
     tuning = parse_tuning(a.caps)
     caps = KernelCaps.from_info(dev.info, **tuning)

@@ -324,6 +324,11 @@ def test_coop_attention_choice(device):
     # caps.attn_subgroups: more row blocks a workgroup share each K/V tile (a smaller tile to fit)
     assert shape(replace(gpu, attn_subgroups=8), "qwen3", dict(qwen3, rows=512), True) == (4, 32)
     assert shape(replace(gpu, attn_subgroups=16), "qwen3", dict(qwen3, rows=512), True) == (8, 16)
+    # caps.attn_bkv: the tile's keys forced (48 fit at head_dim 128 where 64 do not); refused if not
+    assert shape(replace(gpu, attn_bkv=48), "qwen3", dict(qwen3, rows=512), True) == (2, 48)
+    for bad in (64, 40):
+        with pytest.raises(ValueError, match="attn_bkv"):
+            shape(replace(gpu, attn_bkv=bad), "qwen3", dict(qwen3, rows=512), True)
     # 32: no tile fits the shared memory
     assert shape(replace(gpu, attn_subgroups=32), "qwen3", dict(qwen3, rows=512), True) is None
     # auto: up to COOP_ATTN_AUTO_MAX_D
@@ -389,10 +394,29 @@ def test_attention_rows_coop_sinks(device, h, kvh, d, rows, pos0, ctx, qs, windo
     check_coop_attention(device, h, kvh, d, rows, pos0, ctx, qs, window, sinks=True)
 
 
-def check_coop_attention(device, h, kvh, d, rows, pos0, ctx, qs, window, sinks=False):
+# forced tiles (caps.attn_bkv, attn_subgroups): 48-key tiles (three 16-key blocks, tiles that
+# straddle the window's start and the chunk's end), 8 and 16 subgroups a workgroup
+TILE_CASES = [
+    ({"attn_bkv": 48}, (16, 8, 128, 128, 200, 328, 12.0, 0)),
+    ({"attn_bkv": 48}, (9, 3, 64, 32, 37, 80, 1.0, 20)),
+    ({"attn_bkv": 48}, (4, 1, 256, 128, 530, 658, 1.0, 512)),
+    ({"attn_subgroups": 8}, (32, 8, 128, 64, 70, 134, 6.0, 0)),
+    ({"attn_subgroups": 16, "attn_bkv": 16}, (16, 8, 128, 128, 19, 147, 1.0, 0)),
+]
+
+
+@pytest.mark.parametrize(
+    "tuning,case", TILE_CASES, ids=[",".join(f"{k}={v}" for k, v in t.items()) for t, _ in TILE_CASES]
+)
+def test_attention_rows_coop_tiles(device, tuning, case):
+    """The tensor-core attention with its tile forced: as exact as the automatic choice."""
+    check_coop_attention(device, *case, tuning=tuning)
+
+
+def check_coop_attention(device, h, kvh, d, rows, pos0, ctx, qs, window, sinks=False, tuning=None):
     from tests.lowering.kernel_harness import PackedWeight, draw_sinks, head_nmse, run_ops_reference, step
 
-    caps = caps_of(device, attn_coop=1)
+    caps = caps_of(device, attn_coop=1, **(tuning or {}))
     if not caps.coop_matrix:
         pytest.skip(f"no coop path: {device.info.features.get('coop_reason')} (runs on the H100)")
     rng = np.random.default_rng(h * 100 + rows + pos0)

@@ -76,6 +76,8 @@ class KernelCaps:
     )
     attn_subgroups: int = 0  # the tensor-core chunk attention's subgroups a workgroup to aim for, a
     # power of two (0: coop.COOP_ATTN_SUBGROUPS): more share each staged K/V tile, fewer workgroups
+    attn_bkv: int = 0  # its keys per staged K/V tile, a multiple of 16 (0: the widest of
+    # coop.COOP_ATTN_TILES that fits the shared memory); one that does not fit is refused
     attn_gqa_rows: int = (
         0  # chunks from this many rows take attention_rows_gqa when attn_rows_q is auto (0: 17)
     )

@@ -208,5 +208,9 @@ def coop_attention_shape(caps: KernelCaps, arch: str, attrs: dict, kv_f16: bool)
         rb //= 2
     if COOP_LANES * g * rb > caps.max_invocations:
         return None
+    if caps.attn_bkv:
+        if caps.attn_bkv % 16 or coop_attention_shared(g, rb, d, caps.attn_bkv) > caps.max_shared:
+            raise ValueError(f"caps.attn_bkv={caps.attn_bkv}: not a multiple of 16 or over the shared memory")
+        return rb, caps.attn_bkv
     bkv = next((t for t in COOP_ATTN_TILES if coop_attention_shared(g, rb, d, t) <= caps.max_shared), 0)
     return (rb, bkv) if bkv else None
