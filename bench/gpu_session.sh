@@ -1028,18 +1028,21 @@ wide4k)
     done
     ;;
 long17)
-    # for the seventeenth session: 8,000-token prompts, a 4096-row width first against the default
-    # (2048 first), two rounds; `long17 SHAPE QUANT ...` for some shapes only (default: the 8B, the
-    # MoE and the 1B). Carry .device/cmeel.tar.xz (glslang 13: without it every chunk runs the f32 tiles)
+    # for the seventeenth session: 512-, 2,000- and 8,000-token prompts, a 4096-row width first
+    # against the default (2048 first), each with the chunk attention at 8 subgroups a workgroup
+    # (caps attn_subgroups) and at its default, two rounds; `long17 SHAPE QUANT ...` for some shapes
+    # only (default: the 8B, the MoE and the 1B). Carry .device/cmeel.tar.xz (glslang 13: without
+    # it every chunk runs the f32 tiles). (Its first run, at 0a50295: 8,000 tokens, widths only.)
     w4k=4096,2048,1024,512,256,128,64,16,4
     shift
     [ $# -gt 0 ] || set -- llama3.1-8b q4_k_m qwen3-30b-a3b q4_k_m llama3.2-1b f16
     while [ $# -ge 2 ]; do
         f=$(shape_file "$1" "$2")
         for r in 1 2; do
-            for v in "--widths auto" "--widths $w4k"; do
-                { python -m bench.prefill --model "$f" --lengths 8000 --modes fused --token-path-max 0 \
-                    --ctx 8192 --reps 2 $v --out "$OUT/l17-$1-$(echo "$v" | tr -c 'a-z0-9' _ | cut -c1-24)-r$r.json" \
+            for v in "--widths auto" "--widths $w4k" "--widths auto --caps attn_subgroups=8" \
+                "--widths $w4k --caps attn_subgroups=8"; do
+                { python -m bench.prefill --model "$f" --lengths 512 2000 8000 --modes fused --token-path-max 0 \
+                    --ctx 8192 --reps 2 $v --out "$OUT/l17-$1-$(echo "${v#--widths }" | tr -c 'a-z0-9' _ | cut -c1-32)-r$r.json" \
                     2>&1 || true; } | { grep -o "tokens: TTFT *[0-9.]* ms" || true; } | tr '\n' ' '
                 echo " $1 $v"
             done
@@ -1050,14 +1053,20 @@ long17)
     ;;
 attn17)
     # the tensor-core chunk attention's variants at long contexts, one layer at a time (2048-row
-    # chunks from positions 0, 2048 and 5952: the last chunk of an 8,000-token prompt): subgroups a
-    # workgroup, keys a tile, and the kernel's experiment switches (+ATT_QK2: two chains a key block
-    # in QK^T, +ATT_SREG: scores kept in registers through the softmax). Then the 8B's 512-row chunk
-    # by kernel (2 layers), for where a 512-token prompt's time goes.
-    python -m bench.attention_rows_bench --models llama3.1-8b qwen3-0.6b llama3.2-1b --widths 2048 \
-        --pos 0 2048 5952 --rows-q --reps 3 --out "$OUT/attn17.json" --coop-caps "" attn_subgroups=8 \
-        attn_subgroups=16 attn_bkv=48 attn_bkv=16 +ATT_QK2 +ATT_SREG +ATT_QK2,+ATT_SREG \
-        attn_bkv=48,+ATT_QK2,+ATT_SREG | cut -c1-160 || true
+    # chunks from positions 0, 2048 and 5952: the last chunk of an 8,000-token prompt; 512 rows from
+    # 0: a 512-token prompt): subgroups a workgroup and keys a tile, on the heads of the 8B, the 1B,
+    # Qwen3-0.6B and Qwen3-30B-A3B (run at 0a50295 with the experiment switches +ATT_QK2 and
+    # +ATT_SREG, since removed: see bench/results/nvidia-h100-80gb-hbm3/2026-12-07-attn17). Then
+    # the 8B's 512-row chunk by kernel (2 layers), for where a 512-token prompt's time goes.
+    for wp in "2048 0 2048 5952" "512 0"; do
+        set -- $wp
+        w=$1
+        shift
+        python -m bench.attention_rows_bench --models llama3.1-8b qwen3-0.6b llama3.2-1b qwen3-30b-a3b \
+            --widths "$w" --pos "$@" --rows-q --reps 3 --out "$OUT/attn17-T$w.json" --coop-caps "" \
+            attn_subgroups=8 attn_subgroups=16 attn_subgroups=8,attn_bkv=16 attn_bkv=48 \
+            attn_subgroups=16,attn_bkv=16 | cut -c1-160 || true
+    done
     python -m bench.prefill_profile --shape llama3.1-8b --quant q4_k_m --width 512 --layers 2 --fused \
         --reps 5 --out "$OUT/prof8b-512.json" 2>&1 | tail -40 || true
     ;;

@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 import numpy as np
 
+from bench.matmul_rows_bench import WARM_SECONDS
 from fusion.chunk import TOKENS, chunk_program
 from vkdecode import benchmark as bench
 from vkdecode.cli.bench import write_json
@@ -70,10 +71,14 @@ def main(argv=None) -> int:
         toks = np.random.default_rng(0).integers(0, model.args.vocab_size, a.width).tolist()
         ids.buffer.write_u32(ids.offset // 4, toks)
         runs = []
-        for r in range(a.reps + 1):
+        # the first runs warm the driver's pipelines and bring the GPU's clock up from idle (an
+        # H100 profiled cold ran every kernel ~4x slower): WARM_SECONDS of chunks, then time
+        t_end = time.perf_counter() + WARM_SECONDS
+        while time.perf_counter() < t_end:
             ex.step(int(toks[0]), a.pos)
-            if r:  # the first run includes the driver's pipeline warm-up
-                runs.append(ex.region_times_us())
+        for _ in range(a.reps):
+            ex.step(int(toks[0]), a.pos)
+            runs.append(ex.region_times_us())
         per_region = [statistics.median(v) for v in zip(*runs)]
         # a region is one op: its kernels' shaders name it
         by_kernel: dict[str, dict] = {}

@@ -148,25 +148,6 @@ void main() {
         // 2-3% on top of the staging)
         CM_C s[BKV / 16];
         for (uint b = 0; b < BKV / 16; b++) s[b] = CM_C(0.0);
-#ifdef ATT_QK2
-        // two chains a key block (even and odd 16-wide slices of D), summed: twice the multiplies
-        // in flight
-        CM_C s2[BKV / 16];
-        for (uint b = 0; b < BKV / 16; b++) s2[b] = CM_C(0.0);
-        UNROLL for (uint i = 0; i < D / 16; i += 2) {
-            UNROLL for (uint b = 0; b < BKV / 16; b++) {
-                CM_B kb;
-                coopMatLoad(kb, ks, KV_AT(16 * b, 16 * i), KV_LD, CM_COL);
-                s[b] = coopMatMulAdd(qa[i], kb, s[b]);
-                if (i + 1 < D / 16) {
-                    CM_B kb2;
-                    coopMatLoad(kb2, ks, KV_AT(16 * b, 16 * (i + 1)), KV_LD, CM_COL);
-                    s2[b] = coopMatMulAdd(qa[i + 1], kb2, s2[b]);
-                }
-            }
-        }
-        UNROLL for (uint b = 0; b < BKV / 16; b++) s[b] = s[b] + s2[b];
-#else
         UNROLL for (uint i = 0; i < D / 16; i++) {
             UNROLL for (uint b = 0; b < BKV / 16; b++) {
                 CM_B kb;
@@ -174,22 +155,19 @@ void main() {
                 s[b] = coopMatMulAdd(qa[i], kb, s[b]);
             }
         }
-#endif
         for (uint b = 0; b < BKV / 16; b++) coopMatStore(s[b], ss, bs + 16 * b, SS, CM_ROW);
         SYNC();
         float mt = NEG_INF;
-#ifdef ATT_SREG
-        // the row's scores read once into registers (masked ones -inf), for the max and the exp
+        // the row's scores read once into registers (masked ones -inf), for the max and the exp;
+        // H100, one layer of 2048 rows from position 5952: the 8B's heads 3771 -> 2845 us, the 1B's
+        // 2427 -> 1451, against reading them from shared memory twice behind the mask's branch
+        // (bench/results/nvidia-h100-80gb-hbm3/2026-12-07-attn17)
         float sv[PK];
         UNROLL for (uint c = 0; c < PK; c++) {
             const bool ok = base + c0 + c <= qp && base + c0 + c >= lo;
             sv[c] = ok ? ss[bs + r * SS + c0 + c] : NEG_INF;
             mt = max(mt, sv[c]);
         }
-#else
-        for (uint c = 0; c < PK; c++)
-            if (base + c0 + c <= qp && base + c0 + c >= lo) mt = max(mt, ss[bs + r * SS + c0 + c]);
-#endif
         for (uint x = 16; x < LANES; x *= 2) mt = max(mt, subgroupShuffleXor(mt, x));
         const float mn = max(m, mt);
         const bool moved = subgroupAny(mn > m + RESCALE);     // m = -inf before the first tile
@@ -197,20 +175,11 @@ void main() {
         const float alpha = moved ? (m == NEG_INF ? 0.0 : exp(m - mn)) : 1.0;
         if (moved) m = mn;
         float sum = 0.0;
-#ifdef ATT_SREG
         UNROLL for (uint c = 0; c < PK; c++) {
             const float p = sv[c] == NEG_INF ? 0.0 : exp(sv[c] - m);
             ps[bp + r * PS + c0 + c] = float16_t(p);
             sum += p;
         }
-#else
-        for (uint c = 0; c < PK; c++) {
-            const bool ok = base + c0 + c <= qp && base + c0 + c >= lo;
-            const float p = ok ? exp(ss[bs + r * SS + c0 + c] - m) : 0.0;
-            ps[bp + r * PS + c0 + c] = float16_t(p);
-            sum += p;
-        }
-#endif
         for (uint x = 16; x < LANES; x *= 2) sum += subgroupShuffleXor(sum, x);
         l = l * alpha + sum;
         if (lane < 16) rowf[bf + r] = alpha;
