@@ -39,6 +39,8 @@
 #   bash bench/gpu_session.sh final7    # the 7th session's last call: failed tests, 8B serve, 8B batch and MoE A/B
 #   bash bench/gpu_session.sh long17    # 8,000-token prompts: a 4096-row width first vs the default, two rounds
 #   bash bench/gpu_session.sh attn17    # the chunk attention's variants at long contexts; the 8B's 512-row chunk by kernel
+#   bash bench/gpu_session.sh final17 SHAPE:QUANT:OLD ... # prompts vs llama.cpp, defaults vs the 16th session's
+#   bash bench/gpu_session.sh prof17    # the 8B's 512-row chunk by kernel: whole model and 2 layers
 #   bash bench/gpu_session.sh followup  # attnfuse, batch8b4, then suite: the sixth session's open measurements
 #   bash bench/gpu_session.sh batchfuse # batched steps with the residual add + norm fused vs apart (Qwen3-0.6B, 8B)
 #   bash bench/gpu_session.sh coop2     # VK_NV_cooperative_matrix2's matmul rate (glslang 15 from Debian 13)
@@ -1069,6 +1071,45 @@ attn17)
     done
     python -m bench.prefill_profile --shape llama3.1-8b --quant q4_k_m --width 512 --layers 2 --fused \
         --reps 5 --out "$OUT/prof8b-512.json" 2>&1 | tail -40 || true
+    ;;
+final17)
+    # the seventeenth session's prompts, same call as llama.cpp on the same file: the defaults
+    # (4096-row chunks first, the chunk attention at 8 subgroups a workgroup) at 512 / 2,000 / 8,000
+    # tokens, and where OLD=1 the sixteenth session's (2048 first, 4 subgroups) alternating with
+    # them for a second round; llama-server at the three lengths. `final17 SHAPE:QUANT:OLD ...`
+    llama_server
+    shift
+    w2k=2048,1024,512,256,128,64,16,4
+    for s in "$@"; do
+        IFS=: read -r shape quant old <<< "$s"
+        f=$(shape_file "$shape" "$quant")
+        for r in 1 2; do
+            [ "$r" = 1 ] || [ "$old" = 1 ] || continue
+            { python -m bench.prefill --model "$f" --lengths 512 2000 8000 --modes fused --token-path-max 0 \
+                --ctx 8192 --reps 2 --out "$OUT/final-$shape-r$r.json" 2>&1 || true; } |
+                { grep -o "tokens: TTFT *[0-9.]* ms" || true; } | tr '\n' ' '
+            echo " $shape defaults r$r"
+            [ "$old" = 1 ] || continue
+            { python -m bench.prefill --model "$f" --lengths 512 2000 8000 --modes fused --token-path-max 0 \
+                --ctx 8192 --reps 2 --widths $w2k --caps attn_subgroups=4 --out "$OUT/final-$shape-old-r$r.json" \
+                2>&1 || true; } | { grep -o "tokens: TTFT *[0-9.]* ms" || true; } | tr '\n' ' '
+            echo " $shape 2048 first, 4 subgroups r$r"
+        done
+        python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 8000 --ctx 8192 \
+            --reps 2 --out "$OUT/llama-$shape.json" | grep -i "prompt"
+        grep -h "offloaded" "$OUT/llama-$shape.json.log" || true
+        rm -f "$f"
+    done
+    ;;
+prof17)
+    # the 8B's 512-row chunk by kernel, on the whole model (bench.shape_gguf's file) and on its
+    # first 2 layers (random_model): a 512-token prompt's time, where it goes
+    f=$(shape_file llama3.1-8b q4_k_m)
+    python -m bench.prefill_profile --model "$f" --width 512 --fused --reps 5 --out "$OUT/prof8b-512-all.json" \
+        2>&1 | tail -14 || true
+    rm -f "$f"
+    python -m bench.prefill_profile --shape llama3.1-8b --quant q4_k_m --width 512 --layers 2 --fused \
+        --reps 5 --out "$OUT/prof8b-512-2l.json" 2>&1 | tail -14 || true
     ;;
 suite)
     # the whole suite under the validation layer on 8 pytest-xdist workers (one GPU shared, a whole

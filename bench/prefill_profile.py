@@ -34,7 +34,9 @@ from vkdecode.lowering.caps import parse_tuning
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--shape", required=True, choices=sorted(bench.SHAPES))
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--shape", choices=sorted(bench.SHAPES), help="random weights of a real shape")
+    src.add_argument("--model", help="a GGUF file or HF directory (bench.shape_gguf's files too)")
     ap.add_argument("--quant", default="q4_1")
     ap.add_argument("--width", type=int, default=512)
     ap.add_argument("--pos", type=int, default=0, help="the chunk's first position")
@@ -57,7 +59,11 @@ def main(argv=None) -> int:
     from vkdecode.vk import Device
 
     ctx = -(-(a.pos + a.width + 1) // 64) * 64
-    model = bench.random_model(a.shape, a.quant, ctx, 1, n_layers=a.layers)
+    model = (
+        bench.file_model(a.model, ctx, 1)
+        if a.model
+        else bench.random_model(a.shape, a.quant, ctx, 1, n_layers=a.layers)
+    )
     dev = Device()
     tuning = parse_tuning(a.caps)
     caps = KernelCaps.from_info(dev.info, **tuning)

@@ -288,9 +288,9 @@ def test_chunk_plan():
     )  # 512 rows do not fit
     assert plan_chunks(1999, gpu, 10**6, 64, 21) == ((512, 512),) * 3 + ((512, 463),)
     # the GPU's default widths take a 2,000-token prompt as one padded 2048-row chunk, and 8,000
-    # tokens in whole 2048-row chunks first
+    # tokens as a whole 4096-row chunk and a padded one
     assert plan_chunks(1999, WIDTHS_GPU, 10**6, 64, 21) == ((2048, 1999),)
-    assert plan_chunks(8000, WIDTHS_GPU, 10**6, 64, 21)[:2] == ((2048, 2048),) * 2
+    assert plan_chunks(7999, WIDTHS_GPU, 10**6, 64, 21) == ((4096, 4096), (4096, 3903))
     assert plan_chunks(3, gpu, 10**6, 64, 21) == ()  # three decode steps
     assert plan_chunks(19, gpu, 10**6, 64, 21) == ((64, 19),)
     for n in range(0, 700, 7):

@@ -310,7 +310,15 @@ def test_coop_attention_choice(device):
     assert shape(gpu, "qwen3", dict(qwen3, head_dim=64, rows=512), True) == (2, 64)
     assert shape(gpu, "qwen3", dict(qwen3, rows=48), True) == (1, 64)  # 48 rows: 16-row blocks
     assert shape(gpu, "llama", dict(qwen3, n_heads=9, n_kv_heads=3, head_dim=64, rows=64), True) == (1, 64)
-    assert shape(gpu, "llama", dict(qwen3, n_kv_heads=16, rows=64), True) == (4, 32)  # MHA: 4 row blocks
+    # MHA: 8 row blocks aimed for, halved to keep the grid at COOP_ATTN_MIN_GROUPS workgroups
+    assert shape(gpu, "llama", dict(qwen3, n_kv_heads=16, rows=64), True) == (1, 64)
+    assert shape(gpu, "llama", dict(qwen3, n_kv_heads=16, rows=512), True) == (4, 32)
+    assert shape(gpu, "llama", dict(qwen3, n_kv_heads=16, rows=2048), True) == (8, 32)
+    # the 8B's heads (G = 4): 2 row blocks from 512 rows (128 workgroups), 1 below
+    llama8b = dict(qwen3, n_heads=32, n_kv_heads=8)
+    assert shape(gpu, "llama", dict(llama8b, rows=512), True) == (2, 32)
+    assert shape(gpu, "llama", dict(llama8b, rows=256), True) == (1, 32)
+    assert shape(gpu, "qwen3", dict(qwen3, rows=2048), True) == (4, 32)  # 256 workgroups
     assert shape(gpu, "llama", dict(qwen3, n_kv_heads=1, rows=64), True) == (1, 16)  # G = 16: 512 lanes
     assert shape(replace(gpu, max_invocations=256), "llama", dict(qwen3, n_kv_heads=1, rows=64), True) is None
     assert shape(gpu, "qwen3", dict(qwen3, rows=40), True) is None  # rows not whole 16-row blocks

@@ -39,7 +39,11 @@ from fusion.chunk import TOKENS, chunk_program
 # workgroups a 512-row chunk of Llama-3.2-1B, under two an SM) fills the GPU. H100, two rounds,
 # 2,000 / 8,000 tokens: Llama-3.2-1B F16 37.5 / 213.0 -> 29.6 / 184.7 ms, Llama-3.1-8B Q4_K_M
 # 214.9 / 1056 -> 192.9 / 970 (bench/results/nvidia-h100-80gb-hbm3/2026-12-07-wide-chunks)
-WIDTHS_GPU = (2048, 1024, 512, 256, 128, 64, 16, 4)
+# 4096 first since the seventeenth session: 8,000 tokens, two rounds each, the 8B 902.2 / 902.3 ->
+# 873.2 / 873.3 ms (847.5 / 847.6 -> 805.1 / 809.3 with the attention at 8 subgroups), the 1B
+# 185.5 / 183.8 -> 171.5 / 171.3, Qwen3-0.6B 210.8 / 211.5 -> 181.6
+# (bench/results/nvidia-h100-80gb-hbm3/2026-12-07-attn17, 2026-12-07-wide-chunks)
+WIDTHS_GPU = (4096, 2048, 1024, 512, 256, 128, 64, 16, 4)
 WIDTHS_CPU = (64, 32, 16)
 
 

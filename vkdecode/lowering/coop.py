@@ -172,7 +172,13 @@ def coop_shape(
 # (bench/results/nvidia-h100-80gb-hbm3/2026-12-07-gemma-coop)
 COOP_ATTN_AUTO_MAX_D = 256
 ATTN_KNOWN_ATTRS = {"n_heads", "n_kv_heads", "head_dim", "scale", "rows", "window"}
-COOP_ATTN_SUBGROUPS = 4  # subgroups per workgroup to aim for: 16-row blocks x the G heads of a kv head
+# subgroups per workgroup to aim for (16-row blocks x the G heads of a kv head), while the grid keeps
+# COOP_ATTN_MIN_GROUPS workgroups (an H100's SMs). H100, one layer of 2048 rows from position 5952,
+# scores in registers: the 8B's heads 2834 -> 1862 us at 8 against 4, Qwen3-0.6B's 1426 -> 979, the
+# 1B's 1446 -> 1328; at 512 rows the 8B 49.2 -> 42.2 us (128 workgroups) but Qwen3-0.6B 34.6 -> 43.4
+# (64) (bench/results/nvidia-h100-80gb-hbm3/2026-12-07-attn17)
+COOP_ATTN_SUBGROUPS = 8
+COOP_ATTN_MIN_GROUPS = 128
 COOP_ATTN_TILES = (64, 32, 16)  # keys per shared K/V tile, the largest that fits first
 
 
@@ -187,9 +193,10 @@ def coop_attention_shape(caps: KernelCaps, arch: str, attrs: dict, kv_f16: bool)
     head_dim <= COOP_ATTN_AUTO_MAX_D unless caps.attn_coop > 0 forces it, f16 caches (it reads them
     as f16 matrices), head_dim and chunk rows multiples of 16, and no attention
     attribute it does not implement. A workgroup is the G query heads of one kv head x RB row
-    blocks (a subgroup each; all share each K/V tile): RB = COOP_ATTN_SUBGROUPS (caps.attn_subgroups
-    where set) / G where that
-    divides the chunk, at least 1; then the widest tile that fits the shared memory."""
+    blocks (a subgroup each; all share each K/V tile): RB = COOP_ATTN_SUBGROUPS / G, halved until it
+    divides the chunk and the grid has COOP_ATTN_MIN_GROUPS workgroups (caps.attn_subgroups: that
+    many subgroups / G wherever it divides the chunk), at least 1; then the widest tile that fits
+    the shared memory."""
     d, rows = int(attrs["head_dim"]), int(attrs.get("rows", 1))
     if caps.attn_coop == 0 and d > COOP_ATTN_AUTO_MAX_D:
         return None
@@ -202,9 +209,12 @@ def coop_attention_shape(caps: KernelCaps, arch: str, attrs: dict, kv_f16: bool)
         or set(attrs) - ATTN_KNOWN_ATTRS
     ):
         return None
-    g = int(attrs["n_heads"]) // int(attrs["n_kv_heads"])
+    kvh = int(attrs["n_kv_heads"])
+    g = int(attrs["n_heads"]) // kvh
     rb = max(1, (caps.attn_subgroups or COOP_ATTN_SUBGROUPS) // g)
-    while rb > 1 and rows % (16 * rb):
+    while rb > 1 and (
+        rows % (16 * rb) or (not caps.attn_subgroups and kvh * rows // (16 * rb) < COOP_ATTN_MIN_GROUPS)
+    ):
         rb //= 2
     if COOP_LANES * g * rb > caps.max_invocations:
         return None
