@@ -1101,6 +1101,17 @@ final17)
         rm -f "$f"
     done
     ;;
+decode17)
+    # decode (batch 1) beside llama.cpp on the same file: `decode17 SHAPE QUANT`, vkdecode bench's
+    # fused mode (3 reps) and llama-server's predicted_per_second (16-token prompt, 128 tokens)
+    llama_server
+    f=$(shape_file "$2" "$3")
+    python -m vkdecode bench --model "$f" --modes fused --reps 3 --json "$OUT/decode-$2.json" 2>&1 | tail -4 || true
+    python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 16 --decode 128 --reps 3 \
+        --out "$OUT/llama-decode-$2.json" | tail -2
+    grep -h "offloaded" "$OUT/llama-decode-$2.json.log" || true
+    rm -f "$f"
+    ;;
 prof17)
     # the 8B's 512-row chunk by kernel, on the whole model (bench.shape_gguf's file) and on its
     # first 2 layers (random_model): a 512-token prompt's time, where it goes

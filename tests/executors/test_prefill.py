@@ -337,3 +337,32 @@ def test_prefill_gemma3_window_and_k_quants(device, models_dir):
         with Decoder(make_executor("fused", device, m.program, m.weights, caps=exact(device))) as dec:
             dec.set_prefill((16, 5))
             check_against(dec, toks, *want, what=str(src), tol=KQUANT_TOL if src != hf else None)
+
+
+def test_widest_chunk_dropped_when_out_of_memory(device, tiny, monkeypatch):
+    """The device's default widths: a widest chunk whose buffers fail to allocate is left out with
+    a warning, and the prompt runs on the narrower ones as exactly; widths named by the caller
+    are refused instead (the allocation error, with its sizes)."""
+    from vkdecode.errors import DeviceMemoryError
+    from vkdecode.executors import prefill as prefill_mod
+
+    real = prefill_mod.chunk_executor
+
+    def tight(mode, dev, prog, caps, share):  # a device whose memory holds 16-row chunks at most
+        if prog.meta["chunk_rows"] > 16:
+            raise DeviceMemoryError(f"out of device memory: {prog.meta['chunk_rows']}-row chunk (test)")
+        return real(mode, dev, prog, caps, share)
+
+    monkeypatch.setattr(prefill_mod, "chunk_executor", tight)
+    monkeypatch.setattr(prefill_mod, "default_widths", lambda device: (32, 16, 8))  # ctx 48
+    m = tiny["qwen3"]
+    toks = prompt(40, seed=5)
+    want = reference_path(m, toks)
+    with Decoder(make_executor("fused", device, m.program, m.weights, caps=exact(device))) as dec:
+        with pytest.warns(UserWarning, match="prompt chunks of 32 rows left out: out of device memory"):
+            dec.set_prefill()
+        assert dec.prefill.widths == (16, 8) and dec.prefill.dropped == (32,)
+        check_against(dec, toks, *want, what="32 rows dropped")
+        assert [c.width for c in dec.prefill.chunks] == [16, 16]  # 39 tokens: the last 7 as steps
+        with pytest.raises(DeviceMemoryError, match="32-row chunk"):
+            dec.set_prefill((32, 16))

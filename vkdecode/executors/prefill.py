@@ -19,9 +19,11 @@ activation memory is that of the widest chunk only.
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import NamedTuple
 
 from fusion.chunk import TOKENS, chunk_program
+from vkdecode.errors import DeviceMemoryError
 
 # widths by device kind. A CPU (lavapipe) gains little past 32-64 rows, and since its decode step
 # got CPU launch shapes (67 ms a token, SmolLM2 Q4_1) a 2-row chunk (~250 ms) loses to two steps:
@@ -139,23 +141,41 @@ def chunk_executor(mode: str, device, program, caps, share, profile: bool = Fals
 
 
 class Prefill:
+    """The prompt chunks of one decode executor. With the device's default widths, a widest width
+    whose buffers do not fit the device memory is left out (`dropped`, and a warning): an 8B's
+    4096-row chunk holds ~240 MiB of activations, which a GPU that just fits the weights and the KV
+    cache may not have. Widths the caller names are built or refused, never dropped."""
+
     def __init__(self, decode_ex, widths=None):
         self.decode = decode_ex
         ws = widths if widths is not None else default_widths(decode_ex.device)
         self.widths = tuple(sorted({int(w) for w in ws if 1 <= int(w) <= decode_ex.ctx}, reverse=True))
         self.runners: dict[int, object] = {}
-        share = [decode_ex.plan]
-        try:
-            for w in self.widths:
-                prog = chunk_program(decode_ex.program, w, "kv")
-                ex = chunk_executor(decode_ex.mode, decode_ex.device, prog, decode_ex.caps, share)
-                self.runners[w] = ex
-                if len(share) == 1:
-                    share = [decode_ex.plan, ex.plan]  # the widest chunk's activations for the rest
-        except BaseException:
-            self.close()
-            raise
+        self.dropped: tuple[int, ...] = ()
+        while True:
+            try:
+                self._build()
+                break
+            except DeviceMemoryError as e:
+                self.close()
+                if widths is not None or len(self.widths) < 2:
+                    raise
+                self.dropped += self.widths[:1]
+                self.widths = self.widths[1:]
+                warnings.warn(f"prompt chunks of {self.dropped[-1]} rows left out: {e}", stacklevel=2)
+            except BaseException:
+                self.close()
+                raise
         self.chunks: list[ChunkRun] = []  # every chunk run since the caller last cleared it
+
+    def _build(self) -> None:
+        share = [self.decode.plan]
+        for w in self.widths:
+            prog = chunk_program(self.decode.program, w, "kv")
+            ex = chunk_executor(self.decode.mode, self.decode.device, prog, self.decode.caps, share)
+            self.runners[w] = ex
+            if len(share) == 1:
+                share = [self.decode.plan, ex.plan]  # the widest chunk's activations for the rest
 
     def plan(self, n: int, pos0: int) -> list[tuple[int, int]]:
         """(width, tokens) of the chunks that cover a prefix of n prompt tokens from pos0."""
