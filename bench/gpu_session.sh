@@ -1044,7 +1044,7 @@ long17)
             for v in "--widths auto" "--widths $w4k" "--widths auto --caps attn_subgroups=8" \
                 "--widths $w4k --caps attn_subgroups=8"; do
                 { python -m bench.prefill --model "$f" --lengths 512 2000 8000 --modes fused --token-path-max 0 \
-                    --ctx 8192 --reps 2 $v --out "$OUT/l17-$1-$(echo "${v#--widths }" | tr -c 'a-z0-9' _ | cut -c1-32)-r$r.json" \
+                    --ctx 8192 --reps 2 $v --out "$OUT/l17-$1-$(echo "${v#--widths }" | sed "s/$w4k/w4k/" | tr -c 'a-z0-9' _)-r$r.json" \
                     2>&1 || true; } | { grep -o "tokens: TTFT *[0-9.]* ms" || true; } | tr '\n' ' '
                 echo " $1 $v"
             done
