@@ -41,6 +41,7 @@
 #   bash bench/gpu_session.sh attn17    # the chunk attention's variants at long contexts; the 8B's 512-row chunk by kernel
 #   bash bench/gpu_session.sh final17 SHAPE:QUANT:OLD ... # prompts vs llama.cpp, defaults vs the 16th session's
 #   bash bench/gpu_session.sh prof17    # the 8B's 512-row chunk by kernel: whole model and 2 layers
+#   bash bench/gpu_session.sh spec17 GGUF # speculative decode: draftless turns one step vs bursts (no_draft_burst)
 #   bash bench/gpu_session.sh followup  # attnfuse, batch8b4, then suite: the sixth session's open measurements
 #   bash bench/gpu_session.sh batchfuse # batched steps with the residual add + norm fused vs apart (Qwen3-0.6B, 8B)
 #   bash bench/gpu_session.sh coop2     # VK_NV_cooperative_matrix2's matmul rate (glslang 15 from Debian 13)
@@ -1152,6 +1153,12 @@ head)
     ;;
 spec)
     python -m bench.speculative --model "${2:?the GGUF}" --k 4 8 --reps 3 --out "$OUT/speculative.json"
+    ;;
+spec17)
+    # speculative decode where no draft is found: one waited-for step (the default) against bursts
+    # of up to 8 plain steps back to back (no_draft_burst), K = 8, both policies, one process
+    python -m bench.speculative --model "${2:?the GGUF (SmolLM2-135M-Instruct Q4_1)}" --k 8 --reps 3 \
+        --no-draft-burst 0 8 --out "$OUT/speculative17.json" 2>&1 | grep "burst" || true
     ;;
 *)
     echo "usage: bash bench/gpu_session.sh decode|prefill|fold|kquant|head|spec GGUF" >&2

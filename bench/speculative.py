@@ -73,6 +73,14 @@ def main(argv=None) -> int:
     ap.add_argument("--shape", default=None, choices=sorted(bench.SHAPES))
     ap.add_argument("--quant", default="q4_1")
     ap.add_argument("--k", type=int, nargs="+", default=[4, 8])
+    ap.add_argument(
+        "--no-draft-burst",
+        type=int,
+        nargs="+",
+        default=[0],
+        help="plain steps back to back at most where no draft is found (0: the default; "
+        "several: each measured, keys -bN)",
+    )
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
@@ -119,28 +127,28 @@ def main(argv=None) -> int:
                 run_once(dec, ids, min(8, a.tokens), False)  # warm-up (pipelines, driver JIT)
                 plain = [run_once(dec, ids, a.tokens, False) for _ in range(a.reps)]
                 r = {"prompt_tokens": len(ids), "plain_tok_s": statistics.median(s for _, s in plain)}
-                for k in a.k:
+                runs = [(k, p, b) for k in a.k for p in ("always", "cost") for b in a.no_draft_burst]
+                for k, policy, burst in runs:
                     # always: every draft checked (the acceptance figures); cost: checked while
                     # checking pays (VerifyPolicy, what `vkdecode run --speculative` does)
-                    for policy in ("always", "cost"):
-                        key = f"k{k}" if policy == "always" else f"k{k}-cost"
-                        dec.set_speculative(k, always_verify=policy == "always")
-                        run_once(dec, ids, min(8, a.tokens), True)
-                        dec.speculative.stats = type(dec.speculative.stats)()
-                        sp = [run_once(dec, ids, a.tokens, True) for _ in range(a.reps)]
-                        st = dec.speculative.stats.as_dict()
-                        r[key] = dict(
-                            st,
-                            tok_s=statistics.median(s for _, s in sp),
-                            identical=all(t == plain[0][0] for t, _ in sp),
-                        )
-                        r[key]["speedup"] = r[key]["tok_s"] / r["plain_tok_s"]
-                        log(
-                            f"{task:10s} K={k} {policy:6s}: plain {r['plain_tok_s']:7.1f} tok/s, speculative "
-                            f"{r[key]['tok_s']:7.1f} tok/s (x{r[key]['speedup']:.2f}), acceptance "
-                            f"{100 * st['acceptance_rate']:.0f}%, {st['tokens_per_verify']:.2f} tokens/verify, "
-                            f"{st['declined']} drafts declined, identical {r[key]['identical']}"
-                        )
+                    key = (f"k{k}" if policy == "always" else f"k{k}-cost") + (f"-b{burst}" if burst else "")
+                    dec.set_speculative(k, always_verify=policy == "always", no_draft_burst=burst)
+                    run_once(dec, ids, min(8, a.tokens), True)
+                    dec.speculative.stats = type(dec.speculative.stats)()
+                    sp = [run_once(dec, ids, a.tokens, True) for _ in range(a.reps)]
+                    st = dec.speculative.stats.as_dict()
+                    r[key] = dict(
+                        st,
+                        tok_s=statistics.median(s for _, s in sp),
+                        identical=all(t == plain[0][0] for t, _ in sp),
+                    )
+                    r[key]["speedup"] = r[key]["tok_s"] / r["plain_tok_s"]
+                    log(
+                        f"{task:10s} K={k} {policy:6s} burst {burst}: plain {r['plain_tok_s']:7.1f} tok/s, speculative "
+                        f"{r[key]['tok_s']:7.1f} tok/s (x{r[key]['speedup']:.2f}), acceptance "
+                        f"{100 * st['acceptance_rate']:.0f}%, {st['tokens_per_verify']:.2f} tokens/verify, "
+                        f"{st['declined']} drafts declined, identical {r[key]['identical']}"
+                    )
                 out["results"][task] = r
         finally:
             dec.close()

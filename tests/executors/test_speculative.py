@@ -189,6 +189,36 @@ def test_declined_drafts_run_plain_bursts(device, tiny, mode):
     assert st.declined < pol.declined <= n - 1
 
 
+@pytest.mark.parametrize("mode", ["unfused", "fused"])
+def test_no_draft_turns_run_growing_bursts(device, tiny, mode):
+    """no_draft_burst: where no draft is found, plain steps run back to back in bursts of 2, 4, ..
+    up to the cap (the executor's pipelined decode), one again after a draft; every draft found is
+    checked as before, and the output stays the plain one."""
+    n = 48
+    with Decoder(make_executor(mode, device, tiny.program, tiny.weights)) as dec:
+        dec.set_prefill((8,))
+        ex = dec.executor
+        for name, toks in prompts().items():
+            plain = plain_tokens(dec, toks, n)
+            dec.set_speculative(4, always_verify=True, no_draft_burst=8)
+            asked: list[int] = []
+            decode = ex.decode
+            ex.decode = lambda token, pos, steps, asked=asked, decode=decode: (
+                asked.append(steps),
+                decode(token, pos, steps),
+            )[1]
+            try:
+                assert spec_tokens(dec, toks, n) == plain, name
+            finally:
+                del ex.decode  # the class's method again
+            st = dec.speculative.stats
+            assert st.emitted == n - 1 and st.declined == 0
+            # powers of two up to 8 (the last one cut to the tokens left)
+            assert all(1 < b <= 8 and b & (b - 1) == 0 for b in asked[:-1]) and asked[-1:] <= [8], asked
+            if name == "short":  # three tokens: no draft until the model loops
+                assert asked and asked[0] == 2, asked
+
+
 def test_speculative_refuses_sampling(device, models_dir):
     m = load_model(tiny_hf_model("llama", models_dir), ctx=32, sampling=True)
     with (

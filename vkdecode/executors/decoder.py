@@ -66,15 +66,16 @@ class Decoder:
             self.prefill = None
         self.prefill = Prefill(self.executor, widths)
 
-    def set_speculative(self, k: int, always_verify: bool = False) -> None:
+    def set_speculative(self, k: int, always_verify: bool = False, no_draft_burst: int = 0) -> None:
         """(Re)build the verify step of K drafts. always_verify checks every draft found, paying or
-        not (tests; bench/speculative.py's acceptance figures)."""
+        not (tests; bench/speculative.py's acceptance figures); no_draft_burst: plain steps run
+        back to back at most where no draft is found (0: speculative.NO_DRAFT_BURST)."""
         from vkdecode.executors.speculative import Speculative
 
         if self.speculative is not None:
             self.speculative.close()
             self.speculative = None
-        self.speculative = Speculative(self.executor, k, always_verify, self.prefill)
+        self.speculative = Speculative(self.executor, k, always_verify, self.prefill, no_draft_burst)
 
     @property
     def ctx(self) -> int:
