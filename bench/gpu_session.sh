@@ -1155,10 +1155,11 @@ spec)
     python -m bench.speculative --model "${2:?the GGUF}" --k 4 8 --reps 3 --out "$OUT/speculative.json"
     ;;
 spec17)
-    # speculative decode where no draft is found: one waited-for step (the default) against bursts
-    # of up to 8 plain steps back to back (no_draft_burst), K = 8, both policies, one process
+    # speculative decode where no draft is found: one waited-for step (as before 2026-12-07) against
+    # bursts of up to 8 plain steps back to back (no_draft_burst, the default), K = 8, both
+    # policies, one process
     python -m bench.speculative --model "${2:?the GGUF (SmolLM2-135M-Instruct Q4_1)}" --k 8 --reps 3 \
-        --no-draft-burst 0 8 --out "$OUT/speculative17.json" 2>&1 | grep "burst" || true
+        --no-draft-burst 1 8 --out "$OUT/speculative17.json" 2>&1 | grep "burst" || true
     ;;
 *)
     echo "usage: bash bench/gpu_session.sh decode|prefill|fold|kquant|head|spec GGUF" >&2
