@@ -49,6 +49,18 @@ Mixture of experts (shape-generic: a prompt chunk's T rows are just more rows / 
              (gpt-oss's per-expert biases)
   swiglu_clamp (g[n], u[n])                             -> y[n]      attrs alpha, limit: gpt-oss's
              GLU, c = min(g, limit): y = c * sigmoid(alpha * c) * (clamp(u, -limit, limit) + 1)
+Linear attention (Qwen3.5's Gated DeltaNet layers; recurrent state values updated in place, read
+as zeros at step.pos 0, so a sequence restarting at position 0 needs no clearing):
+  conv1d_step (x[C], w[C*K] weight, step)               -> y[C], hist[(K-1)*C] state   attr kernel K:
+             u_p = the x of position p (u_p = 0 for p < 0), hist row p % (K-1) holds u_p;
+             y_c = silu(sum_j w[c*K + j] * u_{pos-K+1+j, c}), j = 0..K-1; then hist row pos % (K-1) := x
+  gated_delta_step (qkv[2*Hk*dk + Hv*dv], a[Hv], b[Hv], a_log[Hv] weight, dt_bias[Hv] weight, step)
+             -> o[Hv*dv], s[Hv*dk*dv] state   attrs n_k_heads Hk, n_v_heads Hv, k_dim dk, v_dim dv:
+             q, k, v = qkv's three parts; v-head h reads q/k head h // (Hv / Hk); q_h, k_h scaled by
+             rsqrt(sum of squares + 1e-6), q_h also by dk ** -0.5; beta = sigmoid(b_h), g = -exp(a_log_h)
+             * softplus(a_h + dt_bias_h) (softplus(x) = x above 20); S_h (dk x dv, s's h-th block,
+             row-major) = (0 at pos 0, else S_h) * exp(g); S_h += k_h (v_h - S_h^T k_h)^T beta;
+             o_h = S_h^T q_h
 """
 
 from __future__ import annotations

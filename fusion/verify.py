@@ -22,6 +22,8 @@ ARITY = {  # kind -> (number of inputs, number of outputs)
     "sigmoid_scale": (2, 1),
     "swiglu_clamp": (2, 1),
     "moe_bias": (3, 1),
+    "conv1d_step": (3, 2),
+    "gated_delta_step": (6, 2),
 }
 # kind -> trailing inputs an op may leave out: attention's sinks (gpt-oss), see fusion/ir.py
 OPTIONAL_INPUTS = {"attention": 1}
@@ -154,7 +156,9 @@ def _check_shapes(p, op, fail) -> None:
         need(outs[0].shape == (r * h * d,), f"output {outs[0].shape} != ({r * h * d},)")
         need("scale" in a, "missing attr scale")
         need(int(a.get("window", 0)) >= 0, f"window {a.get('window')} must be >= 0")
-    if k == "swiglu_clamp":
+    if k in ("conv1d_step", "gated_delta_step"):
+        _check_linear(op, ins, outs, need)
+    elif k == "swiglu_clamp":
         need(float(a.get("limit", 0)) > 0 and "alpha" in a, "needs attrs alpha and a positive limit")
     elif k == "sigmoid_scale":
         g, y = ins
@@ -164,6 +168,38 @@ def _check_shapes(p, op, fail) -> None:
     elif k in ("argmax", "sample"):
         need(outs[0].shape == (r,) and outs[0].dtype == "u32", f"output must be u32[{r}]")
         need(ins[0].numel % r == 0, f"{ins[0].name} {ins[0].shape} is not {r} rows")
+
+
+def _check_linear(op, ins, outs, need) -> None:
+    """Qwen3.5's linear-attention ops (fusion/ir.py): f32 activations and recurrent state."""
+    a = op.attrs
+    state = outs[1]
+    need(state.kind == "state" and state.dtype == "f32", f"{state.name} must be an f32 state value")
+    need(int(a.get("rows", 1)) == 1, "one row a step (prompt chunks run token by token)")
+    if op.kind == "conv1d_step":
+        x, w, _ = ins
+        kk = int(a.get("kernel", 0))
+        need(kk >= 2, f"kernel {kk} must be at least 2")
+        need(
+            w.kind == "weight" and w.shape == (x.numel * kk,),
+            f"weight {w.name} {w.shape} != ({x.numel * kk},)",
+        )
+        need(
+            outs[0].shape == x.shape and state.shape == ((kk - 1) * x.numel,),
+            f"shapes {outs[0].shape} {state.shape}",
+        )
+        return
+    hk, hv, dk, dv = (int(a.get(n, 0)) for n in ("n_k_heads", "n_v_heads", "k_dim", "v_dim"))
+    need(min(hk, hv, dk, dv) > 0 and hv % hk == 0, f"heads {hk} / {hv} x dims {dk} / {dv}")
+    qkv, ga, gb, alog, dtb = ins[:5]
+    need(qkv.shape == (2 * hk * dk + hv * dv,), f"qkv {qkv.shape} != ({2 * hk * dk + hv * dv},)")
+    for v in (ga, gb, alog, dtb):
+        need(v.shape == (hv,), f"{v.name} {v.shape} != ({hv},)")
+    need(alog.kind == "weight" and dtb.kind == "weight", "a_log and dt_bias must be weights")
+    need(
+        outs[0].shape == (hv * dv,) and state.shape == (hv * dk * dv,),
+        f"shapes {outs[0].shape} {state.shape}",
+    )
 
 
 def _check_moe(op, ins, outs, need) -> None:

@@ -254,3 +254,76 @@ def test_smollm2_answers_paris():
         pos += 1
     assert tok.id_to_token(nxt) == "<|im_end|>"
     assert text_out + stream.flush() == "The capital of France is Paris."
+
+
+def _linear_attention_program(c, kk, hk, hv, dk, dv) -> Program:
+    p = Program("linear")
+    p.value("x", (c,), "f32", "state")  # inputs the test writes (no op produces them)
+    p.value("cw", (c * kk,), "f32", "weight")
+    p.value("step", (8,), "u32", "step")
+    p.value("y", (c,), "f32", "activation")
+    p.value("hist", ((kk - 1) * c,), "f32", "state")
+    p.op("conv1d_step", ["x", "cw", "step"], ["y", "hist"], kernel=kk)
+    for n in ("ga", "gb"):
+        p.value(n, (hv,), "f32", "state")
+    p.value("a_log", (hv,), "f32", "weight")
+    p.value("dt_bias", (hv,), "f32", "weight")
+    p.value("o", (hv * dv,), "f32", "output")
+    p.value("s", (hv * dk * dv,), "f32", "state")
+    p.op(
+        "gated_delta_step",
+        ["y", "ga", "gb", "a_log", "dt_bias", "step"],
+        ["o", "s"],
+        n_k_heads=hk,
+        n_v_heads=hv,
+        k_dim=dk,
+        v_dim=dv,
+    )
+    return p.verify()
+
+
+@pytest.mark.parametrize("hk,hv", [(2, 4), (2, 2)])
+def test_linear_attention_matches_transformers(hk, hv):
+    """Qwen3.5's Gated DeltaNet step by step (conv1d_step then gated_delta_step, float64) against
+    transformers' own torch forms over the whole sequence: causal_conv1d_fn with SiLU, and the gated
+    delta rule both recurrent and chunked (l2-normed q and k, grouped value heads). A sequence
+    restarting at position 0 gives the same outputs again (the states read as zeros there)."""
+    torch = pytest.importorskip("torch")
+    q35 = pytest.importorskip("transformers.models.qwen3_5.modeling_qwen3_5")
+    kk, dk, dv, t = 4, 8, 6, 11
+    c = 2 * hk * dk + hv * dv
+    rng = np.random.default_rng(3)
+    xs = rng.standard_normal((t, c))
+    cw = rng.standard_normal((c, kk)) * 0.5
+    ga, gb = rng.standard_normal((t, hv)) * 2, rng.standard_normal((t, hv))
+    ga[0, 0] = 25.0  # softplus's linear branch (above 20)
+    a_log, dt_bias = rng.uniform(-1, 1, hv), rng.uniform(-1, 1, hv)
+    p = _linear_attention_program(c, kk, hk, hv, dk, dv)
+    ref = Reference(p, {"cw": cw.reshape(-1), "a_log": a_log, "dt_bias": dt_bias}, dtype=np.float64)
+
+    def run():
+        ys, os_ = [], []
+        for i in range(t):
+            env = {**ref.weights, **ref.state, "step": make_step(0, i), "x": xs[i], "ga": ga[i], "gb": gb[i]}
+            for op in p.ops:
+                env.update(run_op(op, p, env, np.float64))
+            ys.append(env["y"])
+            os_.append(env["o"])
+        return np.stack(ys), np.stack(os_)
+
+    ys, outs = run()
+    conv = q35.causal_conv1d_fn(torch.tensor(xs.T[None]), torch.tensor(cw), None, activation="silu")
+    np.testing.assert_allclose(ys, conv[0].numpy().T, rtol=1e-10, atol=1e-12)
+    y = torch.tensor(ys[None])
+    q = y[..., : hk * dk].reshape(1, t, hk, dk)
+    k = y[..., hk * dk : 2 * hk * dk].reshape(1, t, hk, dk)
+    v = y[..., 2 * hk * dk :].reshape(1, t, hv, dv)
+    g = -torch.tensor(a_log).exp() * torch.nn.functional.softplus(torch.tensor(ga) + torch.tensor(dt_bias))
+    beta = torch.tensor(gb).sigmoid()
+    for rule in (q35.torch_recurrent_gated_delta_rule, q35.torch_chunk_gated_delta_rule):
+        # transformers' rules compute in float32 whatever their inputs
+        want, _ = rule(q, k, v, g=g[None], beta=beta[None], use_qk_l2norm_in_kernel=True)
+        want = want[0].numpy().reshape(t, -1)
+        assert np.abs(outs - want).max() <= 2e-6 * np.abs(want).max(), rule.__name__
+    again = run()  # a new sequence from position 0 over the same states: nothing of the first leaks
+    np.testing.assert_array_equal(again[1], outs)

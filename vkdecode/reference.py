@@ -60,6 +60,48 @@ def _attention(q, kc, vc, pos: int, a: dict, dtype, sinks=None) -> np.ndarray:
     return np.einsum("kgn,nkd->kgd", e / den, v).reshape(-1)
 
 
+def _linear_attention(op: Op, program: Program, env: dict, ins: list, dt) -> list:
+    """conv1d_step / gated_delta_step (fusion/ir.py): their state (env's, by output name) is read
+    as zeros at position 0 and updated in place."""
+    a = op.attrs
+    name = op.outputs[1]
+    state = env.get(name)
+    if state is None:
+        state = np.zeros(program.values[name].shape, dtype=dt)
+    step = ins[-1]
+    pos = int(step[STEP_POS])
+    if op.kind == "conv1d_step":
+        x, w = ins[0], ins[1]
+        kk, c = int(a["kernel"]), x.size
+        hist = state.reshape(kk - 1, c)
+        u = [hist[p % (kk - 1)] if p >= 0 else np.zeros(c, dt) for p in range(pos - kk + 1, pos)] + [x]
+        acc = (w.reshape(c, kk) * np.stack(u, axis=1)).sum(axis=1)
+        hist[pos % (kk - 1)] = x
+        return [acc / (dt(1) + np.exp(-acc)), state]
+    hk, hv, dk, dv = (int(a[n]) for n in ("n_k_heads", "n_v_heads", "k_dim", "v_dim"))
+    qkv, ga, gb, a_log, dt_bias = ins[:5]
+    q = qkv[: hk * dk].reshape(hk, dk)
+    k = qkv[hk * dk : 2 * hk * dk].reshape(hk, dk)
+    v = qkv[2 * hk * dk :].reshape(hv, dv)
+    q = q / np.sqrt((q * q).sum(axis=1, keepdims=True) + dt(1e-6)) / np.sqrt(dt(dk))
+    k = k / np.sqrt((k * k).sum(axis=1, keepdims=True) + dt(1e-6))
+    x = ga + dt_bias
+    sp = np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20))))
+    decay = np.exp(-np.exp(a_log) * sp)
+    beta = dt(1) / (dt(1) + np.exp(-gb))
+    s = state.reshape(hv, dk, dv)
+    if pos == 0:
+        s[:] = 0
+    out = np.empty((hv, dv), dt)
+    for h in range(hv):
+        kh, qh = k[h // (hv // hk)], q[h // (hv // hk)]
+        s[h] *= decay[h]
+        delta = (v[h] - kh @ s[h]) * beta[h]
+        s[h] += np.outer(kh, delta)
+        out[h] = qh @ s[h]
+    return [out.reshape(-1), state]
+
+
 def _moe(op: Op, program: Program, ins: list, dt) -> list:
     """The mixture-of-experts ops (fusion/ir.py): router top-k, expert matvecs, weighted sum."""
     if op.kind == "moe_topk":
@@ -191,6 +233,8 @@ def run_op(op: Op, program: Program, env: dict, dtype=np.float32) -> dict[str, n
         out = [np.array([np.argmax(ins[0])], dtype=np.uint32)]
     elif k.startswith("moe_") or k == "sigmoid_scale":
         out = _moe(op, program, ins, dt)
+    elif k in ("conv1d_step", "gated_delta_step"):
+        out = _linear_attention(op, program, env, ins, dt)
     elif k == "sample":
         from vkdecode.sampling import sample_logits
 
@@ -229,7 +273,8 @@ class Reference:
         self.values = {}
 
     def step(self, token: int, pos: int) -> dict[str, np.ndarray]:
-        ctx = next(iter(self.state.values())).shape[0] if self.state else None
+        # the KV caches' rows (2-D states; the recurrent ones of linear attention are 1-D)
+        ctx = next((s.shape[0] for s in self.state.values() if s.ndim == 2), None)
         if ctx is not None and not 0 <= pos < ctx:
             from vkdecode.errors import ContextError
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 
 from fusion.ir import Op, Program
-from vkdecode.lowering import moe
+from vkdecode.lowering import linear_attention, moe
 from vkdecode.lowering.calls import (
     AttnGrid,
     Binding,
@@ -294,6 +294,8 @@ BUILDERS = {
     "sigmoid_scale": moe.sigmoid_scale,
     "moe_bias": moe.moe_bias,
     "swiglu_clamp": moe.swiglu_clamp,
+    "conv1d_step": linear_attention.conv1d_step,
+    "gated_delta_step": linear_attention.gated_delta_step,
 }
 
 

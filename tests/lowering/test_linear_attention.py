@@ -1,0 +1,83 @@
+"""Qwen3.5's linear-attention kernels (conv1d_step, gated_delta_step) against the float64
+reference, state included: from a filled state at a later position, and at position 0 over a
+state of NaNs (an earlier sequence's, which must read as zeros)."""
+
+import numpy as np
+import pytest
+
+from tests.lowering.kernel_harness import caps_of, nmse, one_op, run_and_reference, step
+from vkdecode.quant import PackedWeight
+
+LIMIT = 1e-10  # f32 sums against float64: nmse
+
+
+def f32(a) -> np.ndarray:
+    return np.asarray(a, np.float32)
+
+
+@pytest.mark.parametrize("c,k,pos", [(40, 4, 0), (40, 4, 1), (300, 4, 9), (33, 3, 5)])
+def test_conv1d_step(device, c, k, pos):
+    rng = np.random.default_rng(c + k + pos)
+    p = one_op(
+        "conv1d_step",
+        {"x": ((c,), "f32", "activation"), "w": ((c * k,), "f32", "weight"), "step": ((8,), "u32", "step")},
+        {"y": ((c,), "f32", "output"), "hist": (((k - 1) * c,), "f32", "state")},
+        kernel=k,
+    )
+    hist = rng.standard_normal((k - 1) * c)
+    if pos == 0:
+        hist[:] = np.nan  # nothing before position 0 is read
+    env = {
+        "x": f32(rng.standard_normal(c)),
+        "w": PackedWeight("f32", (c * k,), {"data": f32(rng.standard_normal(c * k))}),
+        "step": step(0, pos),
+        "hist": f32(hist),
+    }
+    got, want = run_and_reference(device, p, env, caps_of(device))
+    assert nmse(got["y"], want["y"]) <= LIMIT
+    rows = got["hist"].reshape(k - 1, c)
+    np.testing.assert_array_equal(rows[pos % (k - 1)], env["x"])  # the new input over the oldest
+    keep = [r for r in range(k - 1) if r != pos % (k - 1)]
+    np.testing.assert_array_equal(rows[keep], env["hist"].reshape(k - 1, c)[keep])
+
+
+@pytest.mark.parametrize(
+    "hk,hv,dk,dv,pos",
+    [(2, 4, 16, 16, 3), (2, 4, 16, 16, 0), (1, 1, 128, 128, 7), (2, 6, 32, 24, 1), (4, 8, 128, 200, 2)],
+)
+def test_gated_delta_step(device, hk, hv, dk, dv, pos):
+    rng = np.random.default_rng(hk * hv + dk + dv + pos)
+    c = 2 * hk * dk + hv * dv
+    p = one_op(
+        "gated_delta_step",
+        {
+            "qkv": ((c,), "f32", "activation"),
+            "ga": ((hv,), "f32", "activation"),
+            "gb": ((hv,), "f32", "activation"),
+            "a_log": ((hv,), "f32", "weight"),
+            "dt_bias": ((hv,), "f32", "weight"),
+            "step": ((8,), "u32", "step"),
+        },
+        {"o": ((hv * dv,), "f32", "output"), "s": ((hv * dk * dv,), "f32", "state")},
+        n_k_heads=hk,
+        n_v_heads=hv,
+        k_dim=dk,
+        v_dim=dv,
+    )
+    s = rng.standard_normal(hv * dk * dv) * 0.3
+    if pos == 0:
+        s[:] = np.nan
+    ga = rng.standard_normal(hv) * 3
+    ga[0] = 30.0  # softplus's linear branch
+    env = {
+        "qkv": f32(rng.standard_normal(c)),
+        "ga": f32(ga),
+        "gb": f32(rng.standard_normal(hv)),
+        "a_log": PackedWeight("f32", (hv,), {"data": f32(rng.uniform(-1, 1, hv))}),
+        "dt_bias": PackedWeight("f32", (hv,), {"data": f32(rng.uniform(-1, 1, hv))}),
+        "step": step(0, pos),
+        "s": f32(s),
+    }
+    got, want = run_and_reference(device, p, env, caps_of(device))
+    assert nmse(got["o"], want["o"]) <= LIMIT
+    assert nmse(got["s"], want["s"]) <= LIMIT
