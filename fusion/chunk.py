@@ -32,6 +32,14 @@ ROW_KINDS = {"embed", "matmul", "rope", "kv_write", "attention", "argmax"}
 FLAT_KINDS = {"rms_norm", "silu_mul", "gelu_mul", "add", "moe_topk", "moe_matmul", "moe_sum", "sigmoid_scale"}
 FLAT_KINDS |= {"moe_bias", "swiglu_clamp"}  # gpt-oss's expert biases and GLU
 TOKENS = "chunk_tokens"
+# ops that carry a recurrent state from one position to the next (Qwen3.5's linear attention): a
+# chunk, a batched step or a verify step would need their own forms (rows in order, a state per
+# slot, a state to rewind), none of which exists yet
+RECURRENT_KINDS = {"conv1d_step", "gated_delta_step"}
+
+
+def has_recurrent_state(program: Program) -> bool:
+    return any(op.kind in RECURRENT_KINDS for op in program.ops)
 
 
 class ChunkError(ValueError):
@@ -43,6 +51,8 @@ def chunk_program(decode: Program, rows: int, tail: str = "kv") -> Program:
         raise ChunkError(f"chunk width must be >= 1, not {rows}")
     if tail not in ("kv", "all"):
         raise ChunkError(f"tail must be 'kv' or 'all', not {tail!r}")
+    if has_recurrent_state(decode):  # even where the tail would drop them (a last linear layer)
+        raise ChunkError("linear-attention layers (recurrent state) have no prompt-chunk form")
     ops = _live_ops(decode, tail)
     p = Program(f"{decode.name}_chunk{rows}_{tail}")
     p.meta.update(decode.meta, chunk_rows=rows, chunk_tail=tail)

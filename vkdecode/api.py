@@ -49,6 +49,9 @@ class Model:
         except BaseException:
             self.close()
             raise
+        from fusion.chunk import has_recurrent_state
+
+        self.kv.rewindable = not has_recurrent_state(self.loaded.program)
         self.load_s = time.perf_counter() - t0
 
     @property

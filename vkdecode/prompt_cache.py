@@ -15,10 +15,16 @@ from __future__ import annotations
 class KVPrefix:
     def __init__(self):
         self.ids: list[int] = []  # ids[p] is the token whose K/V row p holds
+        # False for a model with a recurrent state (Qwen3.5's linear attention): it holds every
+        # token that went through a step, pipelined steps past the stop included, and cannot be
+        # rewound to a shorter prefix, so nothing is reused (a prompt restarts at position 0)
+        self.rewindable = True
 
     def reusable(self, prompt_ids: list[int]) -> int:
         """Leading prompt tokens whose K/V rows are already there. At least one prompt token is
         always left to run: the step of the last prompt token produces the first new token."""
+        if not self.rewindable:
+            return 0
         limit = min(len(self.ids), len(prompt_ids) - 1)
         n = 0
         while n < limit and self.ids[n] == prompt_ids[n]:

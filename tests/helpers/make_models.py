@@ -58,6 +58,7 @@ HF_CLASSES = {
     "qwen2moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM"),
     "olmoe": ("OlmoeConfig", "OlmoeForCausalLM"),
     "gpt_oss": ("GptOssConfig", "GptOssForCausalLM"),
+    "qwen35": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM"),
 }
 MOE_ARCHS = ("qwen3moe", "mixtral", "qwen2moe", "olmoe", "gpt_oss")
 # the MoE families on top of SMALL: 8 experts of 32 rows, 2 chosen per token (Mixtral: its experts
@@ -85,6 +86,18 @@ GEMMA3 = {
     "sliding_window": 6,
     "query_pre_attn_scalar": 24,
     "layer_types": ["sliding_attention", "full_attention"],
+}
+# Qwen3.5: linear-attention layers around a gated full one, ending in a linear one; half the
+# head rotated (partial rotary), grouped value heads (2 key heads, 4 value heads)
+QWEN35 = {
+    "num_hidden_layers": 4,
+    "layer_types": ["linear_attention", "linear_attention", "full_attention", "linear_attention"],
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 8,
+    "linear_conv_kernel_dim": 4,
 }
 # Llama 3.1 rope scaling with a short original context, so that at the tests' 32 positions all
 # three bands (kept, interpolated, divided by factor) occur for head_dim 16
@@ -265,6 +278,7 @@ def tiny_hf_model(
         **{
             **SMALL,
             **(GEMMA3 if arch == "gemma3" else {}),
+            **(QWEN35 if arch == "qwen35" else {}),
             **(MOE_OVERRIDES.get(arch, MOE) if arch in MOE_ARCHS else {}),
             "tie_word_embeddings": tied,
             **overrides,

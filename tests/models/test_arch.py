@@ -8,15 +8,27 @@ from vkdecode.models.llama import Builder
 
 
 def test_records_are_consistent():
-    names = ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "mixtral", "qwen2moe", "olmoe", "gpt-oss")
+    names = (
+        "llama",
+        "qwen2",
+        "qwen3",
+        "gemma3",
+        "qwen3moe",
+        "mixtral",
+        "qwen2moe",
+        "olmoe",
+        "gpt-oss",
+        "qwen3_5",
+    )
     assert ARCHS == names == tuple(a.name for a in ARCHITECTURES.values())
     classes = [c for a in ARCHITECTURES.values() for c in a.hf_classes]
     types = [t for a in ARCHITECTURES.values() for t in a.hf_model_types]
     assert len(set(classes)) == len(classes) == len(HF_ARCHS) and len(set(types)) == len(types) == len(
         HF_MODEL_TYPES
     )
-    # the MoE Qwens' names are llama.cpp's (GGUF); transformers spells their types qwen3_moe, qwen2_moe
-    assert set(ARCHS) - {"qwen3moe", "qwen2moe", "gpt-oss"} <= set(HF_MODEL_TYPES)
-    assert {"qwen3_moe", "qwen2_moe", "gpt_oss"} <= set(HF_MODEL_TYPES)
+    # the MoE Qwens' names are llama.cpp's (GGUF); transformers spells their types qwen3_moe, qwen2_moe;
+    # Qwen3.5's text model is qwen3_5_text (qwen3_5 is its multimodal wrapper)
+    assert set(ARCHS) - {"qwen3moe", "qwen2moe", "gpt-oss", "qwen3_5"} <= set(HF_MODEL_TYPES)
+    assert {"qwen3_moe", "qwen2_moe", "gpt_oss", "qwen3_5_text"} <= set(HF_MODEL_TYPES)
     assert all(issubclass(a.builder, Builder) for a in ARCHITECTURES.values())
     assert COOP_REFUSED_ARCHS == () and set(COOP_ROW_SCALED_ARCHS) == {"gemma3", "gpt-oss"}

@@ -65,6 +65,7 @@ class BatchDecode:
         """solo: one live sequence decodes on the decoder's own step (module doc); off, every step is
         a batched one (`vkdecode stats`, bench/batch_decode.py; profile: GPU µs per region).
         pipelined: each step sends the next one ahead (executors/batch_ahead.py)."""
+        from fusion.chunk import has_recurrent_state
         from fusion.chunk_batch import batch_program
         from vkdecode.executors.batch_ahead import Ahead
         from vkdecode.executors.prefill import chunk_executor
@@ -72,6 +73,11 @@ class BatchDecode:
         from vkdecode.executors.solo import Solo
 
         ex = decoder.executor
+        if has_recurrent_state(ex.program):
+            raise UsageError(
+                "batched decode (several sequences a step: generate_batch, serve --parallel > 1) is "
+                "not built for linear-attention layers (Qwen3.5): their recurrent state has one slot"
+            )
         self.decoder = decoder
         self.widths = tuple(sorted({int(w) for w in widths}))
         if not self.widths or self.widths[0] < 1:

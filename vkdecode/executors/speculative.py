@@ -147,13 +147,18 @@ class Speculative:
     """The verify executor of one decode executor (sharing its weights, caches, step buffer)."""
 
     def __init__(self, decode_ex, k: int, always_verify: bool = False, prefill=None, no_draft_burst: int = 0):
-        from fusion.chunk import chunk_program
+        from fusion.chunk import chunk_program, has_recurrent_state
         from vkdecode.executors.prefill import chunk_executor
 
         if k < 1:
             raise UsageError(f"--speculative takes K >= 1 draft tokens, not {k}")
         if decode_ex.samples:
             raise UsageError("speculative decoding is greedy only: load without sampling (temp 0)")
+        if has_recurrent_state(decode_ex.program):
+            raise UsageError(
+                "speculative decoding is not built for linear-attention layers (Qwen3.5): a rejected "
+                "draft would stay in their recurrent state"
+            )
         self.decode_ex, self.k = decode_ex, k
         # the widest prompt chunk's activations (prefill: executors.prefill.Prefill) are big enough
         share = [decode_ex.plan] + (

@@ -53,7 +53,8 @@ class Architecture:
     check: Callable | None = None
     # tensors and loading
     layer_names: dict = field(default_factory=dict)  # overrides of gguf_names.LAYER_NAMES
-    hf_views: dict = field(default_factory=dict)  # per-layer name -> HfView: read through a view
+    # per-layer name -> HfView: read through a view (or a function of the ModelArgs giving them)
+    hf_views: dict | Callable = field(default_factory=dict)
     hf_norms_plus_one: bool = False  # HF norm weights hold w of x * (1 + w): the 1 is added at load
     tokenizer_defaults: Callable | None = None  # (tokenizer) -> None, once it is loaded
     coop: bool = True  # tensor-core kernels (inputs rounded to f16) allowed
@@ -84,3 +85,26 @@ def hf_token_ids(cfg: dict, where: str) -> tuple[int | None, list[int]]:
     ):
         raise ModelError(f"{where}: token ids must be integers (eos_token_id {eos!r}, bos_token_id {bos!r})")
     return bos, eos_ids
+
+
+def hf_sizes(cfg: dict, where: str, kv_heads=None, head_dim=None) -> dict:
+    """The ModelArgs sizes and token ids an architecture's own HF reader shares: vocabulary, hidden,
+    FFN, layers, heads (kv_heads / head_dim: transformers' defaults where the config leaves them
+    out; None: all heads, hidden / heads), rms eps (default 1e-6), bos and eos ids."""
+    from vkdecode.models import settings
+
+    key = hf_key(cfg, where)
+    hidden, heads = int(key("hidden_size")), int(key("num_attention_heads"))
+    bos, eos_ids = hf_token_ids(cfg, where)
+    return {
+        "vocab_size": int(key("vocab_size")),
+        "hidden_size": hidden,
+        "intermediate_size": int(key("intermediate_size")),
+        "n_layers": int(key("num_hidden_layers")),
+        "n_heads": heads,
+        "n_kv_heads": int(key("num_key_value_heads", kv_heads or heads)),
+        "head_dim": int(key("head_dim", head_dim or hidden // heads)),
+        "rms_eps": settings.number(key("rms_norm_eps", 1e-6), "rms_norm_eps", where),
+        "bos_id": bos,
+        "eos_ids": eos_ids,
+    }

@@ -66,6 +66,10 @@ class ModelArgs:
     # gpt-oss's experts (gpt_oss.py): the clamped GLU's alpha and limit
     swiglu_alpha: float = 0.0
     swiglu_limit: float = 0.0
+    # Qwen3.5 (qwen35.py): rope on the first rotary_dim dims of a head (0: all), and its linear
+    # attention layers' (key heads, value heads, key dim, value dim, conv kernel)
+    rotary_dim: int = 0
+    linear_attn: tuple[int, ...] = ()
 
     def __post_init__(self):
         if self.arch not in ARCHS:
@@ -87,7 +91,9 @@ class ModelArgs:
             raise ModelError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
         if self.head_dim % 2:
             raise ModelError(f"head_dim {self.head_dim} is odd (rope rotates pairs)")
-        for name in ("rope_theta",) + (("rope_local_theta",) if self.layer_types else ()):
+        for name in ("rope_theta",) + (
+            ("rope_local_theta",) if "sliding_attention" in self.layer_types else ()
+        ):
             if not 0 < getattr(self, name) < float("inf"):  # 0 or inf would make a table of inf / nan
                 raise ModelError(f"{name} = {getattr(self, name)} is out of range")
         if self.rope_freq_factors is not None and len(self.rope_freq_factors) != self.head_dim // 2:

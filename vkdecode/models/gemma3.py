@@ -16,7 +16,7 @@ import numpy as np
 
 from vkdecode.errors import ModelError
 from vkdecode.models import rope, settings
-from vkdecode.models.arch import Architecture, hf_key, hf_token_ids
+from vkdecode.models.arch import Architecture, hf_key, hf_sizes
 from vkdecode.models.llama import Builder
 from vkdecode.models.settings import FULL, SLIDING
 
@@ -64,24 +64,14 @@ def from_hf(cfg: dict, where: str) -> dict:
         raise ModelError(f"{where}: key 'use_bidirectional_attention' = true is not supported")
     if settings.flag(cfg, "attention_bias", False, where):
         raise ModelError(f"{where}: key 'attention_bias' = true is not supported for gemma3")
-    hidden, heads = int(key("hidden_size")), int(key("num_attention_heads"))
-    n_layers = int(key("num_hidden_layers"))
-    types = _layer_types(cfg, n_layers, where)
+    types = _layer_types(cfg, int(key("num_hidden_layers")), where)
     max_position = int(key("max_position_embeddings", 131072))
     theta, scaling, local_theta = settings.hf_rope_per_layer(cfg, where, max_position)
     window = cfg.get("sliding_window", 4096)  # transformers fails on a null one, sliding layers or not
     if type(window) is not int:
         raise ModelError(f"{where}: key 'sliding_window' must be an integer, not {window!r}")
-    bos, eos_ids = hf_token_ids(cfg, where)
     return {
-        "vocab_size": int(key("vocab_size")),
-        "hidden_size": hidden,
-        "intermediate_size": int(key("intermediate_size")),
-        "n_layers": n_layers,
-        "n_heads": heads,
-        "n_kv_heads": int(key("num_key_value_heads", 4)),  # Gemma3TextConfig's defaults
-        "head_dim": int(key("head_dim", 256)),
-        "rms_eps": settings.number(key("rms_norm_eps", 1e-6), "rms_norm_eps", where),
+        **hf_sizes(cfg, where, kv_heads=4, head_dim=256),  # Gemma3TextConfig's defaults
         "rope_theta": theta,
         "rope_scaling": scaling,
         "max_position": max_position,
@@ -89,8 +79,6 @@ def from_hf(cfg: dict, where: str) -> dict:
         "attention_bias": False,
         "qk_norm": True,
         "rope_layout": "neox",
-        "bos_id": bos,
-        "eos_ids": eos_ids,
         "hidden_act": "gelu_tanh",
         "sliding_window": window if SLIDING in types else 0,
         "layer_types": types,

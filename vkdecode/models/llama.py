@@ -113,6 +113,10 @@ class Builder:
         # YaRN scales cos and sin, so q.k by its factor squared: the scale takes it instead
         return rope.attention_factor(self.args.rope_scaling) / math.sqrt(self.args.head_dim)
 
+    def attn_output(self, i: int, h: str, o: str) -> str:
+        """The attention output before the o-projection (Qwen3.5 gates it); h: the normed input."""
+        return o
+
     def post_norm(self, i: int, which: str, x: str) -> str:
         """Applied to the attention / FFN output before its residual add (Gemma 3's sandwich norms)."""
         return x
@@ -158,6 +162,7 @@ class Builder:
             scale=self.attn_scale(),
             **window,
         )
+        o = self.attn_output(i, h, o)
         wo = self.bias(a.o_bias, i, "bo", self.matmul(L + "wo_out", L + "wo", o), a.hidden_size)
         x1 = self.add(L + "x_mid", x, self.post_norm(i, "attn", wo), a.hidden_size)
         h2 = self.act(L + "ffn_in", a.hidden_size)

@@ -145,6 +145,7 @@ def _load_hf(path: str):
     _check_layers(path, args, len(where))  # and _check_unused: before reading any data
     srcs = {n: hf_sources(source_name(n, "hf", args.arch), args.n_experts) for n in expected_shapes(args)}
     plus_one, views = ARCHITECTURES[args.arch].hf_norms_plus_one, ARCHITECTURES[args.arch].hf_views
+    views = views(args) if callable(views) else views  # views that depend on the sizes (qwen35.py)
     mx = {n: p for n, s in srcs.items() if (p := hf_mxfp4.sources(views.get(n.split(".", 2)[-1]), s, where))}
     _check_unused(path, where, {s for names in [*srcs.values(), *mx.values()] for s in names})
     headers: dict[str, dict] = {}

@@ -1,0 +1,138 @@
+"""Qwen3.5 (models/qwen35.py): its config read and refused, its step against transformers (the
+reference, then every mode of the GPU path against the reference), the user's path against
+transformers' own greedy generation, and the paths refused for a recurrent state."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.helpers.make_models import QWEN35, SMALL, hf_logits, tiny_hf_model
+from tests.helpers.reference_run import greedy_against_reference
+from vkdecode.errors import ModelError, UsageError
+from vkdecode.executors import make_executor
+from vkdecode.executors.decoder import Decoder
+from vkdecode.models.config import ModelArgs
+from vkdecode.models.loader import load_model
+from vkdecode.models.qwen35 import FULL, LINEAR, rotary_order
+from vkdecode.reference import Reference
+
+CTX = 64
+
+
+def config(**kw) -> dict:
+    cfg = {**SMALL, **QWEN35, "architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text", **kw}
+    return {k: v for k, v in cfg.items() if v is not None}
+
+
+@pytest.fixture(scope="module")
+def tiny(models_dir):
+    path = tiny_hf_model("qwen35", models_dir)
+    return path, load_model(str(path), ctx=CTX)
+
+
+def test_config_read():
+    a = ModelArgs.from_hf_config(config())
+    assert (a.arch, a.rotary_dim, a.linear_attn, a.qk_norm) == ("qwen3_5", 8, (2, 4, 16, 8, 4), True)
+    assert a.layer_types == (LINEAR, LINEAR, FULL, LINEAR)
+    # no layer_types: transformers' full_attention_interval (default 4)
+    a = ModelArgs.from_hf_config(config(layer_types=None, num_hidden_layers=8, full_attention_interval=2))
+    assert a.layer_types == (LINEAR, FULL) * 4
+    # mrope sections change nothing for text (every section's position is the same)
+    rope = {**QWEN35["rope_parameters"], "mrope_section": [2, 1, 1], "mrope_interleaved": True}
+    assert ModelArgs.from_hf_config(config(rope_parameters=rope)).rotary_dim == 8
+
+
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        ({"attention_bias": True}, "attention_bias"),
+        ({"layer_types": ["sliding_attention"] * 4}, "layer_types"),
+        ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4}}, "yarn|rope"),
+        ({"rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 0.1}}, "rotary"),  # 1 dim
+        ({"linear_num_value_heads": 3}, "linear attention"),
+        ({"hidden_act": "gelu"}, "hidden_act"),
+    ],
+)
+def test_config_refused(kw, msg):
+    with pytest.raises(ModelError, match=msg):
+        ModelArgs.from_hf_config(config(**kw))
+
+
+def test_gguf_refused():
+    from vkdecode.models.qwen35 import ARCHITECTURE
+
+    with pytest.raises(ModelError, match="GGUF"):
+        ARCHITECTURE.gguf_fields(lambda k, d=None: d, 4, 64, 4)
+
+
+def test_rotary_order():
+    """HF's pair (i, i + r / 2) lands at the rope op's (i, i + d / 2); every dim once."""
+    order = rotary_order(16, 8)
+    assert sorted(order) == list(range(16))
+    assert [(order[i], order[i + 8]) for i in range(4)] == [(i, i + 4) for i in range(4)]
+    assert set(order[4:8]) | set(order[12:]) == set(range(8, 16))
+
+
+def test_reference_matches_transformers(tiny):
+    path, m = tiny
+    toks = [5, 9, 17, 33, 2, 70, 11, 4, 200, 8]
+    want = hf_logits(path, toks)
+    ref = Reference(m.program, m.weights, dtype=np.float64)
+    for p, t in enumerate(toks):
+        got = ref.step(t, p)["logits"]
+        # transformers' delta rule runs in float32 whatever the model's dtype
+        assert np.abs(got - want[p]).max() <= 2e-4 * np.abs(want[p]).max(), f"position {p}"
+
+
+@pytest.mark.parametrize("mode", ["unfused", "replay-nofuse", "fused"])
+def test_modes_match_the_reference(device, tiny, mode):
+    _, m = tiny
+    with make_executor(mode, device, m.program, m.weights) as ex:
+        toks, _ = greedy_against_reference(ex, Reference(m.program, m.weights), 14)
+    assert len(set(toks)) > 3  # not a constant run
+
+
+def test_user_path_equals_transformers_generate(device, tiny):
+    """vkdecode.load + generate (greedy) against transformers' generate on the same ids; a second
+    prompt sharing the first's start (prompt_cache on) restarts at position 0 and still agrees."""
+    import torch
+    import transformers
+
+    import vkdecode
+
+    path, _ = tiny
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+    def hf_greedy(ids, n):
+        with torch.no_grad():
+            out = hf.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, top_p=None, top_k=None)
+        return out[0, len(ids) :].tolist()
+
+    first, second = [5, 9, 17, 33, 2, 70, 11], [5, 9, 17, 33, 101, 6]
+    with vkdecode.load(str(path), device=device, ctx=CTX) as model:
+        assert model.decoder.prefill is None  # prompts token by token (no chunk form)
+        for ids in (first, second):
+            got = [r.token for r in model.stream_generate(prompt_ids=ids, max_tokens=10, prompt_cache=True)]
+            want = hf_greedy(ids, 10)
+            n = next((i for i, t in enumerate(want) if t == 2), len(want))  # up to EOS (2)
+            assert got[: n + 1] == want[: n + 1], (ids, got, want)
+        assert not model.kv.rewindable
+        from vkdecode.cli.serve import model_parallel
+
+        assert model_parallel(model) == 1  # serve: one request at a time (no batched steps)
+
+
+def test_recurrent_paths_refused(device, tiny):
+    _, m = tiny
+    with Decoder(make_executor("fused", device, m.program, m.weights)) as dec:
+        dec.set_prefill()  # the default widths: no chunks, token path
+        assert dec.prefill is None
+        with pytest.raises(UsageError, match="prompt chunks"):
+            dec.set_prefill((16, 4))
+        with pytest.raises(UsageError, match="speculative"):
+            dec.set_speculative(4)
+        from vkdecode.executors.batch import BatchDecode
+
+        with pytest.raises(UsageError, match="batched decode"):
+            BatchDecode(dec)
