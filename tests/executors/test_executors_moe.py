@@ -213,7 +213,7 @@ def test_speculative_verify_steps_equal_plain_decode(device, models_dir):
     with Decoder(make_executor("fused", device, m.program, m.weights)) as dec:
         dec.set_prefill((8,))
         plain = plain_tokens(dec, toks, 30)
-        dec.set_speculative(4, always_verify=True)
+        dec.set_speculative(4, always_verify=True, no_draft_burst=1)  # a look at every token
         assert spec_tokens(dec, toks, 30) == plain
         assert dec.speculative.stats.verify_steps > 0
 
@@ -269,7 +269,7 @@ def test_gpt_oss_in_every_mode(device, models_dir, case):
         dec.set_prefill((8,))
         spec = [int(t) for t in np.random.default_rng(3).integers(3, 290, 8)] * 3
         plain = plain_tokens(dec, spec, 20)
-        dec.set_speculative(4, always_verify=True)
+        dec.set_speculative(4, always_verify=True, no_draft_burst=1)  # a look at every token
         assert spec_tokens(dec, spec, 20) == plain
 
 
