@@ -33,8 +33,9 @@ FLAT_KINDS = {"rms_norm", "silu_mul", "gelu_mul", "add", "moe_topk", "moe_matmul
 FLAT_KINDS |= {"moe_bias", "swiglu_clamp"}  # gpt-oss's expert biases and GLU
 TOKENS = "chunk_tokens"
 # ops that carry a recurrent state from one position to the next (Qwen3.5's linear attention): a
-# chunk, a batched step or a verify step would need their own forms (rows in order, a state per
-# slot, a state to rewind), none of which exists yet
+# prompt chunk runs their rows in order (rows = T, like the row kinds), and keeps them for the state
+# they write as it keeps kv_write for its caches; a verify step or a batched step would need a
+# state to rewind or one per slot, which do not exist yet
 RECURRENT_KINDS = {"conv1d_step", "gated_delta_step"}
 
 
@@ -51,8 +52,8 @@ def chunk_program(decode: Program, rows: int, tail: str = "kv") -> Program:
         raise ChunkError(f"chunk width must be >= 1, not {rows}")
     if tail not in ("kv", "all"):
         raise ChunkError(f"tail must be 'kv' or 'all', not {tail!r}")
-    if has_recurrent_state(decode):  # even where the tail would drop them (a last linear layer)
-        raise ChunkError("linear-attention layers (recurrent state) have no prompt-chunk form")
+    if tail == "all" and has_recurrent_state(decode):
+        raise ChunkError("linear-attention layers (recurrent state) have no verify-step form")
     ops = _live_ops(decode, tail)
     p = Program(f"{decode.name}_chunk{rows}_{tail}")
     p.meta.update(decode.meta, chunk_rows=rows, chunk_tail=tail)
@@ -72,7 +73,7 @@ def chunk_program(decode: Program, rows: int, tail: str = "kv") -> Program:
         op = decode.ops[i]
         if op.kind in FLAT_KINDS:
             p.op(op.kind, op.inputs, op.outputs, **op.attrs)
-        elif op.kind in ROW_KINDS:
+        elif op.kind in ROW_KINDS or op.kind in RECURRENT_KINDS:
             ins = [TOKENS if op.kind == "embed" and n == "step" else n for n in op.inputs]
             p.op(op.kind, ins, op.outputs, **op.attrs, rows=rows)
         else:
@@ -91,7 +92,7 @@ def _live_ops(p: Program, tail: str) -> list[int]:
     keep: list[int] = []
     for i in range(len(p.ops) - 1, -1, -1):
         op = p.ops[i]
-        if op.kind == "kv_write" or any(o in need for o in op.outputs):
+        if op.kind == "kv_write" or op.kind in RECURRENT_KINDS or any(o in need for o in op.outputs):
             keep.append(i)
             need.update(op.inputs)
     return keep[::-1]

@@ -171,35 +171,30 @@ def _check_shapes(p, op, fail) -> None:
 
 
 def _check_linear(op, ins, outs, need) -> None:
-    """Qwen3.5's linear-attention ops (fusion/ir.py): f32 activations and recurrent state."""
+    """Qwen3.5's linear-attention ops (fusion/ir.py): f32 activations and recurrent state; a prompt
+    chunk's rows (attr rows) run in order."""
     a = op.attrs
-    state = outs[1]
+    state, r = outs[1], int(a.get("rows", 1))
     need(state.kind == "state" and state.dtype == "f32", f"{state.name} must be an f32 state value")
-    need(int(a.get("rows", 1)) == 1, "one row a step (prompt chunks run token by token)")
     if op.kind == "conv1d_step":
         x, w, _ = ins
-        kk = int(a.get("kernel", 0))
-        need(kk >= 2, f"kernel {kk} must be at least 2")
-        need(
-            w.kind == "weight" and w.shape == (x.numel * kk,),
-            f"weight {w.name} {w.shape} != ({x.numel * kk},)",
-        )
-        need(
-            outs[0].shape == x.shape and state.shape == ((kk - 1) * x.numel,),
-            f"shapes {outs[0].shape} {state.shape}",
-        )
+        kk, c = int(a.get("kernel", 0)), x.numel // r
+        need(kk >= 2 and x.numel % r == 0, f"kernel {kk} must be at least 2, {x.numel} in whole rows")
+        need(w.kind == "weight" and w.shape == (c * kk,), f"weight {w.name} {w.shape} != ({c * kk},)")
+        need(outs[0].shape == x.shape, f"output {outs[0].shape} != input {x.shape}")
+        need(state.shape == ((kk - 1) * c,), f"state {state.shape} != ({(kk - 1) * c},)")
         return
     hk, hv, dk, dv = (int(a.get(n, 0)) for n in ("n_k_heads", "n_v_heads", "k_dim", "v_dim"))
     need(min(hk, hv, dk, dv) > 0 and hv % hk == 0, f"heads {hk} / {hv} x dims {dk} / {dv}")
     qkv, ga, gb, alog, dtb = ins[:5]
-    need(qkv.shape == (2 * hk * dk + hv * dv,), f"qkv {qkv.shape} != ({2 * hk * dk + hv * dv},)")
-    for v in (ga, gb, alog, dtb):
-        need(v.shape == (hv,), f"{v.name} {v.shape} != ({hv},)")
-    need(alog.kind == "weight" and dtb.kind == "weight", "a_log and dt_bias must be weights")
-    need(
-        outs[0].shape == (hv * dv,) and state.shape == (hv * dk * dv,),
-        f"shapes {outs[0].shape} {state.shape}",
-    )
+    c = 2 * hk * dk + hv * dv
+    need(qkv.shape == (r * c,), f"qkv {qkv.shape} != ({r} x {c},)")
+    for v in (ga, gb):
+        need(v.shape == (r * hv,), f"{v.name} {v.shape} != ({r} x {hv},)")
+    for v in (alog, dtb):
+        need(v.kind == "weight" and v.shape == (hv,), f"{v.name} must be a weight of shape ({hv},)")
+    need(outs[0].shape == (r * hv * dv,), f"output {outs[0].shape} != ({r} x {hv * dv},)")
+    need(state.shape == (hv * dk * dv,), f"state {state.shape} != ({hv * dk * dv},)")
 
 
 def _check_moe(op, ins, outs, need) -> None:

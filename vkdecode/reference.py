@@ -69,6 +69,20 @@ def _linear_attention(op: Op, program: Program, env: dict, ins: list, dt) -> lis
     if state is None:
         state = np.zeros(program.values[name].shape, dtype=dt)
     step = ins[-1]
+    rows = int(a.get("rows", 1))
+    if rows > 1:  # a prompt chunk: its rows in order, each a step at the next position
+        sizes = [program.values[n].numel // rows for n in op.inputs[:-1]]
+        outs = []
+        for t in range(rows):
+            row_ins = [
+                x[t * n : (t + 1) * n] if program.values[v].kind != "weight" else x
+                for x, n, v in zip(ins[:-1], sizes, op.inputs[:-1])
+            ]
+            s = step.copy()
+            s[STEP_POS] += t
+            one = Op(op.kind, op.inputs, op.outputs, {k: v for k, v in a.items() if k != "rows"})
+            outs.append(_linear_attention(one, program, {**env, name: state}, row_ins + [s], dt)[0])
+        return [np.concatenate(outs), state]
     pos = int(step[STEP_POS])
     if op.kind == "conv1d_step":
         x, w = ins[0], ins[1]
@@ -186,7 +200,9 @@ def run_op(op: Op, program: Program, env: dict, dtype=np.float32) -> dict[str, n
 
     ins = [get(n) for n in op.inputs]
     rows = int(a.get("rows", 1))
-    if rows > 1 or k == "embed" and op.inputs[1] != "step":
+    if k in ("conv1d_step", "gated_delta_step"):  # one row or a chunk's rows in order
+        out = _linear_attention(op, program, env, ins, dt)
+    elif rows > 1 or k == "embed" and op.inputs[1] != "step":
         # a prompt chunk (fusion/chunk.py): the row-wise ops, row by row with the decode semantics
         out = _rows_op(op, program, env, ins, rows, dt)
     elif k == "embed":
@@ -233,8 +249,6 @@ def run_op(op: Op, program: Program, env: dict, dtype=np.float32) -> dict[str, n
         out = [np.array([np.argmax(ins[0])], dtype=np.uint32)]
     elif k.startswith("moe_") or k == "sigmoid_scale":
         out = _moe(op, program, ins, dt)
-    elif k in ("conv1d_step", "gated_delta_step"):
-        out = _linear_attention(op, program, env, ins, dt)
     elif k == "sample":
         from vkdecode.sampling import sample_logits
 

@@ -15,64 +15,83 @@ def f32(a) -> np.ndarray:
     return np.asarray(a, np.float32)
 
 
-@pytest.mark.parametrize("c,k,pos", [(40, 4, 0), (40, 4, 1), (300, 4, 9), (33, 3, 5)])
-def test_conv1d_step(device, c, k, pos):
-    rng = np.random.default_rng(c + k + pos)
+CONV_CASES = [(40, 4, 0, 1), (40, 4, 1, 1), (300, 4, 9, 1), (33, 3, 5, 1), (40, 4, 2, 5), (24, 4, 0, 2)]
+
+
+@pytest.mark.parametrize("c,k,pos,rows", CONV_CASES)
+def test_conv1d_step(device, c, k, pos, rows):
+    """rows > 1: a prompt chunk's rows in order (fewer rows than the history: 2 of 3 kept)."""
+    rng = np.random.default_rng(c + k + pos + rows)
+    at = {"rows": rows} if rows > 1 else {}
     p = one_op(
         "conv1d_step",
-        {"x": ((c,), "f32", "activation"), "w": ((c * k,), "f32", "weight"), "step": ((8,), "u32", "step")},
-        {"y": ((c,), "f32", "output"), "hist": (((k - 1) * c,), "f32", "state")},
+        {
+            "x": ((rows * c,), "f32", "activation"),
+            "w": ((c * k,), "f32", "weight"),
+            "step": ((8,), "u32", "step"),
+        },
+        {"y": ((rows * c,), "f32", "output"), "hist": (((k - 1) * c,), "f32", "state")},
         kernel=k,
+        **at,
     )
     hist = rng.standard_normal((k - 1) * c)
     if pos == 0:
         hist[:] = np.nan  # nothing before position 0 is read
     env = {
-        "x": f32(rng.standard_normal(c)),
+        "x": f32(rng.standard_normal(rows * c)),
         "w": PackedWeight("f32", (c * k,), {"data": f32(rng.standard_normal(c * k))}),
         "step": step(0, pos),
         "hist": f32(hist),
     }
     got, want = run_and_reference(device, p, env, caps_of(device))
     assert nmse(got["y"], want["y"]) <= LIMIT
-    rows = got["hist"].reshape(k - 1, c)
-    np.testing.assert_array_equal(rows[pos % (k - 1)], env["x"])  # the new input over the oldest
-    keep = [r for r in range(k - 1) if r != pos % (k - 1)]
-    np.testing.assert_array_equal(rows[keep], env["hist"].reshape(k - 1, c)[keep])
+    # the newest inputs over the oldest ones, the rest kept
+    np.testing.assert_array_equal(got["hist"], want["hist"].astype(np.float32))
 
 
 @pytest.mark.parametrize(
-    "hk,hv,dk,dv,pos",
-    [(2, 4, 16, 16, 3), (2, 4, 16, 16, 0), (1, 1, 128, 128, 7), (2, 6, 32, 24, 1), (4, 8, 128, 200, 2)],
+    "hk,hv,dk,dv,pos,rows",
+    [
+        (2, 4, 16, 16, 3, 1),
+        (2, 4, 16, 16, 0, 1),
+        (1, 1, 128, 128, 7, 1),
+        (2, 6, 32, 24, 1, 1),
+        (4, 8, 128, 200, 2, 1),
+        (2, 4, 16, 16, 0, 6),
+        (2, 6, 32, 24, 5, 3),
+    ],
 )
-def test_gated_delta_step(device, hk, hv, dk, dv, pos):
-    rng = np.random.default_rng(hk * hv + dk + dv + pos)
+def test_gated_delta_step(device, hk, hv, dk, dv, pos, rows):
+    """rows > 1: a prompt chunk's rows in order, the state carried from row to row."""
+    rng = np.random.default_rng(hk * hv + dk + dv + pos + rows)
     c = 2 * hk * dk + hv * dv
+    at = {"rows": rows} if rows > 1 else {}
     p = one_op(
         "gated_delta_step",
         {
-            "qkv": ((c,), "f32", "activation"),
-            "ga": ((hv,), "f32", "activation"),
-            "gb": ((hv,), "f32", "activation"),
+            "qkv": ((rows * c,), "f32", "activation"),
+            "ga": ((rows * hv,), "f32", "activation"),
+            "gb": ((rows * hv,), "f32", "activation"),
             "a_log": ((hv,), "f32", "weight"),
             "dt_bias": ((hv,), "f32", "weight"),
             "step": ((8,), "u32", "step"),
         },
-        {"o": ((hv * dv,), "f32", "output"), "s": ((hv * dk * dv,), "f32", "state")},
+        {"o": ((rows * hv * dv,), "f32", "output"), "s": ((hv * dk * dv,), "f32", "state")},
         n_k_heads=hk,
         n_v_heads=hv,
         k_dim=dk,
         v_dim=dv,
+        **at,
     )
     s = rng.standard_normal(hv * dk * dv) * 0.3
     if pos == 0:
         s[:] = np.nan
-    ga = rng.standard_normal(hv) * 3
+    ga = rng.standard_normal(rows * hv) * 3
     ga[0] = 30.0  # softplus's linear branch
     env = {
-        "qkv": f32(rng.standard_normal(c)),
+        "qkv": f32(rng.standard_normal(rows * c)),
         "ga": f32(ga),
-        "gb": f32(rng.standard_normal(hv)),
+        "gb": f32(rng.standard_normal(rows * hv)),
         "a_log": PackedWeight("f32", (hv,), {"data": f32(rng.uniform(-1, 1, hv))}),
         "dt_bias": PackedWeight("f32", (hv,), {"data": f32(rng.uniform(-1, 1, hv))}),
         "step": step(0, pos),

@@ -1,6 +1,7 @@
 """Qwen3.5 (models/qwen35.py): its config read and refused, its step against transformers (the
-reference, then every mode of the GPU path against the reference), the user's path against
-transformers' own greedy generation, and the paths refused for a recurrent state."""
+reference, then every mode of the GPU path against the reference), prompt chunks against the token
+path, the user's path against transformers' own greedy generation, and the paths refused for a
+recurrent state."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from tests.helpers.reference_run import greedy_against_reference
 from vkdecode.errors import ModelError, UsageError
 from vkdecode.executors import make_executor
 from vkdecode.executors.decoder import Decoder
+from vkdecode.lowering.calls import KernelCaps
 from vkdecode.models.config import ModelArgs
 from vkdecode.models.loader import load_model
 from vkdecode.models.qwen35 import FULL, LINEAR, rotary_order
@@ -111,7 +113,6 @@ def test_user_path_equals_transformers_generate(device, tiny):
 
     first, second = [5, 9, 17, 33, 2, 70, 11], [5, 9, 17, 33, 101, 6]
     with vkdecode.load(str(path), device=device, ctx=CTX) as model:
-        assert model.decoder.prefill is None  # prompts token by token (no chunk form)
         for ids in (first, second):
             got = [r.token for r in model.stream_generate(prompt_ids=ids, max_tokens=10, prompt_cache=True)]
             want = hf_greedy(ids, 10)
@@ -123,13 +124,45 @@ def test_user_path_equals_transformers_generate(device, tiny):
         assert model_parallel(model) == 1  # serve: one request at a time (no batched steps)
 
 
+@pytest.mark.parametrize("mode", ["unfused", "fused"])
+def test_prompt_chunks_equal_the_token_path(device, tiny, mode):
+    """Prompt chunks run the linear layers' rows in order (the states carried from row to row and
+    chunk to chunk), whole chunks only (a padded row would stay in the state): the states, the KV
+    rows, the logits and the greedy tokens after the prompt are the token path's."""
+    _, m = tiny
+    toks = [int(t) for t in np.random.default_rng(4).integers(3, 290, 30)]
+    ref = Reference(m.program, m.weights)
+    for p, t in enumerate(toks):
+        r = ref.step(t, p)
+    # a GPU's plan (forced): it would pad the last chunk, 29 tokens as 16 + 13 in 16 rows
+    caps = KernelCaps.from_info(device.info, prefill_chunk_rows=64)
+    with Decoder(make_executor(mode, device, m.program, m.weights, caps=caps)) as dec:
+        dec.set_prefill((16, 8, 4))
+        assert dec.prefill.plan(29, 0) == [(16, 16), (8, 8), (4, 4)]  # whole: 1 token left to the steps
+        nxt = dec.run_prompt(toks, 0)
+        assert [c.width for c in dec.prefill.chunks] == [16, 8, 4]
+        ex = dec.executor
+        for name, want in ref.state.items():
+            v = ex.program.values[name]
+            dt = "float16" if v.dtype == "f16" else "float32"
+            got = (
+                ex.plan.slices[(name, "data")].read_array(dt, v.numel).astype(np.float32).reshape(want.shape)
+            )
+            rows = slice(0, len(toks)) if want.ndim == 2 else slice(None)  # KV caches: the prompt's rows
+            err = np.abs(got[rows] - want[rows]).max() / np.abs(want[rows]).max()
+            assert err <= (2e-3 if v.dtype == "f16" else 1e-4), f"{name}: rel err {err:.2e}"
+        lg = ex.read_logits()
+        assert np.abs(lg - r["logits"]).max() <= 1e-4 * np.abs(r["logits"]).max()
+        assert nxt == int(r["next_token"][0])
+        after = [nxt] + list(ex.decode(nxt, len(toks), 8))
+    with Decoder(make_executor(mode, device, m.program, m.weights)) as dec:
+        nxt = dec.run_prompt(toks, 0)  # no chunks: the token path
+        assert [nxt] + list(dec.executor.decode(nxt, len(toks), 8)) == after
+
+
 def test_recurrent_paths_refused(device, tiny):
     _, m = tiny
     with Decoder(make_executor("fused", device, m.program, m.weights)) as dec:
-        dec.set_prefill()  # the default widths: no chunks, token path
-        assert dec.prefill is None
-        with pytest.raises(UsageError, match="prompt chunks"):
-            dec.set_prefill((16, 4))
         with pytest.raises(UsageError, match="speculative"):
             dec.set_speculative(4)
         from vkdecode.executors.batch import BatchDecode

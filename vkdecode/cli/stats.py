@@ -111,9 +111,9 @@ def collect_stats(device, model, modes, prefill_width: int = 0, log=None, batch_
     from vkdecode.executors import make_executor
 
     out = {"model": model.describe(), "device": device.info.name, "regions": [], "modes": {}}
-    if has_recurrent_state(model.program):  # Qwen3.5: neither is built for its recurrent state
-        prefill_width, batch_widths = 0, ()
-        out["notes"] = ["linear-attention layers: prompts run token by token, no batched steps"]
+    if has_recurrent_state(model.program):  # Qwen3.5: not built for its recurrent state
+        batch_widths = ()
+        out["notes"] = ["linear-attention layers: no batched steps"]
     for i, mode in enumerate(modes):
         if log is not None:
             chunk = f" and a {prefill_width}-token prompt chunk" if prefill_width else ""

@@ -13,7 +13,7 @@ import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
-from vkdecode.errors import ContextError, UsageError
+from vkdecode.errors import ContextError
 
 
 class PromptPiece(NamedTuple):
@@ -59,19 +59,11 @@ class Decoder:
     def set_prefill(self, widths=None) -> None:
         """(Re)build the prompt chunks: one executor per width (None: the device's widths), each
         recorded once in replay modes."""
-        from fusion.chunk import has_recurrent_state
         from vkdecode.executors.prefill import Prefill
 
         if self.prefill is not None:
             self.prefill.close()
             self.prefill = None
-        if has_recurrent_state(self.executor.program):
-            if widths is None:  # the device's default: prompts run token by token instead
-                return
-            raise UsageError(
-                "prompt chunks (--prefill) are not built for linear-attention layers (Qwen3.5): "
-                "their prompts run token by token (--prefill auto or off)"
-            )
         self.prefill = Prefill(self.executor, widths)
 
     def set_speculative(self, k: int, always_verify: bool = False, no_draft_burst: int = 0) -> None:

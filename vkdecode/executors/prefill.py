@@ -18,11 +18,12 @@ activation memory is that of the widest chunk only.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import warnings
 from typing import NamedTuple
 
-from fusion.chunk import TOKENS, chunk_program
+from fusion.chunk import TOKENS, chunk_program, has_recurrent_state
 from vkdecode.errors import DeviceMemoryError
 
 # widths by device kind. A CPU (lavapipe) gains little past 32-64 rows, and since its decode step
@@ -178,8 +179,13 @@ class Prefill:
                 share = [self.decode.plan, ex.plan]  # the widest chunk's activations for the rest
 
     def plan(self, n: int, pos0: int) -> list[tuple[int, int]]:
-        """(width, tokens) of the chunks that cover a prefix of n prompt tokens from pos0."""
-        return chunk_plan(n, self.widths, self.decode.ctx - pos0, self.decode.caps)
+        """(width, tokens) of the chunks that cover a prefix of n prompt tokens from pos0. A model
+        with a recurrent state (Qwen3.5) takes whole chunks only: a padded row would go through
+        its state, which nothing overwrites afterwards as the decode steps do a KV row."""
+        caps = self.decode.caps
+        if has_recurrent_state(self.decode.program):
+            caps = dataclasses.replace(caps, prefill_chunk_rows=-1)
+        return chunk_plan(n, self.widths, self.decode.ctx - pos0, caps)
 
     def run_chunk(self, w: int, tokens, pos: int) -> None:
         """One chunk of width w: the KV rows of tokens (at most w) at positions pos.. written."""

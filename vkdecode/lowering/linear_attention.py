@@ -10,10 +10,11 @@ from vkdecode.lowering.calls import Binding, KernelCall, KernelCaps, flat_groups
 def conv1d_step(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     x, w, step = op.inputs
     y, hist = op.outputs
-    c = p.values[x].numel
+    rows = int(op.attrs.get("rows", 1))  # a prompt chunk's rows, run in order by each invocation
+    c = p.values[x].numel // rows
     wg = wg_size(caps, c, cap=128)
     b = (Binding(x), Binding(w), Binding(step), Binding(y), Binding(hist))
-    spec = (wg, c, int(op.attrs["kernel"]))
+    spec = (wg, c, int(op.attrs["kernel"]), rows)
     return [KernelCall("conv1d_step", spec, b, (3, 4), flat_groups(-(-c // wg)), label=y)]
 
 
@@ -26,7 +27,7 @@ def gated_delta_step(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     return [
         KernelCall(
             "gated_delta_step",
-            (wg, hk, hv, dk, dv),
+            (wg, hk, hv, dk, dv, int(a.get("rows", 1))),
             b,
             (6, 7),
             flat_groups(hv),

@@ -12,8 +12,9 @@ gated full-attention ones (transformers' modeling_qwen3_5.py, exactly):
 - every other RMSNorm holds w of x * (1 + w) (weights.py adds the 1).
 
 Text positions are the same in the three MRoPE sections, so mrope_section changes nothing here.
-The recurrent states read as zeros at position 0; prompt chunks, batched steps, speculative decode
-and a kept KV prefix are refused or off for these models (the state cannot be rewound).
+The recurrent states read as zeros at position 0. Prompt chunks run the linear layers' rows in
+order (whole chunks only); batched steps, speculative decode and a kept KV prefix are refused or
+off for these models (the state cannot be rewound).
 """
 
 from __future__ import annotations
