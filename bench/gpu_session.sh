@@ -76,6 +76,12 @@ llama_server() {   # llama.cpp's Vulkan server from .device/llama/llama.tar.xz (
     [ -x "$LLAMA" ] || { tar xJf .device/llama/llama.tar.xz -C /tmp && chmod +x "$LLAMA"; }
 }
 
+llama_prompts() {   # llama_prompts NAME GGUF: llama-server's prompt_ms at 512 / 2,000 / 8,000 tokens
+    python -m bench.llama_server_peer --server "$LLAMA" --model "$2" --lengths 512 2000 8000 --ctx 8192 \
+        --reps 2 --out "$OUT/llama-$1.json" | grep -i "prompt"
+    grep -h "offloaded" "$OUT/llama-$1.json.log" || true
+}
+
 shape_file() {   # shape_file SHAPE QUANT: bench.shape_gguf's random-weight file under /tmp; prints its path
     local f=/tmp/$1-$2.gguf
     python -m bench.shape_gguf --shape "$1" --quant "$2" "$f" > /dev/null
@@ -1009,9 +1015,7 @@ final16)
                 true; } | { grep -o "tokens: TTFT *[0-9.]* ms" || true; } | tr '\n' ' '
             echo " $shape widths 512 first"
         fi
-        python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 8000 --ctx 8192 \
-            --reps 2 --out "$OUT/llama-$shape.json" | grep -i "prompt"
-        grep -h "offloaded" "$OUT/llama-$shape.json.log" || true
+        llama_prompts "$shape" "$f"
         rm -f "$f"
     done
     ;;
@@ -1096,9 +1100,7 @@ final17)
                 2>&1 || true; } | { grep -o "tokens: TTFT *[0-9.]* ms" || true; } | tr '\n' ' '
             echo " $shape 2048 first, 4 subgroups r$r"
         done
-        python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 8000 --ctx 8192 \
-            --reps 2 --out "$OUT/llama-$shape.json" | grep -i "prompt"
-        grep -h "offloaded" "$OUT/llama-$shape.json.log" || true
+        llama_prompts "$shape" "$f"
         rm -f "$f"
     done
     ;;
