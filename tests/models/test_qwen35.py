@@ -169,3 +169,38 @@ def test_recurrent_paths_refused(device, tiny):
 
         with pytest.raises(UsageError, match="batched decode"):
             BatchDecode(dec)
+
+
+def test_multimodal_checkpoint_runs_its_text_model(device, models_dir):
+    """A Qwen3_5ForConditionalGeneration directory (how Qwen3.5 ships): its text_config is read,
+    its text model's tensors found under model.language_model., its vision tower left alone; greedy
+    tokens equal transformers' generate on the same text ids."""
+    import torch
+    import transformers
+
+    import vkdecode
+    from tests.helpers.make_models import write_tiny_tokenizer
+
+    path = models_dir / "hf-qwen35-multimodal"
+    if not (path / "config.json").exists():
+        text = {**SMALL, **QWEN35, "tie_word_embeddings": False}
+        vision = {"depth": 1, "hidden_size": 16, "intermediate_size": 32, "num_heads": 2}
+        cfg = transformers.Qwen3_5Config(text_config=text, vision_config={**vision, "out_hidden_size": 64})
+        torch.manual_seed(1)
+        model = transformers.Qwen3_5ForConditionalGeneration(cfg).eval()
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                p.copy_(1.0 + 0.2 * torch.randn_like(p)) if "norm" in name else p.normal_(0.0, 0.3)
+        model.save_pretrained(path)
+        write_tiny_tokenizer(path)
+    a = ModelArgs.from_hf_config(str(path))
+    assert (a.arch, a.linear_attn, a.tie_embeddings) == ("qwen3_5", (2, 4, 16, 8, 4), False)
+    hf = transformers.Qwen3_5ForConditionalGeneration.from_pretrained(path, dtype=torch.float32).eval()
+    ids = [5, 9, 17, 33, 2, 70, 11, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52]
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False, top_p=None, top_k=None)
+    want = out[0, len(ids) :].tolist()
+    with vkdecode.load(str(path), device=device, ctx=CTX) as model:
+        got = [r.token for r in model.stream_generate(prompt_ids=ids, max_tokens=8)]
+    n = next((i for i, t in enumerate(want) if t == 2), len(want))  # up to EOS (2)
+    assert got[: n + 1] == want[: n + 1]

@@ -56,6 +56,11 @@ class Architecture:
     # per-layer name -> HfView: read through a view (or a function of the ModelArgs giving them)
     hf_views: dict | Callable = field(default_factory=dict)
     hf_norms_plus_one: bool = False  # HF norm weights hold w of x * (1 + w): the 1 is added at load
+    # a multimodal checkpoint's text model (Qwen3.5's ConditionalGeneration): its tensors under this
+    # prefix in place of "model.", and the other parts (vision tower, multi-token prediction heads)
+    # under these prefixes, which the text decode step does not read
+    hf_text_prefix: str = ""
+    hf_other_parts: tuple[str, ...] = ()
     tokenizer_defaults: Callable | None = None  # (tokenizer) -> None, once it is loaded
     coop: bool = True  # tensor-core kernels (inputs rounded to f16) allowed
     # their matmul inputs scaled per row by a power of two into f16's range first (shaders/to_f16.comp

@@ -43,7 +43,13 @@ LINEAR_NAMES = {  # per-layer program name -> (HF suffix, GGUF suffix: none, GGU
 
 
 def from_hf(cfg: dict, where: str) -> dict:
-    """The ModelArgs fields of an HF Qwen3_5ForCausalLM config.json, with its own refusals."""
+    """The ModelArgs fields of an HF Qwen3_5ForCausalLM config.json, or of the text model of a
+    Qwen3_5ForConditionalGeneration one (its text_config; the top level's tied head wins, as in
+    transformers), with its own refusals."""
+    if isinstance(cfg.get("text_config"), dict):
+        tie = cfg.get("tie_word_embeddings")
+        cfg = {**cfg["text_config"], **({} if tie is None else {"tie_word_embeddings": tie})}
+        where = f"{where} (text_config)"
     key = hf_key(cfg, where)
     n_layers = int(key("num_hidden_layers"))
     interval = cfg.get("full_attention_interval", 4)
@@ -218,7 +224,7 @@ def check(args) -> None:
 ARCHITECTURE = Architecture(
     "qwen3_5",
     Qwen35Builder,
-    ("Qwen3_5ForCausalLM",),
+    ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"),
     ("qwen3_5_text",),
     qk_norm=True,
     from_hf=from_hf,
@@ -227,4 +233,6 @@ ARCHITECTURE = Architecture(
     layer_names=LINEAR_NAMES,
     hf_views=hf_views,
     hf_norms_plus_one=True,
+    hf_text_prefix="model.language_model.",
+    hf_other_parts=("model.visual.", "mtp."),  # the vision tower, the multi-token prediction heads
 )

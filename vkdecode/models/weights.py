@@ -143,11 +143,21 @@ def _load_hf(path: str):
     where = safetensors_index(path)
     args = settings.stored_head(args, where)  # transformers 5 keeps a stored lm_head
     _check_layers(path, args, len(where))  # and _check_unused: before reading any data
+    arch = ARCHITECTURES[args.arch]
     srcs = {n: hf_sources(source_name(n, "hf", args.arch), args.n_experts) for n in expected_shapes(args)}
-    plus_one, views = ARCHITECTURES[args.arch].hf_norms_plus_one, ARCHITECTURES[args.arch].hf_views
+    other: tuple[str, ...] = ()
+    if arch.hf_text_prefix and f"{arch.hf_text_prefix}embed_tokens.weight" in where:
+        # the text model of a multimodal checkpoint: "model.x" is stored as "<prefix>x"
+        srcs = {
+            n: [arch.hf_text_prefix + s[6:] if s.startswith("model.") else s for s in ss]
+            for n, ss in srcs.items()
+        }
+        other = arch.hf_other_parts
+    plus_one, views = arch.hf_norms_plus_one, arch.hf_views
     views = views(args) if callable(views) else views  # views that depend on the sizes (qwen35.py)
     mx = {n: p for n, s in srcs.items() if (p := hf_mxfp4.sources(views.get(n.split(".", 2)[-1]), s, where))}
-    _check_unused(path, where, {s for names in [*srcs.values(), *mx.values()] for s in names})
+    used = {s for names in [*srcs.values(), *mx.values()] for s in names}
+    _check_unused(path, where, used | {n for n in where if n.startswith(other)} if other else used)
     headers: dict[str, dict] = {}
     weights, types, notes = {}, {}, []
     for name, shape in expected_shapes(args).items():
