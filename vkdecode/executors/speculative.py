@@ -184,24 +184,24 @@ class Speculative:
         while left > 0:
             drafts = look.draft() if pos + k < ex.ctx else []
             t0 = time.perf_counter()
-            if (drafts and not self.policy.pays()) or (not drafts and burst > 1):
-                n = DECLINE_BURST if drafts else burst
+            if not drafts:  # draftless turns: 1, 2, 4, .. plain steps
+                n, burst = burst, min(2 * burst, self.no_draft_burst)
+            else:  # a draft checked (0), or declined: a burst of plain steps
+                n = 0 if self.policy.pays() else DECLINE_BURST
+                burst = 1 if n == 0 else burst
+            if n > 1:
                 emitted = list(ex.decode(token, pos, min(left, n)))  # a TokenStats each
                 self.stats.plain_steps += len(emitted)
                 if drafts:
                     self.stats.declined += 1
                     self.policy.skip(len(emitted) - 1)
-                else:
-                    burst = min(2 * burst, self.no_draft_burst)
                 self.policy.note_plain((time.perf_counter() - t0) / len(emitted))
             else:
-                if not drafts:
+                if n == 1:
                     emitted = [ex.step(token, pos)]
                     self.stats.plain_steps += 1
                     self.policy.note_plain(time.perf_counter() - t0)
-                    burst = min(2, self.no_draft_burst)
                 else:
-                    burst = 1
                     emitted = self._verify(drafts, token, pos, ids, out)
                     self.policy.note_verify(time.perf_counter() - t0, len(emitted))
                     ex.token_stats.append(v.token_stats.pop())
