@@ -72,6 +72,7 @@ def _linear_attention(op: Op, program: Program, env: dict, ins: list, dt) -> lis
     rows = int(a.get("rows", 1))
     if rows > 1:  # a prompt chunk: its rows in order, each a step at the next position
         sizes = [program.values[n].numel // rows for n in op.inputs[:-1]]
+        one = Op(op.kind, op.inputs, op.outputs, {k: v for k, v in a.items() if k != "rows"})
         outs = []
         for t in range(rows):
             row_ins = [
@@ -80,7 +81,6 @@ def _linear_attention(op: Op, program: Program, env: dict, ins: list, dt) -> lis
             ]
             s = step.copy()
             s[STEP_POS] += t
-            one = Op(op.kind, op.inputs, op.outputs, {k: v for k, v in a.items() if k != "rows"})
             outs.append(_linear_attention(one, program, {**env, name: state}, row_ins + [s], dt)[0])
         return [np.concatenate(outs), state]
     pos = int(step[STEP_POS])

@@ -153,6 +153,12 @@ class Prefill:
         self.widths = tuple(sorted({int(w) for w in ws if 1 <= int(w) <= decode_ex.ctx}, reverse=True))
         self.runners: dict[int, object] = {}
         self.dropped: tuple[int, ...] = ()
+        # a model with a recurrent state (Qwen3.5) takes whole chunks only: a padded row would go
+        # through its state, which nothing overwrites afterwards as the decode steps do a KV row
+        exact = has_recurrent_state(decode_ex.program)
+        self.plan_caps = (
+            dataclasses.replace(decode_ex.caps, prefill_chunk_rows=-1) if exact else decode_ex.caps
+        )
         while True:
             try:
                 self._build()
@@ -179,13 +185,8 @@ class Prefill:
                 share = [self.decode.plan, ex.plan]  # the widest chunk's activations for the rest
 
     def plan(self, n: int, pos0: int) -> list[tuple[int, int]]:
-        """(width, tokens) of the chunks that cover a prefix of n prompt tokens from pos0. A model
-        with a recurrent state (Qwen3.5) takes whole chunks only: a padded row would go through
-        its state, which nothing overwrites afterwards as the decode steps do a KV row."""
-        caps = self.decode.caps
-        if has_recurrent_state(self.decode.program):
-            caps = dataclasses.replace(caps, prefill_chunk_rows=-1)
-        return chunk_plan(n, self.widths, self.decode.ctx - pos0, caps)
+        """(width, tokens) of the chunks that cover a prefix of n prompt tokens from pos0."""
+        return chunk_plan(n, self.widths, self.decode.ctx - pos0, self.plan_caps)
 
     def run_chunk(self, w: int, tokens, pos: int) -> None:
         """One chunk of width w: the KV rows of tokens (at most w) at positions pos.. written."""

@@ -27,7 +27,7 @@ from vkdecode.models.arch import Architecture, HfView, hf_key, hf_sizes
 from vkdecode.models.llama import Builder
 
 LINEAR, FULL = "linear_attention", "full_attention"
-OWN_KEYS = ("layer_types", "rope_parameters", "full_attention_interval")
+OWN_KEYS = ("layer_types", "rope_parameters", "full_attention_interval", "partial_rotary_factor")
 LINEAR_NAMES = {  # per-layer program name -> (HF suffix, GGUF suffix: none, GGUF is refused)
     "lin_qkv": ("linear_attn.in_proj_qkv.weight", ""),
     "lin_z": ("linear_attn.in_proj_z.weight", ""),
@@ -60,7 +60,7 @@ def from_hf(cfg: dict, where: str) -> dict:
     factor = float(params.pop("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)))
     for k in ("mrope_section", "mrope_interleaved"):  # text positions: equal in every section
         params.pop(k, None)
-    rest = {k: v for k, v in cfg.items() if k not in OWN_KEYS + ("partial_rotary_factor",)}
+    rest = {k: v for k, v in cfg.items() if k not in OWN_KEYS}
     config_audit.audit_hf(rest, ARCHITECTURE, where)
     if settings.flag(cfg, "attention_bias", False, where):
         raise ModelError(f"{where}: key 'attention_bias' = true is not supported for qwen3_5")

@@ -157,7 +157,7 @@ def _load_hf(path: str):
     views = views(args) if callable(views) else views  # views that depend on the sizes (qwen35.py)
     mx = {n: p for n, s in srcs.items() if (p := hf_mxfp4.sources(views.get(n.split(".", 2)[-1]), s, where))}
     used = {s for names in [*srcs.values(), *mx.values()] for s in names}
-    _check_unused(path, where, used | {n for n in where if n.startswith(other)} if other else used)
+    _check_unused(path, where, used, ignorable={n for n in where if n.startswith(other)})
     headers: dict[str, dict] = {}
     weights, types, notes = {}, {}, []
     for name, shape in expected_shapes(args).items():
