@@ -88,11 +88,16 @@ def _weights(dtype: str, out: int, n_in: int) -> dict:
     return random_parts(dtype, out, n_in, np.random.default_rng(0))
 
 
-def measure(dev, dtype, out, n_in, rows, caps: KernelCaps, reps: int) -> dict:
+def measure(dev, dtype, out, n_in, rows, caps: KernelCaps, reps: int, coop_defines: tuple = ()) -> dict:
+    """GPU time of one matmul; coop_defines: extra #defines of its tensor-core kernel (probes)."""
     p = _program(dtype, out, n_in, rows)
     arrays = {("w", part): a for part, a in _weights(dtype, out, n_in).items()}
     arrays[("x", "data")] = np.random.default_rng(rows).standard_normal(rows * n_in).astype(np.float32)
-    r = time_calls(dev, p, op_calls(p, 0, caps), arrays, reps)
+    calls = [
+        replace(c, defines=tuple(c.defines) + coop_defines) if c.shader == "matmul_rows_coop" else c
+        for c in op_calls(p, 0, caps)
+    ]
+    r = time_calls(dev, p, calls, arrays, reps, read="y")
     r["GFLOPs"] = 2 * rows * out * n_in / (r["us"] * 1e3)
     return r
 
@@ -100,9 +105,10 @@ def measure(dev, dtype, out, n_in, rows, caps: KernelCaps, reps: int) -> dict:
 WARM_SECONDS = 0.5
 
 
-def time_calls(dev, p: Program, calls, arrays: dict, reps: int) -> dict:
+def time_calls(dev, p: Program, calls, arrays: dict, reps: int, read: str = "") -> dict:
     """GPU time of `reps` runs of calls (a barrier after each dispatch): one buffer per bound value
-    and part, filled from arrays[(value, part)] where given (zeros otherwise)."""
+    and part, filled from arrays[(value, part)] where given (zeros otherwise); with `read`, that
+    value's result too (r["out"], f32)."""
     from vkdecode.vk.descriptors import write_descriptor_set
 
     bufs = {}
@@ -162,10 +168,12 @@ def time_calls(dev, p: Program, calls, arrays: dict, reps: int) -> dict:
         dev.submit([cmd])
         t0, t1 = ts.read_ns()
         times.append((t1 - t0) / reps)
+    out = np.frombuffer(bufs[(read, "data")].read(), np.float32).copy() if read else None
     for o in [cmd, ts, pool] + list(bufs.values()):
         o.close()
     med = float(np.median(times))
     return {
+        "out": out,
         "calls": [{"shader": c.shader, "groups": list(c.groups), "defines": dict(c.defines)} for c in calls],
         "us": med / 1e3,
         "us_min": min(times) / 1e3,
@@ -188,6 +196,14 @@ def main(argv=None) -> int:
     ap.add_argument("--groups", type=int, default=0, help="KernelCaps.matmul_groups for the auto wide choice")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--caps", nargs="*", default=[], metavar="KEY=VALUE", help="KernelCaps overrides")
+    ap.add_argument("--what", nargs="*", default=[], help="only these shapes of the preset (e.g. gate/up)")
+    ap.add_argument(
+        "--coop-defines",
+        nargs="*",
+        default=[],
+        metavar="A,B=1",
+        help="probes: the coop variant again with these #defines added to its kernel, one variant each",
+    )
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
     from vkdecode.vk import Device
@@ -211,19 +227,27 @@ def main(argv=None) -> int:
             for t in COOP_TILES
             for s in (1, 2, 4)
         ]
+    probes = {f"coop+{d}": tuple(tuple((kv + "=1").split("=")[:2]) for kv in d.split(",")) for d in a.coop_defines}
+    tunings += [(name, VARIANTS["coop"]) for name in probes]
     sums: dict[tuple[str, str, int], float] = {}
     shapes = [(m,) + s for m in (sorted(PRESETS) if a.preset == "all" else [a.preset]) for s in PRESETS[m]]
+    shapes = [s for s in shapes if not a.what or s[-1] in a.what]
     for model, dtype, out, n_in, what in shapes:
         dtype = a.dtype or dtype
         for rows in a.widths:
+            first = None  # the first variant's result: every other one is compared with it
             for name, t in tunings:
                 if (name == "narrow" and rows > 16) or (name.startswith("coop") and not base.coop_matrix):
                     continue
                 try:
-                    r = measure(dev, dtype, out, n_in, rows, replace(base, **t), a.reps)
+                    r = measure(dev, dtype, out, n_in, rows, replace(base, **t), a.reps, probes.get(name, ()))
                 except ValueError as e:  # a tile this device's shared memory does not hold
                     print(f"{name}: {e}", file=sys.stderr)
                     continue
+                y = r.pop("out")
+                first = y if first is None else first
+                r["out_absmax"] = float(np.abs(y).max())  # an all-zero result would compare equal
+                r["err_vs_first"] = float(np.abs(y - first).max() / max(1e-30, float(np.abs(first).max())))
                 r.update(model=model, variant=name, dtype=dtype, out=out, n_in=n_in, what=what, rows=rows)
                 res["rows"].append(r)
                 key = (model, name, rows)
@@ -231,7 +255,8 @@ def main(argv=None) -> int:
                 print(
                     f"{dtype:5s} {out:5d}x{n_in:<5d} {what:8s} T {rows:4d} {name:16s} {r['us']:9.1f} us "
                     f"{r['GFLOPs']:8.0f} GFLOP/s  {[c['groups'] for c in r['calls']]} "
-                    f"regs {[st.get('Register Count', '?') for st in r['pipeline_stats']]}",
+                    f"regs {[st.get('Register Count', '?') for st in r['pipeline_stats']]} "
+                    f"err {r['err_vs_first']:.1e}",
                     flush=True,
                 )
     # per layer of the preset's model (q, k, v, o, gate, up, down), summed per variant and width
