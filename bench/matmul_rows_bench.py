@@ -227,7 +227,9 @@ def main(argv=None) -> int:
             for t in COOP_TILES
             for s in (1, 2, 4)
         ]
-    probes = {f"coop+{d}": tuple(tuple((kv + "=1").split("=")[:2]) for kv in d.split(",")) for d in a.coop_defines}
+    probes = {
+        f"coop+{d}": tuple(tuple((kv + "=1").split("=")[:2]) for kv in d.split(",")) for d in a.coop_defines
+    }
     tunings += [(name, VARIANTS["coop"]) for name in probes]
     sums: dict[tuple[str, str, int], float] = {}
     shapes = [(m,) + s for m in (sorted(PRESETS) if a.preset == "all" else [a.preset]) for s in PRESETS[m]]

@@ -59,14 +59,17 @@ HF_CLASSES = {
     "olmoe": ("OlmoeConfig", "OlmoeForCausalLM"),
     "gpt_oss": ("GptOssConfig", "GptOssForCausalLM"),
     "qwen35": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM"),
+    "qwen35moe": ("Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM"),
 }
-MOE_ARCHS = ("qwen3moe", "mixtral", "qwen2moe", "olmoe", "gpt_oss")
+MOE_ARCHS = ("qwen3moe", "mixtral", "qwen2moe", "olmoe", "gpt_oss", "qwen35moe")
 # the MoE families on top of SMALL: 8 experts of 32 rows, 2 chosen per token (Mixtral: its experts
 # are intermediate_size wide)
 MOE = {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
 MOE_OVERRIDES = {
     "mixtral": {"num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 32},
     "qwen2moe": {**MOE, "shared_expert_intermediate_size": 48},
+    # Qwen3.5-MoE: 4 experts (2 per token) and a shared expert in every layer
+    "qwen35moe": {**MOE, "num_experts": 4, "shared_expert_intermediate_size": 48},
     "olmoe": {"num_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 32},
     # gpt-oss: sliding layers of 6 keys (< the tests' 32 positions), a GLU limit the gates reach,
     # its default YaRN rope (factor 32 over an original 4096)
@@ -161,6 +164,39 @@ def mxfp4_hf_model(src, dst) -> Path:
         "modules_to_not_convert": ["model.layers.*.self_attn"],
     }
     (tmp / "config.json").write_text(json.dumps(cfg))
+    os.replace(tmp, dst)
+    return dst
+
+
+def fused_experts_hf_model(src, dst) -> Path:
+    """The HF Qwen3.5-MoE dir `src` (one tensor per expert, as save_pretrained writes it) with its
+    experts fused as Qwen ships them: `mlp.experts.gate_up_proj` (experts, 2 ffn, hidden), the gate
+    rows first, and `mlp.experts.down_proj` (experts, hidden, ffn). Cached by dst."""
+    import re
+
+    from safetensors.numpy import load_file, save_file
+
+    dst = Path(dst)
+    if (dst / "config.json").exists():
+        return dst
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp)
+    state = {}
+    for f in sorted(tmp.glob("*.safetensors")):
+        state.update(load_file(f))
+        f.unlink()
+    layers = {m.group(1) for k in state if (m := re.match(r"(.*\.mlp\.experts)\.\d+\.", k))}
+    for pre in sorted(layers):
+        n = sum(1 for k in state if re.fullmatch(re.escape(pre) + r"\.\d+\.down_proj\.weight", k))
+        parts = {
+            p: [state.pop(f"{pre}.{e}.{p}_proj.weight") for e in range(n)] for p in ("gate", "up", "down")
+        }
+        state[f"{pre}.gate_up_proj"] = np.stack(
+            [np.concatenate([g, u]) for g, u in zip(parts["gate"], parts["up"])]
+        )
+        state[f"{pre}.down_proj"] = np.stack(parts["down"])
+    save_file(state, str(tmp / "model.safetensors"))
     os.replace(tmp, dst)
     return dst
 
@@ -278,7 +314,7 @@ def tiny_hf_model(
         **{
             **SMALL,
             **(GEMMA3 if arch == "gemma3" else {}),
-            **(QWEN35 if arch == "qwen35" else {}),
+            **(QWEN35 if arch in ("qwen35", "qwen35moe") else {}),
             **(MOE_OVERRIDES.get(arch, MOE) if arch in MOE_ARCHS else {}),
             "tie_word_embeddings": tied,
             **overrides,

@@ -5,7 +5,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from vkdecode.models import gemma3, gpt_oss, llama, mixtral, olmoe, qwen2, qwen2moe, qwen3, qwen3moe, qwen35
+from vkdecode.models import (
+    gemma3,
+    gpt_oss,
+    llama,
+    mixtral,
+    olmoe,
+    qwen2,
+    qwen2moe,
+    qwen3,
+    qwen3moe,
+    qwen35,
+    qwen35moe,
+)
 from vkdecode.models.arch import Architecture
 from vkdecode.options import KV_DTYPES
 
@@ -23,6 +35,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         olmoe.ARCHITECTURE,
         gpt_oss.ARCHITECTURE,
         qwen35.ARCHITECTURE,
+        qwen35moe.ARCHITECTURE,
     )
 }
 

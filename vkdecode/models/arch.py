@@ -24,6 +24,9 @@ class HfView:
     # where the source may be MXFP4 blocks and scales (hf_mxfp4.py): the program's rows are every
     # step-th stored one from start
     mxfp4: tuple[int, int] | None = None
+    # read through this view only where the checkpoint stores `source`, else as layer_names says
+    # (Qwen3.5-MoE's fused experts as Qwen ships them; per expert as save_pretrained writes them)
+    if_stored: bool = False
 
 
 @dataclass(frozen=True)

@@ -42,14 +42,27 @@ LINEAR_NAMES = {  # per-layer program name -> (HF suffix, GGUF suffix: none, GGU
 }
 
 
+def text_model(cfg: dict, where: str) -> tuple[dict, str]:
+    """The text model's config: a Qwen3_5*ForConditionalGeneration config's text_config (its top
+    level's tied head wins, as in transformers), else the config itself."""
+    if not isinstance(cfg.get("text_config"), dict):
+        return cfg, where
+    tie = cfg.get("tie_word_embeddings")
+    return {
+        **cfg["text_config"],
+        **({} if tie is None else {"tie_word_embeddings": tie}),
+    }, f"{where} (text_config)"
+
+
 def from_hf(cfg: dict, where: str) -> dict:
     """The ModelArgs fields of an HF Qwen3_5ForCausalLM config.json, or of the text model of a
-    Qwen3_5ForConditionalGeneration one (its text_config; the top level's tied head wins, as in
-    transformers), with its own refusals."""
-    if isinstance(cfg.get("text_config"), dict):
-        tie = cfg.get("tie_word_embeddings")
-        cfg = {**cfg["text_config"], **({} if tie is None else {"tie_word_embeddings": tie})}
-        where = f"{where} (text_config)"
+    Qwen3_5ForConditionalGeneration one, with its own refusals."""
+    return read_text(*text_model(cfg, where), ARCHITECTURE)
+
+
+def read_text(cfg: dict, where: str, arch: Architecture) -> dict:
+    """The fields Qwen3.5's text models share (the dense ones and qwen35moe.py's), refusals named
+    after `arch`."""
     key = hf_key(cfg, where)
     n_layers = int(key("num_hidden_layers"))
     interval = cfg.get("full_attention_interval", 4)
@@ -61,13 +74,17 @@ def from_hf(cfg: dict, where: str) -> dict:
     for k in ("mrope_section", "mrope_interleaved"):  # text positions: equal in every section
         params.pop(k, None)
     rest = {k: v for k, v in cfg.items() if k not in OWN_KEYS}
-    config_audit.audit_hf(rest, ARCHITECTURE, where)
+    config_audit.audit_hf(rest, arch, where)
     if settings.flag(cfg, "attention_bias", False, where):
-        raise ModelError(f"{where}: key 'attention_bias' = true is not supported for qwen3_5")
+        raise ModelError(f"{where}: key 'attention_bias' = true is not supported for {arch.name}")
+    if not settings.flag(cfg, "attn_output_gate", True, where):  # transformers always gates
+        raise ModelError(f"{where}: key 'attn_output_gate' = false is not supported for {arch.name}")
     max_position = int(key("max_position_embeddings", 32768))
     theta, scaling = settings.hf_rope({**rest, "rope_parameters": params}, where, max_position)
     if scaling:
-        raise ModelError(f"{where}: rope scaling {scaling.get('rope_type')!r} is not supported for qwen3_5")
+        raise ModelError(
+            f"{where}: rope scaling {scaling.get('rope_type')!r} is not supported for {arch.name}"
+        )
     head_dim = int(key("head_dim", 256))
     rotary = int(head_dim * factor)
     if not (0 < rotary <= head_dim and rotary % 2 == 0):
@@ -218,7 +235,7 @@ def gguf_fields(key, n_layers: int, hidden: int, heads: int) -> dict:
 
 def check(args) -> None:
     if len(args.linear_attn) != 5 or len(args.layer_types) != args.n_layers:
-        raise ModelError("qwen3_5 needs its linear attention sizes and a type for every layer")
+        raise ModelError(f"{args.arch} needs its linear attention sizes and a type for every layer")
 
 
 ARCHITECTURE = Architecture(

@@ -144,24 +144,32 @@ def _load_hf(path: str):
     args = settings.stored_head(args, where)  # transformers 5 keeps a stored lm_head
     _check_layers(path, args, len(where))  # and _check_unused: before reading any data
     arch = ARCHITECTURES[args.arch]
-    srcs = {n: hf_sources(source_name(n, "hf", args.arch), args.n_experts) for n in expected_shapes(args)}
-    other: tuple[str, ...] = ()
-    if arch.hf_text_prefix and f"{arch.hf_text_prefix}embed_tokens.weight" in where:
-        # the text model of a multimodal checkpoint: "model.x" is stored as "<prefix>x"
-        srcs = {
-            n: [arch.hf_text_prefix + s[6:] if s.startswith("model.") else s for s in ss]
-            for n, ss in srcs.items()
-        }
-        other = arch.hf_other_parts
+    text = bool(arch.hf_text_prefix) and f"{arch.hf_text_prefix}embed_tokens.weight" in where
+
+    def stored(s: str) -> str:  # the text model of a multimodal checkpoint: "model.x" is "<prefix>x"
+        return arch.hf_text_prefix + s[6:] if text and s.startswith("model.") else s
+
+    srcs = {
+        n: [stored(s) for s in hf_sources(source_name(n, "hf", args.arch), args.n_experts)]
+        for n in expected_shapes(args)
+    }
+    other = arch.hf_other_parts if text else ()
     plus_one, views = arch.hf_norms_plus_one, arch.hf_views
     views = views(args) if callable(views) else views  # views that depend on the sizes (qwen35.py)
-    mx = {n: p for n, s in srcs.items() if (p := hf_mxfp4.sources(views.get(n.split(".", 2)[-1]), s, where))}
+    views = {n: v for n in srcs if (v := views.get(n.split(".", 2)[-1])) is not None}
+    for n, v in [(n, v) for n, v in views.items() if v.if_stored]:
+        src = stored(f"model.layers.{n.split('.')[1]}.{v.source}")
+        if src in where:
+            srcs[n] = [src]
+        else:
+            del views[n]
+    mx = {n: p for n, s in srcs.items() if (p := hf_mxfp4.sources(views.get(n), s, where))}
     used = {s for names in [*srcs.values(), *mx.values()] for s in names}
     _check_unused(path, where, used, ignorable={n for n in where if n.startswith(other)})
     headers: dict[str, dict] = {}
     weights, types, notes = {}, {}, []
     for name, shape in expected_shapes(args).items():
-        view = views.get(name.split(".", 2)[-1])
+        view = views.get(name)
         if name in mx:  # gpt-oss's MXFP4 experts: mxfp4 on the device
             dtype, pack = hf_mxfp4.weight(mx[name], view, shape, where, notes)
             weights[name], types[name] = _lazy(where[mx[name][0]], dtype, shape, pack), "MXFP4"
