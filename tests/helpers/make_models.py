@@ -60,8 +60,9 @@ HF_CLASSES = {
     "gpt_oss": ("GptOssConfig", "GptOssForCausalLM"),
     "qwen35": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM"),
     "qwen35moe": ("Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM"),
+    "qwen3next": ("Qwen3NextConfig", "Qwen3NextForCausalLM"),
 }
-MOE_ARCHS = ("qwen3moe", "mixtral", "qwen2moe", "olmoe", "gpt_oss", "qwen35moe")
+MOE_ARCHS = ("qwen3moe", "mixtral", "qwen2moe", "olmoe", "gpt_oss", "qwen35moe", "qwen3next")
 # the MoE families on top of SMALL: 8 experts of 32 rows, 2 chosen per token (Mixtral: its experts
 # are intermediate_size wide)
 MOE = {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
@@ -70,6 +71,14 @@ MOE_OVERRIDES = {
     "qwen2moe": {**MOE, "shared_expert_intermediate_size": 48},
     # Qwen3.5-MoE: 4 experts (2 per token) and a shared expert in every layer
     "qwen35moe": {**MOE, "num_experts": 4, "shared_expert_intermediate_size": 48},
+    # Qwen3-Next: the same, top-k weights not renormalised, layer 1's FFN a dense MLP
+    "qwen3next": {
+        **MOE,
+        "num_experts": 4,
+        "shared_expert_intermediate_size": 48,
+        "norm_topk_prob": False,
+        "mlp_only_layers": [1],
+    },
     "olmoe": {"num_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 32},
     # gpt-oss: sliding layers of 6 keys (< the tests' 32 positions), a GLU limit the gates reach,
     # its default YaRN rope (factor 32 over an original 4096)
@@ -314,7 +323,7 @@ def tiny_hf_model(
         **{
             **SMALL,
             **(GEMMA3 if arch == "gemma3" else {}),
-            **(QWEN35 if arch in ("qwen35", "qwen35moe") else {}),
+            **(QWEN35 if arch in ("qwen35", "qwen35moe", "qwen3next") else {}),
             **(MOE_OVERRIDES.get(arch, MOE) if arch in MOE_ARCHS else {}),
             "tie_word_embeddings": tied,
             **overrides,

@@ -20,6 +20,7 @@ def test_records_are_consistent():
         "gpt-oss",
         "qwen3_5",
         "qwen3_5_moe",
+        "qwen3_next",
     )
     assert ARCHS == names == tuple(a.name for a in ARCHITECTURES.values())
     classes = [c for a in ARCHITECTURES.values() for c in a.hf_classes]
@@ -30,6 +31,8 @@ def test_records_are_consistent():
     # the MoE Qwens' names are llama.cpp's (GGUF); transformers spells their types qwen3_moe, qwen2_moe;
     # Qwen3.5's text models are qwen3_5_text, qwen3_5_moe_text (qwen3_5, qwen3_5_moe: multimodal wrappers)
     assert set(ARCHS) - {"qwen3moe", "qwen2moe", "gpt-oss", "qwen3_5", "qwen3_5_moe"} <= set(HF_MODEL_TYPES)
-    assert {"qwen3_moe", "qwen2_moe", "gpt_oss", "qwen3_5_text", "qwen3_5_moe_text"} <= set(HF_MODEL_TYPES)
+    assert {"qwen3_moe", "qwen2_moe", "gpt_oss", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next"} <= set(
+        HF_MODEL_TYPES
+    )
     assert all(issubclass(a.builder, Builder) for a in ARCHITECTURES.values())
     assert COOP_REFUSED_ARCHS == () and set(COOP_ROW_SCALED_ARCHS) == {"gemma3", "gpt-oss"}

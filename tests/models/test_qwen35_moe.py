@@ -190,3 +190,11 @@ def test_multimodal_checkpoint_runs_its_text_model(device, models_dir):
     a = ModelArgs.from_hf_config(str(path))
     assert (a.arch, a.n_experts, a.shared_expert_ffn, a.tie_embeddings) == ("qwen3_5_moe", 4, 48, False)
     check_multimodal_generate(device, path, "Qwen3_5MoeForConditionalGeneration", CTX)
+
+
+def test_kv_heads_default_is_transformers():
+    """A config.json without num_key_value_heads gets Qwen3_5MoeTextConfig's default, not all heads."""
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.Qwen3_5MoeTextConfig()
+    a = ModelArgs.from_hf_config(config(num_key_value_heads=None, num_attention_heads=8))  # not 8
+    assert a.n_kv_heads == hf.num_key_value_heads == 2

@@ -15,6 +15,7 @@ from vkdecode.models import (
     qwen2moe,
     qwen3,
     qwen3moe,
+    qwen3next,
     qwen35,
     qwen35moe,
 )
@@ -36,6 +37,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         gpt_oss.ARCHITECTURE,
         qwen35.ARCHITECTURE,
         qwen35moe.ARCHITECTURE,
+        qwen3next.ARCHITECTURE,
     )
 }
 

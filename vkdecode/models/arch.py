@@ -61,7 +61,7 @@ class Architecture:
     hf_norms_plus_one: bool = False  # HF norm weights hold w of x * (1 + w): the 1 is added at load
     # a multimodal checkpoint's text model (Qwen3.5's ConditionalGeneration): its tensors under this
     # prefix in place of "model.", and the other parts (vision tower, multi-token prediction heads)
-    # under these prefixes, which the text decode step does not read
+    # under these prefixes, which the text decode step does not read (no prefix: a plain checkpoint's)
     hf_text_prefix: str = ""
     hf_other_parts: tuple[str, ...] = ()
     tokenizer_defaults: Callable | None = None  # (tokenizer) -> None, once it is loaded

@@ -57,7 +57,12 @@ def text_model(cfg: dict, where: str) -> tuple[dict, str]:
 def from_hf(cfg: dict, where: str) -> dict:
     """The ModelArgs fields of an HF Qwen3_5ForCausalLM config.json, or of the text model of a
     Qwen3_5ForConditionalGeneration one, with its own refusals."""
-    return read_text(*text_model(cfg, where), ARCHITECTURE)
+    cfg, where = text_model(cfg, where)
+    return read_text({**KV_HEADS_DEFAULT, **cfg}, where, ARCHITECTURE)
+
+
+# transformers' Qwen3_5TextConfig: 4 kv heads where config.json leaves the key out (not all heads)
+KV_HEADS_DEFAULT = {"num_key_value_heads": 4}
 
 
 def read_text(cfg: dict, where: str, arch: Architecture) -> dict:
@@ -70,7 +75,8 @@ def read_text(cfg: dict, where: str, arch: Architecture) -> dict:
     if not (isinstance(types, list) and all(t in (LINEAR, FULL) for t in types)):
         raise ModelError(f"{where}: key 'layer_types' must list {LINEAR!r} / {FULL!r}, not {types!r}")
     params = dict(settings.obj(cfg, "rope_parameters", where))
-    factor = float(params.pop("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)))
+    # transformers' Qwen3.5 / Qwen3-Next configs: rope_parameters' factor, else the top level's, else 0.25
+    factor = float(params.pop("partial_rotary_factor", cfg.get("partial_rotary_factor", 0.25)))
     for k in ("mrope_section", "mrope_interleaved"):  # text positions: equal in every section
         params.pop(k, None)
     rest = {k: v for k, v in cfg.items() if k not in OWN_KEYS}

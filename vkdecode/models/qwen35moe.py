@@ -24,6 +24,7 @@ NEUTRAL = {"norm_topk_prob": (None, True), "decoder_sparse_step": (None, 1), "ml
 
 def from_hf(cfg: dict, where: str) -> dict:
     cfg, where = qwen35.text_model(cfg, where)
+    cfg = {"num_key_value_heads": 2, **cfg}  # Qwen3_5MoeTextConfig's default, absent from config.json
     for key, neutral in NEUTRAL.items():
         if cfg.get(key) not in neutral:
             raise ModelError(

@@ -153,7 +153,8 @@ def _load_hf(path: str):
         n: [stored(s) for s in hf_sources(source_name(n, "hf", args.arch), args.n_experts)]
         for n in expected_shapes(args)
     }
-    other = arch.hf_other_parts if text else ()
+    # the parts the text decode does not read: a multimodal checkpoint's, or a plain one's (Qwen3-Next)
+    other = arch.hf_other_parts if text or not arch.hf_text_prefix else ()
     plus_one, views = arch.hf_norms_plus_one, arch.hf_views
     views = views(args) if callable(views) else views  # views that depend on the sizes (qwen35.py)
     views = {n: v for n in srcs if (v := views.get(n.split(".", 2)[-1])) is not None}
