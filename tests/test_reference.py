@@ -315,8 +315,10 @@ def test_linear_attention_matches_transformers(hk, hv):
     conv = q35.causal_conv1d_fn(torch.tensor(xs.T[None]), torch.tensor(cw), None, activation="silu")
     np.testing.assert_allclose(ys, conv[0].numpy().T, rtol=1e-10, atol=1e-12)
     y = torch.tensor(ys[None])
-    q = y[..., : hk * dk].reshape(1, t, hk, dk)
-    k = y[..., hk * dk : 2 * hk * dk].reshape(1, t, hk, dk)
+    # q and k heads repeated to the value heads as the model does before the rule (transformers
+    # 5.17's rules need it; 5.25's group the heads themselves and take it as well)
+    q = y[..., : hk * dk].reshape(1, t, hk, dk).repeat_interleave(hv // hk, dim=2)
+    k = y[..., hk * dk : 2 * hk * dk].reshape(1, t, hk, dk).repeat_interleave(hv // hk, dim=2)
     v = y[..., 2 * hk * dk :].reshape(1, t, hv, dv)
     g = -torch.tensor(a_log).exp() * torch.nn.functional.softplus(torch.tensor(ga) + torch.tensor(dt_bias))
     beta = torch.tensor(gb).sigmoid()

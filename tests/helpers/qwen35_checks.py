@@ -72,9 +72,11 @@ def check_prompt_chunks(device, m, mode: str) -> None:
             )
             rows = slice(0, len(toks)) if want.ndim == 2 else slice(None)  # KV caches: the prompt's rows
             err = np.abs(got[rows] - want[rows]).max() / np.abs(want[rows]).max()
-            assert err <= (2e-3 if v.dtype == "f16" else 1e-4), f"{name}: rel err {err:.2e}"
+            # f32 states: 1e-4 on lavapipe, up to 2.9e-4 on an H100 (its fused multiply-adds and
+            # exp against numpy's, over 30 recurrent steps); a wrong state is off by O(1)
+            assert err <= (2e-3 if v.dtype == "f16" else 1e-3), f"{name}: rel err {err:.2e}"
         lg = ex.read_logits()
-        assert np.abs(lg - r["logits"]).max() <= 1e-4 * np.abs(r["logits"]).max()
+        assert np.abs(lg - r["logits"]).max() <= 1e-3 * np.abs(r["logits"]).max()
         assert nxt == int(r["next_token"][0])
         after = [nxt] + list(ex.decode(nxt, len(toks), 8))
     with Decoder(make_executor(mode, device, m.program, m.weights)) as dec:
