@@ -142,11 +142,9 @@ GPT_OSS_TRUNCATED = {
 }
 
 
-def mxfp4_hf_model(src, dst) -> Path:
-    """The HF gpt-oss dir `src` with its experts as OpenAI ships them: MXFP4 `*_blocks` / `*_scales`
-    (output-major; element 2j in byte j's low nibble, 2j + 1 in its high one; scale = exponent +
-    127) made with gguf's MXFP4 quantizer, and quantization_config mxfp4. Cached by dst."""
-    import gguf
+def _rewritten_hf_model(src, dst, rewrite) -> Path:
+    """A copy of the HF dir `src` at `dst` whose tensors (one dict) rewrite(state, tmp_dir) changed
+    in place, written as one model.safetensors; cached by dst, built in a .tmp dir and renamed."""
     from safetensors.numpy import load_file, save_file
 
     dst = Path(dst)
@@ -159,22 +157,34 @@ def mxfp4_hf_model(src, dst) -> Path:
     for f in sorted(tmp.glob("*.safetensors")):
         state.update(load_file(f))
         f.unlink()
-    for k in [k for k in state if k.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
-        w = np.ascontiguousarray(state.pop(k).astype(np.float32).swapaxes(1, 2))  # (experts, out, in)
-        raw = gguf.quants.quantize(w.reshape(-1, w.shape[2]), gguf.GGMLQuantizationType.MXFP4)
-        raw = raw.reshape(*w.shape[:2], w.shape[2] // 32, 17)
-        idx = np.concatenate([raw[..., 1:] & 0xF, raw[..., 1:] >> 4], axis=-1)  # ggml: j low, j + 16 high
-        state[k + "_blocks"] = (idx[..., 0::2] | (idx[..., 1::2] << 4)).astype(np.uint8)
-        state[k + "_scales"] = raw[..., 0].copy()
+    rewrite(state, tmp)
     save_file(state, str(tmp / "model.safetensors"))
-    cfg = json.loads((tmp / "config.json").read_text())
-    cfg["quantization_config"] = {
-        "quant_method": "mxfp4",
-        "modules_to_not_convert": ["model.layers.*.self_attn"],
-    }
-    (tmp / "config.json").write_text(json.dumps(cfg))
     os.replace(tmp, dst)
     return dst
+
+
+def mxfp4_hf_model(src, dst) -> Path:
+    """The HF gpt-oss dir `src` with its experts as OpenAI ships them: MXFP4 `*_blocks` / `*_scales`
+    (output-major; element 2j in byte j's low nibble, 2j + 1 in its high one; scale = exponent +
+    127) made with gguf's MXFP4 quantizer, and quantization_config mxfp4. Cached by dst."""
+    import gguf
+
+    def rewrite(state: dict, tmp: Path) -> None:
+        for k in [k for k in state if k.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
+            w = np.ascontiguousarray(state.pop(k).astype(np.float32).swapaxes(1, 2))  # (experts, out, in)
+            raw = gguf.quants.quantize(w.reshape(-1, w.shape[2]), gguf.GGMLQuantizationType.MXFP4)
+            raw = raw.reshape(*w.shape[:2], w.shape[2] // 32, 17)
+            idx = np.concatenate([raw[..., 1:] & 0xF, raw[..., 1:] >> 4], axis=-1)  # ggml: j low, j + 16 high
+            state[k + "_blocks"] = (idx[..., 0::2] | (idx[..., 1::2] << 4)).astype(np.uint8)
+            state[k + "_scales"] = raw[..., 0].copy()
+        cfg = json.loads((tmp / "config.json").read_text())
+        cfg["quantization_config"] = {
+            "quant_method": "mxfp4",
+            "modules_to_not_convert": ["model.layers.*.self_attn"],
+        }
+        (tmp / "config.json").write_text(json.dumps(cfg))
+
+    return _rewritten_hf_model(src, dst, rewrite)
 
 
 def fused_experts_hf_model(src, dst) -> Path:
@@ -183,31 +193,19 @@ def fused_experts_hf_model(src, dst) -> Path:
     rows first, and `mlp.experts.down_proj` (experts, hidden, ffn). Cached by dst."""
     import re
 
-    from safetensors.numpy import load_file, save_file
+    def rewrite(state: dict, tmp: Path) -> None:
+        layers = {m.group(1) for k in state if (m := re.match(r"(.*\.mlp\.experts)\.\d+\.", k))}
+        for pre in sorted(layers):
+            n = sum(1 for k in state if re.fullmatch(re.escape(pre) + r"\.\d+\.down_proj\.weight", k))
+            parts = {
+                p: [state.pop(f"{pre}.{e}.{p}_proj.weight") for e in range(n)] for p in ("gate", "up", "down")
+            }
+            state[f"{pre}.gate_up_proj"] = np.stack(
+                [np.concatenate([g, u]) for g, u in zip(parts["gate"], parts["up"])]
+            )
+            state[f"{pre}.down_proj"] = np.stack(parts["down"])
 
-    dst = Path(dst)
-    if (dst / "config.json").exists():
-        return dst
-    tmp = dst.with_name(dst.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(src, tmp)
-    state = {}
-    for f in sorted(tmp.glob("*.safetensors")):
-        state.update(load_file(f))
-        f.unlink()
-    layers = {m.group(1) for k in state if (m := re.match(r"(.*\.mlp\.experts)\.\d+\.", k))}
-    for pre in sorted(layers):
-        n = sum(1 for k in state if re.fullmatch(re.escape(pre) + r"\.\d+\.down_proj\.weight", k))
-        parts = {
-            p: [state.pop(f"{pre}.{e}.{p}_proj.weight") for e in range(n)] for p in ("gate", "up", "down")
-        }
-        state[f"{pre}.gate_up_proj"] = np.stack(
-            [np.concatenate([g, u]) for g, u in zip(parts["gate"], parts["up"])]
-        )
-        state[f"{pre}.down_proj"] = np.stack(parts["down"])
-    save_file(state, str(tmp / "model.safetensors"))
-    os.replace(tmp, dst)
-    return dst
+    return _rewritten_hf_model(src, dst, rewrite)
 
 
 def write_tiny_tokenizer(path) -> None:
