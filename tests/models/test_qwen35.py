@@ -62,13 +62,6 @@ def test_config_refused(kw, msg):
         ModelArgs.from_hf_config(config(**kw))
 
 
-def test_gguf_refused():
-    from vkdecode.models.qwen35 import ARCHITECTURE
-
-    with pytest.raises(ModelError, match="GGUF"):
-        ARCHITECTURE.gguf_fields(lambda k, d=None: d, 4, 64, 4)
-
-
 def test_rotary_order():
     """HF's pair (i, i + r / 2) lands at the rope op's (i, i + d / 2); every dim once."""
     order = rotary_order(16, 8)

@@ -101,13 +101,6 @@ def test_config_refused(kw, msg):
         ModelArgs.from_hf_config(config(**kw))
 
 
-def test_gguf_refused():
-    from vkdecode.models.qwen35moe import ARCHITECTURE
-
-    with pytest.raises(ModelError, match="qwen3_5_moe GGUF"):
-        ARCHITECTURE.gguf_fields(lambda k, d=None: d, 4, 64, 4)
-
-
 def test_routing_is_not_trivial(tiny):
     """The experts differ, the shared expert's gate is open to a varying degree, and the router picks
     different experts from token to token in every layer: a wrong expert, weight or gate shows."""

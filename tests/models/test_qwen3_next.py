@@ -132,11 +132,6 @@ def test_config_refused(kw, msg):
         ModelArgs.from_hf_config(config(**kw))
 
 
-def test_gguf_refused():
-    with pytest.raises(ModelError, match="qwen3_next GGUF"):
-        ARCHITECTURES["qwen3_next"].gguf_fields(lambda k, d=None: d, 4, 64, 4)
-
-
 @pytest.mark.parametrize("kw", [{}, OTHER], ids=["2x2", "4x3"])
 def test_regrouped_as_transformers(kw):
     """in_proj_qkvz / in_proj_ba rows numbered, run through transformers' own

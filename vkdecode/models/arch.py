@@ -30,8 +30,19 @@ class HfView:
 
 
 @dataclass(frozen=True)
+class GgufView:
+    """A program weight read from a GGUF tensor of another layout (the inverse of a llama.cpp
+    converter transform): the tensor's logical shape is `stored`; the program's array is its rows
+    `rows` (kept quantized where the rows are whole blocks), then `view(array)` if given (on f32)."""
+
+    stored: tuple
+    rows: object = None  # an index array, or None: every row in order
+    view: Callable | None = None
+
+
+@dataclass(frozen=True)
 class Architecture:
-    name: str  # ModelArgs.arch and GGUF `general.architecture`
+    name: str  # ModelArgs.arch and GGUF `general.architecture` (unless gguf_name)
     builder: type  # the Program builder: llama.Builder or a subclass
     hf_classes: tuple[str, ...]  # HF config.json `architectures` entries it answers to
     hf_model_types: tuple[str, ...]  # HF `model_type` values, read when `architectures` is absent
@@ -47,6 +58,9 @@ class Architecture:
     # (settings.hf_default): head_dim, num_key_value_heads, max_position_embeddings
     hf_defaults: dict = field(default_factory=dict)
     gguf_rope_layout: str = "neox"  # "pairs": llama.cpp's converter permuted the q/k rows
+    gguf_name: str = ""  # llama.cpp's name where it is not `name` (its key prefix too)
+    # per-layer name -> GgufView, a function of the ModelArgs (as hf_views)
+    gguf_views: Callable | None = None
     gguf_implemented: frozenset = frozenset()  # GGUF keys config_audit refuses that this one reads
     # or by hooks: from_hf(cfg, where) -> ModelArgs fields, its own reader and refusals;
     # gguf_fields(key, n_layers, hidden, heads) -> fields beyond the common ones; check(args) raises

@@ -19,6 +19,7 @@ from vkdecode.models.config_rope import gguf_rope_factors
 
 ARCHS = tuple(ARCHITECTURES)
 # HF `architectures` entries and `model_type` values -> the architecture
+GGUF_ARCHS = {a.gguf_name or a.name: a for a in ARCHITECTURES.values()}
 HF_ARCHS = {c: a for a in ARCHITECTURES.values() for c in a.hf_classes}
 HF_MODEL_TYPES = {t: a for a in ARCHITECTURES.values() for t in a.hf_model_types}
 
@@ -227,12 +228,12 @@ def _from_gguf(reader, path: str) -> ModelArgs:
     arch = _gguf_field(reader, "general.architecture", path)
     if arch is None:
         raise ModelError(f"{path}: missing key 'general.architecture'")
-    if arch not in ARCHS:
+    if arch not in GGUF_ARCHS:
         raise ModelError(
             f"{path}: unknown architecture {arch!r} in key 'general.architecture' "
-            f"(supported: {', '.join(ARCHS)})"
+            f"(supported: {', '.join(GGUF_ARCHS)})"
         )
-    spec = ARCHITECTURES[arch]
+    spec = GGUF_ARCHS[arch]  # arch: llama.cpp's name, the key prefix
 
     def key(name, default=None):
         v = _gguf_field(reader, f"{arch}.{name}", path)
@@ -256,12 +257,15 @@ def _from_gguf(reader, path: str) -> ModelArgs:
         vocab = int(emb.shape[1]) if emb is not None else 0
     eos = _gguf_field(reader, "tokenizer.ggml.eos_token_id", path)
     extra = spec.gguf_fields(key, int(key("block_count")), hidden, heads) if spec.gguf_fields else {}
+    # an architecture's fields win (Qwen3.5: its multi-token prediction layers left out of
+    # n_layers; Qwen3.5-MoE: no dense FFN, so no feed_forward_length)
+    ffn = extra.pop("intermediate_size", None) or int(key("feed_forward_length"))
     return ModelArgs(
-        arch=arch,
+        arch=spec.name,
         vocab_size=int(vocab),
         hidden_size=hidden,
-        intermediate_size=int(key("feed_forward_length")),
-        n_layers=int(key("block_count")),
+        intermediate_size=ffn,
+        n_layers=extra.pop("n_layers", None) or int(key("block_count")),
         n_heads=heads,
         n_kv_heads=int(key("attention.head_count_kv", heads)),
         head_dim=int(key("attention.key_length", hidden // heads)),

@@ -108,7 +108,7 @@ def audit_gguf(field, arch: str, path: str, implemented=()) -> None:
     if head_dim is None:
         hidden, heads = field(f"{arch}.embedding_length"), field(f"{arch}.attention.head_count")
         head_dim = hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads else None
-    rot = field(f"{arch}.rope.dimension_count")
+    rot = None if "rope.dimension_count" in skip else field(f"{arch}.rope.dimension_count")
     if rot is not None and head_dim is not None and int(rot) != int(head_dim):
         raise ModelError(
             f"{path}: key '{arch}.rope.dimension_count' = {rot} differs from head_dim {head_dim} "

@@ -22,23 +22,24 @@ from __future__ import annotations
 import numpy as np
 
 from vkdecode.errors import ModelError
-from vkdecode.models import config_audit, rope, settings
+from vkdecode.models import config_audit, qwen35_gguf, rope, settings
 from vkdecode.models.arch import Architecture, HfView, hf_key, hf_sizes
 from vkdecode.models.llama import Builder
 
 LINEAR, FULL = "linear_attention", "full_attention"
 OWN_KEYS = ("layer_types", "rope_parameters", "full_attention_interval", "partial_rotary_factor")
-LINEAR_NAMES = {  # per-layer program name -> (HF suffix, GGUF suffix: none, GGUF is refused)
-    "lin_qkv": ("linear_attn.in_proj_qkv.weight", ""),
-    "lin_z": ("linear_attn.in_proj_z.weight", ""),
-    "lin_b": ("linear_attn.in_proj_b.weight", ""),
-    "lin_a": ("linear_attn.in_proj_a.weight", ""),
-    "lin_conv": ("linear_attn.conv1d.weight", ""),
-    "lin_a_log": ("linear_attn.A_log", ""),
-    "lin_dt_bias": ("linear_attn.dt_bias", ""),
-    "lin_norm_w": ("linear_attn.norm.weight", ""),  # not *norm: weights.py adds no 1 to it
-    "lin_out": ("linear_attn.out_proj.weight", ""),
-    "wgate": ("self_attn.q_proj.weight", ""),
+LINEAR_NAMES = {  # per-layer program name -> (HF suffix, GGUF suffix: qwen35_gguf.py reads them)
+    "lin_qkv": ("linear_attn.in_proj_qkv.weight", "attn_qkv.weight"),
+    "lin_z": ("linear_attn.in_proj_z.weight", "attn_gate.weight"),
+    "lin_b": ("linear_attn.in_proj_b.weight", "ssm_beta.weight"),
+    "lin_a": ("linear_attn.in_proj_a.weight", "ssm_alpha.weight"),
+    "lin_conv": ("linear_attn.conv1d.weight", "ssm_conv1d.weight"),
+    "lin_a_log": ("linear_attn.A_log", "ssm_a"),  # GGUF: -exp(A_log)
+    "lin_dt_bias": ("linear_attn.dt_bias", "ssm_dt.bias"),
+    "lin_norm_w": ("linear_attn.norm.weight", "ssm_norm.weight"),  # not *norm: weights.py adds no 1 to it
+    "lin_out": ("linear_attn.out_proj.weight", "ssm_out.weight"),
+    "wgate": ("self_attn.q_proj.weight", "attn_q.weight"),  # both: per-head [q, gate] rows
+    "ffn_norm": ("post_attention_layernorm.weight", "post_attention_norm.weight"),
 }
 
 
@@ -236,7 +237,12 @@ class Qwen35Builder(Builder):
 
 
 def gguf_fields(key, n_layers: int, hidden: int, heads: int) -> dict:
-    raise ModelError("qwen3_5 GGUF files are not supported yet (its HF safetensors directory is)")
+    return qwen35_gguf.text_fields(key, n_layers, hidden, heads)
+
+
+def gguf_views(args, tiled: bool = True) -> dict:
+    """GGUF (llama.cpp's converter): qwen35_gguf.py; tiled False: Qwen3-Next's layout."""
+    return qwen35_gguf.views(args, tiled, rotary_order(args.head_dim, args.rotary_dim))
 
 
 def check(args) -> None:
@@ -251,7 +257,10 @@ ARCHITECTURE = Architecture(
     ("qwen3_5_text",),
     qk_norm=True,
     from_hf=from_hf,
+    gguf_name="qwen35",
     gguf_fields=gguf_fields,
+    gguf_views=gguf_views,
+    gguf_implemented=frozenset({"rope.dimension_count"}),
     check=check,
     layer_names=LINEAR_NAMES,
     hf_views=hf_views,

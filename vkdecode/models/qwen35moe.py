@@ -15,7 +15,7 @@ transformers' save_pretrained writes): both are read, the fused ones through vie
 from __future__ import annotations
 
 from vkdecode.errors import ModelError
-from vkdecode.models import moe, qwen2moe, qwen35
+from vkdecode.models import moe, qwen2moe, qwen35, qwen35_gguf
 from vkdecode.models.arch import Architecture, HfView
 
 # keys transformers' Qwen3.5-MoE accepts and ignores -> the values that mean what it computes
@@ -63,7 +63,10 @@ class Qwen35MoeBuilder(moe.MoeMixin, qwen35.Qwen35Builder):
 
 
 def gguf_fields(key, n_layers: int, hidden: int, heads: int) -> dict:
-    raise ModelError("qwen3_5_moe GGUF files are not supported yet (its HF safetensors directory is)")
+    return {
+        **qwen35_gguf.text_fields(key, n_layers, hidden, heads),
+        **qwen35_gguf.moe_fields(key, n_layers, hidden, heads),
+    }
 
 
 def check(args) -> None:
@@ -79,7 +82,10 @@ ARCHITECTURE = Architecture(
     ("qwen3_5_moe_text",),
     qk_norm=True,
     from_hf=from_hf,
+    gguf_name="qwen35moe",
     gguf_fields=gguf_fields,
+    gguf_views=qwen35.gguf_views,
+    gguf_implemented=frozenset({"rope.dimension_count", "expert_count", "expert_used_count"}),
     check=check,
     layer_names={**qwen2moe.NAMES, **qwen35.LINEAR_NAMES},
     hf_views=hf_views,

@@ -13,7 +13,7 @@ as qwen35moe.py's program (transformers' modeling_qwen3_next.py, exactly). What 
 
 The rest is Qwen3.5's: the gated RMSNorm (normed, times its weight as stored, times silu(z)), the
 other norms' 1 + w, the conv (SiLU), A_log / dt_bias, q_proj's per-head [q, gate] halves, the
-partial rotary (default 0.25 of head_dim) and the refusals (rope scaling, attention_bias, GGUF).
+partial rotary (default 0.25 of head_dim) and the refusals (rope scaling, attention_bias). GGUF (llama.cpp's qwen3next): qwen35_gguf.py.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from vkdecode.errors import ModelError
-from vkdecode.models import moe, qwen35, qwen35moe
+from vkdecode.models import moe, qwen35, qwen35_gguf, qwen35moe
 from vkdecode.models.arch import Architecture, HfView
 
 QKVZ, BA = "linear_attn.in_proj_qkvz.weight", "linear_attn.in_proj_ba.weight"
@@ -64,7 +64,16 @@ def hf_views(args) -> dict:
 
 
 def gguf_fields(key, n_layers: int, hidden: int, heads: int) -> dict:
-    raise ModelError("qwen3_next GGUF files are not supported yet (its HF safetensors directory is)")
+    return {
+        **qwen35_gguf.text_fields(key, n_layers, hidden, heads, tiled=False),
+        **qwen35_gguf.moe_fields(key, n_layers, hidden, heads),
+    }
+
+
+def gguf_views(args) -> dict:
+    """llama.cpp's converter splits in_proj_qkvz into attn_qkv / attn_gate in the program's order
+    and keeps in_proj_ba fused (ssm_ba); no V-head reorder (qwen35_gguf.py)."""
+    return qwen35.gguf_views(args, tiled=False)
 
 
 def check(args) -> None:
@@ -80,12 +89,16 @@ ARCHITECTURE = Architecture(
     ("qwen3_next",),
     qk_norm=True,
     from_hf=from_hf,
+    gguf_name="qwen3next",
     gguf_fields=gguf_fields,
+    gguf_views=gguf_views,
+    gguf_implemented=qwen35moe.ARCHITECTURE.gguf_implemented,
     check=check,
     layer_names={
         **qwen35moe.ARCHITECTURE.layer_names,
-        **{n: (QKVZ, "") for n in ("lin_qkv", "lin_z")},
-        **{n: (BA, "") for n in ("lin_b", "lin_a")},
+        "lin_qkv": (QKVZ, "attn_qkv.weight"),
+        "lin_z": (QKVZ, "attn_gate.weight"),
+        **{n: (BA, "ssm_ba.weight") for n in ("lin_b", "lin_a")},
     },
     hf_views=hf_views,
     hf_norms_plus_one=True,

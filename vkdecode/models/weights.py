@@ -249,6 +249,37 @@ def _gguf_tensor(path: str, t, shape, notes: list[str], byte_order: str = "I") -
     )
 
 
+def _gguf_viewed(path: str, t, shape, view, notes: list[str], byte_order: str) -> LazyWeight:
+    """A weight read through its architecture's GgufView: rows picked from the stored tensor's
+    (kept quantized where no view follows and the rows are whole blocks), else as f32 (or f16)."""
+    kind = t.tensor_type.name
+    actual = tuple(int(d) for d in reversed(t.shape.tolist()))
+    _check_shape(path, t.name, view.stored, actual)
+    read = functools.partial(read_bytes, path, int(t.data_offset), int(t.n_bytes))
+    rows = slice(None) if view.rows is None else view.rows
+    blocks = kind in GGUF_KEPT and kind != "MXFP4" and len(shape) == 2
+    if view.view is None and blocks and shape[-1] % block_elems(kind.lower()) == 0:
+        dtype = kind.lower()
+        pack = lambda: pack_gguf_blocks(read().reshape(actual[0], -1)[rows], dtype, _rows(shape))
+        return _lazy(path, dtype, shape, pack)
+    if kind not in ("F32", "F16") + GGUF_KEPT + GGUF_DEQUANT:
+        raise ModelError(f"{path}: tensor {t.name!r} has type {kind}, which is not supported here")
+    if kind not in ("F32", "F16", "BF16"):
+        notes.append(f"{t.name}: {kind} dequantized to f32 at load (its layout is undone there)")
+
+    def floats() -> np.ndarray:
+        if kind in ("F32", "F16"):
+            np_dt = np.dtype(np.float32 if kind == "F32" else np.float16).newbyteorder(byte_order)
+            a = read().view(np_dt).reshape(actual)
+        else:
+            a = gguf.quants.dequantize(read(), t.tensor_type).reshape(actual)
+        a = a[rows]
+        return (a if view.view is None else view.view(a.astype(np.float32))).reshape(shape)
+
+    dtype = "f16" if kind == "F16" and view.view is None else "f32"
+    return _lazy(path, _float_dtype(shape, dtype), shape, lambda: _pack(floats(), dtype))
+
+
 def _chunks(path: str, offset: int, nbytes: int):
     """An MXFP4 tensor's bytes in 68 MiB chunks of whole blocks: its dtype is decided before the
     weight is packed (the memory plan sizes it first), so mxfp4.load_dtype reads it once more."""
@@ -261,20 +292,30 @@ def _load_gguf(path: str):
     args = ModelArgs.from_gguf(reader, path)
     tensors = {t.name: t for t in reader.tensors}
     _check_layers(path, args, len(tensors))
+    spec = ARCHITECTURES[args.arch]
+    # layers past n_layers: Qwen3.5's multi-token prediction heads, which llama.cpp's decode step
+    # does not run either (the architecture's gguf_fields left them out of n_layers)
+    total = int(reader.fields[f"{spec.gguf_name or spec.name}.block_count"].contents())
+    extra = tuple(n for n in tensors if any(n.startswith(f"blk.{i}.") for i in range(args.n_layers, total)))
     # rope_freqs.weight is read into args.rope_freq_factors (config_rope.gguf_rope_factors)
     _check_unused(
         path,
         tensors,
         {source_name(n, "gguf", args.arch) for n in expected_shapes(args)},
-        ignorable=("rope_freqs.weight",),
+        ignorable=("rope_freqs.weight", *extra),
     )
     weights, types, notes = {}, {}, []
+    views = spec.gguf_views(args) if spec.gguf_views else {}
     for name, shape in expected_shapes(args).items():
         src = source_name(name, "gguf", args.arch)
         t = tensors.get(src)
         if t is None:
             raise ModelError(f"{path}: missing tensor {src!r} (expected shape {shape})")
-        weights[name] = _gguf_tensor(path, t, shape, notes, reader.byte_order)
+        view = views.get(name.split(".", 2)[-1]) if name.startswith("layers.") else None
+        if view is not None:
+            weights[name] = _gguf_viewed(path, t, shape, view, notes, reader.byte_order)
+        else:
+            weights[name] = _gguf_tensor(path, t, shape, notes, reader.byte_order)
         types[name] = t.tensor_type.name
     meta = {"format": "gguf", "path": path, "notes": notes, "source_types": types, "reader": reader}
     return args, weights, meta
