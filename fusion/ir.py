@@ -56,7 +56,8 @@ as zeros at step.pos 0, so a sequence restarting at position 0 needs no clearing
              y_c = silu(sum_j w[c*K + j] * u_{pos-K+1+j, c}), j = 0..K-1; then hist row pos % (K-1) := x
   gated_delta_step (qkv[2*Hk*dk + Hv*dv], a[Hv], b[Hv], a_log[Hv] weight, dt_bias[Hv] weight, step)
              -> o[Hv*dv], s[Hv*dk*dv] state   attrs n_k_heads Hk, n_v_heads Hv, k_dim dk, v_dim dv:
-             q, k, v = qkv's three parts; v-head h reads q/k head h // (Hv / Hk); q_h, k_h scaled by
+             q, k, v = qkv's three parts; v-head h reads q/k head h // (Hv / Hk) (attr v_tiled 1:
+             h % Hk, the V heads in llama.cpp's GGUF order); q_h, k_h scaled by
              rsqrt(sum of squares + 1e-6), q_h also by dk ** -0.5; beta = sigmoid(b_h), g = -exp(a_log_h)
              * softplus(a_h + dt_bias_h) (softplus(x) = x above 20); S_h (dk x dv, s's h-th block,
              row-major) = (0 at pos 0, else S_h) * exp(g); S_h += k_h (v_h - S_h^T k_h)^T beta;

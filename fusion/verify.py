@@ -186,6 +186,7 @@ def _check_linear(op, ins, outs, need) -> None:
         return
     hk, hv, dk, dv = (int(a.get(n, 0)) for n in ("n_k_heads", "n_v_heads", "k_dim", "v_dim"))
     need(min(hk, hv, dk, dv) > 0 and hv % hk == 0, f"heads {hk} / {hv} x dims {dk} / {dv}")
+    need(int(a.get("v_tiled", 0)) in (0, 1), f"v_tiled {a.get('v_tiled')} must be 0 or 1")
     qkv, ga, gb, alog, dtb = ins[:5]
     c = 2 * hk * dk + hv * dv
     need(qkv.shape == (r * c,), f"qkv {qkv.shape} != ({r} x {c},)")

@@ -8,6 +8,8 @@
 // ROWS > 1: a prompt chunk's rows one after another (the state carried in place from row to row).
 // Bindings: 0 qkv, 1 a[HV], 2 b[HV], 3 a_log[HV], 4 dt_bias[HV], 5 step, 6 o[HV DV], 7 s[HV DK DV]
 // (per row where a chunk has rows). Spec: 0 wg size, 1 HK, 2 HV, 3 DK, 4 DV, 5 ROWS.
+// V_TILED: value head h reads key head h % HK (llama.cpp's GGUF order, V heads tiled over the key
+// heads), not h / (HV / HK) (HF's grouped order).
 #include "common.glsl"
 
 layout(constant_id = 1) const uint HK = 1;
@@ -30,7 +32,11 @@ shared float ks[DK];
 
 void main() {
     const uint h = flat_group_id(), tid = gl_LocalInvocationID.x, WG = gl_WorkGroupSize.x;
+#ifdef V_TILED
+    const uint hk = h % HK, CQ = 2 * HK * DK + HV * DV;
+#else
     const uint hk = h / (HV / HK), CQ = 2 * HK * DK + HV * DV;
+#endif
     const uint pos = step[STEP_POS];
     const uint base = h * DK * DV;
     for (uint t = 0; t < ROWS; t++) {

@@ -107,8 +107,10 @@ def _linear_attention(op: Op, program: Program, env: dict, ins: list, dt) -> lis
     if pos == 0:
         s[:] = 0
     out = np.empty((hv, dv), dt)
+    tiled = bool(a.get("v_tiled", 0))  # V head h of key head h % hk (GGUF's order), else h // (hv / hk)
     for h in range(hv):
-        kh, qh = k[h // (hv // hk)], q[h // (hv // hk)]
+        g = h % hk if tiled else h // (hv // hk)
+        kh, qh = k[g], q[g]
         s[h] *= decay[h]
         delta = (v[h] - kh @ s[h]) * beta[h]
         s[h] += np.outer(kh, delta)

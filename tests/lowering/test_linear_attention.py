@@ -49,6 +49,7 @@ def test_conv1d_step(device, c, k, pos, rows):
     np.testing.assert_array_equal(got["hist"], want["hist"].astype(np.float32))
 
 
+@pytest.mark.parametrize("tiled", [0, 1])
 @pytest.mark.parametrize(
     "hk,hv,dk,dv,pos,rows",
     [
@@ -61,11 +62,12 @@ def test_conv1d_step(device, c, k, pos, rows):
         (2, 6, 32, 24, 5, 3),
     ],
 )
-def test_gated_delta_step(device, hk, hv, dk, dv, pos, rows):
-    """rows > 1: a prompt chunk's rows in order, the state carried from row to row."""
+def test_gated_delta_step(device, hk, hv, dk, dv, pos, rows, tiled):
+    """rows > 1: a prompt chunk's rows in order, the state carried from row to row. tiled: the V
+    heads in llama.cpp's GGUF order (V head h reads key head h % hk)."""
     rng = np.random.default_rng(hk * hv + dk + dv + pos + rows)
     c = 2 * hk * dk + hv * dv
-    at = {"rows": rows} if rows > 1 else {}
+    at = ({"rows": rows} if rows > 1 else {}) | ({"v_tiled": 1} if tiled else {})
     p = one_op(
         "gated_delta_step",
         {

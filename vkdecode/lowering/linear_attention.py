@@ -31,7 +31,7 @@ def gated_delta_step(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
             b,
             (6, 7),
             flat_groups(hv),
-            defines=reduce_defines(caps),
+            defines=reduce_defines(caps) + ((("V_TILED", "1"),) if int(a.get("v_tiled", 0)) else ()),
             label=o,
         )
     ]

@@ -71,6 +71,8 @@ class ModelArgs:
     # attention layers' (key heads, value heads, key dim, value dim, conv kernel)
     rotary_dim: int = 0
     linear_attn: tuple[int, ...] = ()
+    # and whether their V heads are in llama.cpp's GGUF order (tiled over the key heads, qwen35_gguf.py)
+    v_heads_tiled: bool = False
 
     def __post_init__(self):
         if self.arch not in ARCHS:

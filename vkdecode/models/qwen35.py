@@ -224,6 +224,7 @@ class Qwen35Builder(Builder):
             n_v_heads=hv,
             k_dim=dk,
             v_dim=dv,
+            **({"v_tiled": 1} if a.v_heads_tiled else {}),  # the GGUF's order, kept (qwen35_gguf.py)
         )
         on = self.act(L + "lin_normed", hv * dv)
         self.p.op("rms_norm", [o, L + "lin_norm_w"], [on], eps=a.rms_eps)

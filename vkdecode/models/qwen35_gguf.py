@@ -8,8 +8,10 @@ and the inverse of each transform its converter (conversion/qwen.py) applied:
 - ssm_conv1d is (channels, kernel) (the HF (channels, 1, kernel) squeezed): flattened the same;
 - Qwen3.5's V heads (the V rows of attn_qkv and of the conv, attn_gate, ssm_beta / ssm_alpha,
   ssm_a, ssm_dt and ssm_out's columns) are "tiled" (V head j of key head g at j * hk + g, for
-  ggml's broadcast); the program's gated_delta_step reads them grouped (at g * r + j), as HF
-  stores them, so they are put back. Qwen3-Next's converter does not reorder: its attn_qkv /
+  ggml's broadcast) where HF groups them (at g * r + j). They are kept as stored and the program's
+  gated_delta_step told so (attr v_tiled: V head h reads key head h % hk): the other linear-layer
+  ops do not care which order the heads come in, and a column reorder of ssm_out would have
+  dequantized it to f32. Qwen3-Next's converter does not reorder: its attn_qkv /
   attn_gate hold in_proj_qkvz regrouped (every q, every k, every v grouped, then z), as the program
   reads them, and its ssm_ba is HF's in_proj_ba (per key head [b (r), a (r)]), regrouped here;
 - attn_q keeps HF's per-head [q, gate] rows; q and k rows (and their norms) get the partial rotary
@@ -66,6 +68,7 @@ def text_fields(key, n_layers: int, hidden: int, heads: int, tiled: bool = True)
     # text positions are the same in every MRoPE section: rope.dimension_sections changes nothing
     return {
         "n_layers": n,
+        "v_heads_tiled": tiled,
         "layer_types": types,
         "rotary_dim": rotary,
         "linear_attn": (hk, hv, dk, inner // hv, kk),
@@ -84,13 +87,6 @@ def moe_fields(key, n_layers: int, hidden: int, heads: int) -> dict:
     }
 
 
-def untile(hk: int, hv: int, dim: int) -> np.ndarray:
-    """Rows of the grouped V heads (HF's g * r + j) in a tiled tensor (V head j of key head g at
-    j * hk + g), each head `dim` rows: the inverse of the converter's _reorder_v_heads."""
-    heads = np.arange(hv).reshape(hv // hk, hk).T.reshape(-1)
-    return (heads[:, None] * dim + np.arange(dim)).reshape(-1)
-
-
 def a_log(a: np.ndarray) -> np.ndarray:
     """ssm_a (A = -exp(A_log)) -> A_log, what the program's gated_delta_step reads."""
     if not np.all(a < 0):
@@ -99,33 +95,23 @@ def a_log(a: np.ndarray) -> np.ndarray:
 
 
 def views(args, tiled: bool, order: np.ndarray) -> dict:
-    """The GgufViews of this model's tensors (tiled: Qwen3.5's V-head order, else Qwen3-Next's
-    fused ssm_ba); order: qwen35.rotary_order's head dims."""
+    """The GgufViews of this model's tensors (tiled: Qwen3.5's V-head order, kept as stored: the
+    program's gated_delta_step reads it (v_heads_tiled); else Qwen3-Next's fused ssm_ba);
+    order: qwen35.rotary_order's head dims."""
     h, d, kvh, hid = args.n_heads, args.head_dim, args.n_kv_heads, args.hidden_size
     hk, hv, dk, dv, kk = args.linear_attn
     c = 2 * hk * dk + hv * dv
-    v_rows = untile(hk, hv, dv) if tiled else np.arange(hv * dv)
-    heads = untile(hk, hv, 1) if tiled else np.arange(hv)
-    channels = np.concatenate([np.arange(2 * hk * dk), 2 * hk * dk + v_rows])
     out = {
         "wq": GgufView((2 * h * d, hid), (np.arange(h)[:, None] * 2 * d + order).reshape(-1)),
         "wgate": GgufView((2 * h * d, hid), (np.arange(h)[:, None] * 2 * d + d + np.arange(d)).reshape(-1)),
         "wk": GgufView((kvh * d, hid), (np.arange(kvh)[:, None] * d + order).reshape(-1)),
         "q_norm": GgufView((d,), order),
         "k_norm": GgufView((d,), order),
-        "lin_conv": GgufView((c, kk), channels, lambda a: a.reshape(-1)),
-        "lin_a_log": GgufView((hv,), heads, a_log),
+        "lin_conv": GgufView((c, kk), None, lambda a: a.reshape(-1)),
+        "lin_a_log": GgufView((hv,), None, a_log),
     }
     if tiled:
-        return {
-            **out,
-            "lin_qkv": GgufView((c, hid), channels),
-            "lin_z": GgufView((hv * dv, hid), v_rows),
-            "lin_b": GgufView((hv, hid), heads),
-            "lin_a": GgufView((hv, hid), heads),
-            "lin_dt_bias": GgufView((hv,), heads),
-            "lin_out": GgufView((hid, hv * dv), None, lambda a: a[:, v_rows]),
-        }
+        return out
     r = hv // hk  # ssm_ba: per key head [b (r), a (r)]
     group = np.arange(hk)[:, None] * 2 * r + np.arange(r)
     return {
