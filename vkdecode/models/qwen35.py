@@ -43,27 +43,21 @@ LINEAR_NAMES = {  # per-layer program name -> (HF suffix, GGUF suffix: qwen35_gg
 }
 
 
-def text_model(cfg: dict, where: str) -> tuple[dict, str]:
+def text_config(cfg: dict, where: str, arch: Architecture) -> tuple[dict, str]:
     """The text model's config: a Qwen3_5*ForConditionalGeneration config's text_config (its top
-    level's tied head wins, as in transformers), else the config itself."""
-    if not isinstance(cfg.get("text_config"), dict):
-        return cfg, where
-    tie = cfg.get("tie_word_embeddings")
-    return {
-        **cfg["text_config"],
-        **({} if tie is None else {"tie_word_embeddings": tie}),
-    }, f"{where} (text_config)"
+    level's tied head wins, as in transformers), else the config itself; the keys it leaves out
+    filled from arch.hf_defaults (transformers' config class defaults, not the shared readers')."""
+    if isinstance(cfg.get("text_config"), dict):
+        tie = cfg.get("tie_word_embeddings")
+        cfg = {**cfg["text_config"], **({} if tie is None else {"tie_word_embeddings": tie})}
+        where = f"{where} (text_config)"
+    return {**arch.hf_defaults, **cfg}, where
 
 
 def from_hf(cfg: dict, where: str) -> dict:
     """The ModelArgs fields of an HF Qwen3_5ForCausalLM config.json, or of the text model of a
     Qwen3_5ForConditionalGeneration one, with its own refusals."""
-    cfg, where = text_model(cfg, where)
-    return read_text({**KV_HEADS_DEFAULT, **cfg}, where, ARCHITECTURE)
-
-
-# transformers' Qwen3_5TextConfig: 4 kv heads where config.json leaves the key out (not all heads)
-KV_HEADS_DEFAULT = {"num_key_value_heads": 4}
+    return read_text(*text_config(cfg, where, ARCHITECTURE), ARCHITECTURE)
 
 
 def read_text(cfg: dict, where: str, arch: Architecture) -> dict:
@@ -263,6 +257,7 @@ ARCHITECTURE = Architecture(
     gguf_views=gguf_views,
     gguf_implemented=frozenset({"rope.dimension_count"}),
     check=check,
+    hf_defaults={"num_key_value_heads": 4},  # Qwen3_5TextConfig's (not all heads)
     layer_names=LINEAR_NAMES,
     hf_views=hf_views,
     hf_norms_plus_one=True,

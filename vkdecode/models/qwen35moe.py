@@ -23,8 +23,7 @@ NEUTRAL = {"norm_topk_prob": (None, True), "decoder_sparse_step": (None, 1), "ml
 
 
 def from_hf(cfg: dict, where: str) -> dict:
-    cfg, where = qwen35.text_model(cfg, where)
-    cfg = {"num_key_value_heads": 2, **cfg}  # Qwen3_5MoeTextConfig's default, absent from config.json
+    cfg, where = qwen35.text_config(cfg, where, ARCHITECTURE)
     for key, neutral in NEUTRAL.items():
         if cfg.get(key) not in neutral:
             raise ModelError(
@@ -87,6 +86,7 @@ ARCHITECTURE = Architecture(
     gguf_views=qwen35.gguf_views,
     gguf_implemented=frozenset({"rope.dimension_count", "expert_count", "expert_used_count"}),
     check=check,
+    hf_defaults={"num_key_value_heads": 2},  # Qwen3_5MoeTextConfig's
     layer_names={**qwen2moe.NAMES, **qwen35.LINEAR_NAMES},
     hf_views=hf_views,
     hf_norms_plus_one=True,

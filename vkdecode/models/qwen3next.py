@@ -25,12 +25,11 @@ from vkdecode.models import moe, qwen35, qwen35_gguf, qwen35moe
 from vkdecode.models.arch import Architecture, HfView
 
 QKVZ, BA = "linear_attn.in_proj_qkvz.weight", "linear_attn.in_proj_ba.weight"
-# Qwen3NextConfig's defaults where the shared readers would assume others
-DEFAULTS = {"num_key_value_heads": 2, "intermediate_size": 5632, "norm_topk_prob": True}
 
 
 def from_hf(cfg: dict, where: str) -> dict:
-    cfg = {**DEFAULTS, **cfg}  # absent keys only (a null norm_topk_prob is false, as in transformers)
+    # absent keys from hf_defaults only (a null norm_topk_prob is false, as in transformers)
+    cfg, where = qwen35.text_config(cfg, where, ARCHITECTURE)
     return {**qwen35.read_text(cfg, where, ARCHITECTURE), **moe.hf_fields(cfg, where, shared=True)}
 
 
@@ -94,6 +93,8 @@ ARCHITECTURE = Architecture(
     gguf_views=gguf_views,
     gguf_implemented=qwen35moe.ARCHITECTURE.gguf_implemented,
     check=check,
+    # Qwen3NextConfig's defaults where the shared readers would assume others
+    hf_defaults={"num_key_value_heads": 2, "intermediate_size": 5632, "norm_topk_prob": True},
     layer_names={
         **qwen35moe.ARCHITECTURE.layer_names,
         "lin_qkv": (QKVZ, "attn_qkv.weight"),
