@@ -461,6 +461,11 @@ def write_gguf(
             qt = gguf.GGMLQuantizationType[dt.upper()]
             raw = quantize_raw(a.reshape(-1, a.shape[-1]), dt)  # stacked experts: their rows
             w.add_tensor(gname, raw.reshape(*a.shape[:-1], -1), raw_dtype=qt)
+    return finish_gguf(w, path)
+
+
+def finish_gguf(w, path) -> Path:
+    """Write a GGUFWriter opened on path + ".tmp" and move it to path (no half-written file)."""
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -6,12 +6,11 @@ of vkdecode's reader, so its tests check one against the other."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
-from tests.helpers.make_models import _add_tokenizer, hf_state
+from tests.helpers.make_models import _add_tokenizer, finish_gguf, hf_state
 
 GGUF_ARCH = {"qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe", "qwen3_next": "qwen3next"}
 NAMES = {  # HF suffix after model.layers.{i}. -> GGUF suffix after blk.{i}. (gguf.tensor_mapping)
@@ -190,9 +189,4 @@ def convert(
         else:
             qt = gguf.GGMLQuantizationType[dtype.upper()]
             w.add_tensor(g, gguf.quants.quantize(a, qt), raw_dtype=qt)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    os.replace(str(path) + ".tmp", path)
-    return path
+    return finish_gguf(w, path)
