@@ -102,6 +102,8 @@ def main(argv=None) -> int:
                     "label": calls[0].label if calls else "",
                     "groups": [list(c.groups) for c in calls],
                     "us": us,
+                    # the driver's registers a lane etc. (VKDECODE_PIPELINE_STATS=1), per call
+                    "pipeline_stats": [it.pipeline.stats for it in ex.items if it.region == ri],
                 }
             )
         total = sum(per_region)

@@ -186,9 +186,8 @@ MATMUL_GELU_MUL = _glu_rule("gelu")
 
 # -- a prompt chunk's gate / up matmuls and SwiGLU (fusion.rules.CHUNK_RULES, not in DEFAULT_RULES):
 # the gate matmul writes g; the up matmul stores silu(g) * its sum as a, so u is never written and
-# silu_mul's dispatch and its pass over the chunk go (lowering/chunk_fused.py;
-# shapes whose up matmul cannot, the region's ops). H100, the 8B's 512-token prompt: silu_mul
-# 0.04 ms of a layer's 1.64. SwiGLU only: the GeGLU archs (Gemma) keep their gelu_mul.
+# silu_mul's dispatch and its pass over the chunk go (lowering/chunk_fused.py: the tiled kernel's;
+# the other kernels run the region's ops). SwiGLU only: the GeGLU archs (Gemma) keep gelu_mul.
 
 
 def _lower_chunk_glu(m: Match, p: Program) -> Region:

@@ -23,10 +23,9 @@
 // X_F16: X is f16 (4 halves a uvec2), converted once per chunk by to_f16.comp (lowering/half_x.py).
 // MOE (moe_rows.glsl): workgroup y is one tile of one expert's slots (up to BN, rows past its
 // count repeat its last row and are not stored); each 16 x 16 result goes through the subgroup's
-// shared staging block to its slots' scattered rows. Spec 6 XDIV, 7 GROUP_ORDER. GLU_SILU: each
-// stored element is silu(G) * the sum, G (the gate matmul's output, Y's layout) at binding B_G + 1
-// with MOE (moe_rows.glsl MOE_OUT), else B_Y + 1: there G's 16 x 16 block is loaded as an
-// accumulator of the same type, so element i of both is the same (t, m), and combined in registers.
+// shared staging block to its slots' scattered rows. Spec 6 XDIV, 7 GROUP_ORDER. GLU_SILU (with
+// MOE): each stored element is silu(G) * the sum, G (the gate matmul's output, Y's layout) at
+// binding B_G + 1 (moe_rows.glsl MOE_OUT).
 // X_ROWSCALE (with X_F16): to_f16.comp ROW_SCALE divided some of X's rows by powers of two (Gemma
 // 3's activations pass f16's range); each result goes through the subgroup's staging block and is
 // multiplied by its x row's factor (binding B_XS: after Y, or with MOE after the groups and the
@@ -246,11 +245,6 @@ void main() {
             subgroupBarrier();
 #elif defined(SPLITK)
             coopMatStore(acc[i * BLK_M + j], y, (z * T + t) * M + m, M, CM_ROW);
-#elif defined(GLU_SILU)
-            CM_C g;
-            coopMatLoad(g, gate, t * MTOT + pc.row0 + m, MTOT, CM_ROW);
-            for (int e = 0; e < g.length(); e++) acc[i * BLK_M + j][e] = glu_silu(g[e], acc[i * BLK_M + j][e]);
-            coopMatStore(acc[i * BLK_M + j], y, t * MTOT + pc.row0 + m, MTOT, CM_ROW);
 #else
             coopMatStore(acc[i * BLK_M + j], y, t * MTOT + pc.row0 + m, MTOT, CM_ROW);
 #endif

@@ -190,8 +190,6 @@ def test_prefill_with_the_tensor_core_matmul(device, models_dir, src):
                 w,
                 shaders,
             )
-            if w == 64:  # the up matmul stores the SwiGLU from its accumulators
-                assert swiglu_fused(runner) == {"matmul_rows_coop"} and "silu_mul" not in shaders, shaders
 
 
 @pytest.mark.parametrize("loud", [1.0, 3e4])

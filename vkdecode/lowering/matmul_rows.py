@@ -149,20 +149,14 @@ def matmul_calls(
         arch = str(p.meta.get("arch", ""))
         coop = coop_shape(caps, arch, n, rows, n_in, has_experts(p))
         if coop is not None:
-            if gate and (coop[-1] > 1 or coop_row_scaled(arch)):
+            if gate:
+                # the up matmul's store as silu(g) * its sum on the tensor cores measured no better
+                # than silu_mul's own pass (H100, the 8B's gate + up + silu_mul at 512 rows 846 vs
+                # 850 us; prompts within +-8%: docs/journal.md, 2026-12-07 nineteenth session)
                 return None
             dims = (n_in, n, rows, n_out)
             calls += _coop_calls(
-                out,
-                b + (Binding(x),),
-                coop,
-                dims,
-                r0,
-                defines + glu[1],
-                label,
-                caps,
-                coop_row_scaled(arch),
-                glu[0],
+                out, b + (Binding(x),), coop, dims, r0, defines, label, caps, coop_row_scaled(arch)
             )
             continue
         wide = None if narrow else wide_shape(caps, n, rows, n_in)
@@ -219,11 +213,9 @@ def _coop_calls(
     label: str,
     caps: KernelCaps,
     row_scaled: bool = False,
-    gate: tuple = (),
 ) -> list[KernelCall]:
     """matmul_rows_coop (tensor cores) into Y, or into split-k partials like the wide kernel;
-    row_scaled: x's rows scaled into f16's range first (coop.coop_row_scaled); gate: GLU_SILU's
-    binding, right after Y's."""
+    row_scaled: x's rows scaled into f16's range first (coop.coop_row_scaled)."""
     *tile, s = shape
     tile = tuple(tile)
     bm, bn, wg = tile_dims(tile)
@@ -233,7 +225,7 @@ def _coop_calls(
     defines += (("BK_STEP", str(bk)),) if bk != COOP_BK else ()
     convert, xb, xdefs, after = half_x(ins[-1].value, dims[2] * dims[0], caps, dims[2] if row_scaled else 0)
     ins, defines = ins[:-1] + (xb,), defines + xdefs
-    calls = _tiled_calls("matmul_rows_coop", wg, grid, out, ins, dims, r0, defines, label, caps, gate + after)
+    calls = _tiled_calls("matmul_rows_coop", wg, grid, out, ins, dims, r0, defines, label, caps, after)
     return convert + calls
 
 
