@@ -41,7 +41,6 @@
 #   bash bench/gpu_session.sh attn17    # the chunk attention's variants at long contexts; the 8B's 512-row chunk by kernel
 #   bash bench/gpu_session.sh final17 SHAPE:QUANT:OLD ... # prompts vs llama.cpp, defaults vs the 16th session's
 #   bash bench/gpu_session.sh prof17    # the 8B's 512-row chunk by kernel: whole model and 2 layers
-#   bash bench/gpu_session.sh glu19     # the chunk's SwiGLU in the up matmul vs bench/out/base: 8B, 1B, Qwen3-0.6B prompts
 #   bash bench/gpu_session.sh spec17 GGUF # speculative decode: draftless turns one step vs bursts (no_draft_burst)
 #   bash bench/gpu_session.sh followup  # attnfuse, batch8b4, then suite: the sixth session's open measurements
 #   bash bench/gpu_session.sh batchfuse # batched steps with the residual add + norm fused vs apart (Qwen3-0.6B, 8B)
@@ -1115,19 +1114,6 @@ decode17)
         --out "$OUT/llama-decode-$2.json" | tail -2
     grep -h "offloaded" "$OUT/llama-decode-$2.json.log" || true
     rm -f "$f"
-    ;;
-glu19)
-    # a prompt chunk's up matmul storing the SwiGLU (MATMUL_SILU_MUL_CHUNK) against bench/out/base
-    # (the commit before it), alternating, two rounds: the 8B Q4_K_M, Llama-3.2-1B and Qwen3-0.6B
-    # F16 at 512 and 2,000 tokens. Carry bench/out/base (git archive of the base's sources)
-    for s in "llama3.1-8b q4_k_m" "llama3.2-1b f16" "qwen3-0.6b f16"; do
-        set -- $s
-        f=$(shape_file "$1" "$2")
-        python -m bench.ab_commits --base-dir bench/out/base --rounds 2 --out "$OUT/glu-ab-$1.json" \
-            "bench.prefill --model $f --lengths 512 2000 --modes fused --token-path-max 0 --ctx 4096 --reps 2" \
-            2>&1 | tail -3
-        rm -f "$f"
-    done
     ;;
 prof17)
     # the 8B's 512-row chunk by kernel, on the whole model (bench.shape_gguf's file) and on its

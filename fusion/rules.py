@@ -42,7 +42,6 @@ from fusion.rules_projection import (
     MATMUL_BIAS_ADD,
     MATMUL_GELU_MUL,
     MATMUL_SILU_MUL,
-    MATMUL_SILU_MUL_CHUNK,
     RMS_NORM_MATMUL,
     RMS_NORM_MATMUL_ARGMAX,
     RMS_NORM_MATMUL_BIAS_SILU_MUL,
@@ -176,12 +175,7 @@ BATCH_RULES: tuple[Rule, ...] = (
 # (fusion.CHUNK_RULES, executors/prefill.py): a dispatch and a pass over the chunk fewer, twice a
 # dense layer (the MoE layer's second add goes into moe_sum: MOE_SUM_ADD_CHUNK, first).
 ADD_RMS_NORM_CHUNK = _add_norm_rule("ADD_RMS_NORM_CHUNK", chunk_norm)
-CHUNK_RULES: tuple[Rule, ...] = (
-    MOE_MATMUL_SILU_MUL_CHUNK,
-    MOE_SUM_ADD_CHUNK,
-    ADD_RMS_NORM_CHUNK,
-    MATMUL_SILU_MUL_CHUNK,
-)
+CHUNK_RULES: tuple[Rule, ...] = (MOE_MATMUL_SILU_MUL_CHUNK, MOE_SUM_ADD_CHUNK, ADD_RMS_NORM_CHUNK)
 
 
 # -- 8. Gemma's sandwich norm: the block output normed, then added to the residual (one pass).

@@ -223,7 +223,7 @@ def _chunk_glu_applies(m: Match, p: Program) -> bool:
 
 
 # the grouped gate matmul writes g (materialised: every activation has its buffer), the grouped up
-# matmul stores silu(g) * its sum as a (lowering/chunk_fused.py); silu only: no MoE arch here is GeGLU
+# matmul stores silu(g) * its sum as a (lowering/moe_chunk.py); silu only: no MoE arch here is GeGLU
 MOE_MATMUL_SILU_MUL_CHUNK = rule(
     "MOE_MATMUL_SILU_MUL_CHUNK",
     *_MOE_GLU_OPS,

@@ -182,25 +182,3 @@ def _glu_rule(act: str) -> Rule:
 
 MATMUL_SILU_MUL = _glu_rule("silu")
 MATMUL_GELU_MUL = _glu_rule("gelu")
-
-
-# -- a prompt chunk's gate / up matmuls and SwiGLU (fusion.rules.CHUNK_RULES, not in DEFAULT_RULES):
-# the gate matmul writes g; the up matmul stores silu(g) * its sum as a, so u is never written and
-# silu_mul's dispatch and its pass over the chunk go (lowering/chunk_fused.py: the tiled kernel's;
-# the other kernels run the region's ops). SwiGLU only: the GeGLU archs (Gemma) keep gelu_mul.
-
-
-def _lower_chunk_glu(m: Match, p: Program) -> Region:
-    c = m.captures
-    return match_region(m, {k: c[k] for k in ("x", "w_gate", "w_up", "g", "a")}, {})
-
-
-MATMUL_SILU_MUL_CHUNK = rule(
-    "MATMUL_SILU_MUL_CHUNK",
-    op("matmul", ("w_gate", "x"), ("g",)),
-    op("matmul", ("w_up", "x"), ("u",)),
-    op("silu_mul", ("g", "u"), ("a",)),
-    exports=("a",),
-    lower=_lower_chunk_glu,
-    check=lambda m, p: "chunk_rows" in p.meta and same_weights(m, p, "w_gate", "w_up"),
-)

@@ -2,10 +2,9 @@
 // a workgroup's chunk rows are one tile of one expert's slots. Without MOE the hooks are the plain
 // chunk's identities. Include after the Y binding; defines WROW (weight row), XROW / YROW (chunk
 // row of a tile-local row), TILE_ROWS (rows of this tile), TILE_N0 (its first chunk row), and
-// MOE_OUT(at, acc), the value stored at y[at]: acc, or with GLU_SILU (a chunk's up matmul storing
-// its SwiGLU: lowering/chunk_fused.py, grouped or dense) silu(gate[at]) * acc,
-// gate (binding B_GATE: B_G + 1 with MOE, else B_Y + 1) the gate matmul's output in Y's layout;
-// silu_mul.comp's expression (glu_silu), so its bits too.
+// MOE_OUT(at, acc), the value stored at y[at]: acc, or with GLU_SILU (MOE only: a chunk's grouped
+// up matmul, lowering/moe_chunk.py) silu(gate[at]) * acc, gate (binding B_GATE = B_G + 1) the
+// grouped gate matmul's output in Y's layout; silu_mul.comp's expression, so its bits too.
 #ifdef MOE
 #define B_G (B_Y + 1)
 layout(constant_id = 6) const uint XDIV = 1;    // slots per x row (the router's k for gate / up)
@@ -27,6 +26,12 @@ bool moe_tile(uint t) {
 #define TILE_N0(bn) 0u
 #ifdef GLU_SILU
 #define B_GATE (B_G + 1)
+layout(binding = B_GATE) readonly buffer GateB { float gate[]; };
+float moe_out(uint at, float acc) {
+    const float v = gate[at];
+    return v / (1.0 + exp(-v)) * acc;
+}
+#define MOE_OUT(at, acc) moe_out(at, acc)
 #endif
 #else
 bool moe_tile(uint t) { return true; }
@@ -36,15 +41,8 @@ bool moe_tile(uint t) { return true; }
 #define TILE_ROWS T
 #define TILE_N0(bn) (gl_WorkGroupID.y * (bn))
 #endif
-#ifdef GLU_SILU
-#ifndef B_GATE
-#define B_GATE (B_Y + 1)
-#endif
-layout(binding = B_GATE) readonly buffer GateB { float gate[]; };
-float glu_silu(float v, float acc) {
-    return v / (1.0 + exp(-v)) * acc;
-}
-#define MOE_OUT(at, acc) glu_silu(gate[at], acc)
+#if defined(GLU_SILU) && !defined(MOE)
+#error "GLU_SILU needs MOE (its gate binding follows the groups')"
 #endif
 #ifndef MOE_OUT
 #define MOE_OUT(at, acc) (acc)

@@ -72,33 +72,7 @@ def test_residual_add_and_norm_fuse_over_rows_but_not_a_bias_and_the_head_norm(f
     p = chunk_program(dec, 16, "all") if form == "chunk" else batch_program(dec, 4, 4)
     rule = "ADD_RMS_NORM_CHUNK" if form == "chunk" else "ADD_RMS_NORM_ROWS"
     regions = [r for r in partition(p, CHUNK_RULES if form == "chunk" else [ADD_RMS_NORM_ROWS]) if r.rule]
-    regions = [r for r in regions if r.rule.startswith("ADD_RMS_NORM")]
     assert [r.rule for r in regions] == [rule] * 4
     for r in regions:
         assert all(p.values[r.roles[k]].kind != "weight" for k in ("a", "b"))
         assert p.values[r.roles["a"]].numel == p.values[r.roles["sum"]].numel
-
-
-@pytest.mark.parametrize("arch", ["Qwen3ForCausalLM", "Gemma3ForCausalLM"])
-def test_chunk_gate_up_and_swiglu_fuse_but_not_geglu_or_the_decode_step(arch):
-    """MATMUL_SILU_MUL_CHUNK takes each dense layer's gate and up matmuls and their SwiGLU in a
-    chunk (tail all: every layer's FFN; tail kv: all but the last layer's, which feeds no cache),
-    never a decode step's (its matvec rules fold those) nor Gemma's GeGLU."""
-    from fusion.partition import partition
-    from fusion.rules import CHUNK_RULES
-    from tests.helpers.make_models import SMALL
-    from vkdecode.models import build_program
-    from vkdecode.models.config import ModelArgs
-
-    cfg = {**SMALL, "architectures": [arch], "num_hidden_layers": 3}
-    dec = build_program(ModelArgs.from_hf_config(cfg), 32)
-    silu = arch != "Gemma3ForCausalLM"
-    for tail, layers in (("all", 3), ("kv", 2)):
-        p = chunk_program(dec, 16, tail)
-        regions = [r for r in partition(p, CHUNK_RULES) if r.rule == "MATMUL_SILU_MUL_CHUNK"]
-        assert len(regions) == (layers if silu else 0)
-        for r in regions:
-            kinds = [p.ops[i].kind for i in r.ops]
-            assert kinds == ["matmul", "matmul", "silu_mul"]
-            assert r.outputs == [r.roles["a"]]
-    assert not any(r.rule == "MATMUL_SILU_MUL_CHUNK" for r in partition(dec, CHUNK_RULES))

@@ -1,6 +1,6 @@
 """The grouped expert matmuls' launch choices (lowering/moe_group.py), no GPU: their kernels run
 against numpy in test_ops_moe.py (f32 tiles) and test_coop.py (tensor cores). And a chunk's
-SwiGLU in the grouped up matmul's store (lowering/chunk_fused.py, GLU_SILU) against numpy and the
+SwiGLU in the grouped up matmul's store (lowering/moe_chunk.py, GLU_SILU) against numpy and the
 region's ops: the f32 tiles here, the tensor cores where the device has the coop path (they skip
 on lavapipe and run on the H100: `python -m pytest tests/lowering -k coop`)."""
 

@@ -21,7 +21,7 @@ from vkdecode.lowering.calls import (
     weight_bindings,
     wg_size,
 )
-from vkdecode.lowering.coop import COOP_BK, coop_bk, coop_row_scaled, coop_shape, tile_dims
+from vkdecode.lowering.coop import COOP_BK, coop_bk, coop_row_scaled, coop_shape, forced_bk, tile_dims
 from vkdecode.lowering.half_x import half_x
 from vkdecode.quant import FLOAT_TYPES, UNIT_DTYPES
 
@@ -119,20 +119,71 @@ def weight_defines(dtype: str, n_in: int) -> tuple:
     return defines
 
 
+def expert_bk(caps: KernelCaps) -> int:
+    """The grouped expert matmul's k step: COOP_BK unless caps.coop_bk forces 64. Its 32-slot tiles
+    lost at 64 by 17-20%, and on 8 subgroups (the dense tile's lesson) by 8-9% (H100,
+    bench/results/nvidia-h100-80gb-hbm3/2026-12-07-owed16/mm-moe16.json)."""
+    return forced_bk(caps) or COOP_BK
+
+
+def expert_matmul_calls(
+    w: tuple,
+    ins: tuple,
+    out: str,
+    dims: tuple,
+    group: tuple,
+    coop: tuple | None,
+    caps: KernelCaps,
+    gate: str = "",
+    row_scaled: bool = False,
+) -> list[KernelCall]:
+    """One expert matmul over a chunk's slots grouped by expert (lowering/moe.py): w = (bindings,
+    dtype) of the whole 3-D weight, ins its x and the groups, dims (K, M rows of one expert, slots),
+    group (BN slots per tile, tiles at most, x rows' divisor, where order[] starts). The tiled
+    matmul_rows, or matmul_rows_coop with coop = its (SG_M, SG_N, BLK_M, BLK_N) tile. Workgroup y
+    is a tile of one expert's slots; tiles past the count written on the GPU return at once.
+    gate: the up matmul of a SwiGLU storing silu(gate) * its sum (GLU_SILU, lowering/moe_chunk.py).
+    The coop kernel reads x through half_x (its f16 conversion first; row_scaled: x's rows scaled
+    into f16's range, coop.coop_row_scaled, the factors bound after the groups and the gate)."""
+    (wb, dtype), (x, groups), (n_in, m, slots) = w, ins, dims
+    bn, tiles, xdiv, order = group
+    defines = weight_defines(dtype, n_in) + (("MOE", "1"),) + ((("GLU_SILU", "1"),) if gate else ())
+    b = wb + (Binding(x), Binding(out), Binding(groups)) + ((Binding(gate),) if gate else ())
+    writes = (len(wb) + 1,)
+    if coop is None:
+        spec = ((MATMUL_BM // 8) * (bn // 4), n_in, m, slots, m, bn, xdiv, order)
+        grid = (-(-m // MATMUL_BM), tiles, 1)
+        return [
+            KernelCall(
+                "matmul_rows", spec, b, writes, grid, push=struct.pack("<I", 0), defines=defines, label=out
+            )
+        ]
+    bm, _, wg = tile_dims(coop)
+    if ("UNITS", "1") not in defines and n_in % 4 == 0:
+        defines += (("QUADS", "1"),)
+    defines += tuple((k, str(v)) for k, v in zip(("SG_M", "SG_N", "BLK_M", "BLK_N"), coop))
+    bk = expert_bk(caps)
+    defines += (("BK_STEP", str(bk)),) if bk != COOP_BK else ()
+    xrows = slots // xdiv
+    convert, xb, xdefs, after = half_x(x, xrows * n_in, caps, xrows if row_scaled else 0)
+    b, defines = wb + (xb,) + b[len(wb) + 1 :] + after, defines + xdefs
+    spec = (wg, n_in, m, slots, m, 1, xdiv, order)
+    grid = (m // bm, tiles, 1)
+    return convert + [
+        KernelCall(
+            "matmul_rows_coop", spec, b, writes, grid, push=struct.pack("<I", 0), defines=defines, label=out
+        )
+    ]
+
+
 def has_experts(p: Program) -> bool:
     """Whether the program has expert layers (their chunks keep the tiles before the wide one)."""
     return any(o.kind == "moe_matmul" for o in p.ops)
 
 
-def matmul_calls(
-    p: Program, op: Op, caps: KernelCaps, gate: str = "", out: str = ""
-) -> list[KernelCall] | None:
-    """A chunk matmul, per row range of its weight: the coop, wide, narrow or tiled kernel. gate:
-    the up matmul of a SwiGLU, storing silu(gate) * its sum into out (matmul_silu_mul_chunk), or
-    None where its kernel would not."""
+def matmul_calls(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
+    """A chunk matmul, per row range of its weight: the coop, wide, narrow or tiled kernel."""
     w, x = op.inputs
-    out = out or op.outputs[0]
-    glu = ((Binding(gate),), (("GLU_SILU", "1"),)) if gate else ((), ())
     wv = p.values[w]
     n_out, n_in = wv.shape
     rows = int(op.attrs.get("rows", 1))
@@ -144,34 +195,25 @@ def matmul_calls(
     calls = []
     for r0, n in chunks:
         b = weight_bindings(w, wv.dtype, r0, None if len(chunks) == 1 else n)
-        label = out + (f"[{r0}:]" if len(chunks) > 1 else "")
+        label = op.outputs[0] + (f"[{r0}:]" if len(chunks) > 1 else "")
         # tensor cores first at any width they take (coop_shape: from caps.matmul_coop rows)
         arch = str(p.meta.get("arch", ""))
         coop = coop_shape(caps, arch, n, rows, n_in, has_experts(p))
         if coop is not None:
-            if gate:
-                # the up matmul's store as silu(g) * its sum on the tensor cores measured no better
-                # than silu_mul's own pass (H100, the 8B's gate + up + silu_mul at 512 rows 846 vs
-                # 850 us; prompts within +-8%: docs/journal.md, 2026-12-07 nineteenth session)
-                return None
             dims = (n_in, n, rows, n_out)
             calls += _coop_calls(
-                out, b + (Binding(x),), coop, dims, r0, defines, label, caps, coop_row_scaled(arch)
+                op.outputs[0], b + (Binding(x),), coop, dims, r0, defines, label, caps, coop_row_scaled(arch)
             )
             continue
         wide = None if narrow else wide_shape(caps, n, rows, n_in)
         if wide is not None:
-            if gate:
-                return None
             calls += _wide_calls(
-                out, b + (Binding(x),), wide, (n_in, n, rows, n_out), r0, defines, label, caps
+                op.outputs[0], b + (Binding(x),), wide, (n_in, n, rows, n_out), r0, defines, label, caps
             )
             continue
-        b += (Binding(x), Binding(out))
+        b += (Binding(x), Binding(op.outputs[0]))
         rw, lanes = narrow_shape(caps, bn, n_in, ("UNITS", "1") in defines) if narrow else (0, 0)
         if narrow and -(-n // rw) <= MAX_GROUPS_X:
-            if gate:
-                return None
             kernel, spec = "matmul_rows_narrow", (rw * lanes, n_in, n, rows, n_out, bn, rw)
             grid = (-(-n // rw), 1, 1)
         else:
@@ -179,14 +221,7 @@ def matmul_calls(
             grid = (-(-n // MATMUL_BM), -(-rows // bn), 1)
         calls.append(
             KernelCall(
-                kernel,
-                spec,
-                b + glu[0],
-                (len(b) - 1,),
-                grid,
-                push=struct.pack("<I", r0),
-                defines=defines + glu[1],
-                label=label,
+                kernel, spec, b, (len(b) - 1,), grid, push=struct.pack("<I", r0), defines=defines, label=label
             )
         )
     return calls

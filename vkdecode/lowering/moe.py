@@ -13,7 +13,7 @@ Wide chunks (at least two slots per expert on average) group their slots by expe
 (lowering/moe_group.py): per slot, a 512-row chunk of Qwen3-30B-A3B (8 of 128 experts) read each
 expert's weights ~32 times. The decode step's fused MoE regions then run as their ops (the
 grouped matmuls, silu_mul, moe_sum, add); a prompt chunk's rules fold silu_mul and the add into
-the kernels beside them (lowering/chunk_fused.py).
+the kernels beside them (lowering/moe_chunk.py).
 """
 
 from __future__ import annotations

@@ -7,78 +7,16 @@ fused regions), which takes these where group_rows says so.
 
 from __future__ import annotations
 
-import struct
-
 from fusion.ir import Program
 from vkdecode.lowering.calls import Binding, KernelCall, KernelCaps, row_chunks, weight_bindings, wg_size
 from vkdecode.lowering.coop import (
-    COOP_BK,
     coop_row_scaled,
     coop_shared_bytes,
     coop_usable,
-    forced_bk,
     parse_tile,
     tile_dims,
 )
-from vkdecode.lowering.half_x import half_x
-from vkdecode.lowering.matmul_rows import MATMUL_BM, weight_defines
-
-
-def expert_bk(caps: KernelCaps) -> int:
-    """The grouped expert matmul's k step: COOP_BK unless caps.coop_bk forces 64. Its 32-slot tiles
-    lost at 64 by 17-20%, and on 8 subgroups (the dense tile's lesson) by 8-9% (H100,
-    bench/results/nvidia-h100-80gb-hbm3/2026-12-07-owed16/mm-moe16.json)."""
-    return forced_bk(caps) or COOP_BK
-
-
-def expert_matmul_calls(
-    w: tuple,
-    ins: tuple,
-    out: str,
-    dims: tuple,
-    group: tuple,
-    coop: tuple | None,
-    caps: KernelCaps,
-    gate: str = "",
-    row_scaled: bool = False,
-) -> list[KernelCall]:
-    """One expert matmul over a chunk's slots grouped by expert (lowering/moe.py): w = (bindings,
-    dtype) of the whole 3-D weight, ins its x and the groups, dims (K, M rows of one expert, slots),
-    group (BN slots per tile, tiles at most, x rows' divisor, where order[] starts). The tiled
-    matmul_rows, or matmul_rows_coop with coop = its (SG_M, SG_N, BLK_M, BLK_N) tile. Workgroup y
-    is a tile of one expert's slots; tiles past the count written on the GPU return at once.
-    gate: the up matmul of a SwiGLU storing silu(gate) * its sum (GLU_SILU, lowering/chunk_fused.py).
-    The coop kernel reads x through half_x (its f16 conversion first; row_scaled: x's rows scaled
-    into f16's range, coop.coop_row_scaled, the factors bound after the groups and the gate)."""
-    (wb, dtype), (x, groups), (n_in, m, slots) = w, ins, dims
-    bn, tiles, xdiv, order = group
-    defines = weight_defines(dtype, n_in) + (("MOE", "1"),) + ((("GLU_SILU", "1"),) if gate else ())
-    b = wb + (Binding(x), Binding(out), Binding(groups)) + ((Binding(gate),) if gate else ())
-    writes = (len(wb) + 1,)
-    if coop is None:
-        spec = ((MATMUL_BM // 8) * (bn // 4), n_in, m, slots, m, bn, xdiv, order)
-        grid = (-(-m // MATMUL_BM), tiles, 1)
-        return [
-            KernelCall(
-                "matmul_rows", spec, b, writes, grid, push=struct.pack("<I", 0), defines=defines, label=out
-            )
-        ]
-    bm, _, wg = tile_dims(coop)
-    if ("UNITS", "1") not in defines and n_in % 4 == 0:
-        defines += (("QUADS", "1"),)
-    defines += tuple((k, str(v)) for k, v in zip(("SG_M", "SG_N", "BLK_M", "BLK_N"), coop))
-    bk = expert_bk(caps)
-    defines += (("BK_STEP", str(bk)),) if bk != COOP_BK else ()
-    xrows = slots // xdiv
-    convert, xb, xdefs, after = half_x(x, xrows * n_in, caps, xrows if row_scaled else 0)
-    b, defines = wb + (xb,) + b[len(wb) + 1 :] + after, defines + xdefs
-    spec = (wg, n_in, m, slots, m, 1, xdiv, order)
-    grid = (m // bm, tiles, 1)
-    return convert + [
-        KernelCall(
-            "matmul_rows_coop", spec, b, writes, grid, push=struct.pack("<I", 0), defines=defines, label=out
-        )
-    ]
+from vkdecode.lowering.matmul_rows import expert_bk, expert_matmul_calls
 
 
 def experts(p: Program, w: str, caps: KernelCaps) -> tuple[tuple[Binding, ...], int, int, str]:

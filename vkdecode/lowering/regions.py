@@ -14,8 +14,8 @@ from fusion import rules as R
 from fusion.ir import Program
 from fusion.rules import Region, Rule
 from vkdecode.lowering import attention as att
-from vkdecode.lowering import chunk_fused, moe, moe_route
 from vkdecode.lowering import matvec as mv
+from vkdecode.lowering import moe, moe_chunk, moe_route
 from vkdecode.lowering import rows as row_ops
 from vkdecode.lowering.ops import KernelCall, KernelCaps, op_calls
 from vkdecode.lowering.xplanes import outputs_planes
@@ -57,9 +57,8 @@ KERNELS: dict[str, Builder] = _by_rule(
         ((R.MOE_MATMUL_SUM_ADD, R.MOE_MATMUL_BIAS_SUM_ADD), moe.moe_matmul_sum_add),
         ((R.MOE_MATMUL_BIAS,), moe.moe_matmul_bias),
         # a prompt chunk's (fusion.rules.CHUNK_RULES)
-        ((R.MOE_MATMUL_SILU_MUL_CHUNK,), chunk_fused.moe_matmul_silu_mul_chunk),
-        ((R.MATMUL_SILU_MUL_CHUNK,), chunk_fused.matmul_silu_mul_chunk),
-        ((R.MOE_SUM_ADD_CHUNK,), chunk_fused.moe_sum_add_chunk),
+        ((R.MOE_MATMUL_SILU_MUL_CHUNK,), moe_chunk.moe_matmul_silu_mul_chunk),
+        ((R.MOE_SUM_ADD_CHUNK,), moe_chunk.moe_sum_add_chunk),
     ]
 )
 

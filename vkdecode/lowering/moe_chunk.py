@@ -1,13 +1,7 @@
-"""A prompt chunk's fused regions (fusion.rules.CHUNK_RULES) -> kernel calls: the elementwise passes
-of the layer's per-op form folded into the kernels next to them, one dispatch and one barrier fewer
-each. H200, Qwen3-30B-A3B, a 512-token chunk, per layer: silu_mul 15.6 µs (a pass over 4096 x 768
-floats), the residual add 7.9 µs. (ADD_RMS_NORM_CHUNK lowers with the decode step's add + norm.)
-
-MATMUL_SILU_MUL_CHUNK: a dense layer's gate matmul writes g; its up matmul on the tiled kernel
-(matmul_rows.comp with GLU_SILU, shaders/moe_rows.glsl: lavapipe's at every width) stores silu(g) *
-its sum as a. Where the up matmul takes another kernel (the GPUs' narrow, wide and tensor-core
-ones), the region's ops: on the tensor cores the fused store measured no faster (H100, the 8B's
-gate + up + silu_mul at 512 rows 846 against 850 us; matmul_rows.matmul_calls).
+"""A prompt chunk's fused MoE regions (fusion/rules_moe.py CHUNK_RULES) -> kernel calls: the
+elementwise passes of the layer's per-op form folded into the kernels next to them, one dispatch
+and one barrier fewer each. H200, Qwen3-30B-A3B, a 512-token chunk, per layer: silu_mul 15.6 µs
+(a pass over 4096 x 768 floats), the residual add 7.9 µs.
 
 MOE_MATMUL_SILU_MUL_CHUNK: the grouped gate matmul writes g; the grouped up matmul (GLU_SILU,
 shaders/moe_rows.glsl) reads g at each element it stores and writes silu(g) * its sum as a, so u is
@@ -21,7 +15,6 @@ from __future__ import annotations
 from fusion.ir import Program
 from fusion.region import Region
 from vkdecode.lowering.calls import KernelCall, KernelCaps
-from vkdecode.lowering.matmul_rows import matmul_calls
 from vkdecode.lowering.moe import moe_sum_call
 from vkdecode.lowering.moe_group import grouped_matmul
 
@@ -39,12 +32,3 @@ def moe_matmul_silu_mul_chunk(p: Program, region: Region, caps: KernelCaps) -> l
 def moe_sum_add_chunk(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall]:
     r = region.roles
     return [moe_sum_call(p, r["y"], r["sw"], r["s"], caps, res=r["r"])]
-
-
-def matmul_silu_mul_chunk(p: Program, region: Region, caps: KernelCaps) -> list[KernelCall] | None:
-    r = region.roles
-    gate_op, up_op = (
-        next(p.ops[i] for i in region.ops if p.ops[i].inputs[0] == r[w]) for w in ("w_gate", "w_up")
-    )
-    up = matmul_calls(p, up_op, caps, gate=r["g"], out=r["a"])
-    return None if up is None else matmul_calls(p, gate_op, caps) + up
