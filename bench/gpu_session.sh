@@ -41,6 +41,7 @@
 #   bash bench/gpu_session.sh attn17    # the chunk attention's variants at long contexts; the 8B's 512-row chunk by kernel
 #   bash bench/gpu_session.sh final17 SHAPE:QUANT:OLD ... # prompts vs llama.cpp, defaults vs the 16th session's
 #   bash bench/gpu_session.sh prof17    # the 8B's 512-row chunk by kernel: whole model and 2 layers
+#   bash bench/gpu_session.sh unroll19  # the grouped expert matmul per tile, coop store loops as they are vs unrolled
 #   bash bench/gpu_session.sh spec17 GGUF # speculative decode: draftless turns one step vs bursts (no_draft_burst)
 #   bash bench/gpu_session.sh followup  # attnfuse, batch8b4, then suite: the sixth session's open measurements
 #   bash bench/gpu_session.sh batchfuse # batched steps with the residual add + norm fused vs apart (Qwen3-0.6B, 8B)
@@ -1114,6 +1115,22 @@ decode17)
         --out "$OUT/llama-decode-$2.json" | tail -2
     grep -h "offloaded" "$OUT/llama-decode-$2.json.log" || true
     rm -f "$f"
+    ;;
+unroll19)
+    # matmul_rows_coop's store loops unrolled (2026-12-07-chunk-swiglu19/unroll-stores.patch):
+    # where the driver kept them (MOE's and X_ROWSCALE's staged stores, tiles of several blocks a
+    # subgroup) it indexed acc[] at run time and kept the whole array in local memory (256-384 B
+    # in nvidia-h200/2026-11-27-moe-tiles, the tiles that "lost to registers"). The grouped expert
+    # matmul per tile with the shaders as they are, then patched (VKDECODE_SHADER_DIR); registers
+    # and local memory in each JSON's pipeline_stats
+    rm -rf /tmp/ut && mkdir -p /tmp/ut && cp -r shaders /tmp/ut/ &&
+        patch -p1 -d /tmp/ut < bench/results/nvidia-h100-80gb-hbm3/2026-12-07-chunk-swiglu19/unroll-stores.patch
+    for side in as-is unrolled; do
+        dir=shaders; [ $side = unrolled ] && dir=/tmp/ut/shaders
+        VKDECODE_SHADER_DIR=$dir VKDECODE_PIPELINE_STATS=1 python -m bench.moe_matmul_bench --shapes gate down6 \
+            --variants default coop_tile=2x1:2x2 coop_tile=2x2:2x2 coop_tile=4x1:2x2 coop_tile=2x2:2x4 \
+            --out "$OUT/moe-mm-$side.json" 2>&1 | cut -c1-200
+    done
     ;;
 prof17)
     # the 8B's 512-row chunk by kernel, on the whole model (bench.shape_gguf's file) and on its
