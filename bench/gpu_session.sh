@@ -41,7 +41,7 @@
 #   bash bench/gpu_session.sh attn17    # the chunk attention's variants at long contexts; the 8B's 512-row chunk by kernel
 #   bash bench/gpu_session.sh final17 SHAPE:QUANT:OLD ... # prompts vs llama.cpp, defaults vs the 16th session's
 #   bash bench/gpu_session.sh prof17    # the 8B's 512-row chunk by kernel: whole model and 2 layers
-#   bash bench/gpu_session.sh unroll19  # the grouped expert matmul per tile, coop store loops as they are vs unrolled
+#   bash bench/gpu_session.sh unroll19  # coop loops over matrix arrays unrolled (patches): MoE matmul tiles, chunk attention
 #   bash bench/gpu_session.sh spec17 GGUF # speculative decode: draftless turns one step vs bursts (no_draft_burst)
 #   bash bench/gpu_session.sh followup  # attnfuse, batch8b4, then suite: the sixth session's open measurements
 #   bash bench/gpu_session.sh batchfuse # batched steps with the residual add + norm fused vs apart (Qwen3-0.6B, 8B)
@@ -1117,19 +1117,48 @@ decode17)
     rm -f "$f"
     ;;
 unroll19)
-    # matmul_rows_coop's store loops unrolled (2026-12-07-chunk-swiglu19/unroll-stores.patch):
+    # matmul_rows_coop's store loops unrolled (2026-12-07-chunk-swiglu19/unroll-stores.patch, and
+    # unroll-attention.patch below; both made in /tmp/ut):
     # where the driver kept them (MOE's and X_ROWSCALE's staged stores, tiles of several blocks a
     # subgroup) it indexed acc[] at run time and kept the whole array in local memory (256-384 B
     # in nvidia-h200/2026-11-27-moe-tiles, the tiles that "lost to registers"). The grouped expert
     # matmul per tile with the shaders as they are, then patched (VKDECODE_SHADER_DIR); registers
     # and local memory in each JSON's pipeline_stats
-    rm -rf /tmp/ut && mkdir -p /tmp/ut && cp -r shaders /tmp/ut/ &&
-        patch -p1 -d /tmp/ut < bench/results/nvidia-h100-80gb-hbm3/2026-12-07-chunk-swiglu19/unroll-stores.patch
+    # (the patches' edits made here in Python: the GPU machine may lack `patch`)
+    rm -rf /tmp/ut && mkdir -p /tmp/ut && cp -r shaders /tmp/ut/
+    python3 - <<'PY'
+import re
+def edit(path, pairs):
+    s = open(path).read()
+    for a, b in pairs:
+        assert a in s, (path, a)
+        s = s.replace(a, b)
+    open(path, "w").write(s)
+edit("/tmp/ut/shaders/matmul_rows_coop.comp", [
+    ('#include "coopmat.glsl"\n', '#include "coopmat.glsl"\n#extension GL_EXT_control_flow_attributes : require\n'),
+    ("    for (uint i = 0; i < BLK_N; i++) {\n", "    [[unroll]] for (uint i = 0; i < BLK_N; i++) {\n"),
+    ("        for (uint j = 0; j < BLK_M; j++) {\n", "        [[unroll]] for (uint j = 0; j < BLK_M; j++) {\n")])
+edit("/tmp/ut/shaders/attention_rows_coop.comp", [
+    ("    CM_A qa[D / 16];\n    for (", "    CM_A qa[D / 16];\n    UNROLL for ("),
+    ("        for (uint b = 0; b < BKV / 16; b++) s[b]", "        UNROLL for (uint b = 0; b < BKV / 16; b++) s[b]"),
+    ("        for (uint b = 0; b < BKV / 16; b++) coopMatStore(s[b]", "        UNROLL for (uint b = 0; b < BKV / 16; b++) coopMatStore(s[b]")])
+PY
+    # The chunk attention likewise (Q's fragments and the score blocks' loops; it held 128 B of
+    # local memory in the 8B's 2-layer profile): one layer of the 8B's and the MoE's heads at 512
+    # rows from 0 and 2048 rows from 5952, as-is then unrolled
     for side in as-is unrolled; do
         dir=shaders; [ $side = unrolled ] && dir=/tmp/ut/shaders
         VKDECODE_SHADER_DIR=$dir VKDECODE_PIPELINE_STATS=1 python -m bench.moe_matmul_bench --shapes gate down6 \
             --variants default coop_tile=2x1:2x2 coop_tile=2x2:2x2 coop_tile=4x1:2x2 coop_tile=2x2:2x4 \
             --out "$OUT/moe-mm-$side.json" 2>&1 | cut -c1-200
+        for hd in 32,4,128 32,8,128; do
+            for wp in "512 0" "2048 5952"; do
+                set -- $wp
+                VKDECODE_SHADER_DIR=$dir VKDECODE_PIPELINE_STATS=1 python -m bench.attention_rows_bench --heads $hd \
+                    --widths $1 --pos $2 --rows-q 0 --reps 5 --out "$OUT/attn-$side-${hd//,/_}-$1.json" 2>&1 |
+                    grep coop | sed "s/^/$side /"
+            done
+        done
     done
     ;;
 prof17)
