@@ -33,6 +33,7 @@ from vkdecode.lowering.caps import parse_tuning
 from vkdecode.lowering.coop import COOP_TILES
 from vkdecode.lowering.matmul_rows import WIDE_TILES
 from vkdecode.lowering.ops import op_calls
+from vkdecode.vk.shaders import stats_summary
 
 # (dtype, out, in, what): the matmuls of one layer of a prompt chunk (no lm_head: a prefill chunk
 # drops it, fusion/chunk.py)
@@ -257,7 +258,7 @@ def main(argv=None) -> int:
                 print(
                     f"{dtype:5s} {out:5d}x{n_in:<5d} {what:8s} T {rows:4d} {name:16s} {r['us']:9.1f} us "
                     f"{r['GFLOPs']:8.0f} GFLOP/s  {[c['groups'] for c in r['calls']]} "
-                    f"regs {[st.get('Register Count', '?') for st in r['pipeline_stats']]} "
+                    f"{[stats_summary(st) for st in r['pipeline_stats']]} "
                     f"err {r['err_vs_first']:.1e}",
                     flush=True,
                 )

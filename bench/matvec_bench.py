@@ -24,6 +24,7 @@ from fusion.ir import Program
 from vkdecode.cli.bench import write_json
 from vkdecode.lowering.calls import KernelCaps, weight_parts
 from vkdecode.lowering.ops import op_calls
+from vkdecode.vk.shaders import local_memory_bytes
 
 # (dtype, out, in, what)
 PRESETS = {
@@ -254,10 +255,13 @@ def _variants(ab: str) -> list[dict]:
 
 
 def _stats_text(stats: dict) -> str:
-    """The driver's register and instruction counts, where VKDECODE_PIPELINE_STATS=1 captured them."""
+    """The driver's register and instruction counts and local memory, where
+    VKDECODE_PIPELINE_STATS=1 captured them."""
     keep = {
         k: v for k, v in stats.items() if any(w in k.lower() for w in ("register", "instruction", "spill"))
     }
+    if local_memory_bytes(stats):
+        keep["local memory B"] = local_memory_bytes(stats)
     return ("  [" + ", ".join(f"{k}: {v}" for k, v in keep.items()) + "]") if keep else ""
 
 

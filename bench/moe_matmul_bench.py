@@ -29,6 +29,7 @@ from vkdecode.benchmark.shapes import random_weight
 from vkdecode.lowering.calls import KernelCaps
 from vkdecode.lowering.caps import parse_tuning
 from vkdecode.lowering.ops import op_calls
+from vkdecode.vk.shaders import stats_summary
 
 # Qwen3-30B-A3B's experts (Q4_K_M: gate / up q4_k, down q6_k in some layers, q4_k in the rest)
 SHAPES = {"gate": ("q4_k", 768, 2048), "down": ("q4_k", 2048, 768), "down6": ("q6_k", 2048, 768)}
@@ -94,7 +95,7 @@ def main(argv=None) -> int:
                 print(
                     f"{shape:5s} {dtype} {out}x{n_in} T {rows:4d} {v:28s} {r['us']:8.1f} us {r['TFLOPs']:6.1f} "
                     f"TFLOP/s {[(c['shader'], c['groups']) for c in r['calls']]} "
-                    f"regs {[st.get('Register Count', '?') for st in r['pipeline_stats']]}",
+                    f"{[stats_summary(st) for st in r['pipeline_stats']]}",
                     flush=True,
                 )
             if a.dense:  # every slot's work on one expert's weight (no gather / scatter), same FLOPs

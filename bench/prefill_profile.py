@@ -30,6 +30,7 @@ from vkdecode import benchmark as bench
 from vkdecode.cli.bench import write_json
 from vkdecode.lowering.calls import KernelCaps
 from vkdecode.lowering.caps import parse_tuning
+from vkdecode.vk.shaders import local_memory_bytes
 
 
 def main(argv=None) -> int:
@@ -131,6 +132,13 @@ def main(argv=None) -> int:
             f"{'chunk of ' + str(a.width) + ' rows':45s} {len(ex.items):4d} dispatches {total / 1e3:8.2f} ms",
             flush=True,
         )
+        # kernels whose pipelines use local memory (VKDECODE_PIPELINE_STATS=1; a GPU driver's count)
+        local: dict[str, int] = {}
+        for it in ex.items:
+            local[it.call.shader] = max(local.get(it.call.shader, 0), local_memory_bytes(it.pipeline.stats))
+        for shader, n in sorted(local.items()):
+            if n:
+                print(f"local memory: {shader} {n} B an invocation", flush=True)
         ex.close()
         dec.close()
         dev.check_validation()

@@ -287,6 +287,23 @@ def _executable_stats(device, pipeline) -> dict:
     return {to_str(st[i].name): getattr(st[i].value, fmt[st[i].format]) for i in range(n[0])}
 
 
+def local_memory_bytes(stats: dict) -> int:
+    """Bytes of local memory (spilled or run-time-indexed arrays) an invocation of the pipeline
+    uses, from its driver statistics; 0 where the driver says nothing. NVIDIA's 580 driver puts the
+    count in the low 32 bits of a u64 whose high bits held 2^36 for every pipeline seen. A nonzero
+    count in a loop-heavy kernel is worth a look: a loop over an array of cooperative matrices the
+    driver kept cost 2x (docs/journal.md, 2026-12-07 nineteenth session)."""
+    return int(stats.get("Local Memory Size", 0)) & 0xFFFFFFFF
+
+
+def stats_summary(stats: dict) -> str:
+    """'regs R' and, where there is any, 'local N B': the driver's statistics in a bench line."""
+    if not stats:
+        return "-"
+    local = local_memory_bytes(stats)
+    return f"regs {stats.get('Register Count', '?')}" + (f" local {local} B" if local else "")
+
+
 def _pipeline_cache_path(device) -> pathlib.Path:
     i = device.info
     tag = re.sub(r"[^A-Za-z0-9.]+", "_", f"{i.vendor_id:x}-{i.device_id:x}-{i.driver_version}")
