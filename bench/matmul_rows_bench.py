@@ -33,7 +33,7 @@ from vkdecode.lowering.caps import parse_tuning
 from vkdecode.lowering.coop import COOP_TILES
 from vkdecode.lowering.matmul_rows import WIDE_TILES
 from vkdecode.lowering.ops import op_calls
-from vkdecode.vk.shaders import stats_summary
+from vkdecode.vk.pipeline_stats import stats_summary
 
 # (dtype, out, in, what): the matmuls of one layer of a prompt chunk (no lm_head: a prefill chunk
 # drops it, fusion/chunk.py)

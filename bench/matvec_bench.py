@@ -24,7 +24,7 @@ from fusion.ir import Program
 from vkdecode.cli.bench import write_json
 from vkdecode.lowering.calls import KernelCaps, weight_parts
 from vkdecode.lowering.ops import op_calls
-from vkdecode.vk.shaders import local_memory_bytes
+from vkdecode.vk.pipeline_stats import local_memory_bytes
 
 # (dtype, out, in, what)
 PRESETS = {

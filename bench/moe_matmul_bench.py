@@ -29,7 +29,7 @@ from vkdecode.benchmark.shapes import random_weight
 from vkdecode.lowering.calls import KernelCaps
 from vkdecode.lowering.caps import parse_tuning
 from vkdecode.lowering.ops import op_calls
-from vkdecode.vk.shaders import stats_summary
+from vkdecode.vk.pipeline_stats import stats_summary
 
 # Qwen3-30B-A3B's experts (Q4_K_M: gate / up q4_k, down q6_k in some layers, q4_k in the rest)
 SHAPES = {"gate": ("q4_k", 768, 2048), "down": ("q4_k", 2048, 768), "down6": ("q6_k", 2048, 768)}

@@ -30,7 +30,7 @@ from vkdecode import benchmark as bench
 from vkdecode.cli.bench import write_json
 from vkdecode.lowering.calls import KernelCaps
 from vkdecode.lowering.caps import parse_tuning
-from vkdecode.vk.shaders import local_memory_bytes
+from vkdecode.vk.pipeline_stats import local_memory_bytes
 
 
 def main(argv=None) -> int:

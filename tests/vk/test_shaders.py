@@ -63,15 +63,3 @@ def test_missing_compiler_names_package(tmp_path, monkeypatch):
 def test_unknown_shader():
     with pytest.raises(ShaderError, match="not found"):
         compile_shader("no_such_shader_xyz")
-
-
-def test_local_memory_from_the_drivers_statistics():
-    """NVIDIA's count sits in the low 32 bits (the high ones held 2^36 on every pipeline seen);
-    no statistics (lavapipe, or VKDECODE_PIPELINE_STATS unset) reads as none."""
-    nv = {"Register Count": 184, "Local Memory Size": (1 << 36) + 480}
-    assert shaders.local_memory_bytes(nv) == 480
-    assert shaders.local_memory_bytes({"Local Memory Size": 1 << 36}) == 0
-    assert shaders.local_memory_bytes({}) == 0
-    assert shaders.stats_summary(nv) == "regs 184 local 480 B"
-    assert shaders.stats_summary({"Register Count": 89, "Local Memory Size": 1 << 36}) == "regs 89"
-    assert shaders.stats_summary({}) == "-"
