@@ -1137,7 +1137,12 @@ def edit(path, pairs):
 edit("/tmp/ut/shaders/matmul_rows_coop.comp", [
     ('#include "coopmat.glsl"\n', '#include "coopmat.glsl"\n#extension GL_EXT_control_flow_attributes : require\n'),
     ("    for (uint i = 0; i < BLK_N; i++) {\n", "    [[unroll]] for (uint i = 0; i < BLK_N; i++) {\n"),
-    ("        for (uint j = 0; j < BLK_M; j++) {\n", "        [[unroll]] for (uint j = 0; j < BLK_M; j++) {\n")])
+    ("        for (uint j = 0; j < BLK_M; j++) {\n", "        [[unroll]] for (uint j = 0; j < BLK_M; j++) {\n"),
+    # and the k loop's loops over the fragments and sums (unrolled by the driver at today's tiles)
+    ("    for (uint i = 0; i < BLK_N * BLK_M; i++) acc[i]", "    [[unroll]] for (uint i = 0; i < BLK_N * BLK_M; i++) acc[i]"),
+    ("        for (uint kk = 0; kk < BK; kk += 16) {", "        [[unroll]] for (uint kk = 0; kk < BK; kk += 16) {"),
+    ("            for (uint i = 0; i < BLK_N; i++)\n", "            [[unroll]] for (uint i = 0; i < BLK_N; i++)\n"),
+    ("            for (uint j = 0; j < BLK_M; j++)\n", "            [[unroll]] for (uint j = 0; j < BLK_M; j++)\n")])
 edit("/tmp/ut/shaders/attention_rows_coop.comp", [
     ("    CM_A qa[D / 16];\n    for (", "    CM_A qa[D / 16];\n    UNROLL for ("),
     ("        for (uint b = 0; b < BKV / 16; b++) s[b]", "        UNROLL for (uint b = 0; b < BKV / 16; b++) s[b]"),
