@@ -1211,7 +1211,7 @@ spec)
 spec17)
     # speculative decode where no draft is found: one waited-for step (as before 2026-12-07) against
     # bursts of up to 8 plain steps back to back (no_draft_burst, the default), K = 8, both
-    # policies, one process
+    # policies, one process. The real SmolLM2 arrives in two calls: bench/device_env_min.sh says how
     python -m bench.speculative --model "${2:?the GGUF (SmolLM2-135M-Instruct Q4_1)}" --k 8 --reps 3 \
         --no-draft-burst 1 8 --out "$OUT/speculative17.json" 2>&1 | grep "burst" || true
     ;;
