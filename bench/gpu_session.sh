@@ -1154,7 +1154,7 @@ PY
     for side in as-is unrolled; do
         dir=shaders; [ $side = unrolled ] && dir=/tmp/ut/shaders
         VKDECODE_SHADER_DIR=$dir VKDECODE_PIPELINE_STATS=1 python -m bench.moe_matmul_bench --shapes gate down6 \
-            --variants default coop_tile=2x1:2x2 coop_tile=2x2:2x2 coop_tile=4x1:2x2 coop_tile=2x2:2x4 \
+            --variants default coop_tile=2x1:2x2 coop_tile=4x1:2x2 coop_tile=2x1:4x2 moe_tile=64,coop_tile=2x2:2x2 \
             --out "$OUT/moe-mm-$side.json" 2>&1 | cut -c1-200
         for hd in 32,4,128 32,8,128; do
             for wp in "512 0" "2048 5952"; do
