@@ -260,8 +260,8 @@ def _stats_text(stats: dict) -> str:
     keep = {
         k: v for k, v in stats.items() if any(w in k.lower() for w in ("register", "instruction", "spill"))
     }
-    if local_memory_bytes(stats):
-        keep["local memory B"] = local_memory_bytes(stats)
+    if local := local_memory_bytes(stats):
+        keep["local memory B"] = local
     return ("  [" + ", ".join(f"{k}: {v}" for k, v in keep.items()) + "]") if keep else ""
 
 

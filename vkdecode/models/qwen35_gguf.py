@@ -30,6 +30,7 @@ from vkdecode.models import moe
 from vkdecode.models.arch import GgufView
 
 LINEAR, FULL = "linear_attention", "full_attention"  # qwen35.py's layer types
+# the GGUF keys config_audit refuses that the MoE forms read (Architecture.gguf_implemented)
 IMPLEMENTED = frozenset({"expert_count", "expert_used_count", "rope.dimension_count"})
 
 
