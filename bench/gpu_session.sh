@@ -41,6 +41,7 @@
 #   bash bench/gpu_session.sh attn17    # the chunk attention's variants at long contexts; the 8B's 512-row chunk by kernel
 #   bash bench/gpu_session.sh final17 SHAPE:QUANT:OLD ... # prompts vs llama.cpp, defaults vs the 16th session's
 #   bash bench/gpu_session.sh prof17    # the 8B's 512-row chunk by kernel: whole model and 2 layers
+#   bash bench/gpu_session.sh unroll20 [moe|dense] # the [[unroll]] coop shaders vs bench/out/base: prompts, llama.cpp
 #   bash bench/gpu_session.sh unroll19  # coop loops over matrix arrays unrolled (patches): MoE matmul tiles, chunk attention
 #   bash bench/gpu_session.sh spec17 GGUF # speculative decode: draftless turns one step vs bursts (no_draft_burst)
 #   bash bench/gpu_session.sh followup  # attnfuse, batch8b4, then suite: the sixth session's open measurements
@@ -1164,6 +1165,42 @@ PY
                     grep coop | sed "s/^/$side /"
             done
         done
+    done
+    ;;
+unroll20)
+    # matmul_rows_coop and attention_rows_coop with every loop over their matrix arrays [[unroll]]
+    # (unroll19's edits, landed) against bench/out/base (cd483d7), then llama.cpp on the same file.
+    # unroll20 moe: the grouped expert matmul per tile (unroll19 measured 64 x 64 slots fastest once
+    # unrolled), the Qwen3-30B-A3B shape's prompts head vs base (two rounds), head with the
+    # 64-slot 2x2:2x2 tile against its default (two rounds). unroll20 dense: the 8B Q4_K_M's and
+    # Llama-3.2-1B F16's prompts head vs base. Carry .device/llama and bench/out/base
+    llama_server
+    if [ "${2:-}" = moe ]; then
+        python -m pytest -q -n 8 tests/lowering/test_coop.py tests/lowering/test_moe_group.py 2>&1 | tail -1 || true
+        VKDECODE_PIPELINE_STATS=1 python -m bench.moe_matmul_bench --shapes gate down6 --variants default \
+            moe_tile=64 moe_tile=64,coop_tile=2x2:2x2 moe_tile=64,coop_tile=2x2:2x2,coop_bk=64 \
+            moe_tile=64,coop_tile=1x2:4x2 moe_tile=64,coop_tile=4x1:1x4 --out "$OUT/moe-mm.json" 2>&1 | cut -c1-120
+        shapes="qwen3-30b-a3b q4_k_m"
+    else
+        shapes="llama3.1-8b q4_k_m llama3.2-1b f16"
+    fi
+    set -- $shapes
+    while [ $# -ge 2 ]; do
+        f=$(shape_file "$1" "$2")
+        python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 --decode 16 --reps 3 \
+            --out "$OUT/llama-$1.json" | grep prompt
+        grep -h "offloaded" "$OUT/llama-$1.json.log" | tail -1 || true
+        python -m bench.ab_commits --base-dir bench/out/base --rounds 2 --out "$OUT/ab-$1.json" \
+            "bench.prefill --model $f --lengths 512 2000 --modes fused --token-path-max 0 --ctx 4096 --reps 3" \
+            2>&1 | tail -4
+        if [ "$1" = qwen3-30b-a3b ]; then
+            for r in 1 2; do
+                prompt_ttft "$f" "$OUT/moe-default-r$r.json"
+                prompt_ttft "$f" "$OUT/moe-t64-r$r.json" moe_tile=64,coop_tile=2x2:2x2
+            done
+        fi
+        rm -f "$f"
+        shift 2
     done
     ;;
 prof17)
