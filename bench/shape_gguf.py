@@ -11,6 +11,7 @@ cost one token per byte (no merges).
     python -m bench.shape_gguf --shape smollm2-135m --quant q4_1 out.gguf
     python -m bench.shape_gguf --shape qwen3-30b-a3b --quant q4_k_m qwen3-30b-a3b-q4_k_m.gguf  # 17.3 GiB
     python -m bench.shape_gguf --shape gpt-oss-20b --quant mxfp4 gpt-oss-20b-mxfp4.gguf  # 11.3 GiB
+    python -m bench.shape_gguf --shape qwen3.5-35b-a3b --quant q4_k_m qwen3.5-35b-a3b-q4_k_m.gguf  # 19.7 GiB
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
 
 from vkdecode.benchmark.shapes import MXFP4_E, STD, random_halves, shape_args, weight_dtypes
+from vkdecode.benchmark.shapes_qwen35 import layer_types
+from vkdecode.models import ARCHITECTURES
 from vkdecode.models.gguf_names import expected_shapes, source_name
 from vkdecode.models.rope import llama3_rope_factors
 
@@ -137,19 +140,47 @@ def _draw(dtype: str, shape: tuple, key: tuple) -> np.ndarray:
     return random_block_bytes(dtype, math.prod(shape[:-1]), shape[-1], rng).reshape(*shape[:-1], -1)
 
 
+def _in_file(dtype: str, shape: tuple, key: tuple, stored: tuple, neg_exp: bool) -> np.ndarray:
+    """_draw's data of the program's shape in the file's form: its stored shape (a float tensor the
+    converter reshaped), ssm_a as -exp of the A_log drawn (qwen35_gguf.a_log reads it back)."""
+    a = _draw(dtype, shape, key)
+    return (-np.exp(a) if neg_exp else a).reshape(stored)
+
+
+def _stored(name: str, shp: tuple, views: dict) -> tuple:
+    """The tensor's shape in the file: an architecture's GGUF view's (Qwen3.5's attn_q holds q and its
+    gate, its ssm_conv1d is (channels, kernel)); a one-row matrix squeezed to a vector, as the
+    converter squeezes every tensor (Qwen2-MoE's and Qwen3.5's ffn_gate_inp_shexp)."""
+    view = views.get(name.split(".", 2)[-1]) if name.startswith("layers.") else None
+    stored = tuple(view.stored) if view else shp
+    return stored[1:] if len(stored) == 2 and stored[0] == 1 else stored
+
+
 def _tensors(args, dtypes: dict, seed: int):
     """(GGUF name, shape, numpy dtype, nbytes, raw GGML type or None, make()) for every tensor, in
     file order; make() draws the data only when the writer asks for it (_draw)."""
-    out = []
+    out, written = [], set()
     if (args.rope_scaling or {}).get("rope_type") == "llama3":  # llama.cpp's form of the scaling
         factors = llama3_rope_factors(args)
         out.append(("rope_freqs.weight", factors.shape, np.float32, factors.nbytes, None, lambda: factors))
+    arch = ARCHITECTURES[args.arch]
+    views = arch.gguf_views(args) if arch.gguf_views else {}
     for i, (name, shp) in enumerate(expected_shapes(args).items()):
+        gname = source_name(name, "gguf", args.arch)
+        if gname in written:  # one tensor of two program weights (Qwen3.5's attn_q: wq and wgate)
+            continue
+        written.add(gname)
+        stored = _stored(name, shp, views)
+        # drawn in the program's shape where the file's is a reshape, so the values are shape_model's;
+        # else (attn_q) whole, in the file's
+        shp = shp if math.prod(stored) == math.prod(shp) else stored
         dt = dtypes.get(name, "f32")  # vectors and shapes.F32_MATRICES: f32
         if dt in ("f32", "f16"):
             npdt = np.dtype(np.float16 if dt == "f16" else np.float32)
-            info = (shp, npdt, npdt.itemsize * math.prod(shp), None)
+            info = (stored, npdt, npdt.itemsize * math.prod(shp), None)
         else:
+            if stored != shp:
+                raise ValueError(f"{name}: no random GGUF blocks of a tensor stored as {stored}")
             row_bytes = shp[-1] // BLOCK_ELEMS.get(dt, 32) * BLOCKS[dt].itemsize if dt in BLOCKS else 0
             if not row_bytes:
                 raise ValueError(
@@ -157,9 +188,8 @@ def _tensors(args, dtypes: dict, seed: int):
                 )
             qt = gguf.GGMLQuantizationType[dt.upper()]
             info = ((*shp[:-1], row_bytes), np.uint8, math.prod(shp[:-1]) * row_bytes, qt)
-        out.append(
-            (source_name(name, "gguf", args.arch), *info, functools.partial(_draw, dt, shp, (seed, i)))
-        )
+        make = functools.partial(_in_file, dt, shp, (seed, i), info[0], gname.endswith(".ssm_a"))
+        out.append((gname, *info, make))
     return out
 
 
@@ -186,7 +216,8 @@ def add_model_keys(w, args) -> None:
     w.add_block_count(args.n_layers)
     w.add_context_length(args.max_position)
     w.add_embedding_length(args.hidden_size)
-    w.add_feed_forward_length(args.intermediate_size)
+    if args.arch != "qwen3_5_moe":  # its converter writes none (no dense MLP, no intermediate_size)
+        w.add_feed_forward_length(args.intermediate_size)
     w.add_head_count(args.n_heads)
     w.add_head_count_kv(args.n_kv_heads)
     w.add_key_length(args.head_dim)
@@ -218,6 +249,28 @@ def add_model_keys(w, args) -> None:
         w.add_sliding_window(args.sliding_window)
     if args.arch == "gemma3":
         w.add_sliding_window_pattern([t == "sliding_attention" for t in args.layer_types])
+    if args.arch in ("qwen3_5", "qwen3_5_moe"):
+        add_qwen35_keys(w, args)
+
+
+def add_qwen35_keys(w, args) -> None:
+    """Qwen3.5's linear attention and partial rotary, as its converter writes them (qwen35_gguf.text_fields
+    reads them back). llama.cpp derives the layer types from full_attention_interval alone."""
+    hk, hv, dk, dv, kk = args.linear_attn
+    interval = next((i + 1 for i, t in enumerate(args.layer_types) if t == "full_attention"), 4)
+    if args.layer_types != layer_types(args.n_layers, interval):
+        raise ValueError(f"layer types {args.layer_types} are no full_attention_interval's")
+    w.add_full_attention_interval(interval)
+    w.add_ssm_conv_kernel(kk)
+    w.add_ssm_state_size(dk)
+    w.add_ssm_group_count(hk)
+    w.add_ssm_time_step_rank(hv)
+    w.add_ssm_inner_size(hv * dv)
+    w.add_rope_dimension_count(args.rotary_dim)
+    # llama.cpp requires the MRoPE sections (Qwen3.5's [11, 11, 10] of 32 rotary pairs); text
+    # positions are the same in every section, so the split changes nothing
+    third = -(-args.rotary_dim // 6)
+    w.add_rope_dimension_sections([third, third, args.rotary_dim // 2 - 2 * third, 0])
 
 
 def write_shape_gguf(
@@ -238,7 +291,7 @@ def write_shape_gguf(
     dtypes = weight_dtypes(args, quant)
     tensors = _tensors(args, dtypes, seed)
     tmp = path + ".tmp"
-    w = gguf.GGUFWriter(tmp, args.arch)
+    w = gguf.GGUFWriter(tmp, ARCHITECTURES[args.arch].gguf_name or args.arch)  # llama.cpp's name
     add_model_keys(w, args)
     if quant in FILE_TYPES and (quant != "mxfp4" or args.n_experts):  # what llama-bench prints
         w.add_file_type(FILE_TYPES[quant])

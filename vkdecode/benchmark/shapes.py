@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from vkdecode.benchmark.shapes_moe import MOE_SHAPES, TINY_DIMS
+from vkdecode.benchmark.shapes_qwen35 import QWEN35_SHAPES
 from vkdecode.models import build_program
 from vkdecode.models.config import ModelArgs
 from vkdecode.models.gguf_names import expected_shapes, source_name
@@ -126,6 +127,7 @@ SHAPES = {
         "rope_layout": "pairs",
     },
     **MOE_SHAPES,
+    **QWEN35_SHAPES,
 }
 QUANTS = (*DTYPES, "q4_k_m")
 # llama.cpp's fallback for a tensor whose rows are no whole number of 256-superblocks
@@ -169,15 +171,17 @@ def _fitted(dtype: str, n_in: int) -> str:
 
 
 def q4_k_m_dtype(name: str, shape: tuple, args: ModelArgs) -> str:
-    """The type llama.cpp's Q4_K_M recipe gives a matrix: Q6_K for the output head (and a tied
-    token table), attn_v and ffn_down (an MoE layer's ffn_down_exps: llama.cpp takes its layer
-    from the name) in _more_bits layers; Q4_K otherwise; EIGHT_EXPERTS for 8-expert models; then
-    the fallback for rows that are no whole number of superblocks."""
+    """The type llama.cpp's Q4_K_M recipe gives a matrix: Q6_K for the output head (and a tied token
+    table), attn_v and ffn_down (an MoE layer's ffn_down_exps and _shexp: llama.cpp takes the layer from
+    the name) in _more_bits layers; Q5_K for attn_qkv (Qwen3.5's linear layers); Q4_K otherwise;
+    EIGHT_EXPERTS for 8-expert models; then the fallback for rows that are no whole superblocks."""
     layer = int(name.split(".")[1]) if name.startswith("layers.") else -1
     kind = name.rsplit(".", 1)[-1]
     head = name == "lm_head" or (name == "tok_embd" and args.tie_embeddings)
-    more = kind in ("wv", "w_down", "exp_down") and _more_bits(layer, args.n_layers)
-    dt = "q6_k" if head or more else "q4_k"
+    # llama.cpp counts attn_v tensors, not layers (its n: attn_v and attn_qkv, one a layer)
+    i = layer - args.layer_types[:layer].count("linear_attention") if kind == "wv" else layer
+    more = kind in ("wv", "w_down", "exp_down", "shexp_down") and _more_bits(i, args.n_layers)
+    dt = "q6_k" if head or more else "q5_k" if kind == "lin_qkv" else "q4_k"
     if args.n_experts == 8:
         dt = EIGHT_EXPERTS.get(kind, dt)
     return _fitted(dt, shape[-1])

@@ -108,6 +108,9 @@ def add_model_source_options(p, shapes: bool = True) -> None:
         p.add_argument(
             "--quant", default="q8_0", choices=QUANTS, help="weight dtype for --shape (default q8_0)"
         )
+        p.add_argument(
+            "--layers", type=int, default=0, help="--shape: only its first N layers, same widths (0: all)"
+        )
 
 
 def bench_model_from_args(args, ctx: int | None, prompt_tokens: int):
@@ -118,7 +121,9 @@ def bench_model_from_args(args, ctx: int | None, prompt_tokens: int):
     if getattr(args, "shape", None):
         if args.model:
             raise VkDecodeError("give either --model or --shape, not both")
-        return bench.random_model(args.shape, args.quant, ctx or 4096, prompt_tokens, kv_dtype=args.kv_dtype)
+        return bench.random_model(
+            args.shape, args.quant, ctx or 4096, prompt_tokens, kv_dtype=args.kv_dtype, n_layers=args.layers
+        )
     return bench.file_model(resolve_model(args.model), ctx, prompt_tokens, kv_dtype=args.kv_dtype)
 
 
