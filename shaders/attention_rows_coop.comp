@@ -116,7 +116,7 @@ void main() {
 
     // Q (scaled, f16) a 16 x 16 block at a time through the subgroup's probability rows
     CM_A qa[D / 16];
-    for (uint i = 0; i < D / 16; i++) {
+    UNROLL for (uint i = 0; i < D / 16; i++) {
         for (uint e = lane; e < 256; e += LANES)
             ps[bp + (e / 16) * PS + e % 16] = float16_t(q[((tb + e / 16) * H + h) * D + 16 * i + e % 16] * SCALE);
         SYNC();
@@ -147,7 +147,7 @@ void main() {
         // the key blocks' chains of D / 16 dependent multiplies side by side (the same H200 runs:
         // 2-3% on top of the staging)
         CM_C s[BKV / 16];
-        for (uint b = 0; b < BKV / 16; b++) s[b] = CM_C(0.0);
+        UNROLL for (uint b = 0; b < BKV / 16; b++) s[b] = CM_C(0.0);
         UNROLL for (uint i = 0; i < D / 16; i++) {
             UNROLL for (uint b = 0; b < BKV / 16; b++) {
                 CM_B kb;
@@ -155,7 +155,7 @@ void main() {
                 s[b] = coopMatMulAdd(qa[i], kb, s[b]);
             }
         }
-        for (uint b = 0; b < BKV / 16; b++) coopMatStore(s[b], ss, bs + 16 * b, SS, CM_ROW);
+        UNROLL for (uint b = 0; b < BKV / 16; b++) coopMatStore(s[b], ss, bs + 16 * b, SS, CM_ROW);
         SYNC();
         float mt = NEG_INF;
         // the row's scores read once into registers (masked ones -inf), for the max and the exp;
