@@ -1208,23 +1208,28 @@ unroll20)
     done
     ;;
 moe20)
-    # one20 cut to what a short call holds: the MoE's prompts at its default expert tile against the
-    # 64-slot 2x2:2x2 one (unrolled, 9% faster on the gate at the kernel: 2026-12-07-unroll20),
-    # alternating, and llama.cpp on the same file; then, time left, one20's Qwen3.5 A/B
+    # one20 cut to what a short call holds: gated_delta_step's and the coop kernels' GPU tests; the
+    # Qwen3.5-35B-A3B shape's first 8 layers head vs bench/out/base (decode, and the 512-row chunk
+    # by kernel); then, time left, the MoE's prompts at its default expert tile against the 64-slot
+    # 2x2:2x2 one (unrolled, 9% faster on the gate at the kernel: 2026-12-07-unroll20) and
+    # llama.cpp on the same file
+    python -m pytest -q -n 8 tests/lowering/test_linear_attention.py tests/lowering/test_coop.py \
+        -k "delta or moe or attention" 2>&1 | tail -1 || true
+    python -m bench.ab_commits --base-dir bench/out/base --rounds 1 --out "$OUT/ab-q35.json" \
+        "vkdecode bench --shape qwen3.5-35b-a3b --quant q4_k_m --layers 8 --modes fused --reps 3" 2>&1 | tail -2
+    for side in bench/out/base .; do
+        (cd $side && python -m bench.prefill_profile --shape qwen3.5-35b-a3b --quant q4_k_m --width 512 --layers 8 \
+            --fused --reps 3 --out "$OUT/prof-q35-$(basename $side).json" 2>&1 | grep -E "gated_delta|conv1d|chunk of")
+    done
+    [ $SECONDS -lt 200 ] || exit 0
     llama_server
     f=$(shape_file qwen3-30b-a3b q4_k_m)
     python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 --decode 16 --reps 3 \
         --out "$OUT/llama-moe.json" | grep prompt
     grep -h "offloaded" "$OUT/llama-moe.json.log" | tail -1 || true
-    for r in 1 2; do
-        prompt_ttft "$f" "$OUT/moe-default-r$r.json"
-        prompt_ttft "$f" "$OUT/moe-t64-r$r.json" moe_tile=64,coop_tile=2x2:2x2
-    done
+    prompt_ttft "$f" "$OUT/moe-default.json"
+    prompt_ttft "$f" "$OUT/moe-t64.json" moe_tile=64,coop_tile=2x2:2x2
     rm -f "$f"
-    [ $SECONDS -gt 200 ] || python -m bench.ab_commits --base-dir bench/out/base --rounds 1 --out "$OUT/ab-q35.json" \
-        "vkdecode bench --shape qwen3.5-35b-a3b --quant q4_k_m --layers 8 --modes fused --reps 3" \
-        "bench.prefill_profile --shape qwen3.5-35b-a3b --quant q4_k_m --width 512 --layers 8 --fused --reps 3" \
-        2>&1 | tail -4
     ;;
 one20)
     # the twentieth session's one call (device starts scarce): the MoE's prompts with the [[unroll]]
