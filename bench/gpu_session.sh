@@ -1210,7 +1210,7 @@ unroll20)
 moe20)
     # one20 cut to what a short call holds: gated_delta_step's and the coop kernels' GPU tests; the
     # Qwen3.5-35B-A3B shape's first 8 layers head vs bench/out/base (decode, and the 512-row chunk
-    # by kernel); then, time left, the MoE's prompts at its default expert tile against the 64-slot
+    # by kernel), and head's chunk with the delta rule in blocks (caps delta_block); then, time left, the MoE's prompts at its default expert tile against the 64-slot
     # 2x2:2x2 one (unrolled, 9% faster on the gate at the kernel: 2026-12-07-unroll20) and
     # llama.cpp on the same file
     python -m pytest -q -n 8 tests/lowering/test_linear_attention.py tests/lowering/test_coop.py \
@@ -1220,6 +1220,11 @@ moe20)
     for side in bench/out/base .; do
         (cd $side && python -m bench.prefill_profile --shape qwen3.5-35b-a3b --quant q4_k_m --width 512 --layers 8 \
             --fused --reps 3 --out "$OUT/prof-q35-$(basename $side).json" 2>&1 | grep -E "gated_delta|conv1d|chunk of")
+    done
+    # the chunked delta rule (gated_delta_chunk.comp, opt-in: slower on lavapipe) in blocks of 16 and 32
+    for b in 16 32; do
+        python -m bench.prefill_profile --shape qwen3.5-35b-a3b --quant q4_k_m --width 512 --layers 8 --fused \
+            --reps 3 --caps delta_block=$b --out "$OUT/prof-q35-block$b.json" 2>&1 | grep -E "gated_delta|chunk of"
     done
     [ $SECONDS -lt 200 ] || exit 0
     llama_server

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tests.lowering.kernel_harness import caps_of, nmse, one_op, run_and_reference, step
+from vkdecode.lowering.linear_attention import gated_delta_step
 from vkdecode.quant import PackedWeight
 
 LIMIT = 1e-10  # f32 sums against float64: nmse
@@ -51,6 +52,7 @@ def test_conv1d_step(device, c, k, pos, rows):
     np.testing.assert_array_equal(got["hist"], want["hist"].astype(np.float32))
 
 
+@pytest.mark.parametrize("rowwise", [0, 1])
 @pytest.mark.parametrize("gpu_lanes", [0, 1])
 @pytest.mark.parametrize("tiled", [0, 1])
 @pytest.mark.parametrize(
@@ -63,13 +65,16 @@ def test_conv1d_step(device, c, k, pos, rows):
         (4, 8, 128, 200, 2, 1),
         (2, 4, 16, 16, 0, 6),
         (2, 6, 32, 24, 5, 3),
+        (2, 6, 32, 24, 5, 40),  # blocks of 16, 16 and 8 rows (gated_delta_chunk)
+        (1, 2, 128, 128, 0, 20),
     ],
 )
-def test_gated_delta_step(device, hk, hv, dk, dv, pos, rows, tiled, gpu_lanes):
+def test_gated_delta_step(device, hk, hv, dk, dv, pos, rows, tiled, gpu_lanes, rowwise):
     """rows > 1: a prompt chunk's rows in order, the state carried from row to row. tiled: the V
     heads in llama.cpp's GGUF order (V head h reads key head h % hk). gpu_lanes: the GPU's launch
     (several lanes a state column, their sums through shared memory) on any device, lavapipe's
-    one lane a column included."""
+    one lane a column included. rowwise: a chunk's rows one by one (the default), else in blocks of
+    16 (caps delta_block=16, gated_delta_chunk.comp)."""
     rng = np.random.default_rng(hk * hv + dk + dv + pos + rows)
     c = 2 * hk * dk + hv * dv
     at = ({"rows": rows} if rows > 1 else {}) | ({"v_tiled": 1} if tiled else {})
@@ -105,7 +110,32 @@ def test_gated_delta_step(device, hk, hv, dk, dv, pos, rows, tiled, gpu_lanes):
         "s": f32(s),
     }
     caps = caps_of(device)
-    caps = dataclasses.replace(caps, device_cpu=caps.device_cpu and not gpu_lanes)
+    caps = dataclasses.replace(
+        caps, device_cpu=caps.device_cpu and not gpu_lanes, delta_block=0 if rowwise else 16
+    )
     got, want = run_and_reference(device, p, env, caps)
     assert nmse(got["o"], want["o"]) <= LIMIT
     assert nmse(got["s"], want["s"]) <= LIMIT
+
+
+def test_delta_block_must_be_a_power_of_two(device):
+    p = one_op(
+        "gated_delta_step",
+        {
+            "qkv": ((2 * 64,), "f32", "activation"),
+            "ga": ((2 * 2,), "f32", "activation"),
+            "gb": ((2 * 2,), "f32", "activation"),
+            "a_log": ((2,), "f32", "weight"),
+            "dt_bias": ((2,), "f32", "weight"),
+            "step": ((8,), "u32", "step"),
+        },
+        {"o": ((2 * 2 * 16,), "f32", "output"), "s": ((2 * 16 * 16,), "f32", "state")},
+        n_k_heads=1,
+        n_v_heads=2,
+        k_dim=16,
+        v_dim=16,
+        rows=2,
+    )
+    caps = dataclasses.replace(caps_of(device), delta_block=12)
+    with pytest.raises(ValueError, match="delta_block 12: a power of two"):
+        gated_delta_step(p, p.ops[0], caps)

@@ -29,13 +29,26 @@ def conv1d_step(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
 # State columns a gated_delta_step workgroup holds in shared memory (DK floats each) at most: a
 # head's 128 in 4 workgroups at Qwen3.5's widths, so its 16-64 heads fill more than 16-64 SMs
 DELTA_COLS = 32
+# A prompt chunk's rows in blocks (gated_delta_chunk.comp, caps delta_block rows a block): opt-in.
+# lavapipe, a 64-row chunk of the Qwen3.5-27B shape's first 2 layers, two runs each: 838-903 ms in
+# blocks of 16 against 502-569 row by row (bench/results/llvmpipe/2026-12-07-delta-columns): on a
+# CPU the pair products, redone by each column block, cost more than the rows' barriers they save.
+# Not timed on a GPU yet, where the rows' barriers and loads are what a chunk waits on.
+DELTA_BLOCK_MAX = 64
 
 
-def delta_columns(dk: int, dv: int, caps: KernelCaps) -> int:
-    """Columns of the state a workgroup owns: a power of two up to DELTA_COLS (not past dv's), its
-    DK x COLS floats within half the device's shared memory."""
+def delta_shared(dk: int, cols: int, block: int) -> int:
+    """Shared bytes of the delta kernels: the state's columns, and in the chunked form the block's
+    q and k rows, its two pair products, the columns' updates and four floats a row."""
+    return 4 * (dk * cols + (2 * block * dk + 2 * block * block + block * cols + 4 * block if block else 0))
+
+
+def delta_columns(dk: int, dv: int, caps: KernelCaps, block: int = 0) -> int:
+    """Columns of the state a workgroup owns: a power of two up to DELTA_COLS (not past dv's),
+    within half the device's shared memory (all of it for the chunked form, which needs more)."""
     cols = min(DELTA_COLS, pow2_at_least(dv))
-    while cols > 1 and 4 * dk * cols > caps.max_shared // 2:
+    limit = caps.max_shared if block else caps.max_shared // 2
+    while cols > 1 and delta_shared(dk, cols, block) > limit:
         cols //= 2
     return cols
 
@@ -44,17 +57,25 @@ def gated_delta_step(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     a = op.attrs
     hk, hv, dk, dv = (int(a[n]) for n in ("n_k_heads", "n_v_heads", "k_dim", "v_dim"))
     o = op.outputs[0]
-    cols = delta_columns(dk, dv, caps)
+    rows = int(a.get("rows", 1))
+    if caps.delta_block < 0 or caps.delta_block & (caps.delta_block - 1):
+        raise ValueError(f"delta_block {caps.delta_block}: a power of two (0: row by row)")
+    block = min(caps.delta_block, DELTA_BLOCK_MAX, pow2_at_least(rows)) if rows > 1 else 0
+    cols = delta_columns(dk, dv, caps, block)
+    if block and delta_shared(dk, cols, block) > caps.max_shared:
+        block, cols = 0, delta_columns(dk, dv, caps)
     # lanes of a column: wg / cols; one on a CPU (lavapipe), where the lanes' sums cost more than
     # they split: a 64-row chunk of the Qwen3.5-27B shape's first 2 (linear) layers, the two calls
     # 657.7 ms a workgroup a head (before), 724.4 at 4 lanes a column, 633.4 at one
     # (bench/results/llvmpipe/2026-12-07-delta-columns)
     wg = cols if caps.device_cpu else max(cols, wg_size(caps, 128, cap=128))
+    if block:
+        wg = max(wg, block)  # a row's norms and decay an invocation each
     b = tuple(Binding(v) for v in op.inputs + op.outputs)
     return [
         KernelCall(
-            "gated_delta_step",
-            (wg, hk, hv, dk, dv, int(a.get("rows", 1)), cols),
+            "gated_delta_chunk" if block else "gated_delta_step",
+            (wg, hk, hv, dk, dv, rows, cols) + ((block,) if block else ()),
             b,
             (6, 7),
             flat_groups(hv * -(-dv // cols)),

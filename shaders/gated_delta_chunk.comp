@@ -1,0 +1,131 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// gated_delta_step over a prompt chunk's rows (fusion/ir.py; gated_delta_step.comp is one row), in
+// the chunked form of the delta rule: C rows at a time as products within the block instead of a
+// state update a row. With D_t = exp(G_t), G_t the block's log decays summed to row t, the
+// updates delta_t solve a lower-triangular system
+//   delta_t = beta_t (v_t - D_t S^T k_t) - sum_{i<t} beta_t (D_t / D_i) (k_t . k_i) delta_i,
+// then o_t = D_t S^T q_t + sum_{i<=t} (D_t / D_i) (q_t . k_i) delta_i and
+// S <- D_last S + sum_t (D_last / D_t) k_t delta_t^T (row by row this is the same recurrence:
+// decay S, delta = (v - S^T k) beta, S += k delta^T, o = S^T q; q, k l2-normed, q over sqrt(DK)).
+// A workgroup owns COLS columns of value head h's state (group / NCB, column block group % NCB),
+// in shared memory for the whole call, read and written once; its P = WG / COLS lanes a column
+// split the block's rows (and the state's rows in its update). The state reads as zero at
+// position 0. Bindings as gated_delta_step.comp. Spec: 0 wg size, 1 HK, 2 HV, 3 DK, 4 DV,
+// 5 ROWS, 6 COLS, 7 C. V_TILED: value head h reads key head h % HK (llama.cpp's GGUF order).
+#define NO_WG_REDUCE
+#include "common.glsl"
+
+layout(constant_id = 1) const uint HK = 1;
+layout(constant_id = 2) const uint HV = 1;
+layout(constant_id = 3) const uint DK = 16;
+layout(constant_id = 4) const uint DV = 16;
+layout(constant_id = 5) const uint ROWS = 1;
+layout(constant_id = 6) const uint COLS = 16;  // state columns a workgroup (a power of two <= WG)
+layout(constant_id = 7) const uint C = 16;     // rows a block
+
+layout(binding = 0) readonly buffer QB { float qkv[]; };
+layout(binding = 1) readonly buffer AB { float ga[]; };
+layout(binding = 2) readonly buffer BB { float gb[]; };
+layout(binding = 3) readonly buffer LB { float a_log[]; };
+layout(binding = 4) readonly buffer DB { float dt_bias[]; };
+layout(binding = 5) readonly buffer StepB { uint step[]; };
+layout(binding = 6) writeonly buffer OB { float o[]; };
+layout(binding = 7) buffer SB { float s[]; };
+
+shared float st[DK * COLS];   // st[i * COLS + jl]
+shared float kc[C * DK];      // the block's keys, normed
+shared float qc[C * DK];      // its queries, normed and over sqrt(DK)
+shared float mk[C * C];       // mk[t * C + i] = beta_t (D_t / D_i) k_t . k_i, i < t
+shared float mq[C * C];       // mq[t * C + i] = (D_t / D_i) q_t . k_i, i <= t
+shared float uu[C * COLS];    // delta_t of each column
+shared float gc[C], bc[C], nq[C], nk[C];   // G_t, beta_t, the rows' norm factors
+
+void main() {
+    const uint tid = gl_LocalInvocationID.x, WG = gl_WorkGroupSize.x, P = WG / COLS;
+    const uint NCB = (DV + COLS - 1) / COLS;
+    const uint h = flat_group_id() / NCB, jl = tid % COLS, p0 = tid / COLS;
+    const uint j = (flat_group_id() % NCB) * COLS + jl;
+    const bool col = j < DV;
+#ifdef V_TILED
+    const uint hk = h % HK, CQ = 2 * HK * DK + HV * DV;
+#else
+    const uint hk = h / (HV / HK), CQ = 2 * HK * DK + HV * DV;
+#endif
+    const uint pos = step[STEP_POS];
+    const uint base = h * DK * DV;
+    for (uint i = p0; i < DK; i += P) st[i * COLS + jl] = (col && pos != 0u) ? s[base + i * DV + j] : 0.0;
+    const float a_h = exp(a_log[h]), bias = dt_bias[h];
+    for (uint t0 = 0; t0 < ROWS; t0 += C) {
+        const uint n = min(C, ROWS - t0);
+        barrier();  // the previous block's arrays are read
+        for (uint e = tid; e < n * DK; e += WG) {
+            const uint row = (t0 + e / DK) * CQ, i = e % DK;
+            qc[e] = qkv[row + hk * DK + i];
+            kc[e] = qkv[row + (HK + hk) * DK + i];
+        }
+        barrier();
+        if (tid < n) {   // a row each: its norms, log decay and beta
+            float sq = 0.0, sk = 0.0;
+            for (uint i = 0; i < DK; i++) {
+                sq += qc[tid * DK + i] * qc[tid * DK + i];
+                sk += kc[tid * DK + i] * kc[tid * DK + i];
+            }
+            nq[tid] = inversesqrt(sq + 1e-6) * inversesqrt(float(DK));
+            nk[tid] = inversesqrt(sk + 1e-6);
+            const float x = ga[(t0 + tid) * HV + h] + bias;
+            gc[tid] = -a_h * (x > 20.0 ? x : log(1.0 + exp(x)));
+            bc[tid] = 1.0 / (1.0 + exp(-gb[(t0 + tid) * HV + h]));
+        }
+        barrier();
+        if (tid == 0u)
+            for (uint r = 1; r < n; r++) gc[r] += gc[r - 1];
+        for (uint e = tid; e < n * DK; e += WG) {
+            qc[e] *= nq[e / DK];
+            kc[e] *= nk[e / DK];
+        }
+        barrier();
+        for (uint e = tid; e < n * n; e += WG) {
+            const uint t = e / n, i = e % n;
+            float kk = 0.0, qk = 0.0;
+            if (i <= t)
+                for (uint d = 0; d < DK; d++) {
+                    kk += kc[t * DK + d] * kc[i * DK + d];
+                    qk += qc[t * DK + d] * kc[i * DK + d];
+                }
+            const float f = i <= t ? exp(gc[t] - gc[i]) : 0.0;   // i > t: unused, and may overflow
+            mk[t * C + i] = i < t ? bc[t] * f * kk : 0.0;
+            mq[t * C + i] = f * qk;
+        }
+        for (uint t = p0; t < n; t += P) {   // the right-hand sides, from the state before the block
+            float sk = 0.0;
+            for (uint i = 0; i < DK; i++) sk += st[i * COLS + jl] * kc[t * DK + i];
+            const float v = col ? qkv[(t0 + t) * CQ + 2 * HK * DK + h * DV + j] : 0.0;
+            uu[t * COLS + jl] = bc[t] * (v - exp(gc[t]) * sk);
+        }
+        barrier();
+        if (p0 == 0u)   // forward substitution, a column's rows in order
+            for (uint t = 1; t < n; t++) {
+                float u = uu[t * COLS + jl];
+                for (uint i = 0; i < t; i++) u -= mk[t * C + i] * uu[i * COLS + jl];
+                uu[t * COLS + jl] = u;
+            }
+        barrier();
+        for (uint t = p0; t < n; t += P) {
+            float a = 0.0;
+            for (uint i = 0; i < DK; i++) a += st[i * COLS + jl] * qc[t * DK + i];
+            a *= exp(gc[t]);
+            for (uint i = 0; i <= t; i++) a += mq[t * C + i] * uu[i * COLS + jl];
+            if (col) o[(t0 + t) * HV * DV + h * DV + j] = a;
+        }
+        barrier();  // the state before the block is read
+        const float gl = gc[n - 1];
+        for (uint i = p0; i < DK; i += P) {
+            float a = st[i * COLS + jl] * exp(gl);
+            for (uint t = 0; t < n; t++) a += exp(gl - gc[t]) * kc[t * DK + i] * uu[t * COLS + jl];
+            st[i * COLS + jl] = a;
+        }
+    }
+    if (col)
+        for (uint i = p0; i < DK; i += P) s[base + i * DV + j] = st[i * COLS + jl];
+}
