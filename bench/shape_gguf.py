@@ -30,9 +30,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
 
 from vkdecode.benchmark.shapes import MXFP4_E, STD, random_halves, shape_args, weight_dtypes
-from vkdecode.benchmark.shapes_qwen35 import layer_types
 from vkdecode.models import ARCHITECTURES
 from vkdecode.models.gguf_names import expected_shapes, source_name
+from vkdecode.models.qwen35_gguf import FULL, interval_types
 from vkdecode.models.rope import llama3_rope_factors
 
 # ChatML (vkdecode.models.tokenizer no longer exports a default template since --chat without one
@@ -257,8 +257,8 @@ def add_qwen35_keys(w, args) -> None:
     """Qwen3.5's linear attention and partial rotary, as its converter writes them (qwen35_gguf.text_fields
     reads them back). llama.cpp derives the layer types from full_attention_interval alone."""
     hk, hv, dk, dv, kk = args.linear_attn
-    interval = next((i + 1 for i, t in enumerate(args.layer_types) if t == "full_attention"), 4)
-    if args.layer_types != layer_types(args.n_layers, interval):
+    interval = next((i + 1 for i, t in enumerate(args.layer_types) if t == FULL), 4)
+    if args.layer_types != interval_types(args.n_layers, interval):
         raise ValueError(f"layer types {args.layer_types} are no full_attention_interval's")
     w.add_full_attention_interval(interval)
     w.add_ssm_conv_kernel(kk)

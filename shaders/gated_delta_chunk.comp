@@ -8,32 +8,14 @@
 // then o_t = D_t S^T q_t + sum_{i<=t} (D_t / D_i) (q_t . k_i) delta_i and
 // S <- D_last S + sum_t (D_last / D_t) k_t delta_t^T (row by row this is the same recurrence:
 // decay S, delta = (v - S^T k) beta, S += k delta^T, o = S^T q; q, k l2-normed, q over sqrt(DK)).
-// A workgroup owns COLS columns of value head h's state (group / NCB, column block group % NCB),
-// in shared memory for the whole call, read and written once; its P = WG / COLS lanes a column
-// split the block's rows (and the state's rows in its update). The state reads as zero at
-// position 0. Bindings as gated_delta_step.comp. Spec: 0 wg size, 1 HK, 2 HV, 3 DK, 4 DV,
-// 5 ROWS, 6 COLS, 7 C. V_TILED: value head h reads key head h % HK (llama.cpp's GGUF order).
+// The state's columns in shared memory as gated_delta_step's (gated_delta.glsl); a column's P lanes
+// split the block's rows (and the state's rows in its update). Spec 7 C: rows a block.
 #define NO_WG_REDUCE
 #include "common.glsl"
+#include "gated_delta.glsl"
 
-layout(constant_id = 1) const uint HK = 1;
-layout(constant_id = 2) const uint HV = 1;
-layout(constant_id = 3) const uint DK = 16;
-layout(constant_id = 4) const uint DV = 16;
-layout(constant_id = 5) const uint ROWS = 1;
-layout(constant_id = 6) const uint COLS = 16;  // state columns a workgroup (a power of two <= WG)
 layout(constant_id = 7) const uint C = 16;     // rows a block
 
-layout(binding = 0) readonly buffer QB { float qkv[]; };
-layout(binding = 1) readonly buffer AB { float ga[]; };
-layout(binding = 2) readonly buffer BB { float gb[]; };
-layout(binding = 3) readonly buffer LB { float a_log[]; };
-layout(binding = 4) readonly buffer DB { float dt_bias[]; };
-layout(binding = 5) readonly buffer StepB { uint step[]; };
-layout(binding = 6) writeonly buffer OB { float o[]; };
-layout(binding = 7) buffer SB { float s[]; };
-
-shared float st[DK * COLS];   // st[i * COLS + jl]
 shared float kc[C * DK];      // the block's keys, normed
 shared float qc[C * DK];      // its queries, normed and over sqrt(DK)
 shared float mk[C * C];       // mk[t * C + i] = beta_t (D_t / D_i) k_t . k_i, i < t
@@ -42,19 +24,8 @@ shared float uu[C * COLS];    // delta_t of each column
 shared float gc[C], bc[C], nq[C], nk[C];   // G_t, beta_t, the rows' norm factors
 
 void main() {
-    const uint tid = gl_LocalInvocationID.x, WG = gl_WorkGroupSize.x, P = WG / COLS;
-    const uint NCB = (DV + COLS - 1) / COLS;
-    const uint h = flat_group_id() / NCB, jl = tid % COLS, p0 = tid / COLS;
-    const uint j = (flat_group_id() % NCB) * COLS + jl;
-    const bool col = j < DV;
-#ifdef V_TILED
-    const uint hk = h % HK, CQ = 2 * HK * DK + HV * DV;
-#else
-    const uint hk = h / (HV / HK), CQ = 2 * HK * DK + HV * DV;
-#endif
-    const uint pos = step[STEP_POS];
-    const uint base = h * DK * DV;
-    for (uint i = p0; i < DK; i += P) st[i * COLS + jl] = (col && pos != 0u) ? s[base + i * DV + j] : 0.0;
+    const uint tid = gl_LocalInvocationID.x, WG = gl_WorkGroupSize.x;
+    delta_load(step[STEP_POS]);
     const float a_h = exp(a_log[h]), bias = dt_bias[h];
     for (uint t0 = 0; t0 < ROWS; t0 += C) {
         const uint n = min(C, ROWS - t0);
@@ -126,6 +97,5 @@ void main() {
             st[i * COLS + jl] = a;
         }
     }
-    if (col)
-        for (uint i = p0; i < DK; i += P) s[base + i * DV + j] = st[i * COLS + jl];
+    delta_store();
 }

@@ -14,6 +14,7 @@ from vkdecode.benchmark.shapes_qwen35 import QWEN35_SHAPES
 from vkdecode.models import build_program
 from vkdecode.models.config import ModelArgs
 from vkdecode.models.gguf_names import expected_shapes, source_name
+from vkdecode.models.qwen35_gguf import LINEAR
 from vkdecode.quant import (
     BLOCK,
     DTYPES,
@@ -179,7 +180,7 @@ def q4_k_m_dtype(name: str, shape: tuple, args: ModelArgs) -> str:
     kind = name.rsplit(".", 1)[-1]
     head = name == "lm_head" or (name == "tok_embd" and args.tie_embeddings)
     # llama.cpp counts attn_v tensors, not layers (its n: attn_v and attn_qkv, one a layer)
-    i = layer - args.layer_types[:layer].count("linear_attention") if kind == "wv" else layer
+    i = layer - args.layer_types[:layer].count(LINEAR) if kind == "wv" else layer
     more = kind in ("wv", "w_down", "exp_down", "shexp_down") and _more_bits(i, args.n_layers)
     dt = "q6_k" if head or more else "q5_k" if kind == "lin_qkv" else "q4_k"
     if args.n_experts == 8:

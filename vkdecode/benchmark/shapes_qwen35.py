@@ -4,13 +4,13 @@ recalled, in the fields vkdecode's HF reader makes of them (tests/benchmark/test
 
 from __future__ import annotations
 
-from vkdecode.models.qwen35 import FULL, LINEAR
+from vkdecode.models.qwen35_gguf import interval_types
 
 
-def layer_types(n: int, interval: int = 4) -> tuple[str, ...]:
+def layer_types(n: int) -> tuple[str, ...]:
     """Three Gated DeltaNet layers, then a gated full-attention one (full_attention_interval 4); a
     --layers cut keeps the first n, so one of 3 or fewer has no full layer (and no KV cache)."""
-    return tuple(FULL if (i + 1) % interval == 0 else LINEAR for i in range(n))
+    return interval_types(n, 4)
 
 
 QWEN35 = {  # what both share

@@ -26,7 +26,7 @@ from vkdecode.models import config_audit, qwen35_gguf, rope, settings
 from vkdecode.models.arch import Architecture, HfView, hf_key, hf_sizes
 from vkdecode.models.llama import Builder
 
-LINEAR, FULL = "linear_attention", "full_attention"
+LINEAR, FULL = qwen35_gguf.LINEAR, qwen35_gguf.FULL  # the layer types
 OWN_KEYS = ("layer_types", "rope_parameters", "full_attention_interval", "partial_rotary_factor")
 LINEAR_NAMES = {  # per-layer program name -> (HF suffix, GGUF suffix: qwen35_gguf.py reads them)
     "lin_qkv": ("linear_attn.in_proj_qkv.weight", "attn_qkv.weight"),
@@ -66,7 +66,7 @@ def read_text(cfg: dict, where: str, arch: Architecture) -> dict:
     key = hf_key(cfg, where)
     n_layers = int(key("num_hidden_layers"))
     interval = cfg.get("full_attention_interval", 4)
-    types = cfg.get("layer_types") or [FULL if (i + 1) % interval == 0 else LINEAR for i in range(n_layers)]
+    types = cfg.get("layer_types") or list(qwen35_gguf.interval_types(n_layers, interval))
     if not (isinstance(types, list) and all(t in (LINEAR, FULL) for t in types)):
         raise ModelError(f"{where}: key 'layer_types' must list {LINEAR!r} / {FULL!r}, not {types!r}")
     params = dict(settings.obj(cfg, "rope_parameters", where))

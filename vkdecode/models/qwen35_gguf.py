@@ -29,9 +29,14 @@ from vkdecode.errors import ModelError
 from vkdecode.models import moe
 from vkdecode.models.arch import GgufView
 
-LINEAR, FULL = "linear_attention", "full_attention"  # qwen35.py's layer types
+LINEAR, FULL = "linear_attention", "full_attention"  # the layer types (qwen35.py)
 # the GGUF keys config_audit refuses that the MoE forms read (Architecture.gguf_implemented)
 IMPLEMENTED = frozenset({"expert_count", "expert_used_count", "rope.dimension_count"})
+
+
+def interval_types(n: int, interval: int) -> tuple[str, ...]:
+    """full_attention_interval's layer types (HF's and llama.cpp's when no list is given)."""
+    return tuple(FULL if (i + 1) % interval == 0 else LINEAR for i in range(n))
 
 
 def text_fields(key, n_layers: int, hidden: int, heads: int, tiled: bool = True) -> dict:
@@ -49,7 +54,7 @@ def text_fields(key, n_layers: int, hidden: int, heads: int, tiled: bool = True)
         interval = int(key("full_attention_interval", 4))
         if interval < 1:
             raise ModelError(f"key 'full_attention_interval' = {interval} must be positive")
-        types = tuple(FULL if (i + 1) % interval == 0 else LINEAR for i in range(n))
+        types = interval_types(n, interval)
     head_dim = int(key("attention.key_length", hidden // heads))
     rotary = int(key("rope.dimension_count", head_dim))  # llama.cpp's n_rot default: head_dim
     if not (0 < rotary <= head_dim and rotary % 2 == 0):
