@@ -42,8 +42,7 @@
 #   bash bench/gpu_session.sh final17 SHAPE:QUANT:OLD ... # prompts vs llama.cpp, defaults vs the 16th session's
 #   bash bench/gpu_session.sh prof17    # the 8B's 512-row chunk by kernel: whole model and 2 layers
 #   bash bench/gpu_session.sh unroll20 [moe|dense] # the [[unroll]] coop shaders vs bench/out/base: prompts, llama.cpp
-#   bash bench/gpu_session.sh moe20     # one20 cut short: MoE prompts default vs 64-slot tile, llama.cpp
-#   bash bench/gpu_session.sh one20     # MoE prompts unrolled vs base + 64-slot tile, Qwen3.5 delta kernel A/B, llama.cpp
+#   bash bench/gpu_session.sh moe20     # delta kernels' tests + Qwen3.5 A/B, then MoE prompts default vs 64-slot tile, llama.cpp
 #   bash bench/gpu_session.sh unroll19  # coop loops over matrix arrays unrolled (patches): MoE matmul tiles, chunk attention
 #   bash bench/gpu_session.sh spec17 GGUF # speculative decode: draftless turns one step vs bursts (no_draft_burst)
 #   bash bench/gpu_session.sh followup  # attnfuse, batch8b4, then suite: the sixth session's open measurements
@@ -1208,11 +1207,11 @@ unroll20)
     done
     ;;
 moe20)
-    # one20 cut to what a short call holds: gated_delta_step's and the coop kernels' GPU tests; the
-    # Qwen3.5-35B-A3B shape's first 8 layers head vs bench/out/base (decode, and the 512-row chunk
-    # by kernel), and head's chunk with the delta rule in blocks (caps delta_block); then, time left, the MoE's prompts at its default expert tile against the 64-slot
-    # 2x2:2x2 one (unrolled, 9% faster on the gate at the kernel: 2026-12-07-unroll20) and
-    # llama.cpp on the same file
+    # a short call's worth: gated_delta_step's and the coop kernels' GPU tests; the Qwen3.5-35B-A3B
+    # shape's first 8 layers head vs bench/out/base (decode, and the 512-row chunk by kernel), and
+    # head's chunk with the delta rule in blocks (caps delta_block); then, time left, the MoE's
+    # prompts at its default expert tile against the 64-slot 2x2:2x2 one (unrolled, 9% faster on
+    # the gate at the kernel: 2026-12-07-unroll20) and llama.cpp on the same file
     python -m pytest -q -n 8 tests/lowering/test_linear_attention.py tests/lowering/test_coop.py \
         -k "delta or moe or attention" 2>&1 | tail -1 || true
     python -m bench.ab_commits --base-dir bench/out/base --rounds 1 --out "$OUT/ab-q35.json" \
@@ -1235,34 +1234,6 @@ moe20)
     prompt_ttft "$f" "$OUT/moe-default.json"
     prompt_ttft "$f" "$OUT/moe-t64.json" moe_tile=64,coop_tile=2x2:2x2
     rm -f "$f"
-    ;;
-one20)
-    # the twentieth session's one call (device starts scarce): the MoE's prompts with the [[unroll]]
-    # coop shaders against bench/out/base (cd483d7, plus the Qwen3.5 bench shapes), its 64-slot
-    # 2x2:2x2 expert tile, llama.cpp on the same file; then the Qwen3.5-35B-A3B shape's first 8
-    # layers (gated_delta_step's state in shared memory, columns split) head vs base, decode and a
-    # 512-token prompt; then, time left, llama.cpp on the whole Qwen3.5 shape's file
-    llama_server
-    python -m pytest -q -n 8 tests/lowering/test_coop.py -k "moe or attention" 2>&1 | tail -1 || true
-    f=$(shape_file qwen3-30b-a3b q4_k_m)
-    python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 --decode 16 --reps 3 \
-        --out "$OUT/llama-moe.json" | grep prompt
-    grep -h "offloaded" "$OUT/llama-moe.json.log" | tail -1 || true
-    python -m bench.ab_commits --base-dir bench/out/base --rounds 1 --out "$OUT/ab-moe.json" \
-        "bench.prefill --model $f --lengths 512 2000 --modes fused --token-path-max 0 --ctx 4096 --reps 3" 2>&1 | tail -3
-    prompt_ttft "$f" "$OUT/moe-t64.json" moe_tile=64,coop_tile=2x2:2x2
-    rm -f "$f"
-    python -m bench.ab_commits --base-dir bench/out/base --rounds 1 --out "$OUT/ab-q35.json" \
-        "vkdecode bench --shape qwen3.5-35b-a3b --quant q4_k_m --layers 8 --modes fused --reps 3" \
-        "bench.prefill_profile --shape qwen3.5-35b-a3b --quant q4_k_m --width 512 --layers 8 --fused --reps 3" \
-        2>&1 | tail -4
-    if [ $SECONDS -lt 330 ]; then
-        f=$(shape_file qwen3.5-35b-a3b q4_k_m)
-        python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 --decode 128 --reps 2 \
-            --out "$OUT/llama-q35.json" | tail -3
-        python -m bench.prefill --model "$f" --lengths 512 --modes fused --token-path-max 0 --reps 2 2>&1 | tail -1
-        python -m vkdecode bench --model "$f" --modes fused --reps 3 2>&1 | tail -2
-    fi
     ;;
 prof17)
     # the 8B's 512-row chunk by kernel, on the whole model (bench.shape_gguf's file) and on its
