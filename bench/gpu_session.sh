@@ -42,6 +42,7 @@
 #   bash bench/gpu_session.sh final17 SHAPE:QUANT:OLD ... # prompts vs llama.cpp, defaults vs the 16th session's
 #   bash bench/gpu_session.sh prof17    # the 8B's 512-row chunk by kernel: whole model and 2 layers
 #   bash bench/gpu_session.sh unroll20 [moe|dense] # the [[unroll]] coop shaders vs bench/out/base: prompts, llama.cpp
+#   bash bench/gpu_session.sh dense21   # the 8B's matmuls per tile after the unroll, its prompts head vs base, llama.cpp
 #   bash bench/gpu_session.sh moe20     # delta kernels' tests + Qwen3.5 A/B, then MoE prompts default vs 64-slot tile, llama.cpp
 #   bash bench/gpu_session.sh unroll19  # coop loops over matrix arrays unrolled (patches): MoE matmul tiles, chunk attention
 #   bash bench/gpu_session.sh spec17 GGUF # speculative decode: draftless turns one step vs bursts (no_draft_burst)
@@ -1205,6 +1206,27 @@ unroll20)
         rm -f "$f"
         shift 2
     done
+    ;;
+dense21)
+    # after the [[unroll]] (da31b0c): the 8B's 512-row matmuls per tensor-core tile (the 16-accumulator
+    # tiles lost while their sums sat in local memory: 2026-11-27-coop-tiles), then its prompts head
+    # vs bench/out/base (one round) beside llama.cpp, then every matmul forced on two 128 x 128 tiles
+    for t in auto 2x4:4x2 2x2:4x4 4x2:2x4 2x4:4x4 4x2:4x4; do
+        caps=""
+        [ "$t" = auto ] || caps="coop_tile=$t"
+        VKDECODE_PIPELINE_STATS=1 python -m bench.matmul_rows_bench --preset llama8b --widths 512 --variants coop \
+            --reps 10 ${caps:+--caps $caps} --out "$OUT/mm8b-${t//:/_}.json" 2>&1 | grep -E "^q4_k|^q6_k|layer of" | cut -c1-200
+    done
+    llama_server
+    f=$(shape_file llama3.1-8b q4_k_m)
+    python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 8000 --ctx 8192 --decode 16 \
+        --reps 3 --out "$OUT/llama-8b.json" | grep prompt
+    grep -h "offloaded" "$OUT/llama-8b.json.log" | tail -1 || true
+    python -m bench.ab_commits --base-dir bench/out/base --rounds 1 --out "$OUT/ab-8b.json" \
+        "bench.prefill --model $f --lengths 512 2000 8000 --modes fused --token-path-max 0 --ctx 8192 --reps 2" \
+        2>&1 | tail -4
+    for t in 2x4:4x2 2x2:4x4; do prompt_ttft "$f" "$OUT/8b-${t//:/_}.json" coop_tile=$t; done
+    rm -f "$f"
     ;;
 moe20)
     # a short call's worth: gated_delta_step's and the coop kernels' GPU tests; the Qwen3.5-35B-A3B
