@@ -34,13 +34,18 @@ FLAT_KINDS |= {"moe_bias", "swiglu_clamp"}  # gpt-oss's expert biases and GLU
 TOKENS = "chunk_tokens"
 # ops that carry a recurrent state from one position to the next (Qwen3.5's linear attention): a
 # prompt chunk runs their rows in order (rows = T, like the row kinds), and keeps them for the state
-# they write as it keeps kv_write for its caches; a verify step or a batched step would need a
-# state to rewind or one per slot, which do not exist yet
+# they write as it keeps kv_write for its caches; a batched step gives each slot a copy of the state
+# (fusion/chunk_batch.py); a verify step would need a state to rewind, which does not exist
 RECURRENT_KINDS = {"conv1d_step", "gated_delta_step"}
 
 
 def has_recurrent_state(program: Program) -> bool:
     return any(op.kind in RECURRENT_KINDS for op in program.ops)
+
+
+def recurrent_states(program: Program) -> set[str]:
+    """The state values the recurrent ops carry (a whole state a sequence, unlike a KV cache's rows)."""
+    return {n for op in program.ops if op.kind in RECURRENT_KINDS for n in op.outputs[1:]}
 
 
 class ChunkError(ValueError):

@@ -16,11 +16,19 @@ sequence. Paged blocks would let many short sequences share that memory; the thr
 address the cache (kv_write_rows, attention_rows, and rope only through the position) are where a
 page lookup would go.
 
+Recurrent states (Qwen3.5's linear attention, fusion/chunk.py RECURRENT_KINDS) are one whole state a
+sequence, not rows of ctx: they get `slots` + 1 copies, one a slot and one the padding rows share
+(padding rows' outputs are never read, so their racing on it is harmless). The rows of a batched
+recurrent op are independent sequences, so a kernel runs them side by side (a prompt chunk's rows,
+consecutive positions of one sequence, run in order); each row starts afresh at its position 0.
+
 Row semantics (attr rows=B, batch=True, slot_rows=ctx; rec_b = BATCH_STEP[b * STEP_WORDS ...]):
   embed      (table, BATCH_STEP)          -> x[B*dim]  row b = table[rec_b.token]
   rope       (x, BATCH_STEP, freqs)       -> y         row b at position rec_b.pos
   kv_write   (k, v, BATCH_STEP)           -> caches    cache row rec_b.slot * ctx + rec_b.pos := row b
   attention  (q, k_cache, v_cache, BATCH_STEP) -> o    row b over its slot's rows lo .. rec_b.pos
+  conv1d_step, gated_delta_step (..., BATCH_STEP) -> y, state   row b at rec_b.pos on state copy
+             rec_b.slot (state[(slots + 1) * n], copy s at s * n); attr batch only (no slot_rows)
   argmax     (logits[B*vocab])            -> token[B]  per row
   sample     (logits[B*vocab], BATCH_STEP) -> token[B] per row, with rec_b's parameters and position
   matmul, add, rms_norm, silu_mul, gelu_mul: as in fusion/chunk.py (rows are independent there).
@@ -28,7 +36,7 @@ Row semantics (attr rows=B, batch=True, slot_rows=ctx; rec_b = BATCH_STEP[b * ST
 
 from __future__ import annotations
 
-from fusion.chunk import FLAT_KINDS, ChunkError
+from fusion.chunk import FLAT_KINDS, RECURRENT_KINDS, ChunkError, recurrent_states
 from fusion.ir import STEP_WORDS, Program
 
 BATCH_STEP = "batch_step"
@@ -45,7 +53,8 @@ def batch_program(decode: Program, rows: int, slots: int) -> Program:
     """The decode Program as one step of `rows` sequences over KV caches of `slots` slots."""
     if rows < 1 or slots < rows:
         raise ChunkError(f"a batch of {rows} rows needs 1 <= rows <= slots, not {slots} slots")
-    caches = [v for v in decode.values.values() if v.kind == "state"]
+    recurrent = recurrent_states(decode)
+    caches = [v for v in decode.values.values() if v.kind == "state" and v.name not in recurrent]
     if not caches:
         raise ChunkError("the decode program has no KV cache to give slots to")
     ctx = caches[0].shape[0]
@@ -56,6 +65,8 @@ def batch_program(decode: Program, rows: int, slots: int) -> Program:
             p.value(BATCH_STEP, (rows * STEP_WORDS,), "u32", "step")
         elif v.kind in ("activation", "output"):
             p.value(v.name, (v.numel * rows,), v.dtype, v.kind)
+        elif v.name in recurrent:
+            p.value(v.name, ((slots + 1) * v.numel,), v.dtype, v.kind)
         elif v.kind == "state":
             p.value(v.name, (slots * v.shape[0] + slots,) + v.shape[1:], v.dtype, v.kind)
         else:
@@ -66,6 +77,8 @@ def batch_program(decode: Program, rows: int, slots: int) -> Program:
         ins = [BATCH_STEP if n == "step" else n for n in op.inputs]
         if op.kind in BATCH_KINDS:
             p.op(op.kind, ins, op.outputs, **op.attrs, rows=rows, batch=True, slot_rows=ctx)
+        elif op.kind in RECURRENT_KINDS:
+            p.op(op.kind, ins, op.outputs, **op.attrs, rows=rows, batch=True)
         elif op.kind in ROW_KINDS:
             p.op(op.kind, ins, op.outputs, **op.attrs, rows=rows)
         elif op.kind in FLAT_KINDS:

@@ -182,7 +182,7 @@ def _check_linear(op, ins, outs, need) -> None:
         need(kk >= 2 and x.numel % r == 0, f"kernel {kk} must be at least 2, {x.numel} in whole rows")
         need(w.kind == "weight" and w.shape == (c * kk,), f"weight {w.name} {w.shape} != ({c * kk},)")
         need(outs[0].shape == x.shape, f"output {outs[0].shape} != input {x.shape}")
-        need(state.shape == ((kk - 1) * c,), f"state {state.shape} != ({(kk - 1) * c},)")
+        _check_state(state, (kk - 1) * c, a, need)
         return
     hk, hv, dk, dv = (int(a.get(n, 0)) for n in ("n_k_heads", "n_v_heads", "k_dim", "v_dim"))
     need(min(hk, hv, dk, dv) > 0 and hv % hk == 0, f"heads {hk} / {hv} x dims {dk} / {dv}")
@@ -195,7 +195,13 @@ def _check_linear(op, ins, outs, need) -> None:
     for v in (alog, dtb):
         need(v.kind == "weight" and v.shape == (hv,), f"{v.name} must be a weight of shape ({hv},)")
     need(outs[0].shape == (r * hv * dv,), f"output {outs[0].shape} != ({r} x {hv * dv},)")
-    need(state.shape == (hv * dk * dv,), f"state {state.shape} != ({hv * dk * dv},)")
+    _check_state(state, hv * dk * dv, a, need)
+
+
+def _check_state(state, n: int, a: dict, need) -> None:
+    """One state of n floats, or a batched step's copies of it (fusion/chunk_batch.py)."""
+    copies = max(1, state.numel // n) if a.get("batch") else 1
+    need(state.shape == (copies * n,), f"state {state.shape} != ({copies} x {n},)")
 
 
 def _check_moe(op, ins, outs, need) -> None:

@@ -5,8 +5,9 @@
 // K - 1 inputs as rows by position % (K - 1); positions before 0 read as zero, so a sequence
 // restarting at position 0 needs no clearing. One invocation per channel: it reads the history
 // and the chunk's rows, then writes the last K - 1 inputs back over what they replace.
-// Bindings: 0 x[ROWS C], 1 w[C K], 2 step, 3 y[ROWS C], 4 hist[(K - 1) C]. Spec: 0 wg size, 1 C,
-// 2 K, 3 ROWS.
+// BATCH (fusion/chunk_batch.py): the ROWS rows are a batched step's sequences, side by side.
+// Bindings: 0 x[ROWS C], 1 w[C K], 2 step, 3 y[ROWS C], 4 hist[(K - 1) C] (BATCH: a copy per slot).
+// Spec: 0 wg size, 1 C, 2 K, 3 ROWS.
 #define NO_WG_REDUCE
 #include "common.glsl"
 
@@ -20,24 +21,30 @@ layout(binding = 2) readonly buffer StepB { uint step[]; };
 layout(binding = 3) writeonly buffer YB { float y[]; };
 layout(binding = 4) buffer HB { float hist[]; };
 
-float input_at(uint q, uint pos, uint c) {  // u at position q (q <= pos + ROWS - 1)
-    return q >= pos ? x[(q - pos) * C + c] : hist[(q % (K - 1)) * C + c];
-}
-
 void main() {
-    const uint c = flat_group_id() * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
-    if (c >= C) return;
-    const uint pos = step[STEP_POS];
-    for (uint t = 0; t < ROWS; t++) {
+    const uint i = flat_group_id() * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
+#ifdef BATCH
+    // a batched step's row r: its own sequence, one token at its step record's position, its
+    // history copy STEP_SLOT of hist
+    if (i >= ROWS * C) return;
+    const uint c = i % C, r = i / C, n = 1u;
+    const uint pos = step[r * STEP_WORDS + STEP_POS], hb = step[r * STEP_WORDS + STEP_SLOT] * (K - 1) * C;
+#else
+    if (i >= C) return;
+    const uint c = i, r = 0u, n = ROWS, pos = step[STEP_POS], hb = 0u;
+#endif
+    for (uint t = 0; t < n; t++) {
         const uint p = pos + t;
         float acc = 0.0;
         for (uint j = 0; j < K; j++) {   // u at position p - (K - 1 - j); none before 0
             const uint back = K - 1 - j;
-            if (p >= back) acc += w[c * K + j] * input_at(p - back, pos, c);
+            if (p < back) continue;
+            const uint q = p - back;     // x's row where the rows have it, else the history's
+            acc += w[c * K + j] * (q >= pos ? x[(r + q - pos) * C + c] : hist[hb + (q % (K - 1)) * C + c]);
         }
-        y[t * C + c] = acc / (1.0 + exp(-acc));
+        y[(r + t) * C + c] = acc / (1.0 + exp(-acc));
     }
-    // the newest K - 1 inputs: the chunk's rows where it has them (older ones are in hist already)
-    for (uint t = ROWS > K - 1 ? ROWS - (K - 1) : 0u; t < ROWS; t++)
-        hist[((pos + t) % (K - 1)) * C + c] = x[t * C + c];
+    // the newest K - 1 inputs: the rows' where they have them (older ones are in hist already)
+    for (uint t = n > K - 1 ? n - (K - 1) : 0u; t < n; t++)
+        hist[hb + ((pos + t) % (K - 1)) * C + c] = x[(r + t) * C + c];
 }

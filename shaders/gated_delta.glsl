@@ -4,6 +4,8 @@
 // end. Head h = group / NCB, column block group % NCB; the WG / COLS lanes of column jl split the
 // state's rows i = p0, p0 + P, ... The state reads as zero at position 0 (whatever the buffer
 // holds: an earlier sequence). Include after common.glsl.
+// BATCH (fusion/chunk_batch.py, gated_delta_step only): ROWS independent sequences, HV * NCB
+// workgroups each; row t's state is copy STEP_SLOT of its step record in s, at its own position.
 // Bindings: 0 qkv, 1 a[HV], 2 b[HV], 3 a_log[HV], 4 dt_bias[HV], 5 step, 6 o[HV DV], 7 s[HV DK DV]
 // (per row where a chunk has rows). Spec: 0 wg size, 1 HK, 2 HV, 3 DK, 4 DV, 5 ROWS, 6 COLS.
 // V_TILED: value head h reads key head h % HK (llama.cpp's GGUF order, V heads tiled over the key
@@ -28,14 +30,15 @@ layout(binding = 7) buffer SB { float s[]; };
 shared float st[DK * COLS];   // st[i * COLS + jl]: neighbouring lanes, neighbouring words
 
 const uint CQ = 2 * HK * DK + HV * DV;   // a row of qkv
+const uint NCB = (DV + COLS - 1) / COLS; // column blocks a head
 const uint P = gl_WorkGroupSize.x / COLS;   // lanes a column
 uint h, hk, jl, p0, j, base;             // this invocation's place (delta_load)
 bool col;                                // j < DV: the last block's columns past DV take barriers only
 
-// this invocation's place, and its rows of the state's columns into st
-void delta_load(uint pos) {
-    const uint NCB = (DV + COLS - 1) / COLS;
-    h = flat_group_id() / NCB;
+// this invocation's place in workgroup `group` of a row, and its rows of the state's columns
+// (copy `slot` of s: a batched step's) into st
+void delta_load(uint group, uint pos, uint slot) {
+    h = group / NCB;
 #ifdef V_TILED
     hk = h % HK;
 #else
@@ -43,9 +46,9 @@ void delta_load(uint pos) {
 #endif
     jl = gl_LocalInvocationID.x % COLS;
     p0 = gl_LocalInvocationID.x / COLS;
-    j = (flat_group_id() % NCB) * COLS + jl;
+    j = (group % NCB) * COLS + jl;
     col = j < DV;
-    base = h * DK * DV;
+    base = (slot * HV + h) * DK * DV;
     for (uint i = p0; i < DK; i += P) st[i * COLS + jl] = (col && pos != 0u) ? s[base + i * DV + j] : 0.0;
 }
 

@@ -25,7 +25,7 @@ shared float gc[C], bc[C], nq[C], nk[C];   // G_t, beta_t, the rows' norm factor
 
 void main() {
     const uint tid = gl_LocalInvocationID.x, WG = gl_WorkGroupSize.x;
-    delta_load(step[STEP_POS]);
+    delta_load(flat_group_id(), step[STEP_POS], 0u);
     const float a_h = exp(a_log[h]), bias = dt_bias[h];
     for (uint t0 = 0; t0 < ROWS; t0 += C) {
         const uint n = min(C, ROWS - t0);

@@ -7,7 +7,7 @@
 // walked S in the buffer three times a row, one workgroup a head); P lanes a column sum its two
 // dot products through red[]. Per row: the q and k head l2-normed into shared memory; decay S by
 // exp(g), kv_j = sum_i S_ij k_i, delta_j = (v_j - kv_j) beta, S_ij += k_i delta_j,
-// o_j = sum_i S_ij q_i.
+// o_j = sum_i S_ij q_i. BATCH: the rows are a batched step's sequences (gated_delta.glsl).
 #include "common.glsl"
 #include "gated_delta.glsl"
 
@@ -28,10 +28,19 @@ float column_sum(float v) {
 
 void main() {
     const uint tid = gl_LocalInvocationID.x, WG = gl_WorkGroupSize.x;
-    const uint pos = step[STEP_POS];
-    delta_load(pos);
+#ifdef BATCH
+    // a batched step's row: its own sequence (not the next position of the row before), so the
+    // rows run side by side, each at its step record's position and slot
+    const uint t0 = flat_group_id() / (HV * NCB);
+    if (t0 >= ROWS) return;  // a 2-D grid's spare groups: whole workgroups, before any barrier
+    const uint t1 = t0 + 1u;
+    delta_load(flat_group_id() % (HV * NCB), step[t0 * STEP_WORDS + STEP_POS], step[t0 * STEP_WORDS + STEP_SLOT]);
+#else
+    const uint t0 = 0u, t1 = ROWS;
+    delta_load(flat_group_id(), step[STEP_POS], 0u);
+#endif
     const float a_h = exp(a_log[h]), bias = dt_bias[h];
-    for (uint t = 0; t < ROWS; t++) {
+    for (uint t = t0; t < t1; t++) {
         float sq = 0.0, sk = 0.0;
         barrier();  // the previous row's qs, ks are read
         for (uint i = tid; i < DK; i += WG) {

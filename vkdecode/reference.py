@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fusion.ir import STEP_POS, STEP_SEED, STEP_TOKEN, STEP_WORDS, Op, Program
+from fusion.ir import STEP_POS, STEP_SEED, STEP_SLOT, STEP_TOKEN, STEP_WORDS, Op, Program
 from vkdecode.quant import PackedWeight, dequantize
 
 
@@ -70,18 +70,25 @@ def _linear_attention(op: Op, program: Program, env: dict, ins: list, dt) -> lis
         state = np.zeros(program.values[name].shape, dtype=dt)
     step = ins[-1]
     rows = int(a.get("rows", 1))
-    if rows > 1:  # a prompt chunk: its rows in order, each a step at the next position
+    if rows > 1 or a.get("batch"):
+        # a prompt chunk: its rows in order, each a step at the next position; a batched step
+        # (fusion/chunk_batch.py): each row a sequence of its own (padding rows share a state copy)
         sizes = [program.values[n].numel // rows for n in op.inputs[:-1]]
-        one = Op(op.kind, op.inputs, op.outputs, {k: v for k, v in a.items() if k != "rows"})
+        one = Op(op.kind, op.inputs, op.outputs, {k: v for k, v in a.items() if k not in ("rows", "batch")})
+        kk, hv, dk, dv = (int(a.get(n, 0)) for n in ("kernel", "n_v_heads", "k_dim", "v_dim"))
+        per = (kk - 1) * sizes[0] if op.kind == "conv1d_step" else hv * dk * dv  # a slot's state
         outs = []
         for t in range(rows):
             row_ins = [
                 x[t * n : (t + 1) * n] if program.values[v].kind != "weight" else x
                 for x, n, v in zip(ins[:-1], sizes, op.inputs[:-1])
             ]
-            s = step.copy()
+            s, row_state = step.copy(), state
             s[STEP_POS] += t
-            outs.append(_linear_attention(one, program, {**env, name: state}, row_ins + [s], dt)[0])
+            if a.get("batch"):  # its step record, and its slot's copy (a view: updated in place)
+                s = step[t * STEP_WORDS : (t + 1) * STEP_WORDS]
+                row_state = state.reshape(-1)[int(s[STEP_SLOT]) * per :][:per]
+            outs.append(_linear_attention(one, program, {**env, name: row_state}, row_ins + [s], dt)[0])
         return [np.concatenate(outs), state]
     pos = int(step[STEP_POS])
     if op.kind == "conv1d_step":

@@ -1,5 +1,7 @@
 """Kernel calls of Qwen3.5's linear-attention ops (fusion/ir.py conv1d_step, gated_delta_step):
-one dispatch each, their recurrent state bound as a read-write buffer like a KV cache."""
+one dispatch each, their recurrent state bound as a read-write buffer like a KV cache. A batched
+step's op (fusion/chunk_batch.py, attr batch) takes the same kernel with the define BATCH: its rows
+are sequences, not a chunk's positions, so they run side by side, each on its slot's state."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from vkdecode.lowering.calls import (
     reduce_defines,
     wg_size,
 )
+from vkdecode.lowering.rows import batch_defines
 
 
 def conv1d_step(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
@@ -23,7 +26,9 @@ def conv1d_step(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     wg = wg_size(caps, c, cap=128)
     b = (Binding(x), Binding(w), Binding(step), Binding(y), Binding(hist))
     spec = (wg, c, int(op.attrs["kernel"]), rows)
-    return [KernelCall("conv1d_step", spec, b, (3, 4), flat_groups(-(-c // wg)), label=y)]
+    n = rows * c if op.attrs.get("batch") else c  # batched: an invocation per row and channel
+    groups = flat_groups(-(-n // wg))
+    return [KernelCall("conv1d_step", spec, b, (3, 4), groups, label=y, defines=batch_defines(op))]
 
 
 # State columns a gated_delta_step workgroup holds in shared memory (DK floats each) at most: a
@@ -60,7 +65,8 @@ def gated_delta_step(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     rows = int(a.get("rows", 1))
     if caps.delta_block < 0 or caps.delta_block & (caps.delta_block - 1):
         raise ValueError(f"delta_block {caps.delta_block}: a power of two (0: row by row)")
-    block = min(caps.delta_block, DELTA_BLOCK_MAX, pow2_at_least(rows)) if rows > 1 else 0
+    chunk = rows > 1 and not op.attrs.get("batch")  # a batched step's rows are not a chunk's to block
+    block = min(caps.delta_block, DELTA_BLOCK_MAX, pow2_at_least(rows)) if chunk else 0
     cols = delta_columns(dk, dv, caps, block)
     if block and delta_shared(dk, cols, block) > caps.max_shared:
         block, cols = 0, delta_columns(dk, dv, caps)
@@ -72,14 +78,15 @@ def gated_delta_step(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     if block:
         wg = max(wg, block)  # a row's norms and decay an invocation each
     b = tuple(Binding(v) for v in op.inputs + op.outputs)
+    tiled = (("V_TILED", "1"),) if int(a.get("v_tiled", 0)) else ()
     return [
         KernelCall(
             "gated_delta_chunk" if block else "gated_delta_step",
             (wg, hk, hv, dk, dv, rows, cols) + ((block,) if block else ()),
             b,
             (6, 7),
-            flat_groups(hv * -(-dv // cols)),
-            defines=reduce_defines(caps) + ((("V_TILED", "1"),) if int(a.get("v_tiled", 0)) else ()),
+            flat_groups((rows if op.attrs.get("batch") else 1) * hv * -(-dv // cols)),
+            defines=reduce_defines(caps) + tiled + batch_defines(op),
             label=o,
         )
     ]

@@ -29,7 +29,7 @@ from vkdecode.lowering.coop import ATTN_KNOWN_ATTRS, coop_attention_shape
 from vkdecode.lowering.matmul_rows import matmul_calls
 
 
-def _batch(op: Op) -> tuple:
+def batch_defines(op: Op) -> tuple:
     """The define of a batched decode step's op (fusion/chunk_batch.py): per-row step records."""
     return (("BATCH", "1"),) if op.attrs.get("batch") else ()
 
@@ -59,7 +59,7 @@ def _embed(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
                 (len(b) - 1,),
                 flat_groups(-(-rows * dim // wg)),
                 push=struct.pack("<I", r0),
-                defines=(dtype_define(tv.dtype),) + _batch(op),
+                defines=(dtype_define(tv.dtype),) + batch_defines(op),
                 label=op.outputs[0],
             )
         )
@@ -75,7 +75,7 @@ def _rope(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     defines = ((("NEOX", "1"),) if a["layout"] == "neox" else ()) + (
         (("FREQS", "1"),) if len(op.inputs) == 3 else ()
     )
-    defines += _batch(op)
+    defines += batch_defines(op)
     return [
         KernelCall(
             "rope_rows",
@@ -103,7 +103,7 @@ def _kv_write(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
             b,
             (3, 4),
             flat_groups(-(-rows * row // 2 // wg)),
-            defines=kv_defines(p, op.outputs[0]) + _batch(op),
+            defines=kv_defines(p, op.outputs[0]) + batch_defines(op),
             label=op.outputs[0],
         )
     ]
@@ -189,7 +189,7 @@ def _attention(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
             b,
             (4,),
             (h, rows, 1),
-            defines=reduce_defines(caps) + kv_defines(p, kc) + _batch(op) + sink_defines,
+            defines=reduce_defines(caps) + kv_defines(p, kc) + batch_defines(op) + sink_defines,
             label=op.outputs[0],
         )
     ]
