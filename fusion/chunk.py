@@ -48,6 +48,12 @@ def recurrent_states(program: Program) -> set[str]:
     return {n for op in program.ops if op.kind in RECURRENT_KINDS for n in op.outputs[1:]}
 
 
+def kv_caches(program: Program) -> list:
+    """The state values that are KV caches: rows of ctx (the first one's rows are the context)."""
+    recurrent = recurrent_states(program)
+    return [v for v in program.values.values() if v.kind == "state" and v.name not in recurrent]
+
+
 class ChunkError(ValueError):
     """The decode program has an op a chunk cannot run row by row."""
 

@@ -36,7 +36,7 @@ Row semantics (attr rows=B, batch=True, slot_rows=ctx; rec_b = BATCH_STEP[b * ST
 
 from __future__ import annotations
 
-from fusion.chunk import FLAT_KINDS, RECURRENT_KINDS, ChunkError, recurrent_states
+from fusion.chunk import FLAT_KINDS, RECURRENT_KINDS, ChunkError, kv_caches, recurrent_states
 from fusion.ir import STEP_WORDS, Program
 
 BATCH_STEP = "batch_step"
@@ -53,8 +53,7 @@ def batch_program(decode: Program, rows: int, slots: int) -> Program:
     """The decode Program as one step of `rows` sequences over KV caches of `slots` slots."""
     if rows < 1 or slots < rows:
         raise ChunkError(f"a batch of {rows} rows needs 1 <= rows <= slots, not {slots} slots")
-    recurrent = recurrent_states(decode)
-    caches = [v for v in decode.values.values() if v.kind == "state" and v.name not in recurrent]
+    recurrent, caches = recurrent_states(decode), kv_caches(decode)
     if not caches:
         raise ChunkError("the decode program has no KV cache to give slots to")
     ctx = caches[0].shape[0]

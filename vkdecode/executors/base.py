@@ -280,5 +280,7 @@ def _shader_progress(calls, show: bool):
 
 
 def _ctx_of(program) -> int:
-    caches = [v for v in program.values.values() if v.kind == "state"]
+    from fusion.chunk import kv_caches
+
+    caches = kv_caches(program)  # not a recurrent state (Qwen3.5's first state, with no rows)
     return caches[0].shape[0] if caches else int(program.meta.get("ctx", 1 << 30))
