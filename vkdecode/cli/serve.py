@@ -120,13 +120,9 @@ def default_parallel(left_bytes: int, slot_bytes: int) -> int:
 
 def model_parallel(model) -> int:
     """default_parallel for a loaded model: its device's device-local memory less what is
-    allocated (Vulkan tells no free memory without VK_EXT_memory_budget), its KV slot at --ctx; 1
-    for a model with a recurrent state."""
-    from fusion.chunk import has_recurrent_state
+    allocated (Vulkan tells no free memory without VK_EXT_memory_budget), its KV slot at --ctx."""
     from vkdecode.executors.batch import slot_bytes
 
-    if has_recurrent_state(model.executor.program):
-        return 1  # no batched steps for linear-attention layers (executors/batch.py refuses them)
     dev = model.device
     return default_parallel(dev.info.device_local_bytes - dev.allocated_bytes, slot_bytes(model.executor))
 

@@ -106,14 +106,10 @@ def _chunk_stats(prefill, width: int, executed_per_token, host_calls_per_token) 
 def collect_stats(device, model, modes, prefill_width: int = 0, log=None, batch_widths=()) -> dict:
     """log(msg): progress, one line per mode (each builds, records and runs its steps: ~15 s on
     lavapipe for SmolLM2)."""
-    from fusion.chunk import has_recurrent_state
     from vkdecode.benchmark import decode_run, executed_per_token, host_calls_per_token
     from vkdecode.executors import make_executor
 
     out = {"model": model.describe(), "device": device.info.name, "regions": [], "modes": {}}
-    if has_recurrent_state(model.program):  # Qwen3.5: not built for its recurrent state
-        batch_widths = ()
-        out["notes"] = ["linear-attention layers: no batched steps"]
     for i, mode in enumerate(modes):
         if log is not None:
             chunk = f" and a {prefill_width}-token prompt chunk" if prefill_width else ""

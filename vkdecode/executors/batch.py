@@ -22,6 +22,10 @@ decoder's cache (executors/solo.py): it joins without the copy into its slot, it
 the slot when the next prompt begins, and a batch that drains to one copies that one's rows back
 (the prompt cache is then that sequence's, as it is anyway once it leaves last).
 
+Recurrent states (Qwen3.5: a copy a slot) move whole with the rows; they cannot be rewound and a
+step sent ahead may carry one past its sequence, so every prompt joins from position 0 (no prefix
+reused, as KVPrefix.rewindable), where the kernels read the state as zeros.
+
 Per step the host submits and reads B token ids: 0 descriptor writes and 0 recordings (replay
 modes), and no host write while the membership stays the same (the step's advance_rows feeds every
 live row its token at its next position); a join or leave rewrites the rows of the next width.
@@ -65,7 +69,7 @@ class BatchDecode:
         """solo: one live sequence decodes on the decoder's own step (module doc); off, every step is
         a batched one (`vkdecode stats`, bench/batch_decode.py; profile: GPU µs per region).
         pipelined: each step sends the next one ahead (executors/batch_ahead.py)."""
-        from fusion.chunk import has_recurrent_state
+        from fusion.chunk import recurrent_states
         from fusion.chunk_batch import batch_program
         from vkdecode.executors.batch_ahead import Ahead
         from vkdecode.executors.prefill import chunk_executor
@@ -73,11 +77,7 @@ class BatchDecode:
         from vkdecode.executors.solo import Solo
 
         ex = decoder.executor
-        if has_recurrent_state(ex.program):
-            raise UsageError(
-                "batched decode (several sequences a step: generate_batch, serve --parallel > 1) is "
-                "not built for linear-attention layers (Qwen3.5): their recurrent state has one slot"
-            )
+        self.states = recurrent_states(ex.program)  # copied whole, never reused (module doc)
         self.decoder = decoder
         self.widths = tuple(sorted({int(w) for w in widths}))
         if not self.widths or self.widths[0] < 1:
@@ -149,9 +149,10 @@ class BatchDecode:
             self.solo.to_slot()
         self.decoder.clear_stats()  # this prompt's chunks and steps only: a server joins without end
         self.decoder.executor.set_sampling(params)
-        slot, held = self.cache.pick(free, ids, reuse and kv is not None)
+        cached = kv is not None and not self.states  # a recurrent state: from position 0 (module doc)
+        slot, held = self.cache.pick(free, ids, reuse and cached)
         self.cache.forget(slot)  # taken: its rows get overwritten
-        start = kv.reusable(ids) if kv is not None else 0
+        start = kv.reusable(ids) if cached else 0
         if kv is not None:
             if held > start:  # the slot holds more of the prompt: its rows go where the pieces run
                 kv.keep(0)
@@ -201,12 +202,12 @@ class BatchDecode:
         if row is None:
             return
         self.written = None
-        kept = row.kept and self.kv is not None  # rows known to hold row.ids
+        kept = row.kept and self.kv is not None and not self.states  # rows known to hold row.ids
         solo = self.solo is not None and self.solo.slot == slot  # its rows: the decoder's cache
         if solo:
             self.solo.leave(row, kept)
         self.cache.remember(slot, row.ids if kept else [])
-        if self.kv is not None and self.joining is None and not solo:
+        if kept and self.joining is None and not solo:
             self._copy_rows(slot, len(row.ids), back=True)
             self.kv.reset(row.ids)
 
@@ -276,7 +277,8 @@ class BatchDecode:
         self.written = (w, tuple(live))
 
     def _copy_rows(self, slot: int, n: int, back: bool = False) -> None:
-        """KV rows 0..n-1 of the decoder's caches into `slot` of the batch caches (back: the other way)."""
+        """KV rows 0..n-1 of the decoder's caches into `slot` of the batch caches (back: the other
+        way); a recurrent state whole, into or from the slot's copy."""
         from vkdecode.executors.plan import value_bytes
 
         ex, dev = self.decoder.executor, self.decoder.executor.device
@@ -290,11 +292,13 @@ class BatchDecode:
                     continue
                 dec, bat = ex.plan.slices[(v.name, "data")], dst_plan.slices[(v.name, "data")]
                 row = value_bytes(v) // v.shape[0]
-                at = bat.offset + slot * self.ctx * row
+                size, at = n * row, bat.offset + slot * self.ctx * row
+                if v.name in self.states:  # a whole state a slot
+                    size, at = value_bytes(v), bat.offset + slot * value_bytes(v)
                 if back:
-                    cmd.copy(bat.buffer, dec.buffer, n * row, at, dec.offset)
+                    cmd.copy(bat.buffer, dec.buffer, size, at, dec.offset)
                 else:
-                    cmd.copy(dec.buffer, bat.buffer, n * row, dec.offset, at)
+                    cmd.copy(dec.buffer, bat.buffer, size, dec.offset, at)
             cmd.barrier()  # the copy before the next step reads the rows
             cmd.end()
             dev.submit([cmd])

@@ -7,6 +7,10 @@ Its KV rows move with it: a sequence that joins an empty batch keeps them in the
 (its prompt ran there), they go into its slot when the next prompt begins (to_slot), and a batch
 that drains to one copies that one's slot rows back. Both paths draw a sampled token from (seed,
 position) and the same logits, so a sequence gives the same tokens either way.
+
+A model with a recurrent state (Qwen3.5's linear attention) decodes here a step at a time: a step
+sent ahead, dropped when a prompt begins, would leave the state past the sequence's position, and
+to_slot copies the state whole (it has no rows to leave behind).
 """
 
 from __future__ import annotations
@@ -50,6 +54,9 @@ class Solo:
         return tok
 
     def _next(self, row) -> int:
+        if self.batch.states:  # no steps ahead (module doc): the decoder's own step, waited for
+            self.decoder.executor.set_sampling(row.params)  # a prompt's may be there
+            return self.decoder.executor.step(row.token, row.pos)
         for bound in (row.left, None):  # a caller that steps past the row's bound: the rest of ctx
             if self._decode is None:
                 self.decoder.executor.set_sampling(row.params)  # a prompt's may be there
