@@ -1,6 +1,7 @@
 """The checks Qwen3.5's text models share (tests/models/test_qwen35.py, dense, and
 test_qwen35_moe.py): prompt chunks against the token path, the user's path against transformers'
-greedy generate, the paths refused for a recurrent state, a tiny multimodal checkpoint."""
+greedy generate (alone and batched), the path refused for a recurrent state, a tiny multimodal
+checkpoint."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def up_to_eos(got: list[int], want: list[int], eos: int = 2) -> None:
 def check_user_path(device, path, ctx: int) -> None:
     """vkdecode.load + generate (greedy) against transformers' generate on the same ids; a second
     prompt sharing the first's start (prompt_cache on) restarts at position 0 and still agrees;
-    serve runs one request at a time (no batched steps)."""
+    generate_batch (prompt_cache on: nothing is reused) gives each prompt its tokens alone, and
+    serve may batch requests."""
     import torch
     import transformers
 
@@ -40,12 +42,17 @@ def check_user_path(device, path, ctx: int) -> None:
     from vkdecode.cli.serve import model_parallel
 
     hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    prompts = ([5, 9, 17, 33, 2, 70, 11], [5, 9, 17, 33, 101, 6])
     with vkdecode.load(str(path), device=device, ctx=ctx) as model:
-        for ids in ([5, 9, 17, 33, 2, 70, 11], [5, 9, 17, 33, 101, 6]):
+        alone = []
+        for ids in prompts:
             got = [r.token for r in model.stream_generate(prompt_ids=ids, max_tokens=10, prompt_cache=True)]
             up_to_eos(got, hf_greedy(hf, ids, 10))
+            alone.append(got)
         assert not model.kv.rewindable
-        assert model_parallel(model) == 1
+        rs = list(model.stream_generate_batch(prompt_ids=list(prompts), max_tokens=10, prompt_cache=True))
+        assert [[r.token for r in rs if r.index == i] for i in range(2)] == alone
+        assert model_parallel(model) > 1
 
 
 def check_prompt_chunks(device, m, mode: str) -> None:
@@ -85,13 +92,12 @@ def check_prompt_chunks(device, m, mode: str) -> None:
 
 
 def check_recurrent_paths_refused(device, m) -> None:
-    from vkdecode.executors.batch import BatchDecode
-
-    with Decoder(make_executor("fused", device, m.program, m.weights)) as dec:
-        with pytest.raises(UsageError, match="speculative"):
-            dec.set_speculative(4)
-        with pytest.raises(UsageError, match="batched decode"):
-            BatchDecode(dec)
+    """The verify step would have to rewind the state past rejected drafts."""
+    with (
+        Decoder(make_executor("fused", device, m.program, m.weights)) as dec,
+        pytest.raises(UsageError, match="speculative"),
+    ):
+        dec.set_speculative(4)
 
 
 def multimodal_model(path, config_cls: str, model_cls: str, text: dict):

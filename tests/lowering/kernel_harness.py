@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fusion.ir import STEP_WORDS, Program
+from fusion.ir import STEP_POS, STEP_SLOT, STEP_WORDS, Program
 from vkdecode.executors.plan import barriers_before
 from vkdecode.lowering.calls import KernelCall, KernelCaps
 from vkdecode.lowering.ops import op_calls
@@ -174,9 +174,17 @@ def step(token: int = 0, pos: int = 0) -> np.ndarray:
     return s
 
 
+def batch_step(positions, slots) -> np.ndarray:
+    """A batched step's records (fusion/chunk_batch.py): row b at positions[b] in slots[b]."""
+    s = np.zeros((len(positions), STEP_WORDS), np.uint32)
+    s[:, STEP_POS], s[:, STEP_SLOT] = positions, slots
+    return s.reshape(-1)
+
+
 __all__ = [
     "OpRun",
     "PackedWeight",
+    "batch_step",
     "caps_of",
     "draw_sinks",
     "head_nmse",

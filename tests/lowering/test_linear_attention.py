@@ -1,13 +1,14 @@
 """Qwen3.5's linear-attention kernels (conv1d_step, gated_delta_step) against the float64
 reference, state included: from a filled state at a later position, and at position 0 over a
-state of NaNs (an earlier sequence's, which must read as zeros)."""
+state of NaNs (an earlier sequence's, which must read as zeros); a batched step's rows, each on its
+own slot's copy of the state at its own position, the copies no row steps left as they were."""
 
 import dataclasses
 
 import numpy as np
 import pytest
 
-from tests.lowering.kernel_harness import caps_of, nmse, one_op, run_and_reference, step
+from tests.lowering.kernel_harness import batch_step, caps_of, nmse, one_op, run_and_reference, step
 from vkdecode.lowering.linear_attention import gated_delta_step
 from vkdecode.quant import PackedWeight
 
@@ -139,3 +140,95 @@ def test_delta_block_must_be_a_power_of_two(device):
     caps = dataclasses.replace(caps_of(device), delta_block=12)
     with pytest.raises(ValueError, match="delta_block 12: a power of two"):
         gated_delta_step(p, p.ops[0], caps)
+
+
+# A batched step (fusion/chunk_batch.py): rows at their own positions and slots, not in slot order;
+# row 1 starts a sequence (position 0) over a slot of NaNs (the earlier sequence's, read as zeros)
+B_POS, B_SLOTS, B_COPIES = [5, 0, 2], [3, 0, 2], 5  # 4 slots and the padding rows' copy
+
+
+def batched_states(rng, per: int) -> np.ndarray:
+    """B_COPIES states of `per` floats: the copies no row steps (1 and 4) must come back as they were."""
+    s = rng.standard_normal((B_COPIES, per)) * 0.3
+    s[B_SLOTS[B_POS.index(0)]] = np.nan
+    return f32(s.reshape(-1))
+
+
+def untouched(got: np.ndarray, before: np.ndarray, per: int) -> None:
+    for c in set(range(B_COPIES)) - set(B_SLOTS):
+        np.testing.assert_array_equal(got.reshape(B_COPIES, per)[c], before.reshape(B_COPIES, per)[c])
+
+
+@pytest.mark.parametrize("c,k", [(40, 4), (33, 3), (300, 4)])
+def test_batched_conv1d_step(device, c, k):
+    """Each row one token on its slot's history; the rows side by side (BATCH)."""
+    rng = np.random.default_rng(c + k)
+    rows, per = len(B_POS), (k - 1) * c
+    p = one_op(
+        "conv1d_step",
+        {
+            "x": ((rows * c,), "f32", "activation"),
+            "w": ((c * k,), "f32", "weight"),
+            "batch_step": ((rows * 8,), "u32", "step"),
+        },
+        {"y": ((rows * c,), "f32", "output"), "hist": ((B_COPIES * per,), "f32", "state")},
+        kernel=k,
+        rows=rows,
+        batch=True,
+    )
+    hist = batched_states(rng, per)
+    env = {
+        "x": f32(rng.standard_normal(rows * c)),
+        "w": PackedWeight("f32", (c * k,), {"data": f32(rng.standard_normal(c * k))}),
+        "batch_step": batch_step(B_POS, B_SLOTS),
+        "hist": hist,
+    }
+    got, want = run_and_reference(device, p, env, caps_of(device))
+    assert nmse(got["y"], want["y"]) <= LIMIT
+    np.testing.assert_array_equal(got["hist"], want["hist"].astype(np.float32))
+    untouched(got["hist"], hist, per)
+
+
+@pytest.mark.parametrize("gpu_lanes", [0, 1])
+@pytest.mark.parametrize("hk,hv,dk,dv,tiled", [(2, 4, 16, 16, 0), (2, 6, 32, 24, 1), (1, 2, 128, 72, 0)])
+def test_batched_gated_delta_step(device, hk, hv, dk, dv, tiled, gpu_lanes):
+    """Each row one token on its slot's state (the last shape: 3 column blocks a head), the rows
+    side by side (BATCH), never the chunk's blocks (caps delta_block set)."""
+    rng = np.random.default_rng(hk * hv + dk + dv)
+    rows, c, per = len(B_POS), 2 * hk * dk + hv * dv, hv * dk * dv
+    p = one_op(
+        "gated_delta_step",
+        {
+            "qkv": ((rows * c,), "f32", "activation"),
+            "ga": ((rows * hv,), "f32", "activation"),
+            "gb": ((rows * hv,), "f32", "activation"),
+            "a_log": ((hv,), "f32", "weight"),
+            "dt_bias": ((hv,), "f32", "weight"),
+            "batch_step": ((rows * 8,), "u32", "step"),
+        },
+        {"o": ((rows * hv * dv,), "f32", "output"), "s": ((B_COPIES * per,), "f32", "state")},
+        n_k_heads=hk,
+        n_v_heads=hv,
+        k_dim=dk,
+        v_dim=dv,
+        rows=rows,
+        batch=True,
+        **({"v_tiled": 1} if tiled else {}),
+    )
+    s = batched_states(rng, per)
+    env = {
+        "qkv": f32(rng.standard_normal(rows * c)),
+        "ga": f32(rng.standard_normal(rows * hv) * 3),
+        "gb": f32(rng.standard_normal(rows * hv)),
+        "a_log": PackedWeight("f32", (hv,), {"data": f32(rng.uniform(-1, 1, hv))}),
+        "dt_bias": PackedWeight("f32", (hv,), {"data": f32(rng.uniform(-1, 1, hv))}),
+        "batch_step": batch_step(B_POS, B_SLOTS),
+        "s": s,
+    }
+    caps = caps_of(device)
+    caps = dataclasses.replace(caps, device_cpu=caps.device_cpu and not gpu_lanes, delta_block=16)
+    assert gated_delta_step(p, p.ops[0], caps)[0].shader == "gated_delta_step"
+    got, want = run_and_reference(device, p, env, caps)
+    assert nmse(got["o"], want["o"]) <= LIMIT
+    assert nmse(got["s"], want["s"]) <= LIMIT
+    untouched(got["s"], s, per)

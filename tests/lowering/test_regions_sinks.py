@@ -14,12 +14,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from fusion.ir import STEP_POS, STEP_SLOT, STEP_WORDS, Program
+from fusion.ir import STEP_WORDS, Program
 from fusion.partition import partition
 from fusion.rules import BATCH_RULES
 from tests.lowering.kernel_harness import (
     OpRun,
     PackedWeight,
+    batch_step,
     caps_of,
     draw_sinks,
     head_nmse,
@@ -187,12 +188,6 @@ SLOTS = len(POSITIONS)
 SLOT_ROWS = 80
 
 
-def _batch_step(positions, slots) -> np.ndarray:
-    s = np.zeros((len(positions), STEP_WORDS), np.uint32)
-    s[:, STEP_POS], s[:, STEP_SLOT] = positions, slots
-    return s.reshape(-1)
-
-
 def _batch_reference(h, kvh, d, window, env, slots) -> np.ndarray:
     """Row b through the decode layer's reference over its slot's cache rows at its position."""
     dec = _layer(h, kvh, d, window, cache_rows=SLOT_ROWS)
@@ -235,7 +230,7 @@ def test_batched_attention_sinks(device, h, kvh, d, path, fused, window):
             base = slot * SLOT_ROWS
             env[c][base + pos + 1 : base + SLOT_ROWS] = 1e4  # past the row's position
             env[c][base : base + (max(0, pos + 1 - window) if window else 0)] = 1e4  # before its window
-    env[BATCH_STEP] = _batch_step(POSITIONS, slots)
+    env[BATCH_STEP] = batch_step(POSITIONS, slots)
     got = OpRun(device, p, env, caps, calls=calls).run()
     want = _batch_reference(h, kvh, d, window, env, slots)
     assert np.abs(want).max() < 100, "the reference read a row it must not"

@@ -1,8 +1,8 @@
 """What every Qwen3.5-family model (linear attention with recurrent state: qwen35.py, qwen35moe.py,
 qwen3next.py) must do, on each one's tiny random model: every decode mode token for token with the
 reference, the user's path equal to transformers' generate, prompt chunks equal to the token path,
-and the paths that would have to rewind a recurrent state refused. Each model's own checks (config,
-weights, logits against transformers) stay in its test file.
+and the path that would have to rewind a recurrent state (speculative decode) refused. Each
+model's own checks (config, weights, logits against transformers) stay in its test file.
 """
 
 from __future__ import annotations
