@@ -22,35 +22,81 @@ def f32(a) -> np.ndarray:
 CONV_CASES = [(40, 4, 0, 1), (40, 4, 1, 1), (300, 4, 9, 1), (33, 3, 5, 1), (40, 4, 2, 5), (24, 4, 0, 2)]
 
 
-@pytest.mark.parametrize("c,k,pos,rows", CONV_CASES)
-def test_conv1d_step(device, c, k, pos, rows):
-    """rows > 1: a prompt chunk's rows in order (fewer rows than the history: 2 of 3 kept)."""
-    rng = np.random.default_rng(c + k + pos + rows)
-    at = {"rows": rows} if rows > 1 else {}
+def conv_case(rng, c: int, k: int, rows: int, state, steps, **attrs):
+    """A conv1d_step program of `rows` rows over the history `state` (one, or a batched step's
+    copies: attr batch) and its inputs, `steps` the step buffer (a batched step's: a record a row)."""
+    step_name = "batch_step" if attrs.get("batch") else "step"  # verify: "step" is one record
     p = one_op(
         "conv1d_step",
         {
             "x": ((rows * c,), "f32", "activation"),
             "w": ((c * k,), "f32", "weight"),
-            "step": ((8,), "u32", "step"),
+            step_name: ((steps.size,), "u32", "step"),
         },
-        {"y": ((rows * c,), "f32", "output"), "hist": (((k - 1) * c,), "f32", "state")},
+        {"y": ((rows * c,), "f32", "output"), "hist": ((state.size,), "f32", "state")},
         kernel=k,
-        **at,
+        **({"rows": rows} if rows > 1 else {}),
+        **attrs,
     )
-    hist = rng.standard_normal((k - 1) * c)
-    if pos == 0:
-        hist[:] = np.nan  # nothing before position 0 is read
     env = {
         "x": f32(rng.standard_normal(rows * c)),
         "w": PackedWeight("f32", (c * k,), {"data": f32(rng.standard_normal(c * k))}),
-        "step": step(0, pos),
-        "hist": f32(hist),
+        "hist": f32(state),
+        step_name: steps,
     }
+    return p, env
+
+
+@pytest.mark.parametrize("c,k,pos,rows", CONV_CASES)
+def test_conv1d_step(device, c, k, pos, rows):
+    """rows > 1: a prompt chunk's rows in order (fewer rows than the history: 2 of 3 kept)."""
+    rng = np.random.default_rng(c + k + pos + rows)
+    hist = rng.standard_normal((k - 1) * c)
+    if pos == 0:
+        hist[:] = np.nan  # nothing before position 0 is read
+    p, env = conv_case(rng, c, k, rows, hist, step(0, pos))
     got, want = run_and_reference(device, p, env, caps_of(device))
     assert nmse(got["y"], want["y"]) <= LIMIT
     # the newest inputs over the oldest ones, the rest kept
     np.testing.assert_array_equal(got["hist"], want["hist"].astype(np.float32))
+
+
+def delta_case(rng, heads: tuple, rows: int, state, steps, **attrs):
+    """A gated_delta_step program of `rows` rows over the state `state` (one, or a batched step's
+    copies: attr batch) and its inputs, `steps` the step buffer (a batched step's: a record a row)."""
+    hk, hv, dk, dv = heads
+    c = 2 * hk * dk + hv * dv
+    step_name = "batch_step" if attrs.get("batch") else "step"  # verify: "step" is one record
+    p = one_op(
+        "gated_delta_step",
+        {
+            "qkv": ((rows * c,), "f32", "activation"),
+            "ga": ((rows * hv,), "f32", "activation"),
+            "gb": ((rows * hv,), "f32", "activation"),
+            "a_log": ((hv,), "f32", "weight"),
+            "dt_bias": ((hv,), "f32", "weight"),
+            step_name: ((steps.size,), "u32", "step"),
+        },
+        {"o": ((rows * hv * dv,), "f32", "output"), "s": ((state.size,), "f32", "state")},
+        n_k_heads=hk,
+        n_v_heads=hv,
+        k_dim=dk,
+        v_dim=dv,
+        **({"rows": rows} if rows > 1 else {}),
+        **attrs,
+    )
+    ga = rng.standard_normal(rows * hv) * 3
+    ga[0] = 30.0  # softplus's linear branch
+    env = {
+        "qkv": f32(rng.standard_normal(rows * c)),
+        "ga": f32(ga),
+        "gb": f32(rng.standard_normal(rows * hv)),
+        "a_log": PackedWeight("f32", (hv,), {"data": f32(rng.uniform(-1, 1, hv))}),
+        "dt_bias": PackedWeight("f32", (hv,), {"data": f32(rng.uniform(-1, 1, hv))}),
+        "s": f32(state),
+        step_name: steps,
+    }
+    return p, env
 
 
 @pytest.mark.parametrize("rowwise", [0, 1])
@@ -77,39 +123,10 @@ def test_gated_delta_step(device, hk, hv, dk, dv, pos, rows, tiled, gpu_lanes, r
     one lane a column included. rowwise: a chunk's rows one by one (the default), else in blocks of
     16 (caps delta_block=16, gated_delta_chunk.comp)."""
     rng = np.random.default_rng(hk * hv + dk + dv + pos + rows)
-    c = 2 * hk * dk + hv * dv
-    at = ({"rows": rows} if rows > 1 else {}) | ({"v_tiled": 1} if tiled else {})
-    p = one_op(
-        "gated_delta_step",
-        {
-            "qkv": ((rows * c,), "f32", "activation"),
-            "ga": ((rows * hv,), "f32", "activation"),
-            "gb": ((rows * hv,), "f32", "activation"),
-            "a_log": ((hv,), "f32", "weight"),
-            "dt_bias": ((hv,), "f32", "weight"),
-            "step": ((8,), "u32", "step"),
-        },
-        {"o": ((rows * hv * dv,), "f32", "output"), "s": ((hv * dk * dv,), "f32", "state")},
-        n_k_heads=hk,
-        n_v_heads=hv,
-        k_dim=dk,
-        v_dim=dv,
-        **at,
-    )
     s = rng.standard_normal(hv * dk * dv) * 0.3
     if pos == 0:
         s[:] = np.nan
-    ga = rng.standard_normal(rows * hv) * 3
-    ga[0] = 30.0  # softplus's linear branch
-    env = {
-        "qkv": f32(rng.standard_normal(rows * c)),
-        "ga": f32(ga),
-        "gb": f32(rng.standard_normal(rows * hv)),
-        "a_log": PackedWeight("f32", (hv,), {"data": f32(rng.uniform(-1, 1, hv))}),
-        "dt_bias": PackedWeight("f32", (hv,), {"data": f32(rng.uniform(-1, 1, hv))}),
-        "step": step(0, pos),
-        "s": f32(s),
-    }
+    p, env = delta_case(rng, (hk, hv, dk, dv), rows, s, step(0, pos), **({"v_tiled": 1} if tiled else {}))
     caps = caps_of(device)
     caps = dataclasses.replace(
         caps, device_cpu=caps.device_cpu and not gpu_lanes, delta_block=0 if rowwise else 16
@@ -163,30 +180,12 @@ def untouched(got: np.ndarray, before: np.ndarray, per: int) -> None:
 def test_batched_conv1d_step(device, c, k):
     """Each row one token on its slot's history; the rows side by side (BATCH)."""
     rng = np.random.default_rng(c + k)
-    rows, per = len(B_POS), (k - 1) * c
-    p = one_op(
-        "conv1d_step",
-        {
-            "x": ((rows * c,), "f32", "activation"),
-            "w": ((c * k,), "f32", "weight"),
-            "batch_step": ((rows * 8,), "u32", "step"),
-        },
-        {"y": ((rows * c,), "f32", "output"), "hist": ((B_COPIES * per,), "f32", "state")},
-        kernel=k,
-        rows=rows,
-        batch=True,
-    )
-    hist = batched_states(rng, per)
-    env = {
-        "x": f32(rng.standard_normal(rows * c)),
-        "w": PackedWeight("f32", (c * k,), {"data": f32(rng.standard_normal(c * k))}),
-        "batch_step": batch_step(B_POS, B_SLOTS),
-        "hist": hist,
-    }
+    hist = batched_states(rng, (k - 1) * c)
+    p, env = conv_case(rng, c, k, len(B_POS), hist, batch_step(B_POS, B_SLOTS), batch=True)
     got, want = run_and_reference(device, p, env, caps_of(device))
     assert nmse(got["y"], want["y"]) <= LIMIT
     np.testing.assert_array_equal(got["hist"], want["hist"].astype(np.float32))
-    untouched(got["hist"], hist, per)
+    untouched(got["hist"], hist, (k - 1) * c)
 
 
 @pytest.mark.parametrize("gpu_lanes", [0, 1])
@@ -195,40 +194,13 @@ def test_batched_gated_delta_step(device, hk, hv, dk, dv, tiled, gpu_lanes):
     """Each row one token on its slot's state (the last shape: 3 column blocks a head), the rows
     side by side (BATCH), never the chunk's blocks (caps delta_block set)."""
     rng = np.random.default_rng(hk * hv + dk + dv)
-    rows, c, per = len(B_POS), 2 * hk * dk + hv * dv, hv * dk * dv
-    p = one_op(
-        "gated_delta_step",
-        {
-            "qkv": ((rows * c,), "f32", "activation"),
-            "ga": ((rows * hv,), "f32", "activation"),
-            "gb": ((rows * hv,), "f32", "activation"),
-            "a_log": ((hv,), "f32", "weight"),
-            "dt_bias": ((hv,), "f32", "weight"),
-            "batch_step": ((rows * 8,), "u32", "step"),
-        },
-        {"o": ((rows * hv * dv,), "f32", "output"), "s": ((B_COPIES * per,), "f32", "state")},
-        n_k_heads=hk,
-        n_v_heads=hv,
-        k_dim=dk,
-        v_dim=dv,
-        rows=rows,
-        batch=True,
-        **({"v_tiled": 1} if tiled else {}),
-    )
-    s = batched_states(rng, per)
-    env = {
-        "qkv": f32(rng.standard_normal(rows * c)),
-        "ga": f32(rng.standard_normal(rows * hv) * 3),
-        "gb": f32(rng.standard_normal(rows * hv)),
-        "a_log": PackedWeight("f32", (hv,), {"data": f32(rng.uniform(-1, 1, hv))}),
-        "dt_bias": PackedWeight("f32", (hv,), {"data": f32(rng.uniform(-1, 1, hv))}),
-        "batch_step": batch_step(B_POS, B_SLOTS),
-        "s": s,
-    }
+    s = batched_states(rng, hv * dk * dv)
+    tiled = {"v_tiled": 1} if tiled else {}
+    p, env = delta_case(rng, (hk, hv, dk, dv), len(B_POS), s, batch_step(B_POS, B_SLOTS), batch=True, **tiled)
     caps = caps_of(device)
     caps = dataclasses.replace(caps, device_cpu=caps.device_cpu and not gpu_lanes, delta_block=16)
     assert gated_delta_step(p, p.ops[0], caps)[0].shader == "gated_delta_step"
     got, want = run_and_reference(device, p, env, caps)
     assert nmse(got["o"], want["o"]) <= LIMIT
     assert nmse(got["s"], want["s"]) <= LIMIT
-    untouched(got["s"], s, per)
+    untouched(got["s"], s, hv * dk * dv)
