@@ -1,7 +1,8 @@
 """Batched decode of the Qwen3.5 family (executors/batch.py over linear-attention layers: a recurrent
 state copy a slot, fusion/chunk_batch.py): every sequence gives the greedy tokens it gives alone,
-whatever joins, leaves, pads or stepped in its slot before it, in every mode, with steps sent ahead
-and with a lone sequence on the decoder's own step (solo); no prefix of a state is ever reused."""
+whatever joins, leaves, pads or stepped in its slot before it, in every mode, with a GPU's kernels,
+sampled, with steps sent ahead and with a lone sequence on the decoder's own step (solo); no prefix
+of a state is ever reused."""
 
 from __future__ import annotations
 
@@ -10,8 +11,12 @@ import pytest
 from tests.executors.test_batch import CTX, alone, batched, build, prompts
 from tests.helpers.make_models import tiny_hf_model
 from vkdecode.executors.batch import BatchDecode
+from vkdecode.executors.decoder import Decoder
+from vkdecode.lowering.calls import KernelCaps
 from vkdecode.models.loader import load_model
+from vkdecode.options import DecodeOptions
 from vkdecode.prompt_cache import KVPrefix
+from vkdecode.sampling import SamplingParams
 
 
 @pytest.fixture(scope="module", params=["qwen35", "qwen35moe", "qwen3next"])
@@ -34,6 +39,30 @@ def test_each_sequence_equals_alone(device, tiny, mode):
             assert all(b.steps[w] > 0 for w in (4, 2, 1)), b.steps
     assert got == want
     assert (b.ahead.collected > 0) == ahead
+
+
+def test_gpu_kernels_and_f16_caches_equal_alone(device, tiny):
+    """A GPU's kernel choices on any device: the delta rule's lanes a column (device_cpu off), the
+    fused attention_rows, prompt chunks in blocks (delta_block), and f16 KV caches."""
+    caps = KernelCaps.from_info(device.info, device_cpu=False, attn_rows_fused=1, delta_block=16)
+    opts = DecodeOptions(mode="fused", ctx=CTX, prefill=(8,), caps=caps, kv_dtype="f16")
+    ps, counts = prompts((5, 11, 3, 17)), [9, 2, 6, 4]
+    with Decoder.build(device, tiny.program, tiny.weights, opts) as dec:
+        want = [alone(dec, p, n) for p, n in zip(ps, counts)]
+        with BatchDecode(dec, (1, 2, 4), pipelined=True) as b:
+            assert batched(b, ps, counts) == want
+            assert any(("FUSED", "1") in it.call.defines for it in b.runners[4].items)
+
+
+@pytest.mark.parametrize("ahead", [False, True])
+def test_sampled_rows_equal_alone(device, models_dir, ahead):
+    m = load_model(tiny_hf_model("qwen35", models_dir), ctx=CTX, sampling=True)
+    ps = prompts((6, 9, 4))
+    params = [SamplingParams(0.9, 0, 1.0, 7), SamplingParams(0.0), SamplingParams(1.3, 20, 0.9, 123)]
+    with build(device, m, "fused") as dec:
+        want = [alone(dec, p, 8, q) for p, q in zip(ps, params)]
+        with BatchDecode(dec, (4,), pipelined=ahead) as b:
+            assert batched(b, ps, [8] * 3, params) == want
 
 
 @pytest.mark.parametrize("solo,ahead", [(False, False), (True, True)])
