@@ -127,3 +127,59 @@ def test_second_turn_same_tokens_fewer_steps(device, tiny_gguf, mode, kw):
     n_cached = cached[-1].stats["cached_tokens"]
     assert len(ids1) <= n_cached < len(ids2) and fresh[-1].stats["cached_tokens"] == 0
     assert steps_fresh - steps_cached == n_cached  # exactly the cached prompt steps were skipped
+
+
+class FakeCheckpoint:
+    """StateCheckpoint's bookkeeping without a device: what was saved, how often it was restored."""
+
+    def __init__(self):
+        self.ids, self.restored = [], 0
+
+    def save(self, ids):
+        self.ids = list(ids)
+
+    def restore(self):
+        self.restored += 1
+
+
+def test_a_recurrent_state_reuses_only_its_checkpoint():
+    kv, cp = KVPrefix(), FakeCheckpoint()
+    kv.rewindable, kv.checkpoint = False, cp
+    for p, t in enumerate([1, 2, 3]):
+        kv.wrote(t, p)
+    kv.save()  # the prompt [1, 2, 3] ran
+    kv.wrote(4, 3)  # then its reply
+    kv.wrote(5, 4)
+    assert cp.ids == [1, 2, 3] and cp.restored == 0
+    assert kv.reusable([1, 2, 3, 4, 5, 6]) == 3  # rows alone: the live state is past them
+    assert kv.reusable([1, 2, 3, 7]) == 3
+    assert kv.reusable([1, 2, 3]) == 0  # one token must run
+    assert kv.reusable([1, 2, 9, 7]) == 0  # a shorter common prefix: no state for it
+    kv.keep(3)
+    assert cp.restored == 1
+    kv.reset([1, 9, 3])  # another sequence's rows came back (a batch's leave)
+    assert kv.reusable([1, 2, 3, 7]) == 0
+    kv.clear()
+    assert kv.reusable([1, 2, 3, 7]) == 0
+
+
+@pytest.mark.parametrize("mode", ["fused", "unfused"])
+def test_qwen35_second_turn_restores_the_prompts_state(device, tmp_path_factory, mode):
+    """The second turn of a Qwen3.5 chat (its previous prompt, reply and a new message) runs from the
+    first prompt's checkpoint: the same tokens as from position 0, the first prompt's steps skipped;
+    a prompt that does not start with the checkpoint's runs whole and replaces it."""
+    path = tiny_hf_model("qwen35", models_dir(tmp_path_factory))
+    with vkdecode.load(str(path), device=device, mode=mode, ctx=64) as model:
+        ids1 = [5, 9, 17, 33, 200, 201]
+        r1 = [r.token for r in model.stream_generate(prompt_ids=ids1, max_tokens=5, prompt_cache=True)]
+        assert 2 not in r1  # a reply of 5 tokens: the live state went through 4 of them past ids1
+        ids2 = ids1 + r1 + [101, 6, 12]
+        cached = list(model.stream_generate(prompt_ids=ids2, max_tokens=8, prompt_cache=True))
+        steps_cached = positions_run(model)
+        other = list(model.stream_generate(prompt_ids=[7, 8, 9, 10], max_tokens=3, prompt_cache=True))
+        fresh = list(model.stream_generate(prompt_ids=ids2, max_tokens=8, prompt_cache=True))
+        steps_fresh = positions_run(model)
+    assert cached[-1].stats["cached_tokens"] == len(ids1)
+    assert other[-1].stats["cached_tokens"] == 0 and fresh[-1].stats["cached_tokens"] == 0
+    assert [r.token for r in cached] == [r.token for r in fresh]
+    assert steps_fresh - steps_cached == len(ids1)

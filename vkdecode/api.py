@@ -51,7 +51,11 @@ class Model:
             raise
         from fusion.chunk import has_recurrent_state
 
-        self.kv.rewindable = not has_recurrent_state(self.loaded.program)
+        if has_recurrent_state(self.loaded.program):
+            from vkdecode.executors.state_checkpoint import StateCheckpoint
+
+            self.kv.rewindable = False
+            self.kv.checkpoint = StateCheckpoint(self.decoder.executor)
         self.load_s = time.perf_counter() - t0
 
     @property
@@ -210,6 +214,9 @@ class Model:
         if getattr(self, "_batch", None) is not None:  # it uses the decoder's slices: first
             self._batch.close()
             self._batch = None
+        if getattr(self, "kv", None) is not None and self.kv.checkpoint is not None:
+            self.kv.checkpoint.close()  # a buffer of the decoder's device
+            self.kv.checkpoint = None
         if getattr(self, "decoder", None) is not None:
             self.decoder.close()
             self.decoder = None

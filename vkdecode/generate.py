@@ -103,6 +103,8 @@ def stream_generate(
     nxt = decoder.run_prompt(prompt_ids[start:], start, should_stop, kv.wrote if kv is not None else None)
     if nxt is None:  # should_stop() said so between two chunks or steps
         return
+    if kv is not None and reuse:
+        kv.save()  # recurrent states: the next turn's prefix (prompt_cache.py)
     ttft = time.perf_counter() - t0
     decode_start = len(executor.token_stats)
     t1 = time.perf_counter()

@@ -1,0 +1,71 @@
+"""A copy of the decode step's recurrent states (Qwen3.5's linear attention) at the end of a prompt:
+the prompt cache of a model that has them (prompt_cache.KVPrefix.checkpoint).
+
+Why a copy, not the live state: the live state holds every token that went through a step, the
+pipelined steps past a generation's stop included, and a state cannot be rewound to a shorter
+prefix. The copy holds exactly the last prompt's tokens. A chat's next turn starts with its
+previous prompt, so it restores the copy and runs only what follows (the previous reply and the new
+message), as a model with KV caches alone runs the tokens past its cached rows. One copy, the last
+prompt's: a second one would double the memory (the Qwen3.5-27B shape's states are ~150 MB) for
+chats that interleave, which a batch's slots serve instead.
+"""
+
+from __future__ import annotations
+
+
+class StateCheckpoint:
+    def __init__(self, executor):
+        from fusion.chunk import recurrent_states
+        from vkdecode.executors.plan import value_bytes
+
+        self.executor = executor
+        values = executor.program.values
+        self.names = sorted(recurrent_states(executor.program))
+        self.sizes = [value_bytes(values[n]) for n in self.names]
+        self.buffer = None  # allocated by the first save: a model never asked to cache pays nothing
+        self.ids: list[int] = []  # the tokens the saved states went through
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.sizes)
+
+    def save(self, ids) -> None:
+        """Copy the live states, which went through exactly `ids`, into the checkpoint."""
+        if self.buffer is None:
+            self.buffer = self.executor.device.buffer(self.bytes, name="recurrent state checkpoint")
+        self.ids = []  # not valid until the copy has run
+        self._copy(back=False)
+        self.ids = [int(t) for t in ids]
+
+    def restore(self) -> None:
+        """Set the live states back to the checkpoint's (self.ids)."""
+        if self.buffer is None or not self.ids:
+            raise AssertionError("no recurrent state checkpoint to restore")
+        self._copy(back=True)
+
+    def _copy(self, back: bool) -> None:
+        dev, plan = self.executor.device, self.executor.plan
+        cmd = dev.command_buffer()
+        try:
+            cmd.begin()
+            cmd.barrier()  # the steps' state writes before the copy reads them
+            at = 0
+            for name, size in zip(self.names, self.sizes, strict=True):
+                live = plan.slices[(name, "data")]
+                if back:
+                    cmd.copy(self.buffer, live.buffer, size, at, live.offset)
+                else:
+                    cmd.copy(live.buffer, self.buffer, size, live.offset, at)
+                at += size
+            cmd.barrier()  # the copy before the next step reads or writes the states
+            cmd.end()
+            dev.submit([cmd])
+        finally:
+            cmd.close()
+
+    def close(self) -> None:
+        if self.buffer is not None:
+            self.executor.device.wait_idle()
+            self.buffer.close()
+            self.buffer = None
+        self.ids = []
