@@ -196,8 +196,9 @@ def test_replay_steps_make_no_descriptor_writes_or_recordings(device, tiny):
 
 
 @pytest.mark.parametrize("ahead", [False, True])
-def test_sampled_rows_equal_alone(device, models_dir, ahead):
-    m = load_model(tiny_hf_model("qwen2", models_dir), ctx=CTX, sampling=True)
+@pytest.mark.parametrize("arch", ["qwen2", "qwen35"])  # qwen35: recurrent states (test_batch_recurrent.py)
+def test_sampled_rows_equal_alone(device, models_dir, arch, ahead):
+    m = load_model(tiny_hf_model(arch, models_dir), ctx=CTX, sampling=True)
     ps = prompts((6, 9, 4))
     params = [SamplingParams(0.9, 0, 1.0, 7), SamplingParams(0.0), SamplingParams(1.3, 20, 0.9, 123)]
     with build(device, m, "fused") as dec:

@@ -1,8 +1,8 @@
 """Batched decode of the Qwen3.5 family (executors/batch.py over linear-attention layers: a recurrent
 state copy a slot, fusion/chunk_batch.py): every sequence gives the greedy tokens it gives alone,
 whatever joins, leaves, pads or stepped in its slot before it, in every mode, with a GPU's kernels,
-sampled, with steps sent ahead and with a lone sequence on the decoder's own step (solo); no prefix
-of a state is ever reused."""
+with steps sent ahead and with a lone sequence on the decoder's own step (solo); no prefix of a
+state is ever reused. Sampled rows: test_batch.py's test_sampled_rows_equal_alone."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from vkdecode.lowering.calls import KernelCaps
 from vkdecode.models.loader import load_model
 from vkdecode.options import DecodeOptions
 from vkdecode.prompt_cache import KVPrefix
-from vkdecode.sampling import SamplingParams
 
 
 @pytest.fixture(scope="module", params=["qwen35", "qwen35moe", "qwen3next"])
@@ -52,17 +51,6 @@ def test_gpu_kernels_and_f16_caches_equal_alone(device, tiny):
         with BatchDecode(dec, (1, 2, 4), pipelined=True) as b:
             assert batched(b, ps, counts) == want
             assert any(("FUSED", "1") in it.call.defines for it in b.runners[4].items)
-
-
-@pytest.mark.parametrize("ahead", [False, True])
-def test_sampled_rows_equal_alone(device, models_dir, ahead):
-    m = load_model(tiny_hf_model("qwen35", models_dir), ctx=CTX, sampling=True)
-    ps = prompts((6, 9, 4))
-    params = [SamplingParams(0.9, 0, 1.0, 7), SamplingParams(0.0), SamplingParams(1.3, 20, 0.9, 123)]
-    with build(device, m, "fused") as dec:
-        want = [alone(dec, p, 8, q) for p, q in zip(ps, params)]
-        with BatchDecode(dec, (4,), pipelined=ahead) as b:
-            assert batched(b, ps, [8] * 3, params) == want
 
 
 @pytest.mark.parametrize("solo,ahead", [(False, False), (True, True)])
