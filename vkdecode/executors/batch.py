@@ -24,7 +24,7 @@ the slot when the next prompt begins, and a batch that drains to one copies that
 
 Recurrent states (Qwen3.5: a copy a slot) move whole with the rows; they cannot be rewound and a
 step sent ahead may carry one past its sequence, so every prompt joins from position 0 (no prefix
-reused, as KVPrefix.rewindable), where the kernels read the state as zeros.
+reused, not even the decoder's state checkpoint), where the kernels read the state as zeros.
 
 Per step the host submits and reads B token ids: 0 descriptor writes and 0 recordings (replay
 modes), and no host write while the membership stays the same (the step's advance_rows feeds every
