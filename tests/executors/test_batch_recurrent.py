@@ -12,6 +12,7 @@ from tests.executors.test_batch import CTX, alone, batched, build, prompts
 from tests.helpers.make_models import tiny_hf_model
 from vkdecode.executors.batch import BatchDecode
 from vkdecode.executors.decoder import Decoder
+from vkdecode.executors.state_checkpoint import StateCheckpoint
 from vkdecode.lowering.calls import KernelCaps
 from vkdecode.models.loader import load_model
 from vkdecode.options import DecodeOptions
@@ -105,3 +106,36 @@ def test_joins_and_leaves_over_used_slots(device, tiny, solo, ahead):
             leave("d")
     assert {n: want[n][: len(got[n])] for n in want} == got
     assert all(len(got[n]) >= 3 for n in got), got
+
+
+@pytest.mark.parametrize("solo", [False, True])
+def test_a_chats_next_turn_joins_from_the_checkpoint(device, tiny, solo):
+    """With the prompt cache's state checkpoint (executors/state_checkpoint.py), a join whose prompt
+    starts with the last joined prompt restores that prompt's states and runs only what follows,
+    while the first turn still steps (its state in its slot, or on the decoder's step: solo); a
+    prompt that does not start with it runs whole. Each gives its tokens alone."""
+    a, b_ids = prompts((9, 7), seed=8)
+    with build(device, tiny, "fused") as dec:
+        first = alone(dec, a, 6)
+        turn2 = a + first + [7, 8]
+        want = {"a": first, "turn2": alone(dec, turn2, 6), "b": alone(dec, b_ids, 6)}
+        kv = KVPrefix()
+        kv.rewindable, kv.checkpoint = False, StateCheckpoint(dec.executor)
+        try:
+            with BatchDecode(dec, (1, 2), solo=solo, pipelined=True) as bd:
+                got, slot, cached = {}, {}, {}
+                for name, ids in (("a", a), ("turn2", turn2), ("b", b_ids)):
+                    if len(slot) == 2:
+                        bd.leave(slot.pop("a"))
+                    slot[name] = bd.begin(ids, None, kv)
+                    cached[name] = bd.joining.cached
+                    while (joined := bd.advance(rows=8)) is None:
+                        pass
+                    got[name] = [joined[1]]
+                    while len(got[name]) < 6:
+                        for s, tok in bd.step().items():
+                            got[next(k for k, x in slot.items() if x == s)].append(tok)
+        finally:
+            kv.checkpoint.close()
+    assert cached == {"a": 0, "turn2": len(a), "b": 0}
+    assert {n: got[n][:6] for n in got} == want  # a and turn2 step on while the next one runs

@@ -22,9 +22,9 @@ decoder's cache (executors/solo.py): it joins without the copy into its slot, it
 the slot when the next prompt begins, and a batch that drains to one copies that one's rows back
 (the prompt cache is then that sequence's, as it is anyway once it leaves last).
 
-Recurrent states (Qwen3.5: a copy a slot) move whole with the rows; they cannot be rewound and a
-step sent ahead may carry one past its sequence, so every prompt joins from position 0 (no prefix
-reused, not even the decoder's state checkpoint), where the kernels read the state as zeros.
+Recurrent states (Qwen3.5: a copy a slot) move whole with the rows; a step sent ahead may carry one
+past its sequence, so no slot's rows are reused or copied back: a prompt joins from position 0, or
+from the last prompt's states where it starts with it (KVPrefix.checkpoint, state_checkpoint.py).
 
 Per step the host submits and reads B token ids: 0 descriptor writes and 0 recordings (replay
 modes), and no host write while the membership stays the same (the step's advance_rows feeds every
@@ -149,10 +149,10 @@ class BatchDecode:
             self.solo.to_slot()
         self.decoder.clear_stats()  # this prompt's chunks and steps only: a server joins without end
         self.decoder.executor.set_sampling(params)
-        cached = kv is not None and not self.states  # a recurrent state: from position 0 (module doc)
-        slot, held = self.cache.pick(free, ids, reuse and cached)
+        # a recurrent state: no slot's rows, only the prompt cache's checkpoint (module doc)
+        slot, held = self.cache.pick(free, ids, reuse and kv is not None and not self.states)
         self.cache.forget(slot)  # taken: its rows get overwritten
-        start = kv.reusable(ids) if cached else 0
+        start = kv.reusable(ids) if kv is not None and not (self.states and kv.rewindable) else 0
         if kv is not None:
             if held > start:  # the slot holds more of the prompt: its rows go where the pieces run
                 kv.keep(0)
@@ -179,6 +179,8 @@ class BatchDecode:
             if j.pieces:
                 return None
             self.joining = None
+            if self.kv is not None and self.kv.ids == j.ids:  # the tracker followed this prompt
+                self.kv.save()  # recurrent states: the next prompt's prefix (prompt_cache.py)
             alone = self.solo is not None and not self.rows
             if not alone:  # a solo sequence's rows stay in the decoder's cache
                 self._copy_rows(j.slot, len(j.ids))
@@ -281,29 +283,18 @@ class BatchDecode:
         way); a recurrent state whole, into or from the slot's copy."""
         from vkdecode.executors.plan import value_bytes
 
-        ex, dev = self.decoder.executor, self.decoder.executor.device
-        dst_plan = self.runners[self.slots].plan
-        cmd = dev.command_buffer()
-        try:
-            cmd.begin()
-            cmd.barrier()  # the prompt's shader writes before the copy reads them
-            for v in ex.program.values.values():
-                if v.kind != "state":
-                    continue
-                dec, bat = ex.plan.slices[(v.name, "data")], dst_plan.slices[(v.name, "data")]
-                row = value_bytes(v) // v.shape[0]
-                size, at = n * row, bat.offset + slot * self.ctx * row
-                if v.name in self.states:  # a whole state a slot
-                    size, at = value_bytes(v), bat.offset + slot * value_bytes(v)
-                if back:
-                    cmd.copy(bat.buffer, dec.buffer, size, at, dec.offset)
-                else:
-                    cmd.copy(dec.buffer, bat.buffer, size, dec.offset, at)
-            cmd.barrier()  # the copy before the next step reads the rows
-            cmd.end()
-            dev.submit([cmd])
-        finally:
-            cmd.close()
+        ex, dst_plan, copies = self.decoder.executor, self.runners[self.slots].plan, []
+        for v in (v for v in ex.program.values.values() if v.kind == "state"):
+            dec, bat = ex.plan.slices[(v.name, "data")], dst_plan.slices[(v.name, "data")]
+            row = value_bytes(v) // v.shape[0]
+            size, at = n * row, bat.offset + slot * self.ctx * row
+            if v.name in self.states:  # a whole state a slot
+                size, at = value_bytes(v), bat.offset + slot * value_bytes(v)
+            if back:
+                copies.append((bat.buffer, dec.buffer, size, at, dec.offset))
+            else:
+                copies.append((dec.buffer, bat.buffer, size, dec.offset, at))
+        ex.device.copy_regions(copies)
 
     def stats(self) -> dict[int, dict]:
         """Per width: steps run, and the host's Vulkan calls per step (mean over its steps)."""

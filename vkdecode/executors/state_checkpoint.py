@@ -44,24 +44,15 @@ class StateCheckpoint:
         self._copy(back=True)
 
     def _copy(self, back: bool) -> None:
-        dev, plan = self.executor.device, self.executor.plan
-        cmd = dev.command_buffer()
-        try:
-            cmd.begin()
-            cmd.barrier()  # the steps' state writes before the copy reads them
-            at = 0
-            for name, size in zip(self.names, self.sizes, strict=True):
-                live = plan.slices[(name, "data")]
-                if back:
-                    cmd.copy(self.buffer, live.buffer, size, at, live.offset)
-                else:
-                    cmd.copy(live.buffer, self.buffer, size, live.offset, at)
-                at += size
-            cmd.barrier()  # the copy before the next step reads or writes the states
-            cmd.end()
-            dev.submit([cmd])
-        finally:
-            cmd.close()
+        plan, copies, at = self.executor.plan, [], 0
+        for name, size in zip(self.names, self.sizes, strict=True):
+            live = plan.slices[(name, "data")]
+            if back:
+                copies.append((self.buffer, live.buffer, size, at, live.offset))
+            else:
+                copies.append((live.buffer, self.buffer, size, live.offset, at))
+            at += size
+        self.executor.device.copy_regions(copies)
 
     def close(self) -> None:
         if self.buffer is not None:

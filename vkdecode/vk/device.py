@@ -243,6 +243,22 @@ class Device:
         self._fences.extend(self._pending)
         self._pending.clear()
 
+    def copy_regions(self, copies) -> None:
+        """Device-to-device copies (src, dst, size, src_offset, dst_offset), submitted and waited
+        for, between barriers: shader writes earlier on the queue land first, and the next
+        dispatch sees the copies (a batch slot's KV rows, a recurrent state checkpoint)."""
+        cmd = self.command_buffer()
+        try:
+            cmd.begin()
+            cmd.barrier()
+            for src, dst, size, src_offset, dst_offset in copies:
+                cmd.copy(src, dst, size, src_offset, dst_offset)
+            cmd.barrier()
+            cmd.end()
+            self.submit([cmd])
+        finally:
+            cmd.close()
+
     def wait_idle(self) -> None:
         if self.handle is not None:
             self.wait()
