@@ -365,3 +365,44 @@ def _by_client(got) -> dict:
 
 def _content(r) -> str:
     return r["choices"][0]["message"]["content"]
+
+
+def test_qwen35_requests_share_steps_and_a_second_turn_resumes(device, tmp_path_factory, monkeypatch):
+    """Qwen3.5 (linear-attention layers: a recurrent state copy a slot) on --parallel 4: concurrent
+    requests answer as they do one at a time, in shared batched steps; a chat's second turn resumes
+    from its first prompt's state checkpoint (cached_tokens: that whole prompt) on either engine and
+    answers as from position 0. Its ~30 new tokens wash a wrong state out of the tiny model's
+    answer: that the restore itself counts, tests/test_prompt_cache.py shows with 4 new tokens."""
+    from tests.helpers.make_models import models_dir, tiny_hf_model
+
+    path = tiny_hf_model("qwen35", models_dir(tmp_path_factory))
+    bodies = [dict(b, max_tokens=min(b["max_tokens"], 8)) for b in BODIES[:4]]
+    turn1 = {"messages": QUESTION, "max_tokens": 6, "temperature": 0}
+
+    def turn2(first):
+        answer = first["choices"][0]["message"]["content"]
+        messages = QUESTION + [{"role": "assistant", "content": answer}, {"role": "user", "content": "Hello"}]
+        return dict(turn1, messages=messages)
+
+    with vkdecode.load(str(path), device=device, ctx=256, sampling=True) as m:
+        with serving(m) as (_, url), httpx.Client(timeout=120) as http:
+            alone = _answers(post_all(url, bodies))
+            first = http.post(url + "/v1/chat/completions", json=turn1).json()
+            resumed1 = http.post(url + "/v1/chat/completions", json=turn2(first)).json()
+            fresh = http.post(
+                url + "/v1/chat/completions", json=dict(turn2(first), cache_prompt=False)
+            ).json()
+        _record_turns(monkeypatch, step_delay_s=0.005)  # the requests overlap on any device
+        with serving(m, parallel=4) as (engine, url), httpx.Client(timeout=120) as http:
+            together = _answers(post_all(url, bodies))
+            m0 = engine.metrics()
+            first2 = http.post(url + "/v1/chat/completions", json=turn1).json()
+            resumed = http.post(url + "/v1/chat/completions", json=turn2(first2)).json()
+    assert together == alone
+    assert any(n > 0 for w, n in m0["batch_steps"].items() if w > 1)  # requests did share steps
+    assert first2["choices"] == first["choices"]
+    for r in (resumed1, resumed):  # one at a time, then batched
+        assert r["choices"][0]["message"] == fresh["choices"][0]["message"]
+        cached = r["usage"]["prompt_tokens_details"]["cached_tokens"]
+        assert cached == first["usage"]["prompt_tokens"] < r["usage"]["prompt_tokens"]
+    assert fresh["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
