@@ -42,6 +42,7 @@
 #   bash bench/gpu_session.sh final17 SHAPE:QUANT:OLD ... # prompts vs llama.cpp, defaults vs the 16th session's
 #   bash bench/gpu_session.sh prof17    # the 8B's 512-row chunk by kernel: whole model and 2 layers
 #   bash bench/gpu_session.sh unroll20 [moe|dense] # the [[unroll]] coop shaders vs bench/out/base: prompts, llama.cpp
+#   bash bench/gpu_session.sh next21    # one call: GPU tests of the delta / batched-recurrent / coop kernels, Qwen3.5, tiles, MoE prompts
 #   bash bench/gpu_session.sh dense21   # the 8B's matmuls per tile after the unroll, its prompts head vs base, llama.cpp
 #   bash bench/gpu_session.sh moe20     # delta kernels' tests + Qwen3.5 A/B, then MoE prompts default vs 64-slot tile, llama.cpp
 #   bash bench/gpu_session.sh unroll19  # coop loops over matrix arrays unrolled (patches): MoE matmul tiles, chunk attention
@@ -1206,6 +1207,37 @@ unroll20)
         rm -f "$f"
         shift 2
     done
+    ;;
+next21)
+    # everything the twentieth and twenty-first sessions left unmeasured, in one call's order of
+    # value (the device came rarely): the GPU tests of the delta kernels, their batched form
+    # (Qwen3.5 in batched steps) and the unrolled coop kernels; Qwen3.5-35B-A3B's first 8 layers
+    # head vs base (decode; the 512-row chunk by kernel, head only, row by row and in blocks of 16);
+    # the 8B's 512-row matmuls per tile; then, time left, the MoE's prompts at the 64-slot tile
+    # against its default beside llama.cpp. Carry .device/llama, bench/out/base
+    python -m pytest -q -n 8 tests/lowering/test_linear_attention.py tests/executors/test_batch_recurrent.py \
+        tests/lowering/test_coop.py -k "delta or conv or batch or moe or attention" 2>&1 | tail -2 || true
+    python -m bench.ab_commits --base-dir bench/out/base --rounds 1 --out "$OUT/ab-q35.json" \
+        "vkdecode bench --shape qwen3.5-35b-a3b --quant q4_k_m --layers 8 --modes fused --reps 3" 2>&1 | tail -2
+    for b in 0 16; do
+        python -m bench.prefill_profile --shape qwen3.5-35b-a3b --quant q4_k_m --width 512 --layers 8 --fused \
+            --reps 3 --caps delta_block=$b --out "$OUT/prof-q35-block$b.json" 2>&1 | grep -E "gated_delta|conv1d|chunk of"
+    done
+    for t in auto 2x4:4x2 2x2:4x4 2x4:4x4; do
+        caps=""
+        [ "$t" = auto ] || caps="coop_tile=$t"
+        VKDECODE_PIPELINE_STATS=1 python -m bench.matmul_rows_bench --preset llama8b --widths 512 --variants coop \
+            --reps 10 ${caps:+--caps $caps} --out "$OUT/mm8b-${t//:/_}.json" 2>&1 | grep -E "^q4_k|^q6_k|layer of" | cut -c1-200
+    done
+    [ $SECONDS -lt 240 ] || exit 0
+    llama_server
+    f=$(shape_file qwen3-30b-a3b q4_k_m)
+    python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 --decode 16 --reps 3 \
+        --out "$OUT/llama-moe.json" | grep prompt
+    grep -h "offloaded" "$OUT/llama-moe.json.log" | tail -1 || true
+    prompt_ttft "$f" "$OUT/moe-default.json"
+    prompt_ttft "$f" "$OUT/moe-t64.json" moe_tile=64,coop_tile=2x2:2x2
+    rm -f "$f"
     ;;
 dense21)
     # after the [[unroll]] (da31b0c): the 8B's 512-row matmuls per tensor-core tile (the 16-accumulator
