@@ -160,6 +160,30 @@ ab_pair() {   # ab_pair SHAPE QUANT ROUNDS CAPS_A CAPS_B: the shape's file (shap
     done
 }
 
+moe_tile_prompts() {   # the MoE shape's 512- / 2,000-token prompts: llama.cpp, then vkdecode at its
+    # default expert tile and at the 64-slot 2x2:2x2 one (9% faster at the kernel: 2026-12-07-unroll20)
+    llama_server
+    local f
+    f=$(shape_file qwen3-30b-a3b q4_k_m)
+    python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 --decode 16 --reps 3 \
+        --out "$OUT/llama-moe.json" | grep prompt
+    grep -h "offloaded" "$OUT/llama-moe.json.log" | tail -1 || true
+    prompt_ttft "$f" "$OUT/moe-default.json"
+    prompt_ttft "$f" "$OUT/moe-t64.json" moe_tile=64,coop_tile=2x2:2x2
+    rm -f "$f"
+}
+
+tiles8b() {   # tiles8b TILE..: the 8B's 512-row matmuls on each tensor-core tile ("auto": coop.py's
+    # choice), registers and local memory beside them (VKDECODE_PIPELINE_STATS)
+    local t caps
+    for t in "$@"; do
+        caps=""
+        [ "$t" = auto ] || caps="coop_tile=$t"
+        VKDECODE_PIPELINE_STATS=1 python -m bench.matmul_rows_bench --preset llama8b --widths 512 --variants coop \
+            --reps 10 ${caps:+--caps $caps} --out "$OUT/mm8b-${t//:/_}.json" 2>&1 | grep -E "^q4_k|^q6_k|layer of" | cut -c1-200
+    done
+}
+
 case "${1:-}" in
 moeprefill)
     # MoE prompts: the grouped expert matmuls' tests, the 512- and 2,000-token prompt of the
@@ -1223,32 +1247,15 @@ next21)
         python -m bench.prefill_profile --shape qwen3.5-35b-a3b --quant q4_k_m --width 512 --layers 8 --fused \
             --reps 3 --caps delta_block=$b --out "$OUT/prof-q35-block$b.json" 2>&1 | grep -E "gated_delta|conv1d|chunk of"
     done
-    for t in auto 2x4:4x2 2x2:4x4 2x4:4x4; do
-        caps=""
-        [ "$t" = auto ] || caps="coop_tile=$t"
-        VKDECODE_PIPELINE_STATS=1 python -m bench.matmul_rows_bench --preset llama8b --widths 512 --variants coop \
-            --reps 10 ${caps:+--caps $caps} --out "$OUT/mm8b-${t//:/_}.json" 2>&1 | grep -E "^q4_k|^q6_k|layer of" | cut -c1-200
-    done
+    tiles8b auto 2x4:4x2 2x2:4x4 2x4:4x4
     [ $SECONDS -lt 240 ] || exit 0
-    llama_server
-    f=$(shape_file qwen3-30b-a3b q4_k_m)
-    python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 --decode 16 --reps 3 \
-        --out "$OUT/llama-moe.json" | grep prompt
-    grep -h "offloaded" "$OUT/llama-moe.json.log" | tail -1 || true
-    prompt_ttft "$f" "$OUT/moe-default.json"
-    prompt_ttft "$f" "$OUT/moe-t64.json" moe_tile=64,coop_tile=2x2:2x2
-    rm -f "$f"
+    moe_tile_prompts
     ;;
 dense21)
     # after the [[unroll]] (da31b0c): the 8B's 512-row matmuls per tensor-core tile (the 16-accumulator
     # tiles lost while their sums sat in local memory: 2026-11-27-coop-tiles), then its prompts head
     # vs bench/out/base (one round) beside llama.cpp, then every matmul forced on two 128 x 128 tiles
-    for t in auto 2x4:4x2 2x2:4x4 4x2:2x4 2x4:4x4 4x2:4x4; do
-        caps=""
-        [ "$t" = auto ] || caps="coop_tile=$t"
-        VKDECODE_PIPELINE_STATS=1 python -m bench.matmul_rows_bench --preset llama8b --widths 512 --variants coop \
-            --reps 10 ${caps:+--caps $caps} --out "$OUT/mm8b-${t//:/_}.json" 2>&1 | grep -E "^q4_k|^q6_k|layer of" | cut -c1-200
-    done
+    tiles8b auto 2x4:4x2 2x2:4x4 4x2:2x4 2x4:4x4 4x2:4x4
     llama_server
     f=$(shape_file llama3.1-8b q4_k_m)
     python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 8000 --ctx 8192 --decode 16 \
@@ -1280,14 +1287,7 @@ moe20)
             --reps 3 --caps delta_block=$b --out "$OUT/prof-q35-block$b.json" 2>&1 | grep -E "gated_delta|chunk of"
     done
     [ $SECONDS -lt 200 ] || exit 0
-    llama_server
-    f=$(shape_file qwen3-30b-a3b q4_k_m)
-    python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 --decode 16 --reps 3 \
-        --out "$OUT/llama-moe.json" | grep prompt
-    grep -h "offloaded" "$OUT/llama-moe.json.log" | tail -1 || true
-    prompt_ttft "$f" "$OUT/moe-default.json"
-    prompt_ttft "$f" "$OUT/moe-t64.json" moe_tile=64,coop_tile=2x2:2x2
-    rm -f "$f"
+    moe_tile_prompts
     ;;
 prof17)
     # the 8B's 512-row chunk by kernel, on the whole model (bench.shape_gguf's file) and on its
