@@ -30,10 +30,17 @@ class StateCheckpoint:
         return sum(self.sizes)
 
     def save(self, ids) -> None:
-        """Copy the live states, which went through exactly `ids`, into the checkpoint."""
-        if self.buffer is None:
-            self.buffer = self.executor.device.buffer(self.bytes, name="recurrent state checkpoint")
+        """Copy the live states, which went through exactly `ids`, into the checkpoint. Where the
+        device has no room for the copy, nothing is kept: the next prompts run whole, as without
+        the prompt cache, rather than the generation failing after its prompt ran."""
+        from vkdecode.errors import DeviceMemoryError
+
         self.ids = []  # not valid until the copy has run
+        if self.buffer is None:
+            try:
+                self.buffer = self.executor.device.buffer(self.bytes, name="recurrent state checkpoint")
+            except DeviceMemoryError:
+                return
         self._copy(back=False)
         self.ids = [int(t) for t in ids]
 
