@@ -35,7 +35,8 @@ TOKENS = "chunk_tokens"
 # ops that carry a recurrent state from one position to the next (Qwen3.5's linear attention): a
 # prompt chunk runs their rows in order (rows = T, like the row kinds), and keeps them for the state
 # they write as it keeps kv_write for its caches; a batched step gives each slot a copy of the state
-# (fusion/chunk_batch.py); a verify step would need a state to rewind, which does not exist
+# (fusion/chunk_batch.py); a verify step runs them like a prompt chunk, and the speculative executor
+# sets the states back where drafts were rejected (executors/speculative.py)
 RECURRENT_KINDS = {"conv1d_step", "gated_delta_step"}
 
 
@@ -63,8 +64,6 @@ def chunk_program(decode: Program, rows: int, tail: str = "kv") -> Program:
         raise ChunkError(f"chunk width must be >= 1, not {rows}")
     if tail not in ("kv", "all"):
         raise ChunkError(f"tail must be 'kv' or 'all', not {tail!r}")
-    if tail == "all" and has_recurrent_state(decode):
-        raise ChunkError("linear-attention layers (recurrent state) have no verify-step form")
     ops = _live_ops(decode, tail)
     p = Program(f"{decode.name}_chunk{rows}_{tail}")
     p.meta.update(decode.meta, chunk_rows=rows, chunk_tail=tail)

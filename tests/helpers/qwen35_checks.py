@@ -1,15 +1,13 @@
 """The checks Qwen3.5's text models share (tests/models/test_qwen35.py, dense, and
 test_qwen35_moe.py): prompt chunks against the token path, the user's path against transformers'
-greedy generate (alone and batched), the path refused for a recurrent state, a tiny multimodal
+greedy generate (alone and batched), speculative decode against plain decode, a tiny multimodal
 checkpoint."""
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from tests.helpers.make_models import write_tiny_tokenizer
-from vkdecode.errors import UsageError
 from vkdecode.executors import make_executor
 from vkdecode.executors.decoder import Decoder
 from vkdecode.lowering.calls import KernelCaps
@@ -91,13 +89,44 @@ def check_prompt_chunks(device, m, mode: str) -> None:
         assert [nxt] + list(dec.executor.decode(nxt, len(toks), 8)) == after
 
 
-def check_recurrent_paths_refused(device, m) -> None:
-    """The verify step would have to rewind the state past rejected drafts."""
-    with (
-        Decoder(make_executor("fused", device, m.program, m.weights)) as dec,
-        pytest.raises(UsageError, match="speculative"),
-    ):
-        dec.set_speculative(4)
+class OracleDrafts:
+    """PromptLookup's interface, drafting the plain decode's next K tokens (`truth`: the prompt and
+    its plain tokens), wrong from row (turn mod K + 1) on: every count of accepted drafts, 0..K,
+    in turn (the tiny random models never repeat themselves enough for prompt lookup)."""
+
+    def __init__(self, truth: list[int], k: int):
+        self.truth, self.k, self.tokens, self.turn = truth, k, [], 0
+
+    def extend(self, toks) -> None:
+        self.tokens.extend(int(t) for t in toks)
+
+    def draft(self) -> list[int]:
+        i, bad = len(self.tokens), self.turn % (self.k + 1)
+        self.turn += 1
+        nxt = self.truth[i : i + self.k]
+        return [t if j < bad else (t + 1) % 290 for j, t in enumerate(nxt)] if len(nxt) == self.k else []
+
+
+def check_speculative_equals_plain(device, m) -> None:
+    """Speculative decode: a verify step's rejected rows are taken back out of the recurrent states
+    (a copy before it, its accepted rows run again), so greedy output is plain decode's token for
+    token, whether a verify step accepts no draft, some, or all."""
+    from unittest import mock
+
+    from tests.executors.test_speculative import plain_tokens, spec_tokens
+
+    k, prompt = 4, [int(t) for t in np.random.default_rng(7).integers(3, 290, 12)]
+    for mode in ("fused", "unfused"):
+        with Decoder(make_executor(mode, device, m.program, m.weights)) as dec:
+            dec.set_prefill((8,))
+            plain = plain_tokens(dec, prompt, 40)
+            dec.set_speculative(k, always_verify=True)
+            drafts = "vkdecode.executors.speculative.PromptLookup"
+            with mock.patch(drafts, lambda k, truth=prompt + plain: OracleDrafts(truth, k)):
+                spec = spec_tokens(dec, prompt, 40)
+            st = dec.speculative.stats
+        assert spec == plain, mode
+        assert st.verify_steps >= 8 and 0 < st.accepted < st.drafted, st.as_dict()
 
 
 def multimodal_model(path, config_cls: str, model_cls: str, text: dict):

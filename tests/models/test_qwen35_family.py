@@ -1,7 +1,7 @@
 """What every Qwen3.5-family model (linear attention with recurrent state: qwen35.py, qwen35moe.py,
 qwen3next.py) must do, on each one's tiny random model: every decode mode token for token with the
 reference, the user's path equal to transformers' generate, prompt chunks equal to the token path,
-and the path that would have to rewind a recurrent state (speculative decode) refused. Each
+and speculative decode (whose verify step must be taken back out of the states) equal to plain. Each
 model's own checks (config, weights, logits against transformers) stay in its test file.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.make_models import tiny_hf_model
-from tests.helpers.qwen35_checks import check_prompt_chunks, check_recurrent_paths_refused, check_user_path
+from tests.helpers.qwen35_checks import check_prompt_chunks, check_speculative_equals_plain, check_user_path
 from tests.helpers.reference_run import greedy_against_reference
 from vkdecode.executors import make_executor
 from vkdecode.models.loader import load_model
@@ -42,5 +42,5 @@ def test_prompt_chunks_equal_the_token_path(device, tiny, mode):
     check_prompt_chunks(device, tiny[1], mode)
 
 
-def test_recurrent_paths_refused(device, tiny):
-    check_recurrent_paths_refused(device, tiny[1])
+def test_speculative_equals_plain_decode(device, tiny):
+    check_speculative_equals_plain(device, tiny[1])

@@ -7,7 +7,9 @@ the step emits g_0..g_n (n accepted drafts + the token that follows them), so gr
 the plain decode's token for token up to the rounding of another summation order, which matters
 only where two logits are that close (seen once: SmolLM2, 24.7971 vs 24.7958, README). KV rows of rejected drafts (pos+n+1 ..
 pos+K) stay in the cache but are never read: the next step starts at pos+n+1 and overwrites them,
-and attention reads only rows up to each query's own position.
+and attention reads only rows up to each query's own position. Recurrent states (Qwen3.5) are not
+rows: they are copied before each verify step and, where it did not accept every row, set back and
+run through the accepted rows again (_rerun).
 
 Drafts come from prompt lookup (no second model): the longest of the last 3, 2 tokens that
 occurred earlier in the prompt or the generated text proposes the K tokens that followed its most
@@ -149,17 +151,18 @@ class Speculative:
     def __init__(self, decode_ex, k: int, always_verify: bool = False, prefill=None, no_draft_burst: int = 0):
         from fusion.chunk import chunk_program, has_recurrent_state
         from vkdecode.executors.prefill import chunk_executor
+        from vkdecode.executors.state_checkpoint import StateCheckpoint
 
         if k < 1:
             raise UsageError(f"--speculative takes K >= 1 draft tokens, not {k}")
         if decode_ex.samples:
             raise UsageError("speculative decoding is greedy only: load without sampling (temp 0)")
-        if has_recurrent_state(decode_ex.program):
-            raise UsageError(
-                "speculative decoding is not built for linear-attention layers (Qwen3.5): a rejected "
-                "draft would stay in their recurrent state"
-            )
         self.decode_ex, self.k = decode_ex, k
+        # recurrent states (Qwen3.5): a verify step's rejected rows stay in them, so they are copied
+        # before each verify step and set back after one that did not accept every row (_verify)
+        self.states = StateCheckpoint(decode_ex) if has_recurrent_state(decode_ex.program) else None
+        if self.states is not None:
+            self.states.reserve()  # here, or a verify step could not be undone
         # the widest prompt chunk's activations (prefill: executors.prefill.Prefill) are big enough
         share = [decode_ex.plan] + (
             [next(iter(prefill.runners.values())).plan] if prefill is not None and prefill.runners else []
@@ -227,13 +230,29 @@ class Speculative:
         self.stats.drafted += len(drafts)
         rows = [token] + drafts + [drafts[-1]] * (k - len(drafts))  # padding: never accepted
         ids.buffer.write_u32(ids.offset // 4, rows)
+        if self.states is not None:
+            self.states.save(rows[:1])  # the states before `token`
         self.verify.step(token, pos)
         g = [int(x) for x in out.read_array("uint32", k + 1)]
         n = 0
         while n < len(drafts) and drafts[n] == g[n]:
             n += 1
         self.stats.accepted += n
+        if self.states is not None and n < k:  # rows past the accepted ones went into the states
+            self._rerun(rows[: n + 1], pos)
         return g[: n + 1]
 
+    def _rerun(self, rows: list[int], pos: int) -> None:
+        """The recurrent states set back to before the verify step, then through its accepted rows
+        again: decode steps (their KV rows rewritten with the same values, their tokens dropped).
+        The policy times the verify step with this, so where it does not pay drafts are declined."""
+        ex, kept = self.decode_ex, len(self.decode_ex.token_stats)
+        self.states.restore()
+        for i, t in enumerate(rows):
+            ex.step(t, pos + i)
+        del ex.token_stats[kept:]  # the run's per-token stats count emitted tokens only
+
     def close(self) -> None:
+        if self.states is not None:
+            self.states.close()
         self.verify.close()

@@ -36,13 +36,17 @@ class StateCheckpoint:
         from vkdecode.errors import DeviceMemoryError
 
         self.ids = []  # not valid until the copy has run
-        if self.buffer is None:
-            try:
-                self.buffer = self.executor.device.buffer(self.bytes, name="recurrent state checkpoint")
-            except DeviceMemoryError:
-                return
+        try:
+            self.reserve()
+        except DeviceMemoryError:
+            return
         self._copy(back=False)
         self.ids = [int(t) for t in ids]
+
+    def reserve(self) -> None:
+        """Allocate the copy's device memory now (DeviceMemoryError where it does not fit)."""
+        if self.buffer is None:
+            self.buffer = self.executor.device.buffer(self.bytes, name="recurrent state checkpoint")
 
     def restore(self) -> None:
         """Set the live states back to the checkpoint's (self.ids)."""
