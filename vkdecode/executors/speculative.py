@@ -231,7 +231,7 @@ class Speculative:
         rows = [token] + drafts + [drafts[-1]] * (k - len(drafts))  # padding: never accepted
         ids.buffer.write_u32(ids.offset // 4, rows)
         if self.states is not None:
-            self.states.save(rows[:1])  # the states before `token`
+            self.states.save([])  # the states before `token`
         self.verify.step(token, pos)
         g = [int(x) for x in out.read_array("uint32", k + 1)]
         n = 0

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 
 class StateCheckpoint:
+    """One device copy of an executor's recurrent states: save() copies the live ones in, restore()
+    sets them back. ids: the tokens the copy went through (the prompt cache's check; speculative
+    decode, which copies before each verify step, leaves them empty)."""
+
     def __init__(self, executor):
         from fusion.chunk import recurrent_states
         from vkdecode.executors.plan import value_bytes
@@ -24,6 +28,7 @@ class StateCheckpoint:
         self.sizes = [value_bytes(values[n]) for n in self.names]
         self.buffer = None  # allocated by the first save: a model never asked to cache pays nothing
         self.ids: list[int] = []  # the tokens the saved states went through
+        self.saved = False  # the copy holds states (a restore has something to set back)
 
     @property
     def bytes(self) -> int:
@@ -35,13 +40,13 @@ class StateCheckpoint:
         the prompt cache, rather than the generation failing after its prompt ran."""
         from vkdecode.errors import DeviceMemoryError
 
-        self.ids = []  # not valid until the copy has run
+        self.ids, self.saved = [], False  # not valid until the copy has run
         try:
             self.reserve()
         except DeviceMemoryError:
             return
         self._copy(back=False)
-        self.ids = [int(t) for t in ids]
+        self.ids, self.saved = [int(t) for t in ids], True
 
     def reserve(self) -> None:
         """Allocate the copy's device memory now (DeviceMemoryError where it does not fit)."""
@@ -49,8 +54,8 @@ class StateCheckpoint:
             self.buffer = self.executor.device.buffer(self.bytes, name="recurrent state checkpoint")
 
     def restore(self) -> None:
-        """Set the live states back to the checkpoint's (self.ids)."""
-        if self.buffer is None or not self.ids:
+        """Set the live states back to the checkpoint's."""
+        if not self.saved:
             raise AssertionError("no recurrent state checkpoint to restore")
         self._copy(back=True)
 
@@ -70,4 +75,4 @@ class StateCheckpoint:
             self.executor.device.wait_idle()
             self.buffer.close()
             self.buffer = None
-        self.ids = []
+        self.ids, self.saved = [], False
