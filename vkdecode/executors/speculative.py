@@ -157,7 +157,7 @@ class Speculative:
             raise UsageError(f"--speculative takes K >= 1 draft tokens, not {k}")
         if decode_ex.samples:
             raise UsageError("speculative decoding is greedy only: load without sampling (temp 0)")
-        self.decode_ex, self.k = decode_ex, k
+        self.decode_ex, self.k, self.prefill = decode_ex, k, prefill
         # recurrent states (Qwen3.5): a verify step's rejected rows stay in them, so they are copied
         # before each verify step and set back after one that did not accept every row (_verify)
         self.states = StateCheckpoint(decode_ex) if has_recurrent_state(decode_ex.program) else None
@@ -244,13 +244,20 @@ class Speculative:
 
     def _rerun(self, rows: list[int], pos: int) -> None:
         """The recurrent states set back to before the verify step, then through its accepted rows
-        again: decode steps (their KV rows rewritten with the same values, their tokens dropped).
-        The policy times the verify step with this, so where it does not pay drafts are declined."""
-        ex, kept = self.decode_ex, len(self.decode_ex.token_stats)
+        again: prompt chunks where the prompt's plan takes them, else decode steps (their KV rows
+        rewritten with the same values, their tokens dropped). The policy times the verify step
+        with this, so where it does not pay drafts are declined."""
+        ex, pre = self.decode_ex, self.prefill
+        kept, chunks, done = len(ex.token_stats), len(pre.chunks) if pre is not None else 0, 0
         self.states.restore()
-        for i, t in enumerate(rows):
-            ex.step(t, pos + i)
-        del ex.token_stats[kept:]  # the run's per-token stats count emitted tokens only
+        for w, n in pre.plan(len(rows), pos) if pre is not None else ():
+            pre.run_chunk(w, rows[done : done + n], pos + done)
+            done += n
+        for i in range(done, len(rows)):
+            ex.step(rows[i], pos + i)
+        del ex.token_stats[kept:]  # the run's stats count emitted tokens and prompt chunks only
+        if pre is not None:
+            del pre.chunks[chunks:]
 
     def close(self) -> None:
         if self.states is not None:
