@@ -248,11 +248,9 @@ class Speculative:
         rewritten with the same values, their tokens dropped). The policy times the verify step
         with this, so where it does not pay drafts are declined."""
         ex, pre = self.decode_ex, self.prefill
-        kept, chunks, done = len(ex.token_stats), len(pre.chunks) if pre is not None else 0, 0
+        kept, chunks = len(ex.token_stats), len(pre.chunks) if pre is not None else 0
         self.states.restore()
-        for w, n in pre.plan(len(rows), pos) if pre is not None else ():
-            pre.run_chunk(w, rows[done : done + n], pos + done)
-            done += n
+        done = pre.run(rows, pos) if pre is not None else 0
         for i in range(done, len(rows)):
             ex.step(rows[i], pos + i)
         del ex.token_stats[kept:]  # the run's stats count emitted tokens and prompt chunks only
