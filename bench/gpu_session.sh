@@ -43,6 +43,7 @@
 #   bash bench/gpu_session.sh prof17    # the 8B's 512-row chunk by kernel: whole model and 2 layers
 #   bash bench/gpu_session.sh unroll20 [moe|dense] # the [[unroll]] coop shaders vs bench/out/base: prompts, llama.cpp
 #   bash bench/gpu_session.sh next21    # one call: GPU tests of the delta / batched-recurrent / coop kernels, Qwen3.5, tiles, MoE prompts
+#   bash bench/gpu_session.sh q35llama  # Qwen3.5: conv rows over lanes, delta blocks; the 35B-A3B shape head vs base, llama.cpp
 #   bash bench/gpu_session.sh dense21   # the 8B's matmuls per tile after the unroll, its prompts head vs base, llama.cpp
 #   bash bench/gpu_session.sh moe20     # delta kernels' tests + Qwen3.5 A/B, then MoE prompts default vs 64-slot tile, llama.cpp
 #   bash bench/gpu_session.sh unroll19  # coop loops over matrix arrays unrolled (patches): MoE matmul tiles, chunk attention
@@ -1250,6 +1251,27 @@ next21)
     tiles8b auto 2x4:4x2 2x2:4x4 2x4:4x4
     [ $SECONDS -lt 240 ] || exit 0
     moe_tile_prompts
+    ;;
+q35llama)
+    # the twenty-second session: conv1d_step's chunk rows over 8 lanes a channel and the delta rule in
+    # blocks by default on a GPU: their GPU tests, the 8-layer chunk by kernel per block size; then
+    # the whole Qwen3.5-35B-A3B shape: prompts head (default, row by row) vs bench/out/base, decode,
+    # and llama.cpp on the same file last (its qwen35moe, if it loads ours). Carry .device/llama, bench/out/base
+    python -m pytest -q -n 8 tests/lowering/test_linear_attention.py tests/executors/test_batch_recurrent.py 2>&1 | tail -2 || true
+    for b in -1 16 32; do
+        python -m bench.prefill_profile --shape qwen3.5-35b-a3b --quant q4_k_m --width 512 --layers 8 --fused \
+            --reps 3 --caps delta_block=$b --out "$OUT/prof-q35-block$b.json" 2>&1 | grep -E "gated_delta|conv1d|chunk of"
+    done
+    f=$(shape_file qwen3.5-35b-a3b q4_k_m)
+    prompt_ttft "$f" "$OUT/q35-head.json"
+    prompt_ttft "$f" "$OUT/q35-head-rowwise.json" delta_block=-1
+    (cd bench/out/base && prompt_ttft "$f" "$OUT/q35-base.json")
+    vkdecode bench --model "$f" --modes fused --reps 3 --json "$OUT/q35-decode.json" 2>&1 | grep -E "fused" | tail -2
+    llama_server
+    timeout 150 python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 --decode 64 \
+        --reps 3 --out "$OUT/llama-q35.json" | grep -E "prompt|decode" || true
+    grep -h "offloaded" "$OUT/llama-q35.json.log" | tail -1 || true
+    rm -f "$f"
     ;;
 dense21)
     # after the [[unroll]] (da31b0c): the 8B's 512-row matmuls per tensor-core tile (the 16-accumulator

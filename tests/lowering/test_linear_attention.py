@@ -19,7 +19,15 @@ def f32(a) -> np.ndarray:
     return np.asarray(a, np.float32)
 
 
-CONV_CASES = [(40, 4, 0, 1), (40, 4, 1, 1), (300, 4, 9, 1), (33, 3, 5, 1), (40, 4, 2, 5), (24, 4, 0, 2)]
+CONV_CASES = [
+    (40, 4, 0, 1),
+    (40, 4, 1, 1),
+    (300, 4, 9, 1),
+    (33, 3, 5, 1),
+    (40, 4, 2, 5),
+    (24, 4, 0, 2),
+    (72, 4, 7, 37),  # more rows than a GPU's 8 lanes a channel, not a multiple; a part-filled group
+]
 
 
 def conv_case(rng, c: int, k: int, rows: int, state, steps, **attrs):
@@ -47,15 +55,19 @@ def conv_case(rng, c: int, k: int, rows: int, state, steps, **attrs):
     return p, env
 
 
+@pytest.mark.parametrize("gpu_lanes", [False, True], ids=["own-caps", "gpu-lanes"])
 @pytest.mark.parametrize("c,k,pos,rows", CONV_CASES)
-def test_conv1d_step(device, c, k, pos, rows):
-    """rows > 1: a prompt chunk's rows in order (fewer rows than the history: 2 of 3 kept)."""
+def test_conv1d_step(device, c, k, pos, rows, gpu_lanes):
+    """rows > 1: a prompt chunk's rows (fewer rows than the history: 2 of 3 kept); gpu_lanes: split
+    over a channel's lanes as on a GPU (lavapipe's own caps walk them in order, a lane a channel)."""
     rng = np.random.default_rng(c + k + pos + rows)
     hist = rng.standard_normal((k - 1) * c)
     if pos == 0:
         hist[:] = np.nan  # nothing before position 0 is read
     p, env = conv_case(rng, c, k, rows, hist, step(0, pos))
-    got, want = run_and_reference(device, p, env, caps_of(device))
+    caps = caps_of(device)
+    caps = dataclasses.replace(caps, device_cpu=caps.device_cpu and not gpu_lanes)
+    got, want = run_and_reference(device, p, env, caps)
     assert nmse(got["y"], want["y"]) <= LIMIT
     # the newest inputs over the oldest ones, the rest kept
     np.testing.assert_array_equal(got["hist"], want["hist"].astype(np.float32))
@@ -120,8 +132,8 @@ def test_gated_delta_step(device, hk, hv, dk, dv, pos, rows, tiled, gpu_lanes, r
     """rows > 1: a prompt chunk's rows in order, the state carried from row to row. tiled: the V
     heads in llama.cpp's GGUF order (V head h reads key head h % hk). gpu_lanes: the GPU's launch
     (several lanes a state column, their sums through shared memory) on any device, lavapipe's
-    one lane a column included. rowwise: a chunk's rows one by one (the default), else in blocks of
-    16 (caps delta_block=16, gated_delta_chunk.comp)."""
+    one lane a column included. rowwise: a chunk's rows one by one (caps delta_block < 0, a CPU's
+    default), else in blocks of 16 (a GPU's default, gated_delta_chunk.comp)."""
     rng = np.random.default_rng(hk * hv + dk + dv + pos + rows)
     s = rng.standard_normal(hv * dk * dv) * 0.3
     if pos == 0:
@@ -129,7 +141,7 @@ def test_gated_delta_step(device, hk, hv, dk, dv, pos, rows, tiled, gpu_lanes, r
     p, env = delta_case(rng, (hk, hv, dk, dv), rows, s, step(0, pos), **({"v_tiled": 1} if tiled else {}))
     caps = caps_of(device)
     caps = dataclasses.replace(
-        caps, device_cpu=caps.device_cpu and not gpu_lanes, delta_block=0 if rowwise else 16
+        caps, device_cpu=caps.device_cpu and not gpu_lanes, delta_block=-1 if rowwise else 16
     )
     got, want = run_and_reference(device, p, env, caps)
     assert nmse(got["o"], want["o"]) <= LIMIT
@@ -157,6 +169,17 @@ def test_delta_block_must_be_a_power_of_two(device):
     caps = dataclasses.replace(caps_of(device), delta_block=12)
     with pytest.raises(ValueError, match="delta_block 12: a power of two"):
         gated_delta_step(p, p.ops[0], caps)
+
+
+def test_delta_block_default_by_device(device):
+    """caps delta_block 0: a GPU's chunks in blocks (DELTA_BLOCK_GPU rows), a CPU's row by row; a
+    chunk narrower than the block takes the power of two that holds it."""
+    caps = caps_of(device)
+    p, _ = delta_case(np.random.default_rng(0), (1, 2, 16, 16), 5, np.zeros(2 * 16 * 16), step(0, 0))
+    gpu = gated_delta_step(p, p.ops[0], dataclasses.replace(caps, device_cpu=False, delta_block=0))
+    cpu = gated_delta_step(p, p.ops[0], dataclasses.replace(caps, device_cpu=True, delta_block=0))
+    assert [c.shader for c in gpu] == ["gated_delta_chunk"] and gpu[0].spec[-1] == 8
+    assert [c.shader for c in cpu] == ["gated_delta_step"]
 
 
 # A batched step (fusion/chunk_batch.py): rows at their own positions and slots, not in slot order;

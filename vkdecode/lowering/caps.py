@@ -108,7 +108,7 @@ class KernelCaps:
         0  # slots per tile of a grouped expert matmul, a power of two 4..128 (0: lowering/moe.py chooses)
     )
     delta_block: int = 0  # > 0: Qwen3.5 prompt chunks' gated_delta_step in blocks of this many rows
-    # (gated_delta_chunk.comp; 0: row by row, lowering/linear_attention.py says why)
+    # (gated_delta_chunk.comp; < 0: row by row; 0: lowering/linear_attention.py chooses and says why)
     head_blocks: int = 0  # row blocks per lm_head + argmax workgroup (0: matvec.ARGMAX_PARTIALS pairs)
     head_ops: bool = (
         False  # the final norm + lm_head + argmax region runs its ops' kernels, not the fused one

@@ -17,28 +17,43 @@ from vkdecode.lowering.calls import (
 )
 from vkdecode.lowering.rows import batch_defines
 
+# Lanes a channel splits a prompt chunk's rows over in conv1d_step, on a GPU (a CPU walks them in
+# order, a lane a channel): 8 lanes x 32 channels a workgroup. One lane a channel left the H100 64
+# workgroups at Qwen3.5-35B-A3B's 8,192 channels, 350 us a layer for a 512-row chunk
+# (bench/results/nvidia-h100-80gb-hbm3/2026-12-07-next21)
+CONV_ROW_LANES = 8
+
 
 def conv1d_step(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     x, w, step = op.inputs
     y, hist = op.outputs
-    rows = int(op.attrs.get("rows", 1))  # a prompt chunk's rows, run in order by each invocation
+    rows = int(op.attrs.get("rows", 1))  # a prompt chunk's rows, or a batched step's sequences
     c = p.values[x].numel // rows
-    wg = wg_size(caps, c, cap=128)
     b = (Binding(x), Binding(w), Binding(step), Binding(y), Binding(hist))
-    spec = (wg, c, int(op.attrs["kernel"]), rows)
-    n = rows * c if op.attrs.get("batch") else c  # batched: an invocation per row and channel
-    groups = flat_groups(-(-n // wg))
-    return [KernelCall("conv1d_step", spec, b, (3, 4), groups, label=y, defines=batch_defines(op))]
+    if op.attrs.get("batch"):  # an invocation per row and channel
+        lanes, wg = 1, wg_size(caps, rows * c, cap=128)
+        groups = -(-(rows * c) // wg)
+    else:
+        lanes = 1 if caps.device_cpu else min(CONV_ROW_LANES, pow2_at_least(rows))
+        wg = wg_size(caps, c * lanes, cap=128 * lanes)
+        lanes = min(lanes, wg)
+        groups = -(-c // (wg // lanes))
+    spec = (wg, c, int(op.attrs["kernel"]), rows, lanes)
+    return [
+        KernelCall("conv1d_step", spec, b, (3, 4), flat_groups(groups), label=y, defines=batch_defines(op))
+    ]
 
 
 # State columns a gated_delta_step workgroup holds in shared memory (DK floats each) at most: a
 # head's 128 in 4 workgroups at Qwen3.5's widths, so its 16-64 heads fill more than 16-64 SMs
 DELTA_COLS = 32
-# A prompt chunk's rows in blocks (gated_delta_chunk.comp, caps delta_block rows a block): opt-in.
-# lavapipe, a 64-row chunk of the Qwen3.5-27B shape's first 2 layers, two runs each: 838-903 ms in
-# blocks of 16 against 502-569 row by row (bench/results/llvmpipe/2026-12-07-delta-columns): on a
-# CPU the pair products, redone by each column block, cost more than the rows' barriers they save.
-# Not timed on a GPU yet, where the rows' barriers and loads are what a chunk waits on.
+# A prompt chunk's rows in blocks (gated_delta_chunk.comp) on a GPU: blocks of 16 took the delta rule
+# of a 512-row chunk of the Qwen3.5-35B-A3B shape's first 8 layers from 7.28 to 5.90 ms on an H100
+# (bench/results/nvidia-h100-80gb-hbm3/2026-12-07-next21). Row by row on a CPU: lavapipe, a 64-row
+# chunk of the Qwen3.5-27B shape's first 2 layers, 838-903 ms in blocks of 16 against 502-569 row by
+# row (bench/results/llvmpipe/2026-12-07-delta-columns): there the pair products, redone by each
+# column block, cost more than the rows' barriers they save.
+DELTA_BLOCK_GPU = 16
 DELTA_BLOCK_MAX = 64
 
 
@@ -63,10 +78,11 @@ def gated_delta_step(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
     hk, hv, dk, dv = (int(a[n]) for n in ("n_k_heads", "n_v_heads", "k_dim", "v_dim"))
     o = op.outputs[0]
     rows = int(a.get("rows", 1))
-    if caps.delta_block < 0 or caps.delta_block & (caps.delta_block - 1):
-        raise ValueError(f"delta_block {caps.delta_block}: a power of two (0: row by row)")
+    want = caps.delta_block or (0 if caps.device_cpu else DELTA_BLOCK_GPU)
+    if want > 0 and want & (want - 1):
+        raise ValueError(f"delta_block {want}: a power of two (< 0: row by row, 0: the default)")
     chunk = rows > 1 and not op.attrs.get("batch")  # a batched step's rows are not a chunk's to block
-    block = min(caps.delta_block, DELTA_BLOCK_MAX, pow2_at_least(rows)) if chunk else 0
+    block = min(want, DELTA_BLOCK_MAX, pow2_at_least(rows)) if chunk and want > 0 else 0
     cols = delta_columns(dk, dv, caps, block)
     if block and delta_shared(dk, cols, block) > caps.max_shared:
         block, cols = 0, delta_columns(dk, dv, caps)
