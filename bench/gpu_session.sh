@@ -1256,9 +1256,16 @@ q35llama)
     # the twenty-second session: conv1d_step's chunk rows over 8 lanes a channel and the delta rule in
     # blocks by default on a GPU: their GPU tests, the 8-layer chunk by kernel per block size; then
     # the whole Qwen3.5-35B-A3B shape: prompts head (default, row by row) vs bench/out/base, decode,
-    # and llama.cpp on the same file last (its qwen35moe, if it loads ours). Carry .device/llama, bench/out/base
+    # and llama.cpp on the same file last (its qwen35moe, if it loads ours). Carry .device/llama,
+    # bench/out/base, bench/out/b601
     python -m pytest -q -n 8 tests/lowering/test_linear_attention.py tests/executors/test_batch_recurrent.py 2>&1 | tail -2 || true
-    for b in -1 16 32; do
+    for b in -1 16 32 b601; do   # b601: bench/out/b601 (git archive 601f8e2), the chunk kernel before its rework
+        if [ $b = b601 ]; then
+            (cd bench/out/b601 && python -m bench.prefill_profile --shape qwen3.5-35b-a3b --quant q4_k_m --width 512 \
+                --layers 8 --fused --reps 3 --caps delta_block=16 --out "$OUT/prof-q35-b601.json" 2>&1 |
+                grep -E "gated_delta|conv1d|chunk of")
+            continue
+        fi
         python -m bench.prefill_profile --shape qwen3.5-35b-a3b --quant q4_k_m --width 512 --layers 8 --fused \
             --reps 3 --caps delta_block=$b --out "$OUT/prof-q35-block$b.json" 2>&1 | grep -E "gated_delta|conv1d|chunk of"
     done

@@ -55,20 +55,26 @@ DELTA_COLS = 32
 # column block, cost more than the rows' barriers they save.
 DELTA_BLOCK_GPU = 16
 DELTA_BLOCK_MAX = 64
+# Lanes of a chunked workgroup on a GPU (8 a state column at 32 columns): a head's 4 column blocks
+# are the only workgroups, 128 at Qwen3.5-35B-A3B's 32 value heads, under one an SM; 128 lanes left
+# the H100 4 warps an SM to hide the shared-memory loads of the block's products.
+DELTA_CHUNK_LANES = 256
 
 
-def delta_shared(dk: int, cols: int, block: int) -> int:
+def delta_shared(dk: int, cols: int, block: int, wg: int = 0) -> int:
     """Shared bytes of the delta kernels: the state's columns, and in the chunked form the block's
-    q and k rows, its two pair products, the columns' updates and four floats a row."""
-    return 4 * (dk * cols + (2 * block * dk + 2 * block * block + block * cols + 4 * block if block else 0))
+    q and k rows (dk + 1 apart), its two pair products, the columns' updates, six floats a row and
+    the norms' two partial sums a lane (wg lanes)."""
+    chunked = 2 * block * (dk + 1) + 2 * block * block + block * cols + 6 * block + 2 * wg
+    return 4 * (dk * cols + (chunked if block else 0))
 
 
-def delta_columns(dk: int, dv: int, caps: KernelCaps, block: int = 0) -> int:
-    """Columns of the state a workgroup owns: a power of two up to DELTA_COLS (not past dv's),
-    within half the device's shared memory (all of it for the chunked form, which needs more)."""
+def delta_columns(dk: int, dv: int, caps: KernelCaps, block: int = 0, wg: int = 0) -> int:
+    """Columns of the state a workgroup of at most wg lanes owns: a power of two up to DELTA_COLS
+    (not past dv's), within half the device's shared memory (all of it for the chunked form)."""
     cols = min(DELTA_COLS, pow2_at_least(dv))
     limit = caps.max_shared if block else caps.max_shared // 2
-    while cols > 1 and delta_shared(dk, cols, block) > limit:
+    while cols > 1 and delta_shared(dk, cols, block, wg) > limit:
         cols //= 2
     return cols
 
@@ -83,16 +89,18 @@ def gated_delta_step(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
         raise ValueError(f"delta_block {want}: a power of two (< 0: row by row, 0: the default)")
     chunk = rows > 1 and not op.attrs.get("batch")  # a batched step's rows are not a chunk's to block
     block = min(want, DELTA_BLOCK_MAX, pow2_at_least(rows)) if chunk and want > 0 else 0
-    cols = delta_columns(dk, dv, caps, block)
-    if block and delta_shared(dk, cols, block) > caps.max_shared:
-        block, cols = 0, delta_columns(dk, dv, caps)
     # lanes of a column: wg / cols; one on a CPU (lavapipe), where the lanes' sums cost more than
     # they split: a 64-row chunk of the Qwen3.5-27B shape's first 2 (linear) layers, the two calls
     # 657.7 ms a workgroup a head (before), 724.4 at 4 lanes a column, 633.4 at one
     # (bench/results/llvmpipe/2026-12-07-delta-columns)
-    wg = cols if caps.device_cpu else max(cols, wg_size(caps, 128, cap=128))
-    if block:
-        wg = max(wg, block)  # a row's norms and decay an invocation each
+    lanes = DELTA_CHUNK_LANES if block else 128
+    gpu_wg = 0 if caps.device_cpu else wg_size(caps, lanes, cap=lanes)
+    wg_most = max(gpu_wg, DELTA_COLS, block)  # what the chunked form's norm sums are sized for
+    cols = delta_columns(dk, dv, caps, block, wg_most)
+    if block and delta_shared(dk, cols, block, wg_most) > caps.max_shared:
+        block, cols = 0, delta_columns(dk, dv, caps)
+        gpu_wg = 0 if caps.device_cpu else wg_size(caps, 128, cap=128)
+    wg = max(cols, gpu_wg, block)  # the chunked form: a row's decay an invocation each
     b = tuple(Binding(v) for v in op.inputs + op.outputs)
     tiled = (("V_TILED", "1"),) if int(a.get("v_tiled", 0)) else ()
     return [
