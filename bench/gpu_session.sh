@@ -1254,30 +1254,28 @@ next21)
     ;;
 q35llama)
     # the twenty-second session: conv1d_step's chunk rows over 8 lanes a channel and the delta rule in
-    # blocks by default on a GPU: their GPU tests, the 8-layer chunk by kernel per block size; then
-    # the whole Qwen3.5-35B-A3B shape: prompts head (default, row by row) vs bench/out/base, decode,
-    # and llama.cpp on the same file last (its qwen35moe, if it loads ours). Carry .device/llama,
+    # blocks by default on a GPU: their GPU tests, the 8-layer chunk by kernel (row by row, blocks of
+    # 16, and bench/out/b601 = git archive 601f8e2: the chunk kernel before its rework); then the
+    # whole Qwen3.5-35B-A3B shape: prompts head (default, then row by row), llama.cpp on the same
+    # file (its qwen35moe, if it loads ours), decode, prompts at bench/out/base. Carry .device/llama,
     # bench/out/base, bench/out/b601
     python -m pytest -q -n 8 tests/lowering/test_linear_attention.py tests/executors/test_batch_recurrent.py 2>&1 | tail -2 || true
-    for b in -1 16 32 b601; do   # b601: bench/out/b601 (git archive 601f8e2), the chunk kernel before its rework
-        if [ $b = b601 ]; then
-            (cd bench/out/b601 && python -m bench.prefill_profile --shape qwen3.5-35b-a3b --quant q4_k_m --width 512 \
-                --layers 8 --fused --reps 3 --caps delta_block=16 --out "$OUT/prof-q35-b601.json" 2>&1 |
-                grep -E "gated_delta|conv1d|chunk of")
-            continue
-        fi
-        python -m bench.prefill_profile --shape qwen3.5-35b-a3b --quant q4_k_m --width 512 --layers 8 --fused \
-            --reps 3 --caps delta_block=$b --out "$OUT/prof-q35-block$b.json" 2>&1 | grep -E "gated_delta|conv1d|chunk of"
+    for b in -1 16 b601; do
+        side=.
+        [ $b != b601 ] || side=bench/out/b601
+        (cd $side && python -m bench.prefill_profile --shape qwen3.5-35b-a3b --quant q4_k_m --width 512 --layers 8 \
+            --fused --reps 3 --caps delta_block=${b/b601/16} --out "$OUT/prof-q35-block$b.json" 2>&1 |
+            grep -E "gated_delta|conv1d|chunk of")
     done
     f=$(shape_file qwen3.5-35b-a3b q4_k_m)
     prompt_ttft "$f" "$OUT/q35-head.json"
     prompt_ttft "$f" "$OUT/q35-head-rowwise.json" delta_block=-1
-    (cd bench/out/base && prompt_ttft "$f" "$OUT/q35-base.json")
-    vkdecode bench --model "$f" --modes fused --reps 3 --json "$OUT/q35-decode.json" 2>&1 | grep -E "fused" | tail -2
     llama_server
     timeout 150 python -m bench.llama_server_peer --server "$LLAMA" --model "$f" --lengths 512 2000 --decode 64 \
         --reps 3 --out "$OUT/llama-q35.json" | grep -E "prompt|decode" || true
     grep -h "offloaded" "$OUT/llama-q35.json.log" | tail -1 || true
+    vkdecode bench --model "$f" --modes fused --reps 3 --json "$OUT/q35-decode.json" 2>&1 | grep -E "fused" | tail -2
+    (cd bench/out/base && prompt_ttft "$f" "$OUT/q35-base.json")
     rm -f "$f"
     ;;
 dense21)
