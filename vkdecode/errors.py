@@ -18,6 +18,10 @@ class DeviceMemoryError(VulkanError):
     """Not enough device memory: the model does not fit, or vkAllocateMemory ran out (names the bytes)."""
 
 
+class DeviceLimitError(VkDecodeError):
+    """A model the device cannot take as lowered: a tensor past a limit it reports (names both)."""
+
+
 class NoDeviceError(VkDecodeError):
     exit_code = 2
 

@@ -15,6 +15,7 @@ from fusion.ir import Program
 from fusion.partition import partition
 from fusion.rules import CHUNK_RULES
 from tests.lowering.kernel_harness import NAN_WORD, OpRun, caps_of, nmse
+from vkdecode.errors import DeviceLimitError
 from vkdecode.lowering.caps import KernelCaps
 from vkdecode.lowering.coop import tile_dims
 from vkdecode.lowering.moe_group import group_rows, group_tile
@@ -84,6 +85,15 @@ def test_a_forced_tile_must_match_the_groups():
     assert [c.shader for c in op_calls(p, 0, replace(GPU, coop_tile="2x1:2x2"))][2] == "matmul_rows_coop"
     with pytest.raises(ValueError, match="slots a tile"):
         op_calls(p, 0, replace(GPU, coop_tile="2x2:2x2"))
+
+
+def test_experts_past_the_storage_range_are_refused_by_name():
+    """The expert kernels index every expert in one binding: experts past maxStorageBufferRange
+    (lavapipe's 128 MiB against Qwen3.5-35B-A3B's 256 q6_k downs) are a user error naming the
+    tensor and the limit (the CLI prints it without a traceback), not a ValueError."""
+    p = _expert_matmul(128, 768, 2048, 512, 8)
+    with pytest.raises(DeviceLimitError, match=r"w: 128 experts of 768x2048 q4_k .* \(1 MiB\)"):
+        op_calls(p, 0, replace(GPU, max_storage_range=1 << 20))
 
 
 def _glu_chunk(dtype: str, e: int, m: int, k: int, slots: int, xrows: int):

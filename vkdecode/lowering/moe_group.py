@@ -8,6 +8,7 @@ fused regions), which takes these where group_rows says so.
 from __future__ import annotations
 
 from fusion.ir import Program
+from vkdecode.errors import DeviceLimitError
 from vkdecode.lowering.calls import Binding, KernelCall, KernelCaps, row_chunks, weight_bindings, wg_size
 from vkdecode.lowering.coop import (
     coop_row_scaled,
@@ -23,8 +24,11 @@ def experts(p: Program, w: str, caps: KernelCaps) -> tuple[tuple[Binding, ...], 
     """The whole 3-D weight's bindings, its rows per expert, in-dim and dtype."""
     v = p.values[w]
     e, m, k = v.shape
-    if len(row_chunks(v.dtype, e * m, k, caps)) > 1:
-        raise ValueError(f"{w}: {e} experts of {m}x{k} {v.dtype} exceed maxStorageBufferRange (one binding)")
+    if len(row_chunks(v.dtype, e * m, k, caps)) > 1:  # the kernels index every expert in one binding
+        raise DeviceLimitError(
+            f"{w}: {e} experts of {m}x{k} {v.dtype} in one binding are past this device's "
+            f"maxStorageBufferRange ({caps.max_storage_range / 2**20:.0f} MiB); MoE layers need them in one"
+        )
     return weight_bindings(w, v.dtype, 0, None), m, k, v.dtype
 
 
