@@ -139,3 +139,14 @@ def test_a_chats_next_turn_joins_from_the_checkpoint(device, tiny, solo):
             kv.checkpoint.close()
     assert cached == {"a": 0, "turn2": len(a), "b": 0}
     assert {n: got[n][:6] for n in got} == want  # a and turn2 step on while the next one runs
+
+
+def test_no_kv_cache_at_all(device, models_dir):
+    """Every layer linear (a Qwen3.5 cut to its first layers, as `--layers 2` of a real shape): no KV
+    cache to give slots to, only the states' copies; each sequence still equals itself alone."""
+    m = load_model(tiny_hf_model("qwen35", models_dir, layer_types=["linear_attention"] * 4), ctx=CTX)
+    ps, counts = prompts((5, 11, 3)), [4, 6, 2]
+    with build(device, m, "fused") as dec:
+        want = [alone(dec, p, n) for p, n in zip(ps, counts)]
+        with BatchDecode(dec, (1, 2, 4)) as b:
+            assert batched(b, ps, counts) == want
