@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.lowering.kernel_harness import batch_step, caps_of, nmse, one_op, run_and_reference, step
+from vkdecode.lowering import linear_attention
 from vkdecode.lowering.linear_attention import gated_delta_step
 from vkdecode.quant import PackedWeight
 
@@ -227,3 +228,19 @@ def test_batched_gated_delta_step(device, hk, hv, dk, dv, tiled, gpu_lanes):
     assert nmse(got["o"], want["o"]) <= LIMIT
     assert nmse(got["s"], want["s"]) <= LIMIT
     untouched(got["s"], s, hv * dk * dv)
+
+
+def test_conv1d_chunk_launch_on_a_gpu(device):
+    """A 512-row chunk at Qwen3.5-35B-A3B's 8,192 channels: 8 lanes a channel, 32 channels a
+    workgroup (256 workgroups); a CPU's, a lane a channel; a decode step's row, a lane a channel."""
+    caps = caps_of(device)
+    gpu, cpu = dataclasses.replace(caps, device_cpu=False), dataclasses.replace(caps, device_cpu=True)
+    hist = np.zeros(3 * 8192)
+    p, _ = conv_case(np.random.default_rng(0), 8192, 4, 512, hist, step(0, 0))
+    (g,) = linear_attention.conv1d_step(p, p.ops[0], gpu)
+    assert g.spec == (256, 8192, 4, 512, 8) and g.groups == (256, 1, 1)
+    (c,) = linear_attention.conv1d_step(p, p.ops[0], cpu)
+    assert c.spec[4] == 1 and c.groups[0] * c.spec[0] >= 8192
+    p1, _ = conv_case(np.random.default_rng(0), 8192, 4, 1, hist, step(0, 5))
+    (d,) = linear_attention.conv1d_step(p1, p1.ops[0], gpu)
+    assert d.spec == (128, 8192, 4, 1, 1) and d.groups == (64, 1, 1)

@@ -35,7 +35,7 @@ def conv1d_step(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
         groups = -(-(rows * c) // wg)
     else:
         lanes = 1 if caps.device_cpu else min(CONV_ROW_LANES, pow2_at_least(rows))
-        wg = wg_size(caps, c * lanes, cap=128 * lanes)
+        wg = wg_size(caps, c * lanes, cap=32 * lanes if lanes > 1 else 128)  # 32 channels a group
         lanes = min(lanes, wg)
         groups = -(-c // (wg // lanes))
     spec = (wg, c, int(op.attrs["kernel"]), rows, lanes)
@@ -56,8 +56,8 @@ DELTA_COLS = 32
 DELTA_BLOCK_GPU = 16
 DELTA_BLOCK_MAX = 64
 # Lanes of a chunked workgroup on a GPU (8 a state column at 32 columns): a head's 4 column blocks
-# are the only workgroups, 128 at Qwen3.5-35B-A3B's 32 value heads, under one an SM; 128 lanes left
-# the H100 4 warps an SM to hide the shared-memory loads of the block's products.
+# are the only workgroups, 128 at Qwen3.5-35B-A3B's 32 value heads, under one an SM, so the lanes
+# are all the latency of the block's shared-memory products can hide behind (128 before).
 DELTA_CHUNK_LANES = 256
 
 
