@@ -43,6 +43,7 @@
 #   bash bench/gpu_session.sh prof17    # the 8B's 512-row chunk by kernel: whole model and 2 layers
 #   bash bench/gpu_session.sh unroll20 [moe|dense] # the [[unroll]] coop shaders vs bench/out/base: prompts, llama.cpp
 #   bash bench/gpu_session.sh next21    # one call: GPU tests of the delta / batched-recurrent / coop kernels, Qwen3.5, tiles, MoE prompts
+#   bash bench/gpu_session.sh q35mini   # q35llama's kernel tests and 8-layer chunk profiles alone (a short call)
 #   bash bench/gpu_session.sh q35llama  # Qwen3.5: conv rows over lanes, delta blocks; the 35B-A3B shape head vs base, llama.cpp
 #   bash bench/gpu_session.sh dense21   # the 8B's matmuls per tile after the unroll, its prompts head vs base, llama.cpp
 #   bash bench/gpu_session.sh moe20     # delta kernels' tests + Qwen3.5 A/B, then MoE prompts default vs 64-slot tile, llama.cpp
@@ -172,6 +173,18 @@ moe_tile_prompts() {   # the MoE shape's 512- / 2,000-token prompts: llama.cpp, 
     prompt_ttft "$f" "$OUT/moe-default.json"
     prompt_ttft "$f" "$OUT/moe-t64.json" moe_tile=64,coop_tile=2x2:2x2
     rm -f "$f"
+}
+
+q35_profiles() {   # the Qwen3.5-35B-A3B shape's first 8 layers, a 512-row chunk by kernel: row by row,
+    # blocks of 16, and bench/out/b601's blocks of 16 (the kernels before the twenty-second session's rework)
+    local b side
+    for b in -1 16 b601; do
+        side=.
+        [ $b != b601 ] || side=bench/out/b601
+        (cd $side && python -m bench.prefill_profile --shape qwen3.5-35b-a3b --quant q4_k_m --width 512 --layers 8 \
+            --fused --reps 3 --caps delta_block=${b/b601/16} --out "$OUT/prof-q35-block$b.json" 2>&1 |
+            grep -E "gated_delta|conv1d|chunk of")
+    done
 }
 
 tiles8b() {   # tiles8b TILE..: the 8B's 512-row matmuls on each tensor-core tile ("auto": coop.py's
@@ -1252,6 +1265,13 @@ next21)
     [ $SECONDS -lt 240 ] || exit 0
     moe_tile_prompts
     ;;
+q35mini)
+    # q35llama's first part alone, for a call of ~3 minutes: the delta and conv kernels' GPU tests,
+    # then the Qwen3.5-35B-A3B shape's 8-layer 512-row chunk by kernel: row by row, blocks of 16,
+    # and bench/out/b601's (git archive 601f8e2: the chunk kernel and conv1d before their rework)
+    python -m pytest -q -n 8 tests/lowering/test_linear_attention.py 2>&1 | tail -2 || true
+    q35_profiles
+    ;;
 q35llama)
     # the twenty-second session: conv1d_step's chunk rows over 8 lanes a channel and the delta rule in
     # blocks by default on a GPU: their GPU tests, the 8-layer chunk by kernel (row by row, blocks of
@@ -1260,13 +1280,7 @@ q35llama)
     # file (its qwen35moe, if it loads ours), decode, prompts at bench/out/base. Carry .device/llama,
     # bench/out/base, bench/out/b601
     python -m pytest -q -n 8 tests/lowering/test_linear_attention.py tests/executors/test_batch_recurrent.py 2>&1 | tail -2 || true
-    for b in -1 16 b601; do
-        side=.
-        [ $b != b601 ] || side=bench/out/b601
-        (cd $side && python -m bench.prefill_profile --shape qwen3.5-35b-a3b --quant q4_k_m --width 512 --layers 8 \
-            --fused --reps 3 --caps delta_block=${b/b601/16} --out "$OUT/prof-q35-block$b.json" 2>&1 |
-            grep -E "gated_delta|conv1d|chunk of")
-    done
+    q35_profiles
     f=$(shape_file qwen3.5-35b-a3b q4_k_m)
     prompt_ttft "$f" "$OUT/q35-head.json"
     prompt_ttft "$f" "$OUT/q35-head-rowwise.json" delta_block=-1
