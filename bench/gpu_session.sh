@@ -175,15 +175,16 @@ moe_tile_prompts() {   # the MoE shape's 512- / 2,000-token prompts: llama.cpp, 
     rm -f "$f"
 }
 
-q35_profiles() {   # the Qwen3.5-35B-A3B shape's first 8 layers, a 512-row chunk by kernel: row by row,
-    # blocks of 16, and bench/out/b601's blocks of 16 (the kernels before the twenty-second session's rework)
-    local b side
-    for b in -1 16 b601; do
-        side=.
-        [ $b != b601 ] || side=bench/out/b601
+q35_profiles() {   # the Qwen3.5-35B-A3B shape's first 8 layers, a 512-row chunk by kernel: row by row and
+    # in blocks of 16 (head), bench/out/b601's blocks of 16 (git archive 601f8e2: the chunk kernel before
+    # its rework, conv1d at 1,024 lanes a group) and bench/out/base's rows (cd483d7: conv1d a lane a channel)
+    local b side caps
+    for b in -1 16 b601 base; do
+        side=. caps="--caps delta_block=$b"
+        [ $b != b601 ] || side=bench/out/b601 caps="--caps delta_block=16"
+        [ $b != base ] || side=bench/out/base caps=""
         (cd $side && python -m bench.prefill_profile --shape qwen3.5-35b-a3b --quant q4_k_m --width 512 --layers 8 \
-            --fused --reps 3 --caps delta_block=${b/b601/16} --out "$OUT/prof-q35-block$b.json" 2>&1 |
-            grep -E "gated_delta|conv1d|chunk of")
+            --fused --reps 3 $caps --out "$OUT/prof-q35-block$b.json" 2>&1 | grep -E "gated_delta|conv1d|chunk of")
     done
 }
 
