@@ -15,6 +15,8 @@ STEP_TOP_P = 5  # f32 bits, 1.0 = no top-p cut
 # its own, plus the KV slot it reads and writes and whether the GPU advances it after the step
 STEP_SLOT = 6
 STEP_LIVE = 7  # 1: the row is fed its own next token; 0: a padding row, left as it is
+# (a prompt chunk's single record: its rows that are prompt tokens, 0 all; the recurrent ops step
+# their state through those only, so a chunk may be padded: executors/prefill.py)
 STEP_WORDS = 8
 
 VALUE_KINDS = ("weight", "activation", "state", "step", "output")

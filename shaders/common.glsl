@@ -17,6 +17,9 @@ layout(local_size_x_id = 0) in;
 #define STEP_WORDS 8
 #define STEP_SLOT 6
 #define STEP_LIVE 7
+// A prompt chunk's record: STEP_LIVE is its rows that are prompt tokens (the rest padding), 0 for
+// all of them. The recurrent ops (conv1d_step, gated_delta_step) step their state only through those.
+#define chunk_rows(ROWS) (step[STEP_LIVE] == 0u ? (ROWS) : min(step[STEP_LIVE], (ROWS)))
 
 #define NEG_INF uintBitsToFloat(0xff800000u)
 

@@ -6,7 +6,8 @@
 // restarting at position 0 needs no clearing. A workgroup owns WG / RL channels; a channel's RL
 // lanes split the chunk's rows (RL 1: one lane walks them in order, as on a CPU). Every lane reads
 // the history before the barrier; after it, the lanes of the newest K - 1 rows write their inputs
-// over what they replace (the channel's history is this workgroup's alone).
+// over what they replace (the channel's history is this workgroup's alone). A padded prompt chunk
+// (chunk_rows: its step's STEP_LIVE) runs its prompt rows; the rest read as zero and leave hist.
 // BATCH (fusion/chunk_batch.py): the ROWS rows are a batched step's sequences, side by side.
 // Bindings: 0 x[ROWS C], 1 w[C K], 2 step, 3 y[ROWS C], 4 hist[(K - 1) C] (BATCH: a copy per slot).
 // Spec: 0 wg size, 1 C, 2 K, 3 ROWS, 4 RL (row lanes a channel, a power of two <= wg size).
@@ -53,13 +54,15 @@ void main() {
     if (flat_group_id() * CH >= C) return;     // a 2-D grid's spare groups: whole workgroups
     const uint c = flat_group_id() * CH + gl_LocalInvocationID.x % CH, lane = gl_LocalInvocationID.x / CH;
     const bool live = c < C;                   // the last group's channels past C take the barrier only
-    const uint pos = step[STEP_POS];
+    const uint pos = step[STEP_POS], n = chunk_rows(ROWS);
     if (live)
-        for (uint t = lane; t < ROWS; t += RL) conv_row(c, 0u, t, pos, 0u);
+        for (uint t = lane; t < ROWS; t += RL)
+            if (t < n) conv_row(c, 0u, t, pos, 0u);
+            else y[t * C + c] = 0.0;   // a padded chunk's rows past the prompt: zero, no history
     barrier();  // every lane has read the history its rows need
     // the newest K - 1 inputs: the rows' where they have them (older ones are in hist already)
     if (live)
-        for (uint t = lane; t < ROWS; t += RL)
-            if (t + (K - 1) >= ROWS) hist[(pos + t) % (K - 1) * C + c] = x[t * C + c];
+        for (uint t = lane; t < n; t += RL)
+            if (t + (K - 1) >= n) hist[(pos + t) % (K - 1) * C + c] = x[t * C + c];
 #endif
 }

@@ -33,8 +33,11 @@ void main() {
     const uint tid = gl_LocalInvocationID.x, WG = gl_WorkGroupSize.x;
     delta_load(flat_group_id(), step[STEP_POS], 0u);
     const float a_h = exp(a_log[h]), bias = dt_bias[h];
-    for (uint t0 = 0; t0 < ROWS; t0 += C) {
-        const uint n = min(C, ROWS - t0);
+    const uint live = chunk_rows(ROWS);   // a padded chunk: its prompt rows; the rest read as zero
+    if (col && p0 == 0u)
+        for (uint t = live; t < ROWS; t++) o[t * HV * DV + h * DV + j] = 0.0;
+    for (uint t0 = 0; t0 < live; t0 += C) {
+        const uint n = min(C, live - t0);
         barrier();  // the previous block's arrays are read
         for (uint e = tid; e < n * DK; e += WG) {
             const uint row = (t0 + e / DK) * CQ, i = e % DK, at = (e / DK) * KS + i;

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fusion.ir import STEP_POS, STEP_SEED, STEP_SLOT, STEP_TOKEN, STEP_WORDS, Op, Program
+from fusion.ir import STEP_LIVE, STEP_POS, STEP_SEED, STEP_SLOT, STEP_TOKEN, STEP_WORDS, Op, Program
 from vkdecode.quant import PackedWeight, dequantize
 
 
@@ -77,8 +77,10 @@ def _linear_attention(op: Op, program: Program, env: dict, ins: list, dt) -> lis
         one = Op(op.kind, op.inputs, op.outputs, {k: v for k, v in a.items() if k not in ("rows", "batch")})
         kk, hv, dk, dv = (int(a.get(n, 0)) for n in ("kernel", "n_v_heads", "k_dim", "v_dim"))
         per = (kk - 1) * sizes[0] if op.kind == "conv1d_step" else hv * dk * dv  # a slot's state
-        outs = []
-        for t in range(rows):
+        # a padded prompt chunk: STEP_LIVE prompt rows (0: all) step the state, the rest are zero
+        live = rows if a.get("batch") else min(int(step[STEP_LIVE]) or rows, rows)
+        outs, pad = [], [np.zeros(sizes[0] if op.kind == "conv1d_step" else hv * dv, dt)] * (rows - live)
+        for t in range(live):
             row_ins = [
                 x[t * n : (t + 1) * n] if program.values[v].kind != "weight" else x
                 for x, n, v in zip(ins[:-1], sizes, op.inputs[:-1])
@@ -89,7 +91,7 @@ def _linear_attention(op: Op, program: Program, env: dict, ins: list, dt) -> lis
                 s = step[t * STEP_WORDS : (t + 1) * STEP_WORDS]
                 row_state = state.reshape(-1)[int(s[STEP_SLOT]) * per :][:per]
             outs.append(_linear_attention(one, program, {**env, name: row_state}, row_ins + [s], dt)[0])
-        return [np.concatenate(outs), state]
+        return [np.concatenate(outs + pad), state]
     pos = int(step[STEP_POS])
     if op.kind == "conv1d_step":
         x, w = ins[0], ins[1]
@@ -101,9 +103,8 @@ def _linear_attention(op: Op, program: Program, env: dict, ins: list, dt) -> lis
         return [acc / (dt(1) + np.exp(-acc)), state]
     hk, hv, dk, dv = (int(a[n]) for n in ("n_k_heads", "n_v_heads", "k_dim", "v_dim"))
     qkv, ga, gb, a_log, dt_bias = ins[:5]
-    q = qkv[: hk * dk].reshape(hk, dk)
-    k = qkv[hk * dk : 2 * hk * dk].reshape(hk, dk)
-    v = qkv[2 * hk * dk :].reshape(hv, dv)
+    q, k, v = qkv[: hk * dk].reshape(hk, dk), qkv[hk * dk : 2 * hk * dk].reshape(hk, dk), qkv[2 * hk * dk :]
+    v = v.reshape(hv, dv)
     q = q / np.sqrt((q * q).sum(axis=1, keepdims=True) + dt(1e-6)) / np.sqrt(dt(dk))
     k = k / np.sqrt((k * k).sum(axis=1, keepdims=True) + dt(1e-6))
     x = ga + dt_bias
@@ -111,8 +112,7 @@ def _linear_attention(op: Op, program: Program, env: dict, ins: list, dt) -> lis
     decay = np.exp(-np.exp(a_log) * sp)
     beta = dt(1) / (dt(1) + np.exp(-gb))
     s = state.reshape(hv, dk, dv)
-    if pos == 0:
-        s[:] = 0
+    s[:] = 0 if pos == 0 else s
     out = np.empty((hv, dv), dt)
     tiled = bool(a.get("v_tiled", 0))  # V head h of key head h % hk (GGUF's order), else h // (hv / hk)
     for h in range(hv):

@@ -55,19 +55,20 @@ def check_user_path(device, path, ctx: int) -> None:
 
 def check_prompt_chunks(device, m, mode: str) -> None:
     """Prompt chunks run the linear layers' rows in order (the states carried from row to row and
-    chunk to chunk), whole chunks only (a padded row would stay in the state): the states, the KV
-    rows, the logits and the greedy tokens after the prompt are the token path's."""
+    chunk to chunk), a padded chunk its prompt rows only (its step's STEP_LIVE: a padding row would
+    stay in the state): the states, the KV rows, the logits and the greedy tokens after the prompt
+    are the token path's."""
     toks = [int(t) for t in np.random.default_rng(4).integers(3, 290, 30)]
     ref = Reference(m.program, m.weights)
     for p, t in enumerate(toks):
         r = ref.step(t, p)
-    # a GPU's plan (forced): it would pad the last chunk, 29 tokens as 16 + 13 in 16 rows
+    # a GPU's plan (forced): the last chunk padded, 29 tokens as 16 + 13 in 16 rows
     caps = KernelCaps.from_info(device.info, prefill_chunk_rows=64)
     with Decoder(make_executor(mode, device, m.program, m.weights, caps=caps)) as dec:
         dec.set_prefill((16, 8, 4))
-        assert dec.prefill.plan(29, 0) == [(16, 16), (8, 8), (4, 4)]  # whole: 1 token left to the steps
+        assert dec.prefill.plan(29, 0) == [(16, 16), (16, 13)]
         nxt = dec.run_prompt(toks, 0)
-        assert [c.width for c in dec.prefill.chunks] == [16, 8, 4]
+        assert [(c.width, c.tokens) for c in dec.prefill.chunks] == [(16, 16), (16, 13)]
         ex = dec.executor
         for name, want in ref.state.items():
             v = ex.program.values[name]

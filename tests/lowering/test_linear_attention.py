@@ -8,6 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from fusion.ir import STEP_LIVE
 from tests.lowering.kernel_harness import batch_step, caps_of, nmse, one_op, run_and_reference, step
 from vkdecode.lowering import linear_attention
 from vkdecode.lowering.linear_attention import gated_delta_step
@@ -244,3 +245,32 @@ def test_conv1d_chunk_launch_on_a_gpu(device):
     p1, _ = conv_case(np.random.default_rng(0), 8192, 4, 1, hist, step(0, 5))
     (d,) = linear_attention.conv1d_step(p1, p1.ops[0], gpu)
     assert d.spec == (128, 8192, 4, 1, 1) and d.groups == (64, 1, 1)
+
+
+@pytest.mark.parametrize("gpu_lanes", [False, True], ids=["own-caps", "gpu-lanes"])
+@pytest.mark.parametrize(
+    "kind,live", [("conv", 2), ("conv", 13), ("rows", 13), ("blocks", 13), ("blocks", 3)]
+)
+def test_a_padded_chunk_steps_its_prompt_rows_only(device, kind, live, gpu_lanes):
+    """A prompt chunk of 16 rows holding `live` prompt tokens (its step's STEP_LIVE): the state
+    steps through those rows only and the rest of the output is zero (executors/prefill.py pads
+    the last chunk; a padding row would otherwise stay in the state)."""
+    rng = np.random.default_rng(live)
+    s = step(0, 5)
+    s[STEP_LIVE] = live
+    caps = caps_of(device)
+    caps = dataclasses.replace(
+        caps, device_cpu=caps.device_cpu and not gpu_lanes, delta_block=16 if kind == "blocks" else -1
+    )
+    if kind == "conv":
+        p, env = conv_case(rng, 72, 4, 16, rng.standard_normal(3 * 72), s)
+        out, per = "y", 72
+    else:
+        heads = (2, 4, 16, 16)
+        p, env = delta_case(rng, heads, 16, rng.standard_normal(4 * 16 * 16) * 0.3, s)
+        out, per = "o", 4 * 16
+    got, want = run_and_reference(device, p, env, caps)
+    assert not want[out][live * per :].any()  # the reference's padding rows: zero
+    assert nmse(got[out], want[out]) <= LIMIT
+    state = "hist" if kind == "conv" else "s"
+    assert nmse(got[state], want[state]) <= LIMIT

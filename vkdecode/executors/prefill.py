@@ -18,12 +18,12 @@ activation memory is that of the widest chunk only.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import warnings
 from typing import NamedTuple
 
-from fusion.chunk import TOKENS, chunk_program, has_recurrent_state
+from fusion.chunk import TOKENS, chunk_program
+from fusion.ir import STEP_LIVE
 from vkdecode.errors import DeviceMemoryError
 
 # widths by device kind. A CPU (lavapipe) gains little past 32-64 rows, and since its decode step
@@ -153,12 +153,6 @@ class Prefill:
         self.widths = tuple(sorted({int(w) for w in ws if 1 <= int(w) <= decode_ex.ctx}, reverse=True))
         self.runners: dict[int, object] = {}
         self.dropped: tuple[int, ...] = ()
-        # a model with a recurrent state (Qwen3.5) takes whole chunks only: a padded row would go
-        # through its state, which nothing overwrites afterwards as the decode steps do a KV row
-        exact = has_recurrent_state(decode_ex.program)
-        self.plan_caps = (
-            dataclasses.replace(decode_ex.caps, prefill_chunk_rows=-1) if exact else decode_ex.caps
-        )
         while True:
             try:
                 self._build()
@@ -186,7 +180,7 @@ class Prefill:
 
     def plan(self, n: int, pos0: int) -> list[tuple[int, int]]:
         """(width, tokens) of the chunks that cover a prefix of n prompt tokens from pos0."""
-        return chunk_plan(n, self.widths, self.decode.ctx - pos0, self.plan_caps)
+        return chunk_plan(n, self.widths, self.decode.ctx - pos0, self.decode.caps)
 
     def run_chunk(self, w: int, tokens, pos: int) -> None:
         """One chunk of width w: the KV rows of tokens (at most w) at positions pos.. written."""
@@ -195,7 +189,15 @@ class Prefill:
         # padding rows repeat the last token: their KV rows (past the prompt's) are written and
         # later overwritten by the decode steps of those positions before any step reads them
         ids.buffer.write_u32(ids.offset // 4, [int(t) for t in tokens] + [int(tokens[-1])] * (w - n))
-        ex.step(int(tokens[0]), pos)
+        # the prompt rows, so a recurrent state (Qwen3.5's) steps through those only: a padding row
+        # would stay in it, where a KV row is overwritten by its position's decode step. Back to 0
+        # (all rows) after it: the step record may be another executor's too (a verify step's)
+        live = ex._step_word + STEP_LIVE
+        ex.plan.step.buffer.write_u32(live, [n])
+        try:
+            ex.step(int(tokens[0]), pos)
+        finally:
+            ex.plan.step.buffer.write_u32(live, [0])
         self.chunks.append(ChunkRun(w, n, ex.token_stats[-1]))
         ex.token_stats.clear()
 
