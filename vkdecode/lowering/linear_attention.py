@@ -19,8 +19,8 @@ from vkdecode.lowering.rows import batch_defines
 
 # Lanes a channel splits a prompt chunk's rows over in conv1d_step, on a GPU (a CPU walks them in
 # order, a lane a channel): 8 lanes x 32 channels a workgroup. One lane a channel left the H100 64
-# workgroups at Qwen3.5-35B-A3B's 8,192 channels, 350 us a layer for a 512-row chunk
-# (bench/results/nvidia-h100-80gb-hbm3/2026-12-07-next21)
+# workgroups at Qwen3.5-35B-A3B's 8,192 channels: its 8 layers' 512-row chunk, 2.07 ms -> 0.39
+# (bench/results/nvidia-h100-80gb-hbm3/2026-12-07-q35-kernels)
 CONV_ROW_LANES = 8
 
 
@@ -47,9 +47,9 @@ def conv1d_step(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
 # State columns a gated_delta_step workgroup holds in shared memory (DK floats each) at most: a
 # head's 128 in 4 workgroups at Qwen3.5's widths, so its 16-64 heads fill more than 16-64 SMs
 DELTA_COLS = 32
-# A prompt chunk's rows in blocks (gated_delta_chunk.comp) on a GPU: blocks of 16 took the delta rule
-# of a 512-row chunk of the Qwen3.5-35B-A3B shape's first 8 layers from 7.28 to 5.90 ms on an H100
-# (bench/results/nvidia-h100-80gb-hbm3/2026-12-07-next21). Row by row on a CPU: lavapipe, a 64-row
+# A prompt chunk's rows in blocks (gated_delta_chunk.comp) on a GPU: the delta rule of a 512-row chunk
+# of the Qwen3.5-35B-A3B shape's first 8 layers, H100, 7.32 ms row by row, 3.59 in blocks of 16
+# (bench/results/nvidia-h100-80gb-hbm3/2026-12-07-q35-kernels). Row by row on a CPU: lavapipe, a 64-row
 # chunk of the Qwen3.5-27B shape's first 2 layers, 838-903 ms in blocks of 16 against 502-569 row by
 # row (bench/results/llvmpipe/2026-12-07-delta-columns): there the pair products, redone by each
 # column block, cost more than the rows' barriers they save.
@@ -57,7 +57,8 @@ DELTA_BLOCK_GPU = 16
 DELTA_BLOCK_MAX = 64
 # Lanes of a chunked workgroup on a GPU (8 a state column at 32 columns): a head's 4 column blocks
 # are the only workgroups, 128 at Qwen3.5-35B-A3B's 32 value heads, under one an SM, so the lanes
-# are all the latency of the block's shared-memory products can hide behind (128 before).
+# are all the latency of the block's shared-memory products can hide behind (128 before; with the
+# padded q/k rows, 5.91 -> 3.59 ms in the chunk above: not split between the two)
 DELTA_CHUNK_LANES = 256
 
 
