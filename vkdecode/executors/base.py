@@ -200,6 +200,10 @@ class Executor:
             token = self.step(token, p)
             yield token
 
+    def write_step_word(self, word: int, value: int) -> None:
+        """One word of the step record besides the token and position (a prompt chunk's STEP_LIVE)."""
+        self.plan.step.buffer.write_u32(self._step_word + word, [int(value)])
+
     def _write_step(self, token: int, pos: int) -> None:
         if self.batch_rows:  # a batched step's rows are written by executors/batch.py, when they change
             return

@@ -192,12 +192,11 @@ class Prefill:
         # the prompt rows, so a recurrent state (Qwen3.5's) steps through those only: a padding row
         # would stay in it, where a KV row is overwritten by its position's decode step. Back to 0
         # (all rows) after it: the step record may be another executor's too (a verify step's)
-        live = ex._step_word + STEP_LIVE
-        ex.plan.step.buffer.write_u32(live, [n])
+        ex.write_step_word(STEP_LIVE, n)
         try:
             ex.step(int(tokens[0]), pos)
         finally:
-            ex.plan.step.buffer.write_u32(live, [0])
+            ex.write_step_word(STEP_LIVE, 0)
         self.chunks.append(ChunkRun(w, n, ex.token_stats[-1]))
         ex.token_stats.clear()
 
