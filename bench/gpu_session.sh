@@ -44,7 +44,7 @@
 #   bash bench/gpu_session.sh unroll20 [moe|dense] # the [[unroll]] coop shaders vs bench/out/base: prompts, llama.cpp
 #   bash bench/gpu_session.sh next21    # one call: GPU tests of the delta / batched-recurrent / coop kernels, Qwen3.5, tiles, MoE prompts
 #   bash bench/gpu_session.sh q35mini   # q35llama's kernel tests and 8-layer chunk profiles alone (a short call)
-#   bash bench/gpu_session.sh q35llama  # Qwen3.5: conv rows over lanes, delta blocks; the 35B-A3B shape head vs base, llama.cpp
+#   bash bench/gpu_session.sh q35llama  # Qwen3.5: kernel tests and profiles, then the whole 35B-A3B shape: prompts, llama.cpp, decode
 #   bash bench/gpu_session.sh dense21   # the 8B's matmuls per tile after the unroll, its prompts head vs base, llama.cpp
 #   bash bench/gpu_session.sh moe20     # delta kernels' tests + Qwen3.5 A/B, then MoE prompts default vs 64-slot tile, llama.cpp
 #   bash bench/gpu_session.sh unroll19  # coop loops over matrix arrays unrolled (patches): MoE matmul tiles, chunk attention
