@@ -52,6 +52,13 @@ void delta_load(uint group, uint pos, uint slot) {
     for (uint i = p0; i < DK; i += P) st[i * COLS + jl] = (col && pos != 0u) ? s[base + i * DV + j] : 0.0;
 }
 
+// a padded prompt chunk's rows from `live` on (past its prompt rows, chunk_rows): output zero, the
+// state untouched
+void delta_zero_rows(uint live) {
+    if (col && p0 == 0u)
+        for (uint t = live; t < ROWS; t++) o[t * HV * DV + h * DV + j] = 0.0;
+}
+
 void delta_store() {
     if (col)
         for (uint i = p0; i < DK; i += P) s[base + i * DV + j] = st[i * COLS + jl];

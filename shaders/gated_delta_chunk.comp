@@ -34,8 +34,7 @@ void main() {
     delta_load(flat_group_id(), step[STEP_POS], 0u);
     const float a_h = exp(a_log[h]), bias = dt_bias[h];
     const uint live = chunk_rows(ROWS);   // a padded chunk: its prompt rows; the rest read as zero
-    if (col && p0 == 0u)
-        for (uint t = live; t < ROWS; t++) o[t * HV * DV + h * DV + j] = 0.0;
+    delta_zero_rows(live);
     for (uint t0 = 0; t0 < live; t0 += C) {
         const uint n = min(C, live - t0);
         barrier();  // the previous block's arrays are read

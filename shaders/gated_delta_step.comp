@@ -38,8 +38,7 @@ void main() {
 #else
     const uint t0 = 0u, t1 = chunk_rows(ROWS);   // a padded chunk: its prompt rows
     delta_load(flat_group_id(), step[STEP_POS], 0u);
-    if (col && p0 == 0u)
-        for (uint t = t1; t < ROWS; t++) o[t * HV * DV + h * DV + j] = 0.0;
+    delta_zero_rows(t1);
 #endif
     const float a_h = exp(a_log[h]), bias = dt_bias[h];
     for (uint t = t0; t < t1; t++) {
