@@ -90,18 +90,20 @@ def gated_delta_step(p: Program, op: Op, caps: KernelCaps) -> list[KernelCall]:
         raise ValueError(f"delta_block {want}: a power of two (< 0: row by row, 0: the default)")
     chunk = rows > 1 and not op.attrs.get("batch")  # a batched step's rows are not a chunk's to block
     block = min(want, DELTA_BLOCK_MAX, pow2_at_least(rows)) if chunk and want > 0 else 0
+
     # lanes of a column: wg / cols; one on a CPU (lavapipe), where the lanes' sums cost more than
     # they split: a 64-row chunk of the Qwen3.5-27B shape's first 2 (linear) layers, the two calls
     # 657.7 ms a workgroup a head (before), 724.4 at 4 lanes a column, 633.4 at one
     # (bench/results/llvmpipe/2026-12-07-delta-columns)
-    lanes = DELTA_CHUNK_LANES if block else 128
-    gpu_wg = 0 if caps.device_cpu else wg_size(caps, lanes, cap=lanes)
-    wg_most = max(gpu_wg, DELTA_COLS, block)  # what the chunked form's norm sums are sized for
+    def gpu_lanes(block: int) -> int:
+        n = DELTA_CHUNK_LANES if block else 128
+        return 0 if caps.device_cpu else wg_size(caps, n, cap=n)
+
+    wg_most = max(gpu_lanes(block), DELTA_COLS, block)  # what the chunked form's norm sums are sized for
     cols = delta_columns(dk, dv, caps, block, wg_most)
     if block and delta_shared(dk, cols, block, wg_most) > caps.max_shared:
         block, cols = 0, delta_columns(dk, dv, caps)
-        gpu_wg = 0 if caps.device_cpu else wg_size(caps, 128, cap=128)
-    wg = max(cols, gpu_wg, block)  # the chunked form: a row's decay an invocation each
+    wg = max(cols, gpu_lanes(block), block)  # the chunked form: a row's decay an invocation each
     b = tuple(Binding(v) for v in op.inputs + op.outputs)
     tiled = (("V_TILED", "1"),) if int(a.get("v_tiled", 0)) else ()
     return [
