@@ -286,10 +286,12 @@ class BatchDecode:
         ex, dst_plan, copies = self.decoder.executor, self.runners[self.slots].plan, []
         for v in (v for v in ex.program.values.values() if v.kind == "state"):
             dec, bat = ex.plan.slices[(v.name, "data")], dst_plan.slices[(v.name, "data")]
-            row = value_bytes(v) // v.shape[0]
-            size, at = n * row, bat.offset + slot * self.ctx * row
             if v.name in self.states:  # a whole state a slot
-                size, at = value_bytes(v), bat.offset + slot * value_bytes(v)
+                size = value_bytes(v)
+                at = bat.offset + slot * size
+            else:  # n KV rows of ctx a slot
+                row = value_bytes(v) // v.shape[0]
+                size, at = n * row, bat.offset + slot * self.ctx * row
             if back:
                 copies.append((bat.buffer, dec.buffer, size, at, dec.offset))
             else:
