@@ -79,7 +79,7 @@ def _linear_attention(op: Op, program: Program, env: dict, ins: list, dt) -> lis
         per = (kk - 1) * sizes[0] if op.kind == "conv1d_step" else hv * dk * dv  # a slot's state
         # a padded prompt chunk: STEP_LIVE prompt rows (0: all) step the state, the rest are zero
         live = rows if a.get("batch") else min(int(step[STEP_LIVE]) or rows, rows)
-        outs, pad = [], [np.zeros(sizes[0] if op.kind == "conv1d_step" else hv * dv, dt)] * (rows - live)
+        outs, pad = [], [np.zeros(program.values[op.outputs[0]].numel // rows, dt)] * (rows - live)
         for t in range(live):
             row_ins = [
                 x[t * n : (t + 1) * n] if program.values[v].kind != "weight" else x
@@ -103,8 +103,9 @@ def _linear_attention(op: Op, program: Program, env: dict, ins: list, dt) -> lis
         return [acc / (dt(1) + np.exp(-acc)), state]
     hk, hv, dk, dv = (int(a[n]) for n in ("n_k_heads", "n_v_heads", "k_dim", "v_dim"))
     qkv, ga, gb, a_log, dt_bias = ins[:5]
-    q, k, v = qkv[: hk * dk].reshape(hk, dk), qkv[hk * dk : 2 * hk * dk].reshape(hk, dk), qkv[2 * hk * dk :]
-    v = v.reshape(hv, dv)
+    q = qkv[: hk * dk].reshape(hk, dk)
+    k = qkv[hk * dk : 2 * hk * dk].reshape(hk, dk)
+    v = qkv[2 * hk * dk :].reshape(hv, dv)
     q = q / np.sqrt((q * q).sum(axis=1, keepdims=True) + dt(1e-6)) / np.sqrt(dt(dk))
     k = k / np.sqrt((k * k).sum(axis=1, keepdims=True) + dt(1e-6))
     x = ga + dt_bias
@@ -112,7 +113,8 @@ def _linear_attention(op: Op, program: Program, env: dict, ins: list, dt) -> lis
     decay = np.exp(-np.exp(a_log) * sp)
     beta = dt(1) / (dt(1) + np.exp(-gb))
     s = state.reshape(hv, dk, dv)
-    s[:] = 0 if pos == 0 else s
+    if pos == 0:
+        s[:] = 0
     out = np.empty((hv, dv), dt)
     tiled = bool(a.get("v_tiled", 0))  # V head h of key head h % hk (GGUF's order), else h // (hv / hk)
     for h in range(hv):
