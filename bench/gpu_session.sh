@@ -183,6 +183,7 @@ q35_profiles() {   # the Qwen3.5-35B-A3B shape's first 8 layers, a 512-row chunk
         side=. caps="--caps delta_block=$b"
         [ $b != b601 ] || side=bench/out/b601 caps="--caps delta_block=16"
         [ $b != base ] || side=bench/out/base caps=""
+        [ -d $side ] || { echo "$side not carried: its profile skipped"; continue; }
         (cd $side && python -m bench.prefill_profile --shape qwen3.5-35b-a3b --quant q4_k_m --width 512 --layers 8 \
             --fused --reps 3 $caps --out "$OUT/prof-q35-block$b.json" 2>&1 | grep -E "gated_delta|conv1d|chunk of")
     done
