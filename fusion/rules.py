@@ -47,6 +47,7 @@ from fusion.rules_projection import (
     RMS_NORM_MATMUL_BIAS_SILU_MUL,
     RMS_NORM_MATMUL_GELU_MUL,
     RMS_NORM_MATMUL_SILU_MUL,
+    RMS_NORM_SILU_MUL_MATMUL_ADD,
 )
 
 # -- 4. (per-head q/k norm,) RoPE, KV-cache write and the attention that reads it --
@@ -216,6 +217,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     RMS_NORM_MATMUL,
     QK_NORM_ROPE_KV_WRITE_ATTENTION,
     ROPE_KV_WRITE_ATTENTION,
+    RMS_NORM_SILU_MUL_MATMUL_ADD,
     MATMUL_BIAS_ADD,
     MATMUL_ADD,
     MATMUL_SILU_MUL,

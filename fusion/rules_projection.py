@@ -142,6 +142,27 @@ MATMUL_BIAS_ADD = rule(
 )
 
 
+def _lower_norm_gate_matmul_add(m: Match, p: Program) -> Region:
+    c = m.captures  # named as the kernel's roles
+    roles = {k: c[k] for k in ("o", "norm_w", "z", "weight", "residual", "out")}
+    return match_region(m, roles, {"eps": eps_of(m, p, "n"), "dtype": p.values[c["weight"]].dtype})
+
+
+# Qwen3.5's linear-attention output: the per-head norm of the delta rule's output o, gated by
+# silu(z), feeds out_proj and the residual add. The kernel loads its x as silu(z) * (o / rms * w),
+# each workgroup taking the heads' rms first, so the norm and the gate cost no dispatch of their own.
+# silu_mul is not commutative: silu of z, the first input, as the model builds it.
+RMS_NORM_SILU_MUL_MATMUL_ADD = rule(
+    "RMS_NORM_SILU_MUL_MATMUL_ADD",
+    op("rms_norm", ("o", "norm_w"), ("n",)),  # over o's heads (the whole vector: one head)
+    op("silu_mul", ("z", "n"), ("g",)),
+    op("matmul", ("weight", "g"), ("y",)),
+    op("add", ("y", "residual"), ("out",), kinds={"residual": "activation"}, commutative=True),
+    exports=("out",),
+    lower=_lower_norm_gate_matmul_add,
+)
+
+
 MATMUL_ADD = rule(
     "MATMUL_ADD",
     op("matmul", ("w", "x"), ("y",)),

@@ -7,6 +7,8 @@
 // COMBINE_X (defines CX_H, CX_D, CX_S, CX_MAXCHUNK, CX_MIN_S, CX_WINDOW: the attention's grid, and
 // CX_B: splits combined per batch): x is
 // split-K attention partials, combined on load; the step buffer is bound last (after y, and b).
+// GATED_NORM (RMS_NORM_SILU_MUL_MATMUL_ADD): x is o, normed per head and gated by silu(z) as it is
+// loaded (gated_norm.glsl); z and the norm weight bound after y, spec constants 4..7 its own.
 // Spec and push as matmul.comp (matvec.glsl): 0 wg size, 1 K, 2 M, 3 ROWS; push row0.
 #define NO_WG_REDUCE
 #include "common.glsl"
@@ -95,6 +97,10 @@ vec4 cx4(uint i) {  // CX_D % 4 == 0: the four elements share a head
 }
 #define X1(i) cx1(i)
 #define X4(i) cx4(i)
+#elif defined(GATED_NORM)
+#define B_Z (B_X + 3)
+#define B_GW (B_X + 4)
+#include "gated_norm.glsl"
 #else
 #define X1(i) x1[i]
 #define X4(i) x4[i]
@@ -110,6 +116,9 @@ vec4 cx4(uint i) {  // CX_D % 4 == 0: the four elements share a head
 #include "matvec.glsl"
 
 void main() {
+#ifdef GATED_NORM
+    gn_norms();
+#endif
 #ifdef COMBINE_X
 #if CX_MIN_S >= CX_S
     cx_live = CX_S;   // a grid no larger than its minimum: every split is live at every position

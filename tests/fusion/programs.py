@@ -143,17 +143,37 @@ def build(s: Spec, n_layers: int | None = None) -> Program:
     return p.verify()
 
 
-def add_consumer(p: Program, value: str, out: str = "extra") -> Program:
-    """Give `value` one more reader (a program output), right after its producer."""
+def add_consumer(p: Program, value: str, out: str = "extra", verify: bool = True) -> Program:
+    """Give `value` one more reader (a program output), right after its producer (verify False: a
+    program whose inputs have no producer, gated_tail's)."""
     v = p.values[value]
     p.value(out, v.shape, v.dtype, "output")
     at = p.producers()[value] + 1
     p.op("add", (value, value), (out,))
     p.ops.insert(at, p.ops.pop())
-    return p.verify()
+    return p.verify() if verify else p
 
 
-def mark_output(p: Program, value: str) -> Program:
+def mark_output(p: Program, value: str, verify: bool = True) -> Program:
     """Turn an intermediate into a program output (the host reads it back)."""
     p.values[value] = replace(p.values[value], kind="output")
-    return p.verify()
+    return p.verify() if verify else p
+
+
+def gated_tail(heads: int, d: int, m: int, dtype: str = "f32", silu_of: str = "z") -> Program:
+    """The end of a Qwen3.5 linear-attention layer as vkdecode/models/qwen35.py builds it: s = x +
+    W (silu(z) * rms_norm(o)), the norm over each d-element head (silu_of "n": silu of the normed o
+    instead, the gate the other way round). o, z and x are activations with no producer, so the
+    program is not verified."""
+    p = Program("gated-tail")
+    k = heads * d
+    for name, n in (("o", k), ("z", k), ("n", k), ("g", k), ("x", m), ("y", m)):
+        p.value(name, (n,), "f32", "activation")
+    p.value("s", (m,), "f32", "output")
+    p.value("norm_w", (d,), "f32", "weight")
+    p.value("w", (m, k), dtype, "weight")
+    p.op("rms_norm", ["o", "norm_w"], ["n"], eps=1e-6)
+    p.op("silu_mul", ["z", "n"] if silu_of == "z" else ["n", "z"], ["g"])
+    p.op("matmul", ["w", "g"], ["y"])
+    p.op("add", ["x", "y"], ["s"])
+    return p

@@ -1,7 +1,7 @@
 """Each decode rule fires on Llama / Qwen2 / Qwen3 programs where it should, and refuses where it must."""
 
 import pytest
-from programs import QWEN2_0_5B, QWEN3_0_6B, SMOLLM2_135M, SPECS, add_consumer, build, mark_output
+from programs import QWEN2_0_5B, QWEN3_0_6B, SMOLLM2_135M, SPECS, add_consumer, build, gated_tail, mark_output
 
 from fusion.partition import check_partition, partition, summarize
 from fusion.rules import DEFAULT_RULES, rules_by_name
@@ -198,6 +198,32 @@ def test_intermediate_that_is_a_program_output_refuses():
     names = [r.name for r in _run(p)]
     assert "RMS_NORM_MATMUL_ARGMAX" not in names
     assert names[-3:] == ["RMS_NORM", "MATMUL", "ARGMAX"]
+
+
+GATED = "RMS_NORM_SILU_MUL_MATMUL_ADD"
+
+
+@pytest.mark.parametrize("heads", [4, 1], ids=["per-head", "whole-vector"])
+def test_gated_norm_folds_into_the_out_projection(heads):
+    """Qwen3.5's per-head norm, silu(z) gate, out_proj and residual add: one region, its roles named."""
+    p = gated_tail(heads, 8, 32)
+    (r,) = _run(p)
+    assert r.rule == GATED and r.outputs == ["s"]
+    assert r.roles == {"o": "o", "norm_w": "norm_w", "z": "z", "weight": "w", "residual": "x", "out": "s"}
+    assert r.attrs == {"eps": 1e-6, "dtype": "f32"}
+
+
+def test_gated_norm_refuses_the_other_gate_and_shared_intermediates():
+    """silu of the normed o (silu_mul is not commutative), a normed or gated value read elsewhere or
+    by the host: the rule refuses, the out projection still takes the residual (MATMUL_ADD)."""
+    rest = ["RMS_NORM", "SILU_MUL", "MATMUL_ADD"]
+    assert [r.name for r in _run(gated_tail(4, 8, 32, silu_of="n"))] == rest
+    for value in ("n", "g"):
+        for p in (
+            add_consumer(gated_tail(4, 8, 32), value, verify=False),
+            mark_output(gated_tail(4, 8, 32), value, verify=False),
+        ):
+            assert [r.name for r in _run(p) if r.rule] == ["MATMUL_ADD"], value
 
 
 def test_mismatched_weight_dtypes_refuse_swiglu():

@@ -14,8 +14,8 @@ from fusion import rules as R
 from fusion.ir import Program
 from fusion.rules import Region, Rule
 from vkdecode.lowering import attention as att
+from vkdecode.lowering import gated_norm, moe, moe_chunk, moe_route
 from vkdecode.lowering import matvec as mv
-from vkdecode.lowering import moe, moe_chunk, moe_route
 from vkdecode.lowering import rows as row_ops
 from vkdecode.lowering.ops import KernelCall, KernelCaps, op_calls
 from vkdecode.lowering.xplanes import outputs_planes
@@ -30,6 +30,7 @@ def _by_rule(pairs: list[tuple[tuple[Rule, ...], Builder]]) -> dict[str, Builder
 KERNELS: dict[str, Builder] = _by_rule(
     [
         ((R.MATMUL_ADD, R.MATMUL_BIAS_ADD), mv.matmul_add),
+        ((R.RMS_NORM_SILU_MUL_MATMUL_ADD,), gated_norm.rms_norm_silu_mul_matmul_add),
         ((R.RMS_NORM_MATMUL,), mv.rms_norm_matmul),
         # SwiGLU and GeGLU: the same kernel, one define
         (
