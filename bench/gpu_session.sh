@@ -1282,6 +1282,10 @@ q35llama)
     # and time left, the prompts row by row. Carry .device/llama, bench/out/base, bench/out/b601
     python -m pytest -q -n 8 tests/lowering/test_linear_attention.py tests/executors/test_batch_recurrent.py 2>&1 | tail -2 || true
     q35_profiles
+    # the decode step's last change (the gated output norm in out_proj) head vs bench/out/base, 8 layers
+    [ ! -d bench/out/base ] || python -m bench.ab_commits --base-dir bench/out/base --rounds 2 \
+        --out "$OUT/ab-q35-8l.json" "vkdecode bench --shape qwen3.5-35b-a3b --quant q4_k_m --layers 8 \
+        --modes fused --reps 3" 2>&1 | tail -3
     f=$(shape_file qwen3.5-35b-a3b q4_k_m)
     prompt_ttft "$f" "$OUT/q35-head.json"
     # decode before llama.cpp: its pipeline compiles are the call's long pole (38 s and more)
