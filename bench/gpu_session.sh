@@ -177,9 +177,10 @@ moe_tile_prompts() {   # the MoE shape's 512- / 2,000-token prompts: llama.cpp, 
 
 q35_profiles() {   # the Qwen3.5-35B-A3B shape's first 8 layers, a 512-row chunk by kernel: row by row and
     # in blocks of 16 (head), bench/out/b601's blocks of 16 (git archive 601f8e2: the chunk kernel before
-    # its rework, conv1d at 1,024 lanes a group) and bench/out/base's rows (cd483d7: conv1d a lane a channel)
-    local b side caps
-    for b in -1 16 b601 base; do
+    # its rework, conv1d at 1,024 lanes a group) and bench/out/base's rows (cd483d7: conv1d a lane a channel);
+    # q35_profiles B..: those of the list only
+    local b side caps blocks=${*:-"-1 16 b601 base"}
+    for b in $blocks; do
         side=. caps="--caps delta_block=$b"
         [ $b != b601 ] || side=bench/out/b601 caps="--caps delta_block=16"
         [ $b != base ] || side=bench/out/base caps=""
@@ -1280,8 +1281,9 @@ q35llama)
     # chunks since 96f8253: the 8-layer 512-token prompt had run as 9 chunks), llama.cpp on the same
     # file (its qwen35moe loads ours; its first request compiled pipelines for 38 s, so 240 s), decode,
     # and time left, the prompts row by row. Carry .device/llama, bench/out/base, bench/out/b601
-    python -m pytest -q -n 8 tests/lowering/test_linear_attention.py tests/executors/test_batch_recurrent.py 2>&1 | tail -2 || true
-    q35_profiles
+    python -m pytest -q -n 8 tests/lowering/test_linear_attention.py tests/executors/test_batch_recurrent.py \
+        tests/lowering/test_gated_norm.py tests/models/test_qwen35_family.py 2>&1 | tail -2 || true
+    q35_profiles 16
     # the decode step's last change (the gated output norm in out_proj) head vs bench/out/base, 8 layers
     [ ! -d bench/out/base ] || python -m bench.ab_commits --base-dir bench/out/base --rounds 2 \
         --out "$OUT/ab-q35-8l.json" "vkdecode bench --shape qwen3.5-35b-a3b --quant q4_k_m --layers 8 \
