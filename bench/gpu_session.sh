@@ -1276,27 +1276,30 @@ q35mini)
     q35_profiles
     ;;
 q35llama)
-    # Qwen3.5 on the GPU, in one call's order of value: the linear-attention kernels' GPU tests and the
-    # 8-layer chunk by kernel (q35_profiles); then the whole Qwen3.5-35B-A3B shape: prompts (padded
-    # chunks since 96f8253: the 8-layer 512-token prompt had run as 9 chunks), llama.cpp on the same
-    # file (its qwen35moe loads ours; its first request compiled pipelines for 38 s, so 240 s), decode,
-    # and time left, the prompts row by row. Carry .device/llama, bench/out/base, bench/out/b601
+    # Qwen3.5 on the GPU, in one call's order of value (Q35_BUDGET seconds in all, default 520): the
+    # linear-attention and gated-norm kernels' GPU tests; the whole Qwen3.5-35B-A3B shape's prompts
+    # (padded chunks since 96f8253: the 8-layer 512-token prompt had run as 9 chunks) and decode; then
+    # llama.cpp on the same file (its qwen35moe loads ours; its first request compiled pipelines for
+    # 38 s) with all but 60 s of what is left; then, time left, the 8-layer decode head vs
+    # bench/out/base (two rounds) and the 8-layer chunk by kernel. Carry .device/llama (bench/out/base)
+    local_budget=${Q35_BUDGET:-520}
     python -m pytest -q -n 8 tests/lowering/test_linear_attention.py tests/executors/test_batch_recurrent.py \
         tests/lowering/test_gated_norm.py tests/models/test_qwen35_family.py 2>&1 | tail -2 || true
-    q35_profiles 16
-    # the decode step's last change (the gated output norm in out_proj) head vs bench/out/base, 8 layers
-    [ ! -d bench/out/base ] || python -m bench.ab_commits --base-dir bench/out/base --rounds 2 \
-        --out "$OUT/ab-q35-8l.json" "vkdecode bench --shape qwen3.5-35b-a3b --quant q4_k_m --layers 8 \
-        --modes fused --reps 3" 2>&1 | tail -3
     f=$(shape_file qwen3.5-35b-a3b q4_k_m)
+    echo "shape file written at ${SECONDS}s"
     prompt_ttft "$f" "$OUT/q35-head.json"
-    # decode before llama.cpp: its pipeline compiles are the call's long pole (38 s and more)
     python -m vkdecode bench --model "$f" --modes fused --reps 3 --json "$OUT/q35-decode.json" 2>&1 | grep -E "fused" | tail -2
     llama_server
-    timeout $((500 - SECONDS > 60 ? 500 - SECONDS : 60)) python -m bench.llama_server_peer --server "$LLAMA" \
-        --model "$f" --lengths 512 2000 --decode 64 --reps 3 --out "$OUT/llama-q35.json" | grep -E "prompt|decode" || true
-    grep -h "offloaded" "$OUT/llama-q35.json.log" | tail -1 || true
+    left=$((local_budget - SECONDS - 60))
+    [ $left -lt 90 ] || timeout $left python -m bench.llama_server_peer --server "$LLAMA" --model "$f" \
+        --lengths 512 2000 --decode 64 --reps 3 --out "$OUT/llama-q35.json" | grep -E "prompt|decode" || true
+    grep -h "offloaded" "$OUT/llama-q35.json.log" 2>/dev/null | tail -1 || true
     rm -f "$f"
+    # the decode step's last change (the gated output norm in out_proj), 8 layers, head vs bench/out/base
+    [ ! -d bench/out/base ] || [ $SECONDS -gt $((local_budget - 100)) ] || python -m bench.ab_commits \
+        --base-dir bench/out/base --rounds 2 --out "$OUT/ab-q35-8l.json" "vkdecode bench --shape qwen3.5-35b-a3b \
+        --quant q4_k_m --layers 8 --modes fused --reps 3" 2>&1 | tail -3
+    [ $SECONDS -gt $((local_budget - 40)) ] || q35_profiles 16
     ;;
 dense21)
     # after the [[unroll]] (da31b0c): the 8B's 512-row matmuls per tensor-core tile (the 16-accumulator
