@@ -41,6 +41,7 @@ from fusion.rules_projection import (
     MATMUL_ADD,
     MATMUL_BIAS_ADD,
     MATMUL_GELU_MUL,
+    MATMUL_SIGMOID_SCALE_ADD,
     MATMUL_SILU_MUL,
     RMS_NORM_MATMUL,
     RMS_NORM_MATMUL_ARGMAX,
@@ -48,6 +49,7 @@ from fusion.rules_projection import (
     RMS_NORM_MATMUL_GELU_MUL,
     RMS_NORM_MATMUL_SILU_MUL,
     RMS_NORM_SILU_MUL_MATMUL_ADD,
+    SIGMOID_SCALE_MATMUL_ADD,
 )
 
 # -- 4. (per-head q/k norm,) RoPE, KV-cache write and the attention that reads it --
@@ -218,6 +220,8 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     QK_NORM_ROPE_KV_WRITE_ATTENTION,
     ROPE_KV_WRITE_ATTENTION,
     RMS_NORM_SILU_MUL_MATMUL_ADD,
+    MATMUL_SIGMOID_SCALE_ADD,
+    SIGMOID_SCALE_MATMUL_ADD,
     MATMUL_BIAS_ADD,
     MATMUL_ADD,
     MATMUL_SILU_MUL,

@@ -163,6 +163,41 @@ RMS_NORM_SILU_MUL_MATMUL_ADD = rule(
 )
 
 
+def _lower_matmul_sigmoid_add(m: Match, p: Program) -> Region:
+    c = m.captures
+    roles = {k: c[k] for k in ("weight", "x", "gate", "residual", "out")}
+    return match_region(m, roles, {"dtype": p.values[c["weight"]].dtype})
+
+
+# A gated shared expert (Qwen2-MoE, Qwen3.5-MoE, Qwen3-Next): its down projection scaled by the
+# sigmoid of a one-float gate logit and added to the residual. The kernel stores r + sigmoid(g) * W x
+# in its epilogue, so the scale and the add cost no dispatch and no barrier of their own.
+MATMUL_SIGMOID_SCALE_ADD = rule(
+    "MATMUL_SIGMOID_SCALE_ADD",
+    op("matmul", ("weight", "x"), ("y",)),
+    op("sigmoid_scale", ("gate", "y"), ("scaled",)),
+    op("add", ("scaled", "residual"), ("out",), kinds={"residual": "activation"}, commutative=True),
+    exports=("out",),
+    lower=_lower_matmul_sigmoid_add,
+    # one gate for the whole vector (a decode step; a chunk's rows have one each)
+    check=lambda m, p: p.values[m.captures["gate"]].numel == 1,
+)
+
+
+# Qwen3.5's full-attention output times sigmoid of the gate half of q_proj, element by element,
+# before the o projection: the kernel loads its x as x * sigmoid(g), so the scale needs no dispatch.
+SIGMOID_SCALE_MATMUL_ADD = rule(
+    "SIGMOID_SCALE_MATMUL_ADD",
+    op("sigmoid_scale", ("gate", "x"), ("gx",)),
+    op("matmul", ("weight", "gx"), ("y",)),
+    op("add", ("y", "residual"), ("out",), kinds={"residual": "activation"}, commutative=True),
+    exports=("out",),
+    lower=_lower_matmul_sigmoid_add,
+    # a gate an element of one x row (a decode step)
+    check=lambda m, p: p.values[m.captures["gate"]].numel == shape_of(p, m.captures["weight"])[1],
+)
+
+
 MATMUL_ADD = rule(
     "MATMUL_ADD",
     op("matmul", ("w", "x"), ("y",)),

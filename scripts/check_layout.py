@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 PACKAGES = ("vkdecode", "fusion")
-BUDGET = 20049  # total lines of vkdecode/ + fusion/ .py files; raise it on purpose, in review
+BUDGET = 20136  # total lines of vkdecode/ + fusion/ .py files; raise it on purpose, in review
 MODULE_LINES = 330
 LONG_MODULES: dict[str, str] = {  # "vkdecode/x.py": why it may be longer than MODULE_LINES
     "vkdecode/reference.py": "the numpy oracle of every op in fusion/ir.py, side by side: one file "

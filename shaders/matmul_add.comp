@@ -9,9 +9,16 @@
 // split-K attention partials, combined on load; the step buffer is bound last (after y, and b).
 // GATED_NORM (RMS_NORM_SILU_MUL_MATMUL_ADD): x is o, normed per head and gated by silu(z) as it is
 // loaded (gated_norm.glsl); z and the norm weight bound after y, spec constants 4..7 its own.
+// SIGMOID_OUT (MATMUL_SIGMOID_SCALE_ADD, a gated shared expert's down): y = r + sigmoid(g) * (W @ x),
+// g one float (the gate logit); SIGMOID_X (SIGMOID_SCALE_MATMUL_ADD, Qwen3.5's gated attention
+// output): y = r + W @ (sigmoid(g) * x), a g an element. g bound after y: either define alone.
 // Spec and push as matmul.comp (matvec.glsl): 0 wg size, 1 K, 2 M, 3 ROWS; push row0.
 #define NO_WG_REDUCE
 #include "common.glsl"
+#if (defined(SIGMOID_OUT) || defined(SIGMOID_X)) && \
+    (defined(BIAS) || defined(COMBINE_X) || defined(GATED_NORM) || (defined(SIGMOID_OUT) && defined(SIGMOID_X)))
+#error "SIGMOID_OUT and SIGMOID_X bind g where BIAS, COMBINE_X, GATED_NORM and each other bind theirs"
+#endif
 
 #define B_W 0
 #if defined(DT_F32) || defined(DT_F16)
@@ -101,6 +108,12 @@ vec4 cx4(uint i) {  // CX_D % 4 == 0: the four elements share a head
 #define B_Z (B_X + 3)
 #define B_GW (B_X + 4)
 #include "gated_norm.glsl"
+#elif defined(SIGMOID_X)
+// sigmoid_scale.comp's x / (1 + exp(-g)), element by element, as x is loaded
+layout(binding = B_X + 3) readonly buffer SX1 { float sx1[]; };
+layout(binding = B_X + 3) readonly buffer SX4 { vec4 sx4[]; };
+#define X1(i) (x1[i] / (1.0 + exp(-sx1[i])))
+#define X4(i) (x4[i] / (1.0 + exp(-sx4[i])))
 #else
 #define X1(i) x1[i]
 #define X4(i) x4[i]
@@ -108,6 +121,10 @@ vec4 cx4(uint i) {  // CX_D % 4 == 0: the four elements share a head
 #include "norm_out.glsl"
 #ifdef BIAS
 #define MV_STORE(row, v) MV_OUT(row, r[row] + ((v) + bias[row]))
+#elif defined(SIGMOID_OUT)
+layout(binding = B_X + 3) readonly buffer GB { float gate[]; };
+// sigmoid_scale.comp's v / (1 + exp(-g)), then add.comp's r + that
+#define MV_STORE(row, v) MV_OUT(row, r[row] + (v) / (1.0 + exp(-gate[0])))
 #else
 #define MV_STORE(row, v) MV_OUT(row, r[row] + (v))
 #endif

@@ -111,7 +111,7 @@ def test_prompt_chunks_equal_the_token_path(device, qwen3moe, mode):
 
 CHUNK_FAMILIES = {
     "qwen3moe-mixed": ("qwen3moe", {"mlp_only_layers": [0], "num_hidden_layers": 3}, 2),
-    "qwen2moe": ("qwen2moe", {}, 2),  # moe_sum's add is the shared expert's output
+    "qwen2moe": ("qwen2moe", {}, 2),  # the shared expert added after moe_sum's add
 }
 
 
@@ -198,12 +198,59 @@ def test_other_families_in_every_mode(device, models_dir, family):
         with make_executor(mode, device, m.program, m.weights) as ex:
             toks[mode] = greedy_against_reference(ex, ref, STEPS)[0]
             if mode == "fused":
-                assert MOE_RULES <= {r.rule for r in ex.regions}
+                rules = [r.rule for r in ex.regions]
+                assert MOE_RULES <= set(rules)
+                assert rules.count(SHARED) == (m.args.n_layers if m.args.shared_expert_ffn else 0), rules
     assert toks["unfused"] == toks["replay-nofuse"] == toks["fused"]
     with Decoder(make_executor("fused", device, m.program, m.weights, caps=exact(device))) as dec:
         dec.set_prefill((16, 8, 3))
         toks = prompt(37)
         check_against(dec, toks, *reference_path(m, toks), what=family)
+
+
+SHARED = "MATMUL_SIGMOID_SCALE_ADD"
+# The fused step's (dispatches, barriers) without the rule -> with it. A MoE layer's shared down,
+# sigmoid_scale and add_rms_norm become one dispatch (2 fewer), and the layer input's norm after it
+# folds into the next projections: qwen2moe's q/k/v with their biases 6 -> 1, a Qwen3.5 linear
+# layer's 4 matvecs 1, a full layer's 4 also 1; the head's 3 (matmul, argmax and its final pass) 2,
+# or 4 on lavapipe's shapes, where the head runs its ops (caps.head_ops).
+SHARED_STEPS = {  # family: (MoE layers, {launch shape: (without, with)})
+    "qwen2moe": (2, {"cpu": ((31, 24), (23, 18)), "gpu": ((31, 24), (21, 16))}),  # 4 + 5 -/+ 1
+    "qwen35moe": (4, {"cpu": ((60, 42), (44, 35)), "gpu": ((60, 42), (42, 33))}),  # 8 + 3 x 3 -/+ 1
+    "qwen3next": (3, {"cpu": ((51, 38), (40, 33)), "gpu": ((51, 38), (38, 31))}),  # 6 + 2 x 3 -/+ 1
+}
+
+
+@pytest.mark.parametrize("shape", ["cpu", "gpu"])
+@pytest.mark.parametrize("family", SHARED_STEPS)
+def test_shared_expert_gate_folds_into_its_down(device, models_dir, family, shape):
+    """Each MoE layer's shared down, sigmoid gate and residual add are one matmul_add dispatch
+    (MATMUL_SIGMOID_SCALE_ADD): fewer dispatches and barriers than the step built without the rule,
+    token for token with the reference. A GPU's launch shapes (matvec lanes and rows, norm_pre on,
+    the head fused): each such call also writes the next norm's inputs (NORM_OUT)."""
+    from dataclasses import replace
+
+    from fusion.rules import DEFAULT_RULES
+    from vkdecode.lowering.caps import KernelCaps
+
+    moe_layers, steps = SHARED_STEPS[family]
+    m = load_model(tiny_hf_model(family, models_dir), ctx=48)
+    caps = KernelCaps.from_info(device.info)
+    if shape == "gpu":
+        over = {"matvec_wg": 0, "matvec_rows": 0, "norm_pre": 1, "head_ops": False}
+        caps = replace(KernelCaps.from_info(device.info, **over), device_cpu=False)
+    without = [r for r in DEFAULT_RULES if r.name != SHARED]
+    with (
+        make_executor("fused", device, m.program, m.weights, caps=caps) as ex,
+        make_executor("fused", device, m.program, m.weights, caps=caps, rules=without) as apart,
+    ):
+        counts = [(len(e.items), sum(it.barrier for it in e.items)) for e in (apart, ex)]
+        assert counts == list(steps[shape])
+        assert [r.rule for r in ex.regions].count(SHARED) == moe_layers
+        gated = [it.call for it in ex.items if ("SIGMOID_OUT", "1") in it.call.defines]
+        assert len(gated) == moe_layers
+        assert shape == "cpu" or all(("NORM_OUT", "1") in c.defines for c in gated)
+        greedy_against_reference(ex, Reference(m.program, m.weights), 14)
 
 
 def test_speculative_verify_steps_equal_plain_decode(device, models_dir):

@@ -177,3 +177,39 @@ def gated_tail(heads: int, d: int, m: int, dtype: str = "f32", silu_of: str = "z
     p.op("matmul", ["w", "g"], ["y"])
     p.op("add", ["x", "y"], ["s"])
     return p
+
+
+def shared_tail(
+    k: int, m: int, dtype: str = "f32", gates: int = 1, scaled_first: bool = False, gate_matmul: bool = True
+) -> Program:
+    """The end of a gated shared expert's layer as vkdecode/models/moe.py builds it: s = r +
+    sigmoid(g) * (W a), g the one-float gate logit of h, computed after the down (gate_matmul False:
+    g an input; gates > 1: a gate per row of m / gates, a chunk's form). a, h and r are activations
+    with no producer, so the program is not verified."""
+    p = Program("shared-tail")
+    for name, n in (("a", k), ("h", k), ("g", gates), ("y", m), ("sc", m), ("r", m)):
+        p.value(name, (n,), "f32", "activation")
+    p.value("s", (m,), "f32", "output")
+    p.value("w", (m, k), dtype, "weight")
+    p.value("w_gate", (gates, k), "f32", "weight")
+    p.op("matmul", ["w", "a"], ["y"])
+    if gate_matmul:
+        p.op("matmul", ["w_gate", "h"], ["g"])
+    p.op("sigmoid_scale", ["g", "y"], ["sc"])
+    p.op("add", ["sc", "r"] if scaled_first else ["r", "sc"], ["s"])
+    return p
+
+
+def gated_attention_tail(k: int, m: int, dtype: str = "f32", gates: int | None = None) -> Program:
+    """The end of a Qwen3.5 full-attention layer as vkdecode/models/qwen35.py builds it: s = r + W
+    (sigmoid(g) * o), a gate an element of o (gates: fewer, one per group of o's elements, as a gate
+    per head would be). o, g and r are activations with no producer, so the program is not verified."""
+    p = Program("gated-attention-tail")
+    for name, n in (("o", k), ("g", gates or k), ("go", k), ("y", m), ("r", m)):
+        p.value(name, (n,), "f32", "activation")
+    p.value("s", (m,), "f32", "output")
+    p.value("w", (m, k), dtype, "weight")
+    p.op("sigmoid_scale", ["g", "o"], ["go"])
+    p.op("matmul", ["w", "go"], ["y"])
+    p.op("add", ["r", "y"], ["s"])
+    return p

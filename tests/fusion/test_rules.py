@@ -1,7 +1,18 @@
 """Each decode rule fires on Llama / Qwen2 / Qwen3 programs where it should, and refuses where it must."""
 
 import pytest
-from programs import QWEN2_0_5B, QWEN3_0_6B, SMOLLM2_135M, SPECS, add_consumer, build, gated_tail, mark_output
+from programs import (
+    QWEN2_0_5B,
+    QWEN3_0_6B,
+    SMOLLM2_135M,
+    SPECS,
+    add_consumer,
+    build,
+    gated_attention_tail,
+    gated_tail,
+    mark_output,
+    shared_tail,
+)
 
 from fusion.partition import check_partition, partition, summarize
 from fusion.rules import DEFAULT_RULES, rules_by_name
@@ -224,6 +235,50 @@ def test_gated_norm_refuses_the_other_gate_and_shared_intermediates():
             mark_output(gated_tail(4, 8, 32), value, verify=False),
         ):
             assert [r.name for r in _run(p) if r.rule] == ["MATMUL_ADD"], value
+
+
+SHARED = "MATMUL_SIGMOID_SCALE_ADD"
+
+
+@pytest.mark.parametrize("scaled_first", [False, True], ids=["residual-first", "scaled-first"])
+def test_shared_expert_gate_folds_into_its_down(scaled_first):
+    """A gated shared expert's down, its sigmoid scale and the residual add (either operand order):
+    one region, its roles named; a gate another op reads too is still only read."""
+    for p in (
+        shared_tail(48, 32, scaled_first=scaled_first),
+        add_consumer(shared_tail(48, 32), "g", verify=False),
+    ):
+        r = next(r for r in _run(p) if r.rule)
+        assert r.rule == SHARED and r.outputs == ["s"]
+        assert r.roles == {"weight": "w", "x": "a", "gate": "g", "residual": "r", "out": "s"}
+        assert r.attrs == {"dtype": "f32"}
+
+
+def test_shared_expert_gate_refuses_a_gate_per_row_and_shared_intermediates():
+    """A gate per row (a chunk's shape: the kernel reads one float), the down's output or the scaled
+    value read elsewhere or by the host: no region takes the three ops."""
+    assert not any(r.rule for r in _run(shared_tail(48, 32, gates=2)))
+    for value in ("y", "sc"):
+        for p in (
+            add_consumer(shared_tail(48, 32), value, verify=False),
+            mark_output(shared_tail(48, 32), value, verify=False),
+        ):
+            assert not any(r.rule for r in _run(p)), value
+
+
+def test_attention_gate_folds_into_the_o_projection():
+    """Qwen3.5's attention output gated element by element, o_proj and the residual add: one region
+    (x gated as it loads); a gate per group of elements, or the gated x read elsewhere, refuses."""
+    (r,) = _run(gated_attention_tail(32, 16))
+    assert r.rule == "SIGMOID_SCALE_MATMUL_ADD" and r.outputs == ["s"]
+    assert r.roles == {"weight": "w", "x": "o", "gate": "g", "residual": "r", "out": "s"}
+    apart = ["SIGMOID_SCALE", "MATMUL_ADD"]
+    assert [r.name for r in _run(gated_attention_tail(32, 16, gates=4))] == apart
+    for p in (
+        add_consumer(gated_attention_tail(32, 16), "go", verify=False),
+        mark_output(gated_attention_tail(32, 16), "go", verify=False),
+    ):
+        assert [r.name for r in _run(p) if r.name != "ADD"] == apart
 
 
 def test_mismatched_weight_dtypes_refuse_swiglu():

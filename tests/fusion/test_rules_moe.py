@@ -29,6 +29,22 @@ def test_each_moe_layer_takes_the_three_rules(arch_class):
     assert rules.count("RMS_NORM_MATMUL_SILU_MUL") == 1
 
 
+def test_qwen2moe_shared_expert_ends_in_its_down():
+    """qwen2moe's MoE layer adds the routed experts to the residual (MOE_MATMUL_SUM_ADD), then the
+    gated shared expert (MATMUL_SIGMOID_SCALE_ADD, its one-float gate read, the experts' sum its
+    residual): every residual add ends a matvec, so each layer input norm and the final one fold
+    into the matvecs after them and no ADD_RMS_NORM is left."""
+    p = program("Qwen2MoeForCausalLM", num_hidden_layers=3, mlp_only_layers=[1])
+    regions = partition(p)
+    rules = [r.rule for r in regions]
+    sums = [r.outputs for r in regions if r.rule == "MOE_MATMUL_SUM_ADD"]
+    gated = [r for r in regions if r.rule == "MATMUL_SIGMOID_SCALE_ADD"]
+    assert [[r.roles["residual"]] for r in gated] == sums and len(sums) == 2  # layer 1 is dense
+    assert all(p.values[r.roles["gate"]].numel == 1 for r in gated)
+    assert "ADD_RMS_NORM" not in rules and rules[-1] == "RMS_NORM_MATMUL_ARGMAX", rules
+    assert rules.count("RMS_NORM_MATMUL") == 3, rules
+
+
 def gpt_oss_program(**kw) -> Program:
     cfg = {**SMALL, **MOE_OVERRIDES["gpt_oss"], "architectures": ["GptOssForCausalLM"], **kw}
     return build_program(ModelArgs.from_hf_config({k: v for k, v in cfg.items() if v is not None}), 32)
@@ -125,17 +141,16 @@ def test_verify_refuses_bad_moe_shapes():
 @pytest.mark.parametrize("arch_class", ["Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM"])
 def test_each_moe_layer_of_a_chunk_takes_the_chunk_rules(arch_class):
     """CHUNK_RULES: every MoE layer of a chunk (tail all: every layer's FFN) takes the SwiGLU rule
-    (g stays inside: the up matmul reads it) and the weighted sum + the add it feeds (the
-    residual; qwen2moe: the shared expert's output); the attention's residual add and the norm
-    after it take ADD_RMS_NORM_CHUNK; the decode step none."""
+    (g stays inside: the up matmul reads it) and the weighted sum + the residual add it feeds; the
+    attention's residual add and the norm after it take ADD_RMS_NORM_CHUNK; the decode step none."""
     p = program(arch_class, num_hidden_layers=3, mlp_only_layers=[1])
     chunk = chunk_program(p, 16, "all")
     regions = partition(chunk, CHUNK_RULES)
     rules = [r.rule for r in regions]
     assert rules.count("MOE_MATMUL_SILU_MUL_CHUNK") == rules.count("MOE_SUM_ADD_CHUNK") == 2, rules
     assert set(rules) <= {None, "MOE_MATMUL_SILU_MUL_CHUNK", "MOE_SUM_ADD_CHUNK", "ADD_RMS_NORM_CHUNK"}
-    # 3 after attention, the dense layer's second; qwen2moe: and the MoE layers' residual adds (the
-    # shared expert's output took their moe_sum)
+    # 3 after attention, the dense layer's second; qwen2moe: and the MoE layers' shared expert's adds
+    # (their moe_sum took the add of the routed experts to the residual)
     assert rules.count("ADD_RMS_NORM_CHUNK") == (6 if arch_class == "Qwen2MoeForCausalLM" else 4), rules
     for r in regions:
         if r.rule == "MOE_MATMUL_SILU_MUL_CHUNK":

@@ -7,7 +7,10 @@ scratch name, one descriptor set per call, the executors' barriers (executors/pl
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
+import pytest
 
 from fusion.ir import STEP_POS, STEP_SLOT, STEP_WORDS, Program
 from vkdecode.executors.plan import barriers_before
@@ -21,6 +24,19 @@ NAN_WORD = 0x7FC00000
 
 def caps_of(device, **over) -> KernelCaps:
     return KernelCaps.from_info(device.info, **over)
+
+
+def launch(device, shape: str) -> KernelCaps:
+    """lavapipe's own caps on either reduction ("sg" subgroup arithmetic, "smem" shared memory), or a
+    GPU's launch shape ("gpu": matmul_add's lanes and rows from matvec_shape, wide K-quant units
+    split as on an H100)."""
+    if shape == "gpu":
+        caps = caps_of(device, matvec_wg=0, matvec_rows=0, kw_split=0, kq_inplace=0)
+        return replace(caps, device_cpu=False)
+    caps = caps_of(device)
+    if shape == "sg" and not caps.subgroup_arithmetic:
+        pytest.skip("device has no subgroup arithmetic")
+    return replace(caps, subgroup_arithmetic=shape == "sg")
 
 
 def nmse(got: np.ndarray, want: np.ndarray) -> float:

@@ -101,6 +101,18 @@ def test_combine_kept_before_a_plain_matmul(rules):
     assert new == calls
 
 
+def test_combine_kept_before_an_o_projection_that_gates_its_x():
+    """An o-projection loading its x gated (SIGMOID_X: Qwen3.5's attention output, its own x hooks
+    in matmul_add.comp) keeps the combine dispatch in front of it."""
+    p, calls, owners = _lowered("smollm2-135m")
+    gated = [
+        replace(c, defines=c.defines + (("SIGMOID_X", "1"),)) if c.shader == "matmul_add" else c
+        for c in calls
+    ]
+    new, _ = absorb_combines(p, gated, owners, CAPS)
+    assert new == gated
+
+
 def test_combine_kept_for_a_head_dim_not_multiple_of_4():
     p, calls, owners = _lowered()
     odd = [

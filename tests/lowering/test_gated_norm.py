@@ -17,7 +17,7 @@ import pytest
 from fusion.ir import Program
 from fusion.partition import partition
 from tests.fusion.programs import gated_tail
-from tests.lowering.kernel_harness import OpRun, PackedWeight, caps_of, nmse, run_ops_reference
+from tests.lowering.kernel_harness import OpRun, PackedWeight, caps_of, launch, nmse, run_ops_reference
 from vkdecode.lowering.regions import region_calls
 from vkdecode.quant import quantize
 
@@ -64,18 +64,6 @@ def check(device, p: Program, env: dict, caps, heads: int, d: int) -> list:
     ungated = env["x"] + env["w"].dequantize().astype(np.float64) @ ref["n"]
     assert nmse(ungated, want) > 1e3 * limit
     return calls
-
-
-def launch(device, shape: str):
-    """lavapipe's own caps on either reduction, or a GPU's launch shape (matmul_add's lanes and
-    rows from matvec_shape, wide K-quant units split as on an H100)."""
-    if shape == "gpu":
-        caps = caps_of(device, matvec_wg=0, matvec_rows=0, kw_split=0, kq_inplace=0)
-        return replace(caps, device_cpu=False)
-    caps = caps_of(device)
-    if shape == "sg" and not caps.subgroup_arithmetic:
-        pytest.skip("device has no subgroup arithmetic")
-    return replace(caps, subgroup_arithmetic=shape == "sg")
 
 
 # (heads, head dim, out rows, dtype): the tiny test models' 4 x 8; heads of 18 (scalar head loads)

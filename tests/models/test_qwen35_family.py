@@ -18,6 +18,7 @@ from tests.helpers.reference_run import greedy_against_reference
 from vkdecode.executors import make_executor
 from vkdecode.lowering.caps import KernelCaps
 from vkdecode.models.loader import load_model
+from vkdecode.models.moe import is_moe
 from vkdecode.models.qwen35 import LINEAR
 from vkdecode.reference import Reference
 
@@ -35,6 +36,9 @@ def test_modes_match_the_reference(device, tiny, mode):
     _, m = tiny
     with make_executor(mode, device, m.program, m.weights) as ex:
         toks, _ = greedy_against_reference(ex, Reference(m.program, m.weights), 14)
+        if mode == "fused":  # each MoE layer's gated shared expert ends in its down's rule
+            moe_layers = sum(is_moe(m.args, i) for i in range(m.args.n_layers))
+            assert [r.rule for r in ex.regions].count("MATMUL_SIGMOID_SCALE_ADD") == moe_layers
     assert len(set(toks)) > 3  # not a constant run
 
 
@@ -44,7 +48,7 @@ GATED = "RMS_NORM_SILU_MUL_MATMUL_ADD"
 def test_fused_step_folds_the_gated_norm(device, tiny):
     """Each linear layer's per-head norm, silu(z) gate and out_proj + residual are one dispatch
     (RMS_NORM_SILU_MUL_MATMUL_ADD): two dispatches fewer a linear layer than with the rule left out
-    (rms_norm, silu_mul, then MATMUL_ADD; the dense tiny model: 35 -> 29)."""
+    (rms_norm, silu_mul, then MATMUL_ADD; the dense tiny model: 34 -> 28)."""
     _, m = tiny
     linear = m.args.layer_types.count(LINEAR)
     without = [r for r in DEFAULT_RULES if r.name != GATED]
@@ -55,6 +59,25 @@ def test_fused_step_folds_the_gated_norm(device, tiny):
         assert [r.rule for r in ex.regions].count(GATED) == linear
         assert [r.rule for r in apart.regions].count(GATED) == 0
         assert len(apart.items) - len(ex.items) == 2 * linear
+
+
+def test_fused_step_folds_the_attention_gate(device, tiny):
+    """Each full-attention layer's sigmoid output gate goes into o_proj's x load
+    (SIGMOID_SCALE_MATMUL_ADD): one dispatch and one barrier fewer a full layer than without it."""
+    _, m = tiny
+    full = len(m.args.layer_types) - m.args.layer_types.count(LINEAR)
+    rule = "SIGMOID_SCALE_MATMUL_ADD"
+    with (
+        make_executor("fused", device, m.program, m.weights) as ex,
+        make_executor(
+            "fused", device, m.program, m.weights, rules=[r for r in DEFAULT_RULES if r.name != rule]
+        ) as apart,
+    ):
+        assert [r.rule for r in ex.regions].count(rule) == full > 0
+        assert len(apart.items) - len(ex.items) == full
+        assert sum(it.barrier for it in apart.items) - sum(it.barrier for it in ex.items) == full
+        # and the shared expert's gate, MoE layers': no sigmoid_scale dispatch is left
+        assert "sigmoid_scale" not in {it.call.shader for it in ex.items}
 
 
 def test_fused_gpu_shapes_match_the_reference(device, tiny):

@@ -250,6 +250,8 @@ CX_ABSORB_MAX = 512 * 1024
 
 
 def _absorb_pays(call: KernelCall, comb: KernelCall, caps: KernelCaps) -> bool:
+    if ("SIGMOID_X", "1") in call.defines:  # x gated as it loads (matmul_add.comp): no combine there
+        return False
     if caps.cx_rows > 0:
         return True
     _, h, d = comb.spec[:3]

@@ -14,7 +14,7 @@ from fusion import rules as R
 from fusion.ir import Program
 from fusion.rules import Region, Rule
 from vkdecode.lowering import attention as att
-from vkdecode.lowering import gated_norm, moe, moe_chunk, moe_route
+from vkdecode.lowering import gated_norm, moe, moe_chunk, moe_route, sigmoid_gate
 from vkdecode.lowering import matvec as mv
 from vkdecode.lowering import rows as row_ops
 from vkdecode.lowering.ops import KernelCall, KernelCaps, op_calls
@@ -31,6 +31,8 @@ KERNELS: dict[str, Builder] = _by_rule(
     [
         ((R.MATMUL_ADD, R.MATMUL_BIAS_ADD), mv.matmul_add),
         ((R.RMS_NORM_SILU_MUL_MATMUL_ADD,), gated_norm.rms_norm_silu_mul_matmul_add),
+        ((R.MATMUL_SIGMOID_SCALE_ADD,), sigmoid_gate.matmul_sigmoid_scale_add),
+        ((R.SIGMOID_SCALE_MATMUL_ADD,), sigmoid_gate.sigmoid_scale_matmul_add),
         ((R.RMS_NORM_MATMUL,), mv.rms_norm_matmul),
         # SwiGLU and GeGLU: the same kernel, one define
         (

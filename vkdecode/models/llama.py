@@ -167,8 +167,13 @@ class Builder:
         x1 = self.add(L + "x_mid", x, self.post_norm(i, "attn", wo), a.hidden_size)
         h2 = self.act(L + "ffn_in", a.hidden_size)
         self.p.op("rms_norm", [x1, L + "ffn_norm"], [h2], eps=a.rms_eps)
+        return self.ffn_residual(i, x1, h2)
+
+    def ffn_residual(self, i: int, x1: str, h2: str) -> str:
+        """Layer i's output: the residual x1 plus its FFN of the normed h2 (moe.py: a shared expert's
+        layer adds its two parts one at a time)."""
         down = self.post_norm(i, "ffn", self.ffn(i, h2))
-        return self.add(L + "x_out", x1, down, a.hidden_size)
+        return self.add(f"layers.{i}.x_out", x1, down, self.args.hidden_size)
 
     def ffn(self, i: int, h2: str) -> str:
         """Layer i's FFN of the normed h2 -> its output (before any post-norm and the residual add)."""

@@ -144,11 +144,17 @@ class MoeMixin:
         self.p.op("moe_matmul", [L + "exp_down", act, ids], [d])
         out = self.act(L + "experts_out", a.hidden_size)
         self.p.op("moe_sum", [d, weights], [out])
-        return (
-            self.add(L + "ffn_out", out, self.shared_expert(i, h2), a.hidden_size)
-            if a.shared_expert_ffn
-            else out
-        )
+        return out
+
+    def ffn_residual(self, i: int, x1: str, h2: str) -> str:
+        """With a shared expert, x1 + experts, then + the gated shared expert (transformers adds
+        their sum to x1: the same sum in another order), so each add ends a matvec: the experts'
+        downs (MOE_MATMUL_SUM_ADD) and the shared down (MATMUL_SIGMOID_SCALE_ADD)."""
+        a, L = self.args, f"layers.{i}."
+        if not (is_moe(a, i) and a.shared_expert_ffn):
+            return super().ffn_residual(i, x1, h2)
+        routed = self.add(L + "x_routed", x1, self.ffn(i, h2), a.hidden_size)
+        return self.add(L + "x_out", routed, self.shared_expert(i, h2), a.hidden_size)
 
     def shared_expert(self, i: int, h2: str) -> str:
         """Qwen2-MoE's shared expert: a SwiGLU MLP every token runs, scaled by sigmoid(gate . h2)."""

@@ -1,6 +1,6 @@
 """Qwen2-MoE (HF `Qwen2MoeForCausalLM`): Qwen2's attention (q/k/v biases) and the MoE FFN of
 models/moe.py plus a shared expert every token runs, scaled by sigmoid(shared_expert_gate . h)
-(sigmoid_scale) and added to the experts' weighted sum. norm_topk_prob (default false),
+(sigmoid_scale) and added after the experts' weighted sum. norm_topk_prob (default false),
 decoder_sparse_step and mlp_only_layers as Qwen3-MoE (HF only: GGUF layers are all sparse).
 """
 

@@ -228,7 +228,7 @@ class Qwen35Builder(Builder):
         x1 = self.add(L + "x_mid", x, out, a.hidden_size)
         h2 = self.act(L + "ffn_in", a.hidden_size)
         self.p.op("rms_norm", [x1, L + "ffn_norm"], [h2], eps=a.rms_eps)
-        return self.add(L + "x_out", x1, self.ffn(i, h2), a.hidden_size)
+        return self.ffn_residual(i, x1, h2)
 
 
 def gguf_fields(key, n_layers: int, hidden: int, heads: int) -> dict:
