@@ -1284,7 +1284,8 @@ q35llama)
     # bench/out/base (two rounds) and the 8-layer chunk by kernel. Carry .device/llama (bench/out/base)
     local_budget=${Q35_BUDGET:-520}
     python -m pytest -q -n 8 tests/lowering/test_linear_attention.py tests/executors/test_batch_recurrent.py \
-        tests/lowering/test_gated_norm.py tests/models/test_qwen35_family.py 2>&1 | tail -2 || true
+        tests/lowering/test_gated_norm.py tests/lowering/test_sigmoid_gate.py tests/models/test_qwen35_family.py \
+        tests/executors/test_executors_moe.py 2>&1 | tail -2 || true
     f=$(shape_file qwen3.5-35b-a3b q4_k_m)
     echo "shape file written at ${SECONDS}s"
     prompt_ttft "$f" "$OUT/q35-head.json"
@@ -1295,7 +1296,9 @@ q35llama)
         --lengths 512 2000 --decode 64 --reps 3 --out "$OUT/llama-q35.json" | grep -E "prompt|decode" || true
     grep -h "offloaded" "$OUT/llama-q35.json.log" 2>/dev/null | tail -1 || true
     rm -f "$f"
-    # the decode step's last change (the gated output norm in out_proj), 8 layers, head vs bench/out/base
+    # the twenty-third session's decode fusions (the gated output norm in out_proj, the sigmoid gates
+    # of the shared expert and the attention output in theirs), 8 layers, head vs bench/out/base
+    # (git archive f932d5e, before them)
     [ ! -d bench/out/base ] || [ $SECONDS -gt $((local_budget - 100)) ] || python -m bench.ab_commits \
         --base-dir bench/out/base --rounds 2 --out "$OUT/ab-q35-8l.json" "vkdecode bench --shape qwen3.5-35b-a3b \
         --quant q4_k_m --layers 8 --modes fused --reps 3" 2>&1 | tail -3
