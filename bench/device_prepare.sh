@@ -5,6 +5,8 @@
 #
 #   bash bench/device_prepare.sh            # all of it, ~2 minutes (the SmolLM2 xz is most of it)
 #   bash bench/device_prepare.sh head       # .device/head.tar.xz again, after a commit
+#   bash bench/device_prepare.sh base REV   # .device/base.tar.xz: REV's bench fusion shaders vkdecode,
+#                                           # for an A/B (unpack it under /tmp/w/bench/out/base)
 #
 # It fills .device/ (ignored by git) with:
 #   debs, wheels, setup-remote.sh   ../shared/device/prepare.sh, plus the wheels the tests need
@@ -29,6 +31,12 @@ head_archive() {
 
 if [ "${1:-}" = head ]; then
     head_archive
+    exit 0
+fi
+if [ "${1:-}" = base ]; then
+    git archive "${2:?base REV: the commit to compare against}" -- bench fusion shaders vkdecode |
+        xz -6 > .device/base.tar.xz
+    echo "base.tar.xz: $(git rev-parse --short=12 "$2")"
     exit 0
 fi
 
